@@ -1,0 +1,98 @@
+/*
+ * qc_cli.h — the qctrain command table and the option parser every subcommand uses.
+ *
+ * main() strips the global options (--preset, --set, --config-dump, --device, --log-level,
+ * --quiet; accepted before or after the command), builds the effective configuration and calls
+ * the command's run() with the remaining arguments (argv[0] is the command name). A command
+ * declares its own options as a struct qc_cli_opt table and parses them with qc_cli_parse(),
+ * which also answers --help. Commands return a status; main maps QC_OK -> 0,
+ * QC_ERR_INVALID -> 2 (bad usage, bad input) and anything else -> 1, printing qc_error_last().
+ */
+#ifndef QC_CLI_QC_CLI_H
+#define QC_CLI_QC_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_config.h"
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qc_cli {
+    struct qc_config cfg; /* effective configuration (defaults < presets < --set < --device) */
+    const char *preset;   /* last --preset given, or NULL */
+    bool quiet;           /* --quiet */
+};
+
+enum qc_cli_opt_type {
+    QC_CLI_FLAG = 0, /* bool *: present -> true */
+    QC_CLI_INT,      /* int64_t * */
+    QC_CLI_DOUBLE,   /* double * */
+    QC_CLI_SIZE,     /* uint64_t *: bytes, units accepted (qc_parse_size) */
+    QC_CLI_STRING,   /* const char **: points into argv */
+    QC_CLI_STRINGS,  /* struct qc_cli_strings *: repeatable; each use appends */
+};
+
+#define QC_CLI_STRINGS_MAX 256
+struct qc_cli_strings {
+    int n;
+    const char *v[QC_CLI_STRINGS_MAX];
+};
+
+/* One command-specific option, "--name VALUE" or "--name=VALUE". The caller initialises *dst
+ * to the default; def is the same default as text, shown by --help. */
+struct qc_cli_opt {
+    const char *name; /* long name without dashes */
+    enum qc_cli_opt_type type;
+    void *dst;
+    const char *def; /* default shown in help ("" for none) */
+    const char *doc;
+};
+
+struct qc_cli_command {
+    const char *name;
+    const char *summary; /* one line for `qctrain --help` */
+    enum qc_status (*run)(struct qc_cli *cli, int argc, char **argv);
+};
+
+/* The command table (cli/commands.c), terminated by a {NULL} entry. */
+extern const struct qc_cli_command qc_cli_commands[];
+const struct qc_cli_command *qc_cli_command_find(const char *name);
+
+/* Parses argv[1..argc) against opts. Positional arguments are collected into pos (argv
+ * pointers; *npos set) when pos != NULL, else they are an error. "--help"/"-h" prints
+ * "usage: qctrain <cmd> <usage>", the summary and every option with its default, to stdout,
+ * and sets *help_shown (the command then returns QC_OK). Errors are QC_ERR_INVALID with a
+ * message naming the command, the option and the value, with "did you mean" for near misses. */
+enum qc_status qc_cli_parse(const char *cmd, const char *usage, const char *summary,
+                            const struct qc_cli_opt *opts, int nopts, int argc, char **argv,
+                            const char **pos, int max_pos, int *npos, bool *help_shown);
+
+/* Levenshtein distance, for "did you mean" hints (shared with the config parser). */
+int qc_edit_distance(const char *a, const char *b);
+
+/* The command implementations (one file per subcommand, src/cmd_<name>.c). */
+enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_config(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_gen(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_inspect(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_bench(struct qc_cli *cli, int argc, char **argv);
+
+/* `qctrain bench <what>` targets (src/bench/bench_<what>.c); argv[0] is <what>. */
+enum qc_status qc_bench_loader(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_alloc(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_ops(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_CLI_QC_CLI_H */

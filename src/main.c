@@ -1,0 +1,7 @@
+/*
+ * main.c — placeholder until the CLI lands.
+ */
+int main(void)
+{
+    return 0;
+}
