@@ -20,6 +20,16 @@ if(QC_SANITIZE)
     else()
         set(QC_SAN_FLAGS -fsanitize=${QC_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
     endif()
-    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:${QC_SAN_FLAGS}>)
+    add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${QC_SAN_FLAGS}>")
     add_link_options(${QC_SAN_FLAGS})
+endif()
+
+# QC_FUZZ=ON: libFuzzer targets (tests/cmake/00_fuzz.cmake). Every library is instrumented for
+# coverage and AddressSanitizer so the fuzzers see into the code they call.
+if(QC_FUZZ)
+    if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+        message(FATAL_ERROR "QC_FUZZ=ON needs clang\nhint: configure with CC=clang CXX=clang++")
+    endif()
+    add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link,address;-fno-omit-frame-pointer>")
+    add_link_options(-fsanitize=address)
 endif()

@@ -83,7 +83,8 @@ enum qc_status qc_stream_synchronize(struct qc_stream *s);
  * recorded (an unrecorded event counts as complete, as in CUDA). */
 enum qc_status qc_stream_wait_event(struct qc_stream *s, struct qc_event *ev);
 /* Enqueues fn(user) on s (CPU: runs in the stream's thread; CUDA: cudaLaunchHostFunc). fn
- * must not call into the device layer on the same stream. */
+ * must not call into the device layer on the same stream. fn may block (e.g. on a condition
+ * another thread signals); later work of s waits for it. */
 enum qc_status qc_stream_host_func(struct qc_stream *s, void (*fn)(void *user), void *user);
 /* The native handle: cudaStream_t on CUDA, NULL on CPU. */
 void *qc_stream_native(struct qc_stream *s);
