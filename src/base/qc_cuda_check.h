@@ -1,7 +1,8 @@
 /*
  * qc_cuda_check.h — converting CUDA runtime errors at the seam (CUDA builds only).
- * `QC_TRY(QC_CUDA(cudaMemcpyAsync(...)));` records "<call> failed: <cudaGetErrorString> | file:line".
- * QC_CUDA_ASSERT aborts: for sticky errors and the launch-error check after every kernel launch.
+ * `QC_TRY(QC_CUDA(cudaMemcpyAsync(...)));` records "<call> failed: <cudaGetErrorString> |
+ * file:line". QC_CUDA_ASSERT aborts: for sticky errors and the launch-error check after every
+ * kernel launch.
  */
 #ifndef QC_BASE_QC_CUDA_CHECK_H
 #define QC_BASE_QC_CUDA_CHECK_H

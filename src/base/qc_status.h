@@ -103,7 +103,8 @@ void qc_assert_fail(const char *file, int line, const char *cond, const char *fm
  * QC_ERRNO here, QC_CUDA / QC_CUBLAS / QC_CUDNN / QC_NCCL in qc_cuda_check.h. Use inside QC_TRY. */
 #define QC_CHECK_GEN(call, checkfn) checkfn((call), #call, __FILE__, __LINE__)
 
-/* Negative-errno convention (liburing, our own syscall wrappers): ret < 0 is -errno -> QC_ERR_IO. */
+/* Negative-errno convention (liburing, our own syscall wrappers): ret < 0 is -errno -> QC_ERR_IO.
+ */
 enum qc_status qc_errno_check(long ret, const char *call, const char *file, int line);
 const char *qc_errno_str(int neg_errno);
 #define QC_ERRNO(ret) QC_CHECK_GEN(ret, qc_errno_check)
