@@ -1,0 +1,80 @@
+/*
+ * adamw.c — the AdamW step in PyTorch 2.0's order (QCNET.md §1): decoupled decay first, then
+ * the moments (m as a lerp, v as mul + addcmul), then the bias-corrected update
+ * p ← p + (−lr/bc1)·(m / (sqrt(v)/sqrt(bc2) + eps)). Scalars are formed in double (as Python
+ * does) and rounded to fp32 once, as PyTorch passes them to its fp32 kernels.
+ */
+#include "qc_kernels.h"
+
+#include <math.h>
+
+#include "qc_status.h"
+
+struct adamw_scalars {
+    float decay;    /* 1 − lr·wd */
+    float w1;       /* 1 − β1 (lerp weight) */
+    float beta2;    /* β2 */
+    float w2;       /* 1 − β2 */
+    float bc2_sqrt; /* sqrt(1 − β2ⁿ) */
+    float eps;
+    float neg_step; /* −lr / (1 − β1ⁿ) */
+};
+
+static struct adamw_scalars adamw_scalars_make(const struct qc_adamw_hparams *hp, double wd)
+{
+    QC_ASSERT(hp->step >= 1, "adamw: step %lld must be >= 1", (long long)hp->step);
+    double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+    double bc2 = 1.0 - pow(hp->beta2, (double)hp->step);
+    struct adamw_scalars s;
+    s.decay = (float)(1.0 - hp->lr * wd);
+    s.w1 = (float)(1.0 - hp->beta1);
+    s.beta2 = (float)hp->beta2;
+    s.w2 = (float)(1.0 - hp->beta2);
+    s.bc2_sqrt = (float)sqrt(bc2);
+    s.eps = (float)hp->eps;
+    s.neg_step = (float)(-(hp->lr / bc1));
+    return s;
+}
+
+static void adamw_range(float *param, float *m, float *v, const float *grad, int64_t i0, int64_t i1,
+                        const struct adamw_scalars *s)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = i0; i < i1; i++) {
+        float g = grad[i];
+        float p = param[i] * s->decay;
+        float mi = m[i];
+        /* torch.lerp with weight < 0.5: self + weight·(end − self) */
+        mi = mi + s->w1 * (g - mi);
+        float vi = v[i] * s->beta2 + s->w2 * g * g;
+        float denom = sqrtf(vi) / s->bc2_sqrt + s->eps;
+        p = p + s->neg_step * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p;
+    }
+}
+
+void qc_adamw_step_cpu(float *param, float *m, float *v, const float *grad, int64_t n,
+                       const struct qc_adamw_hparams *hp)
+{
+    QC_ASSERT(n >= 0 && hp, "adamw: n %lld", (long long)n);
+    struct adamw_scalars s = adamw_scalars_make(hp, hp->weight_decay);
+    adamw_range(param, m, v, grad, 0, n, &s);
+}
+
+void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *grad,
+                                const int64_t *offsets, const uint8_t *decay, int64_t nseg,
+                                const struct qc_adamw_hparams *hp)
+{
+    QC_ASSERT(nseg >= 0 && hp && offsets && (nseg == 0 || decay), "adamw segments: nseg %lld",
+              (long long)nseg);
+    struct adamw_scalars with = adamw_scalars_make(hp, hp->weight_decay);
+    struct adamw_scalars without = adamw_scalars_make(hp, 0.0);
+    for (int64_t sgi = 0; sgi < nseg; sgi++) {
+        QC_ASSERT(offsets[sgi] <= offsets[sgi + 1], "adamw segments: offsets not sorted at %lld",
+                  (long long)sgi);
+        adamw_range(param, m, v, grad, offsets[sgi], offsets[sgi + 1],
+                    decay[sgi] ? &with : &without);
+    }
+}

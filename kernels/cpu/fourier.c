@@ -1,0 +1,117 @@
+/*
+ * fourier.c — the elementwise part of QCNet's FourierEmbedding (QCNET.md §3.1 steps 1–2):
+ * θ = ((c·W)·2)·π_f, φ = [cos θ, sin θ, c]. The backward recomputes θ (bit-identical to the
+ * forward: same three fp32 multiplies) instead of saving it.
+ */
+#include "qc_kernels.h"
+
+#include <math.h>
+
+#include "qc_status.h"
+
+#define FOURIER_F_CHUNK 16
+
+static inline float fourier_theta(float c, float w)
+{
+    return ((c * w) * 2.0f) * QC_PI_F;
+}
+
+void qc_fourier_features_forward_cpu(float *phi, const float *c, const float *freqs, int64_t N,
+                                     int64_t D, int64_t F)
+{
+    QC_ASSERT(N >= 0 && D > 0 && F > 0, "fourier fwd: N %lld D %lld F %lld", (long long)N,
+              (long long)D, (long long)F);
+    int64_t W = 2 * F + 1;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t i = 0; i < D; i++) {
+            float ci = c[n * D + i];
+            float *p = phi + (n * D + i) * W;
+            for (int64_t f = 0; f < F; f++) {
+                float th = fourier_theta(ci, freqs[i * F + f]);
+                p[f] = cosf(th);
+                p[F + f] = sinf(th);
+            }
+            p[2 * F] = ci;
+        }
+    }
+}
+
+/* dθ of (n,i,f): d cos = −sin, d sin = cos. cos θ and sin θ come from the saved φ row p when
+ * given, else are recomputed from θ (the same bits: the forward stored exactly these). */
+static inline float fourier_dtheta(const float *dp, const float *p, int64_t F, int64_t f, float ci,
+                                   float w)
+{
+    float co, si;
+    if (p) {
+        co = p[f];
+        si = p[F + f];
+    } else {
+        float th = fourier_theta(ci, w);
+        co = cosf(th);
+        si = sinf(th);
+    }
+    return dp[F + f] * co - dp[f] * si;
+}
+
+static void fourier_backward(float *dc, float *dfreqs, const float *dphi, const float *phi,
+                             const float *c, const float *freqs, int64_t N, int64_t D, int64_t F)
+{
+    QC_ASSERT(N >= 0 && D > 0 && F > 0, "fourier bwd: N %lld D %lld F %lld", (long long)N,
+              (long long)D, (long long)F);
+    int64_t W = 2 * F + 1;
+    /* θ = ((c·w)·2)·π: dθ/dc = w·2·π, dθ/dw = c·2·π (PyTorch's chain: (dθ·π)·2 then ·w). */
+    if (dc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t i = 0; i < D; i++) {
+                float ci = c[n * D + i];
+                const float *dp = dphi + (n * D + i) * W;
+                const float *p = phi ? phi + (n * D + i) * W : NULL;
+                double acc = 0.0;
+                for (int64_t f = 0; f < F; f++) {
+                    float w = freqs[i * F + f];
+                    float g = (fourier_dtheta(dp, p, F, f, ci, w) * QC_PI_F) * 2.0f;
+                    acc += (double)(g * w);
+                }
+                dc[n * D + i] = dp[2 * F] + (float)acc;
+            }
+        }
+    }
+    if (dfreqs) {
+        int64_t fchunks = (F + FOURIER_F_CHUNK - 1) / FOURIER_F_CHUNK;
+#pragma omp parallel for schedule(static)
+        for (int64_t item = 0; item < D * fchunks; item++) {
+            int64_t i = item / fchunks;
+            int64_t f0 = (item % fchunks) * FOURIER_F_CHUNK;
+            int64_t f1 = f0 + FOURIER_F_CHUNK < F ? f0 + FOURIER_F_CHUNK : F;
+            double acc[FOURIER_F_CHUNK] = {0};
+            for (int64_t n = 0; n < N; n++) {
+                float ci = c[n * D + i];
+                const float *dp = dphi + (n * D + i) * W;
+                const float *p = phi ? phi + (n * D + i) * W : NULL;
+                for (int64_t f = f0; f < f1; f++) {
+                    float w = freqs[i * F + f];
+                    float g = (fourier_dtheta(dp, p, F, f, ci, w) * QC_PI_F) * 2.0f;
+                    acc[f - f0] += (double)(g * ci);
+                }
+            }
+            for (int64_t f = f0; f < f1; f++)
+                dfreqs[i * F + f] += (float)acc[f - f0];
+        }
+    }
+}
+
+void qc_fourier_features_backward_cpu(float *dc, float *dfreqs, const float *dphi, const float *c,
+                                      const float *freqs, int64_t N, int64_t D, int64_t F)
+{
+    fourier_backward(dc, dfreqs, dphi, NULL, c, freqs, N, D, F);
+}
+
+void qc_fourier_features_backward_saved_cpu(float *dc, float *dfreqs, const float *dphi,
+                                            const float *phi, const float *c, const float *freqs,
+                                            int64_t N, int64_t D, int64_t F)
+{
+    QC_ASSERT(N == 0 || phi, "fourier bwd (saved): NULL phi");
+    fourier_backward(dc, dfreqs, dphi, phi, c, freqs, N, D, F);
+}
