@@ -25,7 +25,7 @@ if(NOT QC_CUDA STREQUAL "OFF")
         enable_language(CUDA)
         set(QC_HAVE_CUDA ON)
         add_library(qc_cuda_libs INTERFACE)
-        target_link_libraries(qc_cuda_libs INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt CUDA::cuda_driver
+        target_link_libraries(qc_cuda_libs INTERFACE CUDA::cudart CUDA::cublas CUDA::cublasLt
                               ${QC_CUDNN_LIB} ${QC_NCCL_LIB})
         target_include_directories(qc_cuda_libs INTERFACE ${QC_CUDNN_INC} ${QC_NCCL_INC})
         target_compile_definitions(qc_cuda_libs INTERFACE QC_HAVE_CUDA=1)

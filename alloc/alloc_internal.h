@@ -1,0 +1,194 @@
+/*
+ * alloc_internal.h — shared inside alloc/ only: the raw-memory seam, the allocator's data
+ * structures, statistics and trace helpers.
+ *
+ * Glossary (README.md has the long version):
+ *   segment  one mapping from the raw backend: a fixed cudaMalloc/mmap range, or an expandable
+ *            VA reservation whose granules are committed on demand;
+ *   block    a contiguous piece of a segment; the blocks of a segment tile it exactly, in
+ *            address order (prev/next);
+ *   pool     small (requests <= small_max) or large; free mapped blocks of a pool sit in one
+ *            treap ordered by (stream id, size, address);
+ *   stream   every segment belongs to one stream; its blocks are only handed to that stream.
+ *
+ * Invariants (checked by alloc_check_invariants):
+ *   Σ_{b in seg} b.size = seg.size and b.next.ptr = b.ptr + b.size;
+ *   no two neighbours are both FREE with the same mapped state;
+ *   FREE && mapped  <=>  in the pool treap;  LIVE  <=>  in the pointer map;
+ *   bytes_allocated = Σ_{LIVE} size;  bytes_active = bytes_allocated + Σ_{PENDING} size;
+ *   bytes_reserved = Σ_seg mapped(seg) <= budget (when budget > 0);  peak >= current.
+ */
+#ifndef QC_ALLOC_ALLOC_INTERNAL_H
+#define QC_ALLOC_ALLOC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_alloc.h"
+#include "qc_device.h"
+#include "qc_status.h"
+
+// ---- raw memory seam -------------------------------------------------------------------------
+
+struct alloc_raw;
+
+/* Each backend implements these; every call reports failures through qc_errorf (NOMEM for "no
+ * memory", CUDA/IO otherwise). The seam is the only place that touches mmap or the CUDA memory
+ * API (raw_host.c, raw_cuda.c). */
+struct alloc_raw_ops {
+    /* A fixed segment of `size` bytes (a multiple of the granularity), readable and writable. */
+    enum qc_status (*map)(struct alloc_raw *raw, size_t size, void **out);
+    void (*unmap)(struct alloc_raw *raw, void *ptr, size_t size);
+    /* Reserves `size` bytes of address space with nothing committed; *handle is the backend's. */
+    enum qc_status (*reserve)(struct alloc_raw *raw, size_t size, void **base, void **handle);
+    /* Commits / decommits [offset, offset + size) of a reservation (granule-aligned). */
+    enum qc_status (*commit)(struct alloc_raw *raw, void *handle, size_t offset, size_t size);
+    enum qc_status (*decommit)(struct alloc_raw *raw, void *handle, size_t offset, size_t size);
+    void (*release)(struct alloc_raw *raw, void *handle); /* everything decommitted first */
+    void (*deinit)(struct alloc_raw *raw);
+};
+
+struct alloc_raw {
+    const struct alloc_raw_ops *ops;
+    const char *name;   /* "host" or "cuda" */
+    size_t granularity; /* commit unit of expandable segments, bytes (2 MiB on both) */
+    size_t va_default;  /* reservation of one expandable segment when there is no budget */
+    void *ctx;          /* backend state */
+};
+
+/* Host backend: mmap with MAP_NORESERVE; reservations are PROT_NONE and commit by mprotect. */
+enum qc_status alloc_raw_host_init(struct alloc_raw *raw);
+
+#ifdef QC_HAVE_CUDA
+/* CUDA backend for the current device: cudaMalloc/cudaFree for fixed segments, VMM
+ * (cuMemAddressReserve + cuMemCreate/Map/SetAccess per granule) for reservations. */
+enum qc_status alloc_raw_cuda_init(struct alloc_raw *raw);
+/* Pins / unpins a host range for the pinned arena (cudaHostRegister / cudaHostUnregister). */
+enum qc_status alloc_raw_cuda_host_register(void *ptr, size_t size);
+void alloc_raw_cuda_host_unregister(void *ptr);
+#endif
+
+// ---- blocks, segments, pools -----------------------------------------------------------------
+
+enum alloc_block_state {
+    ALLOC_BLOCK_FREE = 0, /* reusable (if mapped) by the segment's stream */
+    ALLOC_BLOCK_LIVE,     /* handed out */
+    ALLOC_BLOCK_PENDING,  /* freed, waiting on events of other streams */
+};
+
+enum { ALLOC_POOL_SMALL = 0, ALLOC_POOL_LARGE = 1, ALLOC_POOL_COUNT = 2 };
+
+struct alloc_segment;
+
+struct alloc_block {
+    /* First cache line: what a treap walk reads. */
+    struct alloc_block *tl, *tr; /* treap children (FREE && mapped) */
+    uint64_t khi;                /* treap key, high word: stream id << 48 | size (set on
+                                    insertion; the key never changes while in the treap) */
+    char *ptr;                   /* first byte; the key's low word */
+    uint32_t prio;               /* treap priority */
+    uint8_t state;               /* enum alloc_block_state */
+    bool mapped;                 /* every byte is committed (always for fixed segments) */
+    size_t size;                 /* bytes; multiple of params.round */
+    struct alloc_segment *seg;   /* owner */
+    struct alloc_block *hnext;   /* pointer-map chain (LIVE and PENDING) */
+    /* Second cache line. */
+    struct alloc_block *prev; /* address-order neighbours in seg (NULL at the ends) */
+    struct alloc_block *next;
+    size_t requested; /* LIVE: bytes asked for; else 0 */
+    uint32_t nevents; /* PENDING: events still outstanding */
+    uint32_t nuses;   /* extra streams recorded (record_stream / foreign free) */
+    uint32_t cap_uses;
+    struct qc_stream **uses;    /* [cap_uses] */
+    char tag[QC_ALLOC_TAG_MAX]; /* LIVE: tag */
+};
+
+struct alloc_segment {
+    char *base;               /* VA start */
+    size_t size;              /* VA bytes (fixed: = mapped) */
+    size_t mapped;            /* committed bytes */
+    int pool;                 /* ALLOC_POOL_* */
+    bool expandable;          /* a reservation with granules committed on demand */
+    void *handle;             /* raw reservation handle (expandable) */
+    struct qc_stream *stream; /* owner stream (NULL = compute stream) */
+    uint32_t stream_id;
+    struct alloc_block *first; /* lowest-address block */
+    struct alloc_segment *prev, *next;
+};
+
+/* A deferred free: ev recorded on a stream that used the block. */
+struct alloc_pending {
+    struct qc_event *ev;
+    struct alloc_block *block;
+};
+
+struct alloc_trace {
+    struct qc_alloc_event *ring; /* [capacity] */
+    size_t capacity;
+    uint64_t count;  /* events recorded so far; ring index = count % capacity */
+    FILE *file;      /* NULL = ring only */
+    bool file_error; /* a write failed once (logged once) */
+};
+
+struct qc_alloc {
+    pthread_mutex_t lock;
+    struct qc_device *dev;     /* may be NULL (host backend, no streams) */
+    struct qc_stream *compute; /* dev's compute stream or NULL */
+    struct qc_alloc_params params;
+    struct alloc_raw raw;
+    size_t va_size; /* reservation bytes of one expandable segment */
+
+    struct alloc_block *free_root[ALLOC_POOL_COUNT]; /* treaps of FREE mapped blocks */
+    struct alloc_segment *segments;                  /* all segments, newest first */
+    struct alloc_block **buckets;                    /* pointer map of LIVE and PENDING blocks */
+    size_t nbuckets;                                 /* power of two */
+    size_t nmapped_blocks;                           /* blocks in the pointer map */
+    struct alloc_block *spare;                       /* recycled block structs (linked by next) */
+
+    struct alloc_pending *pending; /* [npending], deferred frees */
+    size_t npending, cap_pending;
+    struct qc_event **event_pool; /* idle events [nevent_pool] */
+    size_t nevent_pool, cap_event_pool;
+
+    struct qc_alloc_stats st; /* counters; largest_free/fragmentation filled on read */
+    struct alloc_trace trace;
+    uint32_t rng; /* treap priorities */
+};
+
+// ---- pool.c ----------------------------------------------------------------------------------
+
+/* Checks every invariant above; returns QC_ERR_INVALID with the first violation described.
+ * O(blocks). Takes the lock. */
+enum qc_status alloc_check_invariants(struct qc_alloc *a);
+/* The largest FREE mapped block (lock held). */
+size_t alloc_largest_free(const struct qc_alloc *a);
+
+// ---- stats.c ---------------------------------------------------------------------------------
+
+static inline void alloc_stat_add(size_t *cur, size_t *peak, size_t delta)
+{
+    *cur += delta;
+    if (*cur > *peak)
+        *peak = *cur;
+}
+
+static inline void alloc_stat_sub(size_t *cur, size_t delta)
+{
+    *cur -= delta;
+}
+
+/* The report of qc_alloc_report_format with the lock already held. */
+size_t alloc_report_format_locked(struct qc_alloc *a, size_t requested, char *buf, size_t cap);
+
+// ---- trace.c ---------------------------------------------------------------------------------
+
+enum qc_status alloc_trace_init(struct alloc_trace *t, const struct qc_alloc_params *p);
+void alloc_trace_deinit(struct alloc_trace *t);
+/* Records one event (lock held). No-op when tracing is off. */
+void alloc_trace_event(struct qc_alloc *a, enum qc_alloc_event_kind kind, const void *addr,
+                       size_t size, size_t requested, uint32_t stream, int pool, const char *tag);
+
+#endif /* QC_ALLOC_ALLOC_INTERNAL_H */

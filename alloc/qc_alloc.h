@@ -1,0 +1,173 @@
+/*
+ * qc_alloc.h — the caching device allocator: every byte of device memory qctrain uses comes
+ * from here (alloc/README.md has the glossary and the invariants as equations).
+ *
+ * Design in one paragraph: requests are rounded (512 B) and served best-fit from per-stream
+ * free blocks of two pools (small <= 1 MiB in 2 MiB segments; large in 20 MiB+ segments, or in
+ * one expandable segment per stream that grows and shrinks in place). Free neighbours coalesce.
+ * Frees are stream-ordered: a block freed on its own stream is reusable by that stream at once;
+ * a block also used by other streams (qc_alloc_record_stream, or freed on another stream) is
+ * reused only after events recorded on those streams complete. Reserved memory is capped by a
+ * budget; a request that does not fit releases the cache and retries once, then fails with
+ * QC_ERR_NOMEM and an OOM report (qc_error_last()). Every event can go to a trace ring and file
+ * (docs/TRACE.md).
+ *
+ * Thread safety: every function may be called from any thread (one internal lock). Host
+ * functions enqueued on device streams must not call into the allocator (the allocator may wait
+ * for streams while holding its lock).
+ */
+#ifndef QC_ALLOC_QC_ALLOC_H
+#define QC_ALLOC_QC_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc_device.h"
+#include "qc_pinned.h"
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qc_alloc; /* caching device allocator (opaque) */
+
+#define QC_ALLOC_TAG_MAX 48 /* bytes kept of a tag, NUL included; longer tags are truncated */
+
+struct qc_alloc_params {
+    size_t budget;          /* hard cap on reserved bytes; 0 = unlimited (device memory) */
+    size_t round;           /* request rounding, bytes (512); a power of two */
+    size_t small_max;       /* requests <= this go to the small pool (1 MiB) */
+    size_t small_segment;   /* small-pool segment size (2 MiB); also the large-segment rounding */
+    size_t large_segment;   /* minimum large-pool segment (20 MiB), used for requests below half
+                               of it when segments are not expandable */
+    size_t split_limit;     /* free blocks larger than this are not split; 0 = no limit */
+    bool expandable;        /* large pool: one expandable segment per stream (CUDA: VMM;
+                               host: a PROT_NONE reservation committed with mprotect) */
+    bool trace;             /* record events in the trace ring */
+    size_t trace_capacity;  /* ring entries (65536) */
+    const char *trace_file; /* NULL = ring only; else every event is also appended here */
+};
+
+/* Defaults: no budget, 512 B rounding, 1 MiB / 2 MiB / 20 MiB, no split limit, expandable
+ * segments on, trace off (capacity 65536). */
+void qc_alloc_params_default(struct qc_alloc_params *p);
+/* The PyTorch-like configuration used for comparison (defaults with expandable off). */
+void qc_alloc_params_pytorch_like(struct qc_alloc_params *p);
+
+/* Creates an allocator for dev (CPU: host mmap backend; CUDA: cudaMalloc / VMM). dev may be
+ * NULL: host backend, streams must then be NULL. params NULL = defaults. Returns
+ * QC_ERR_INVALID for inconsistent params, QC_ERR_IO if the trace file cannot be opened,
+ * QC_ERR_UNSUPPORTED for CUDA in a CPU-only build. */
+enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_params *params,
+                               struct qc_alloc **out);
+/* Synchronizes the device, unmaps everything and frees the allocator (live blocks included).
+ * NULL is a no-op. */
+void qc_alloc_destroy(struct qc_alloc *a);
+
+/* Stream-ordered: the block may be used by `stream` right away (NULL = the device's compute
+ * stream). size 0 is served as the minimum block. tag names the tensor ("block/tensor"), may
+ * be NULL. Returns QC_ERR_NOMEM with the OOM report as qc_error_last() when the request does
+ * not fit the budget even after releasing the cache; *out is written only on QC_OK. */
+enum qc_status qc_alloc_malloc(struct qc_alloc *a, size_t size, struct qc_stream *stream,
+                               const char *tag, void **out);
+/* Frees p in the order of `stream` (NULL = compute stream): the memory becomes reusable once
+ * the work enqueued so far on `stream` and on every stream recorded for p has completed.
+ * NULL p is a no-op; a pointer not from this allocator aborts (programmer error). */
+void qc_alloc_free(struct qc_alloc *a, void *p, struct qc_stream *stream);
+/* Marks p as used by an extra stream: its free waits for that stream's work too. */
+enum qc_status qc_alloc_record_stream(struct qc_alloc *a, void *p, struct qc_stream *stream);
+
+/* Bytes usable at p (the rounded block size), 0 if p is not a live block. */
+size_t qc_alloc_usable_size(struct qc_alloc *a, const void *p);
+/* Waits for pending frees, synchronizes the device and unmaps every cached free segment (and
+ * every free granule of expandable segments). */
+enum qc_status qc_alloc_empty_cache(struct qc_alloc *a);
+/* Sets the step number carried by later trace events (and records a step event). */
+void qc_alloc_set_step(struct qc_alloc *a, int64_t step);
+/* Checks every internal invariant (alloc/README.md); QC_ERR_INVALID with the first violation.
+ * O(blocks): for tests and benchmarks that verify as they measure. */
+enum qc_status qc_alloc_check(struct qc_alloc *a);
+
+// ---- statistics ------------------------------------------------------------------------------
+
+/* One snapshot. allocated = Σ rounded sizes of live blocks; requested = Σ their requested
+ * sizes; active = allocated + blocks freed but waiting on stream events; reserved = bytes
+ * mapped from the raw backend. Peaks are since creation or the last qc_alloc_reset_peak(). */
+struct qc_alloc_stats {
+    size_t bytes_allocated;
+    size_t bytes_allocated_peak;
+    size_t bytes_requested;
+    size_t bytes_requested_peak;
+    size_t bytes_active;
+    size_t bytes_active_peak;
+    size_t bytes_reserved;
+    size_t bytes_reserved_peak;
+    size_t bytes_reserved_small; /* of bytes_reserved, in the small pool */
+    size_t bytes_budget;         /* params.budget (0 = unlimited) */
+    size_t bytes_largest_free;   /* largest mapped free block (any stream) */
+    uint64_t n_allocs;           /* successful qc_alloc_malloc calls */
+    uint64_t n_frees;            /* qc_alloc_free calls */
+    uint64_t n_live;             /* live blocks now */
+    uint64_t n_pending;          /* freed blocks waiting on events now */
+    uint64_t n_segments;         /* segments now (expandable ones count once) */
+    uint64_t n_maps;             /* raw map/commit calls */
+    uint64_t n_unmaps;           /* raw unmap/decommit calls */
+    uint64_t n_retries;          /* cache releases followed by a retry */
+    uint64_t n_ooms;             /* requests that failed with QC_ERR_NOMEM */
+    double fragmentation;        /* bytes_reserved_peak / bytes_allocated_peak (1 if none) */
+    int64_t step;                /* last qc_alloc_set_step */
+};
+
+void qc_alloc_stats_get(struct qc_alloc *a, struct qc_alloc_stats *out);
+/* Sets every peak to its current value (call at the start of a step for per-step peaks). */
+void qc_alloc_reset_peak(struct qc_alloc *a);
+/* Formats a memory report into buf (always NUL-terminated; truncated to cap): requested (when
+ * requested > 0: the OOM header), budget, reserved, allocated, active, largest free block,
+ * fragmentation, then the 10 tags holding the most live bytes. Returns the length it needed. */
+size_t qc_alloc_report_format(struct qc_alloc *a, size_t requested, char *buf, size_t cap);
+/* "1.50 GiB" style bytes into buf (cap >= 16). Returns buf. */
+const char *qc_alloc_bytes_str(size_t bytes, char *buf, size_t cap);
+
+// ---- trace -----------------------------------------------------------------------------------
+
+enum qc_alloc_event_kind {
+    QC_ALLOC_EV_ALLOC = 1, /* addr/size: the block; requested: asked bytes */
+    QC_ALLOC_EV_FREE,      /* qc_alloc_free was called */
+    QC_ALLOC_EV_READY,     /* a deferred free's events completed; the block is reusable */
+    QC_ALLOC_EV_MAP,       /* raw memory mapped (segment created or expanded) */
+    QC_ALLOC_EV_UNMAP,     /* raw memory unmapped */
+    QC_ALLOC_EV_OOM,       /* a request failed; size: rounded request */
+    QC_ALLOC_EV_STEP,      /* qc_alloc_set_step */
+};
+
+/* One trace record, exactly as stored in the ring and written to the file (docs/TRACE.md). */
+struct qc_alloc_event {
+    uint64_t t_ns;            /* CLOCK_MONOTONIC, ns */
+    uint64_t addr;            /* block or mapping address */
+    uint64_t size;            /* block or mapping bytes */
+    uint64_t requested;       /* ALLOC: bytes asked for; else 0 */
+    int64_t step;             /* qc_alloc_set_step value */
+    uint64_t bytes_allocated; /* after the event */
+    uint64_t bytes_reserved;  /* after the event */
+    uint32_t stream;          /* qc_stream_id */
+    uint16_t kind;            /* enum qc_alloc_event_kind */
+    uint16_t pool;            /* 0 small, 1 large */
+    char tag[64];             /* NUL-terminated */
+};
+
+const char *qc_alloc_event_kind_str(enum qc_alloc_event_kind kind);
+/* Copies the newest min(max, available) ring events, oldest first, into out; *n = count.
+ * Returns the number of events recorded since creation (those overwritten included). */
+uint64_t qc_alloc_trace_read(struct qc_alloc *a, struct qc_alloc_event *out, size_t max, size_t *n);
+/* Flushes the trace file (also done by destroy). */
+enum qc_status qc_alloc_trace_flush(struct qc_alloc *a);
+/* Reads a whole trace file (docs/TRACE.md) into a malloc'ed array the caller frees. */
+enum qc_status qc_alloc_trace_load(const char *path, struct qc_alloc_event **events, size_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_ALLOC_QC_ALLOC_H */

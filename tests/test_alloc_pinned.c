@@ -1,0 +1,176 @@
+/*
+ * test_alloc_pinned.c — the pinned host arena (jemalloc with our extent hooks) on the CPU
+ * backend: alignment and contents, statistics, the budget (QC_ERR_NOMEM and recovery), extents
+ * mapped once and reused, and concurrent use (labelled tsan).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc_pinned.h"
+#include "testutil.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static struct qc_pinned_stats pstats(struct qc_pinned *p)
+{
+    struct qc_pinned_stats s;
+    qc_pinned_stats_get(p, &s);
+    return s;
+}
+
+struct thr {
+    struct qc_pinned *p;
+    uint64_t seed;
+    int bad;
+    int err;
+};
+
+static void *worker(void *user)
+{
+    struct thr *t = user;
+    uint64_t rng = t->seed;
+    enum { K = 16 };
+    unsigned char *live[K] = {0};
+    size_t size[K] = {0};
+    unsigned char val[K] = {0};
+    for (int it = 0; it < 3000; it++) {
+        int i = (int)(qc_test_rand(&rng) % K);
+        if (live[i]) {
+            for (size_t j = 0; j < size[i]; j += 61)
+                t->bad += live[i][j] != val[i];
+            qc_pinned_free(t->p, live[i]);
+            live[i] = NULL;
+        } else {
+            size[i] = 1 + (size_t)(qc_test_rand(&rng) % (300 * KiB));
+            val[i] = (unsigned char)qc_test_rand(&rng);
+            void *q = NULL;
+            if (qc_pinned_malloc(t->p, size[i], 64, "thr", &q) != QC_OK) {
+                t->err++;
+                continue;
+            }
+            live[i] = q;
+            memset(q, val[i], size[i]);
+        }
+    }
+    for (int i = 0; i < K; i++)
+        qc_pinned_free(t->p, live[i]);
+    return NULL;
+}
+
+int main(void)
+{
+    QC_TEST ("pinned: alignment, contents and statistics") {
+        struct qc_pinned *p = NULL;
+        T_EXPECT(qc_pinned_create(NULL, 0, &p) == QC_OK, "%s", qc_error_last());
+        const size_t sizes[] = {0, 1, 100, 4096, MiB, 10 * MiB + 3};
+        const size_t aligns[] = {0, 64, 4096, 65536, MiB, 16};
+        void *ptr[6];
+        size_t total = 0;
+        for (int i = 0; i < 6; i++) {
+            T_EXPECT(qc_pinned_malloc(p, sizes[i], aligns[i], "t", &ptr[i]) == QC_OK, "%s",
+                     qc_error_last());
+            if (aligns[i])
+                T_EXPECT((uintptr_t)ptr[i] % aligns[i] == 0, "alignment %zu of %p", aligns[i],
+                         ptr[i]);
+            memset(ptr[i], i + 1, sizes[i]);
+            total += sizes[i];
+        }
+        for (int i = 0; i < 6; i++) {
+            const unsigned char *c = ptr[i];
+            for (size_t j = 0; j < sizes[i]; j += 97)
+                if (c[j] != (unsigned char)(i + 1))
+                    T_FATAL("allocation %d overwritten at %zu", i, j);
+        }
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT(s.bytes_allocated >= total, "allocated %zu < %zu", s.bytes_allocated, total);
+        T_EXPECT(s.bytes_reserved >= s.bytes_allocated, "reserved < allocated");
+        T_EXPECT_EQ_U64(s.n_live, 6, "live");
+        T_EXPECT(s.n_extents > 0, "no extents mapped by the hooks");
+        for (int i = 0; i < 6; i++)
+            qc_pinned_free(p, ptr[i]);
+        qc_pinned_free(p, NULL);
+        s = pstats(p);
+        T_EXPECT_EQ_U64(s.bytes_allocated, 0, "allocated after frees");
+        T_EXPECT_EQ_U64(s.n_frees, 6, "frees");
+        T_EXPECT(s.bytes_allocated_peak >= total, "peak");
+        qc_pinned_reset_peak(p);
+        T_EXPECT_EQ_U64(pstats(p).bytes_allocated_peak, 0, "peak reset");
+        void *bad = NULL;
+        T_EXPECT(qc_pinned_malloc(p, 10, 3, "t", &bad) == QC_ERR_INVALID, "alignment 3");
+        qc_pinned_destroy(p);
+        qc_pinned_destroy(NULL);
+    }
+
+    QC_TEST ("pinned: extents are mapped once and reused") {
+        struct qc_pinned *p = NULL;
+        T_EXPECT(qc_pinned_create(NULL, 0, &p) == QC_OK, "%s", qc_error_last());
+        void *q = NULL;
+        T_EXPECT(qc_pinned_malloc(p, 8 * MiB, 0, "stage", &q) == QC_OK, "%s", qc_error_last());
+        qc_pinned_free(p, q);
+        struct qc_pinned_stats s0 = pstats(p);
+        for (int i = 0; i < 200; i++) {
+            T_EXPECT(qc_pinned_malloc(p, 8 * MiB, 4096, "stage", &q) == QC_OK, "%s",
+                     qc_error_last());
+            qc_pinned_free(p, q);
+        }
+        struct qc_pinned_stats s1 = pstats(p);
+        T_EXPECT_EQ_U64(s1.n_extents, s0.n_extents, "new extents for a reused size");
+        T_EXPECT_EQ_U64(s1.bytes_reserved, s0.bytes_reserved, "reserved grew");
+        qc_pinned_destroy(p);
+    }
+
+    QC_TEST ("pinned: budget") {
+        struct qc_pinned *p = NULL;
+        size_t budget = 48 * MiB;
+        T_EXPECT(qc_pinned_create(NULL, budget, &p) == QC_OK, "%s", qc_error_last());
+        void *q[64];
+        int n = 0;
+        enum qc_status st = QC_OK;
+        while (n < 64 && (st = qc_pinned_malloc(p, 4 * MiB, 0, "chunk", &q[n])) == QC_OK)
+            n++;
+        T_EXPECT(st == QC_ERR_NOMEM, "never ran out (%d chunks)", n);
+        T_EXPECT(n >= 4 && n < 12, "%d chunks of 4 MiB in a 48 MiB budget", n);
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "requested 4.00 MiB");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "budget 48.00 MiB");
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT(s.bytes_reserved <= budget, "reserved %zu over budget", s.bytes_reserved);
+        T_EXPECT_EQ_U64(s.n_ooms, 1, "ooms");
+        for (int i = 0; i < n; i++)
+            qc_pinned_free(p, q[i]);
+        /* The memory is cached, not lost: the same chunks fit again. */
+        int m = 0;
+        while (m < n && qc_pinned_malloc(p, 4 * MiB, 0, "chunk", &q[m]) == QC_OK)
+            m++;
+        T_EXPECT_EQ_U64(m, n, "after freeing, the same number fits");
+        for (int i = 0; i < m; i++)
+            qc_pinned_free(p, q[i]);
+        qc_pinned_destroy(p);
+    }
+
+    QC_TEST ("pinned: concurrent threads") {
+        struct qc_pinned *p = NULL;
+        T_EXPECT(qc_pinned_create(NULL, 0, &p) == QC_OK, "%s", qc_error_last());
+        enum { NT = 4 };
+        pthread_t th[NT];
+        struct thr a[NT];
+        for (int i = 0; i < NT; i++) {
+            a[i] = (struct thr){p, qc_test_seed() + (uint64_t)i, 0, 0};
+            pthread_create(&th[i], NULL, worker, &a[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            T_EXPECT(a[i].bad == 0 && a[i].err == 0, "thread %d: %d corrupt, %d errors", i,
+                     a[i].bad, a[i].err);
+        }
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT_EQ_U64(s.bytes_allocated, 0, "allocated after all threads");
+        T_EXPECT_EQ_U64(s.n_allocs, s.n_frees, "allocs == frees");
+        qc_pinned_destroy(p);
+    }
+
+    return qc_test_summary();
+}
