@@ -1,0 +1,382 @@
+/*
+ * nvme_store.c — the spill file: creation, preallocation, the O_DIRECT probe, the extent
+ * allocator, block checksums, and removal on exit and on SIGINT/SIGTERM.
+ *
+ * Removal. The file is created with O_EXCL and, unless the caller wants it visible, unlinked at
+ * once: the data lives as long as the descriptor, so even SIGKILL or a crash leaves nothing on
+ * disk. (The design needs no name after open: every access goes through the descriptor,
+ * including the fault hook and the O_DIRECT fallback, which clears the flag with fcntl.) While a
+ * name exists — the instant between open and unlink, or for the whole run with spill_visible —
+ * the path sits in a static table that a SIGINT/SIGTERM handler and an atexit() hook unlink from.
+ * The handler is async-signal-safe (atomic flags, unlink, sigaction, raise): it unlinks, restores
+ * the previous disposition and re-raises. If the previous disposition was a handler of the
+ * program's own (a graceful stop), it is called instead and the file is removed by destroy.
+ *
+ * Extents are 4096-aligned and first fit on an offset-sorted, coalesced free list.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <xxhash.h> /* XXH3_64bits */
+
+#include "offload_internal.h"
+
+uint64_t offload_checksum(const void *p, size_t n)
+{
+    return (uint64_t)XXH3_64bits(p, n);
+}
+
+// ---- removal on signals and exit -----------------------------------------------------------
+
+#define SPILL_MAX 32
+
+static char spill_paths[SPILL_MAX][PATH_MAX];
+static atomic_int spill_used[SPILL_MAX]; /* 1: spill_paths[i] names a live spill file */
+static pthread_mutex_t spill_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t spill_once = PTHREAD_ONCE_INIT;
+static struct sigaction spill_old_int;
+static struct sigaction spill_old_term;
+
+static void spill_unlink_all(void)
+{
+    for (int i = 0; i < SPILL_MAX; i++)
+        if (atomic_load(&spill_used[i]))
+            unlink(spill_paths[i]);
+}
+
+static void spill_on_signal(int sig, siginfo_t *info, void *ctx)
+{
+    const struct sigaction *old = sig == SIGINT ? &spill_old_int : &spill_old_term;
+    if (old->sa_flags & SA_SIGINFO) {
+        old->sa_sigaction(sig, info, ctx);
+        return;
+    }
+    if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    spill_unlink_all();
+    sigaction(sig, old, NULL);
+    raise(sig);
+}
+
+static void spill_install(int sig, struct sigaction *old)
+{
+    struct sigaction cur;
+    if (sigaction(sig, NULL, &cur) != 0 || cur.sa_handler == SIG_IGN)
+        return; /* an ignored signal does not end the process: nothing to clean up */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = spill_on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    *old = cur;
+    sigaction(sig, &sa, NULL);
+}
+
+static void spill_install_once(void)
+{
+    spill_install(SIGINT, &spill_old_int);
+    spill_install(SIGTERM, &spill_old_term);
+    atexit(spill_unlink_all);
+}
+
+/* Registers a path for removal on signals/exit; returns its slot or -1 when the table is full. */
+static int spill_register(const char *path)
+{
+    pthread_once(&spill_once, spill_install_once);
+    int slot = -1;
+    pthread_mutex_lock(&spill_mu);
+    for (int i = 0; i < SPILL_MAX && slot < 0; i++) {
+        if (!atomic_load(&spill_used[i])) {
+            snprintf(spill_paths[i], sizeof spill_paths[i], "%s", path);
+            atomic_store(&spill_used[i], 1);
+            slot = i;
+        }
+    }
+    pthread_mutex_unlock(&spill_mu);
+    return slot;
+}
+
+static void spill_unregister(int slot)
+{
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&spill_mu);
+    atomic_store(&spill_used[slot], 0);
+    pthread_mutex_unlock(&spill_mu);
+}
+
+// ---- open, preallocate, probe --------------------------------------------------------------
+
+static void fs_name_of(long type, char *out, size_t cap)
+{
+    static const struct {
+        long magic;
+        const char *name;
+    } names[] = {
+        {0xEF53, "ext4"},      {0x01021994, "tmpfs"},     {0x58465342, "xfs"},
+        {0x9123683E, "btrfs"}, {0x794c7630, "overlayfs"}, {0x6969, "nfs"},
+        {0x2fc12fc1, "zfs"},   {0xF2F52010, "f2fs"},      {0x65735546, "fuse"},
+        {0x858458f6, "ramfs"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (names[i].magic == type) {
+            snprintf(out, cap, "%s", names[i].name);
+            return;
+        }
+    }
+    snprintf(out, cap, "fs 0x%lx", (unsigned long)type);
+}
+
+/* ftruncate + zero writes, for filesystems without fallocate. */
+static enum qc_status nvme_fill_zeros(struct offload_nvme *n, int fd, uint64_t capacity)
+{
+    if (ftruncate(fd, (off_t)capacity) != 0)
+        return qc_errorf(QC_ERR_IO, "spill file %s: ftruncate(%llu): %s", n->path,
+                         (unsigned long long)capacity, strerror(errno));
+    const size_t chunk = (size_t)1 << 20;
+    void *zeros = NULL;
+    if (posix_memalign(&zeros, OFFLOAD_ALIGN, chunk) != 0)
+        return qc_errorf(QC_ERR_NOMEM, "spill file %s: out of memory", n->path);
+    memset(zeros, 0, chunk);
+    enum qc_status st = QC_OK;
+    for (uint64_t off = 0; off < capacity && st == QC_OK;) {
+        size_t len = capacity - off < chunk ? (size_t)(capacity - off) : chunk;
+        ssize_t w = pwrite(fd, zeros, len, (off_t)off);
+        if (w <= 0)
+            st = qc_errorf(QC_ERR_IO,
+                           "spill file %s: preallocating by writes at offset %llu: %s\n"
+                           "hint: free space in the spill directory or lower "
+                           "offload.nvme_capacity",
+                           n->path, (unsigned long long)off, w < 0 ? strerror(errno) : "0 bytes");
+        else
+            off += (uint64_t)w;
+    }
+    free(zeros);
+    return st;
+}
+
+/* Writes and reads back one aligned block under O_DIRECT; EINVAL means the filesystem accepts
+ * the flag at open but not the I/O: clear it. */
+static enum qc_status nvme_probe_direct(struct offload_nvme *n, int fd)
+{
+    void *buf = NULL;
+    if (posix_memalign(&buf, OFFLOAD_ALIGN, OFFLOAD_ALIGN) != 0)
+        return qc_errorf(QC_ERR_NOMEM, "spill file %s: out of memory", n->path);
+    memset(buf, 0, OFFLOAD_ALIGN);
+    int err = 0;
+    if (pwrite(fd, buf, OFFLOAD_ALIGN, 0) != (ssize_t)OFFLOAD_ALIGN ||
+        pread(fd, buf, OFFLOAD_ALIGN, 0) != (ssize_t)OFFLOAD_ALIGN)
+        err = errno ? errno : EIO;
+    free(buf);
+    if (err == 0)
+        return QC_OK;
+    if (err != EINVAL)
+        return qc_errorf(QC_ERR_IO, "spill file %s: O_DIRECT probe I/O: %s", n->path,
+                         strerror(err));
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_DIRECT) != 0)
+        return qc_errorf(QC_ERR_IO, "spill file %s: clearing O_DIRECT: %s", n->path,
+                         strerror(errno));
+    n->direct = false;
+    snprintf(n->direct_why, sizeof n->direct_why, "O_DIRECT I/O rejected by %s (EINVAL)",
+             n->fs_name);
+    return QC_OK;
+}
+
+enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64_t capacity,
+                                 bool want_direct, bool visible, int sim_direct_errno,
+                                 int sim_fallocate_errno)
+{
+    static atomic_uint seq;
+    memset(n, 0, sizeof *n);
+    n->fd = -1;
+    n->spill_slot = -1;
+    n->visible = visible;
+    capacity = offload_round_up(capacity, OFFLOAD_ALIGN);
+    if (capacity == 0)
+        return qc_errorf(QC_ERR_INVALID, "offload: nvme_capacity is 0\nhint: set "
+                                         "offload.nvme_capacity (e.g. 16G) or no nvme_dir");
+    int len = snprintf(n->path, sizeof n->path, "%s/qctrain-spill-%ld-%u.bin", dir, (long)getpid(),
+                       atomic_fetch_add(&seq, 1));
+    if (len < 0 || (size_t)len >= sizeof n->path)
+        return qc_errorf(QC_ERR_INVALID, "offload: spill directory path too long: %s", dir);
+    struct statfs sfs;
+    if (statfs(dir, &sfs) != 0)
+        return qc_errorf(QC_ERR_IO,
+                         "offload: spill directory %s: %s\nhint: create it or set "
+                         "offload.nvme_dir to a writable directory on a fast disk",
+                         dir, strerror(errno));
+    fs_name_of((long)sfs.f_type, n->fs_name, sizeof n->fs_name);
+
+    n->spill_slot = spill_register(n->path);
+    if (n->spill_slot < 0 && visible)
+        qc_log(QC_LOG_WARN,
+               "offload: more than %d visible spill files; %s will not be removed "
+               "on SIGINT/SIGTERM",
+               SPILL_MAX, n->path);
+    int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+    int fd = -1;
+    if (want_direct) {
+        if (sim_direct_errno)
+            errno = sim_direct_errno;
+        else
+            fd = open(n->path, flags | O_DIRECT, 0600);
+        if (fd < 0)
+            snprintf(n->direct_why, sizeof n->direct_why, "open(O_DIRECT) on %s: %s", n->fs_name,
+                     strerror(errno));
+        else
+            n->direct = true;
+    }
+    if (fd < 0)
+        fd = open(n->path, flags, 0600);
+    if (fd < 0) {
+        enum qc_status st = qc_errorf(QC_ERR_IO,
+                                      "spill file %s: open: %s\nhint: make "
+                                      "offload.nvme_dir a writable directory",
+                                      n->path, strerror(errno));
+        spill_unregister(n->spill_slot);
+        n->spill_slot = -1;
+        return st;
+    }
+    if (!visible) {
+        unlink(n->path);
+        spill_unregister(n->spill_slot);
+        n->spill_slot = -1;
+    }
+
+    enum qc_status st = QC_OK;
+    int ret = -1;
+    if (sim_fallocate_errno)
+        errno = sim_fallocate_errno;
+    else
+        ret = fallocate(fd, 0, 0, (off_t)capacity);
+    if (ret == 0) {
+        n->prealloc = "fallocate";
+    } else if (errno == ENOSPC || errno == EFBIG) {
+        st = qc_errorf(QC_ERR_IO,
+                       "spill file %s: cannot preallocate %llu bytes: %s\nhint: free "
+                       "space in %s or lower offload.nvme_capacity",
+                       n->path, (unsigned long long)capacity, strerror(errno), dir);
+    } else {
+        n->prealloc = "ftruncate+writes";
+        st = nvme_fill_zeros(n, fd, capacity);
+    }
+    if (st == QC_OK && n->direct)
+        st = nvme_probe_direct(n, fd);
+    if (st == QC_OK) {
+        n->free_list = malloc(sizeof *n->free_list);
+        if (!n->free_list)
+            st = qc_errorf(QC_ERR_NOMEM, "spill file %s: out of memory", n->path);
+    }
+    if (st != QC_OK) {
+        close(fd);
+        if (visible)
+            unlink(n->path);
+        spill_unregister(n->spill_slot);
+        n->spill_slot = -1;
+        n->direct = false;
+        return st;
+    }
+    n->free_list->off = 0;
+    n->free_list->len = capacity;
+    n->free_list->next = NULL;
+    n->capacity = capacity;
+    n->fd = fd;
+    return QC_OK;
+}
+
+void offload_nvme_close(struct offload_nvme *n)
+{
+    if (n->fd >= 0) {
+        close(n->fd);
+        if (n->visible)
+            unlink(n->path);
+    }
+    spill_unregister(n->spill_slot);
+    n->spill_slot = -1;
+    n->fd = -1;
+    while (n->free_list) {
+        struct offload_extent *e = n->free_list;
+        n->free_list = e->next;
+        free(e);
+    }
+}
+
+// ---- extents -------------------------------------------------------------------------------
+
+enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t *off)
+{
+    len = offload_round_up(len, OFFLOAD_ALIGN);
+    struct offload_extent **pp = &n->free_list;
+    for (; *pp; pp = &(*pp)->next) {
+        struct offload_extent *e = *pp;
+        if (e->len < len)
+            continue;
+        *off = e->off;
+        e->off += len;
+        e->len -= len;
+        if (e->len == 0) {
+            *pp = e->next;
+            free(e);
+        }
+        n->used += len;
+        if (n->used > n->peak)
+            n->peak = n->used;
+        return QC_OK;
+    }
+    return qc_errorf(QC_ERR_NOMEM,
+                     "offload: spill file full: %llu bytes wanted, %llu of %llu in use "
+                     "(or fragmented)\nhint: raise offload.nvme_capacity",
+                     (unsigned long long)len, (unsigned long long)n->used,
+                     (unsigned long long)n->capacity);
+}
+
+void offload_nvme_free(struct offload_nvme *n, uint64_t off, uint64_t len)
+{
+    len = offload_round_up(len, OFFLOAD_ALIGN);
+    n->used -= len;
+    struct offload_extent *prev = NULL, *next = n->free_list;
+    while (next && next->off < off) {
+        prev = next;
+        next = next->next;
+    }
+    QC_ASSERT(!next || off + len <= next->off, "spill extent %llu+%llu double free",
+              (unsigned long long)off, (unsigned long long)len);
+    bool join_prev = prev && prev->off + prev->len == off;
+    bool join_next = next && off + len == next->off;
+    if (join_prev && join_next) {
+        prev->len += len + next->len;
+        prev->next = next->next;
+        free(next);
+    } else if (join_prev) {
+        prev->len += len;
+    } else if (join_next) {
+        next->off = off;
+        next->len += len;
+    } else {
+        struct offload_extent *e = malloc(sizeof *e);
+        if (!e) {
+            qc_log(QC_LOG_WARN,
+                   "offload: out of memory freeing a spill extent; %llu bytes of "
+                   "the spill file are lost for this run",
+                   (unsigned long long)len);
+            return;
+        }
+        e->off = off;
+        e->len = len;
+        e->next = next;
+        if (prev)
+            prev->next = e;
+        else
+            n->free_list = e;
+    }
+}
