@@ -142,7 +142,7 @@ static inline int qc_test_summary(void)
 #define T_EXPECT_NEAR(a, b, atol, rtol, ...)                                                       \
     do {                                                                                           \
         double qc_ta_ = (double)(a), qc_tb_ = (double)(b);                                         \
-        if (!(fabs(qc_ta_ - qc_tb_) <= (atol) + (rtol) * fabs(qc_tb_))) {                          \
+        if (!(fabs(qc_ta_ - qc_tb_) <= (atol) + (rtol)*fabs(qc_tb_))) {                            \
             T_FAIL_AT("%s ~ %s: %.9g vs %.9g", #a, #b, qc_ta_, qc_tb_);                            \
             printf("    ");                                                                        \
             printf(__VA_ARGS__);                                                                   \
@@ -153,7 +153,7 @@ static inline int qc_test_summary(void)
 #define T_FATAL(...)                                                                               \
     do {                                                                                           \
         T_FAIL_AT(__VA_ARGS__);                                                                    \
-        printf("FATAL in %s (QC_TEST_SEED=%" PRIu64 ")\n", qc_test_st.name, qc_test_seed());      \
+        printf("FATAL in %s (QC_TEST_SEED=%" PRIu64 ")\n", qc_test_st.name, qc_test_seed());       \
         exit(1);                                                                                   \
     } while (0)
 
