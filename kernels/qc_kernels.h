@@ -433,4 +433,9 @@ void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *g
 }
 #endif
 
+/* The CUDA launchers: the same ops with a trailing cudaStream_t (CUDA builds only). */
+#ifdef QC_HAVE_CUDA
+#    include "qc_kernels_cuda.h"
+#endif
+
 #endif /* QC_KERNELS_QC_KERNELS_H */

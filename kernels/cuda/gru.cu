@@ -1,0 +1,181 @@
+/*
+ * gru.cu — GRU cell and sequence with the CPU op's exact interface (kernels/cpu/gru.c): the
+ * input projection of the whole sequence is one cuBLAS GEMM, the recurrent projection one GEMM
+ * per step, the gates one elementwise kernel per step; the backward gathers the per-step gate
+ * gradients in scratch and finishes dx, dW_ih, dW_hh (and the biases) with one GEMM each.
+ * Gate order r, z, n (PyTorch), b_hn inside r ⊙ (·), h' = (h − n)·z + n as PyTorch's cell.
+ * Saved per (step, row): gates = [r | z | n | hn] (4C) and the input state (hs).
+ */
+#include "cuda_common.cuh"
+
+__device__ static inline float sigmoidf_dev(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* Gates of N rows from xg = x·W_ihᵀ + b_ih and hg = h·W_hhᵀ + b_hh (each (N,3C)). */
+static __global__ void gru_gates_kernel(float *h_out, float *gates, const float *xg,
+                                        const float *hg, const float *h, int64_t N, int64_t C)
+{
+    int64_t total = N * C;
+    for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
+        int64_t n = t / C, c = t % C;
+        const float *xr = xg + n * 3 * C, *hr = hg + n * 3 * C;
+        float r = sigmoidf_dev(xr[c] + hr[c]);
+        float z = sigmoidf_dev(xr[C + c] + hr[C + c]);
+        float hn = hr[2 * C + c];
+        float nn = tanhf(xr[2 * C + c] + r * hn);
+        float hp = h[t];
+        h_out[t] = (hp - nn) * z + nn;
+        if (gates) {
+            float *g = gates + n * 4 * C;
+            g[c] = r;
+            g[C + c] = z;
+            g[2 * C + c] = nn;
+            g[3 * C + c] = hn;
+        }
+    }
+}
+
+/* Elementwise backward of one step: dh' (N,C) -> dxg, dhg (N,3C); dh_direct = dh'·z when not
+ * NULL (may alias dh_out: each element is read before it is written, by the same thread). */
+static __global__ void gru_gates_backward_kernel(float *dxg, float *dhg, float *dh_direct,
+                                                 const float *dh_out, const float *gates,
+                                                 const float *h, int64_t N, int64_t C)
+{
+    int64_t total = N * C;
+    for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
+        int64_t n = t / C, c = t % C;
+        const float *g = gates + n * 4 * C;
+        float r = g[c], z = g[C + c], nn = g[2 * C + c], hn = g[3 * C + c];
+        float d = dh_out[t];
+        float hp = h[t];
+        float dz = d * (hp - nn);
+        float dn = d * (1.0f - z);
+        float dpn = dn * (1.0f - nn * nn);
+        float dr = dpn * hn;
+        float dpr = dr * r * (1.0f - r);
+        float dpz = dz * z * (1.0f - z);
+        float *xo = dxg + n * 3 * C, *ho = dhg + n * 3 * C;
+        xo[c] = dpr;
+        xo[C + c] = dpz;
+        xo[2 * C + c] = dpn;
+        ho[c] = dpr;
+        ho[C + c] = dpz;
+        ho[2 * C + c] = dpn * r;
+        if (dh_direct)
+            dh_direct[t] = d * z;
+    }
+}
+
+static void gru_gates(float *h_out, float *gates, const float *xg, const float *hg, const float *h,
+                      int64_t N, int64_t C, cudaStream_t stream)
+{
+    gru_gates_kernel<<<cuda_blocks(N * C, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(h_out, gates, xg,
+                                                                                hg, h, N, C);
+    QC_CUDA_LAUNCH_CHECK();
+}
+
+static void gru_gates_backward(float *dxg, float *dhg, float *dh_direct, const float *dh_out,
+                               const float *gates, const float *h, int64_t N, int64_t C,
+                               cudaStream_t stream)
+{
+    gru_gates_backward_kernel<<<cuda_blocks(N * C, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(
+        dxg, dhg, dh_direct, dh_out, gates, h, N, C);
+    QC_CUDA_LAUNCH_CHECK();
+}
+
+static void copy_d2d(float *dst, const float *src, int64_t n, cudaStream_t stream)
+{
+    QC_CUDA_ASSERT(
+        cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
+void qc_gru_cell_forward_cuda(float *h_out, float *gates, const float *x, const float *h,
+                              const float *w_ih, const float *b_ih, const float *w_hh,
+                              const float *b_hh, int64_t N, int64_t IC, int64_t C, float *scratch,
+                              cudaStream_t stream)
+{
+    QC_ASSERT(N >= 0 && IC > 0 && C > 0 && (N == 0 || (scratch && h_out != h)),
+              "gru_cell fwd cuda: N %lld IC %lld C %lld", (long long)N, (long long)IC,
+              (long long)C);
+    if (N == 0)
+        return;
+    float *xg = scratch, *hg = scratch + 3 * N * C;
+    qc_linear_forward_cuda(xg, x, IC, w_ih, b_ih, N, IC, 3 * C, false, stream);
+    qc_linear_forward_cuda(hg, h, C, w_hh, b_hh, N, C, 3 * C, false, stream);
+    gru_gates(h_out, gates, xg, hg, h, N, C, stream);
+}
+
+void qc_gru_cell_backward_cuda(float *dx, float *dh, float *dw_ih, float *db_ih, float *dw_hh,
+                               float *db_hh, const float *dh_out, const float *gates,
+                               const float *x, const float *h, const float *w_ih, const float *w_hh,
+                               int64_t N, int64_t IC, int64_t C, float *scratch,
+                               cudaStream_t stream)
+{
+    QC_ASSERT(N >= 0 && IC > 0 && C > 0 && (N == 0 || scratch), "gru_cell bwd cuda: N %lld",
+              (long long)N);
+    if (N == 0)
+        return;
+    float *dxg = scratch, *dhg = scratch + 3 * N * C;
+    /* dh = dh'·z (direct path) + dhg·W_hh (through the gates) */
+    gru_gates_backward(dxg, dhg, dh, dh_out, gates, h, N, C, stream);
+    if (dh)
+        qc_linear_backward_cuda(dh, C, NULL, NULL, dhg, NULL, C, w_hh, N, C, 3 * C, true, stream);
+    qc_linear_backward_cuda(dx, IC, dw_ih, db_ih, dxg, x, IC, w_ih, N, IC, 3 * C, false, stream);
+    qc_linear_backward_cuda(NULL, C, dw_hh, db_hh, dhg, h, C, w_hh, N, C, 3 * C, false, stream);
+}
+
+void qc_gru_forward_cuda(float *hs, float *gates, const float *x, const float *h0,
+                         const float *w_ih, const float *b_ih, const float *w_hh, const float *b_hh,
+                         int64_t L, int64_t N, int64_t IC, int64_t C, float *scratch,
+                         cudaStream_t stream)
+{
+    QC_ASSERT(L >= 0 && N >= 0 && IC > 0 && C > 0 && (L * N == 0 || scratch),
+              "gru fwd cuda: L %lld N %lld IC %lld C %lld", (long long)L, (long long)N,
+              (long long)IC, (long long)C);
+    if (N == 0)
+        return;
+    copy_d2d(hs, h0, N * C, stream);
+    if (L == 0)
+        return;
+    float *xg = scratch, *hg = scratch + 3 * L * N * C;
+    qc_linear_forward_cuda(xg, x, IC, w_ih, b_ih, L * N, IC, 3 * C, false, stream);
+    for (int64_t t = 0; t < L; t++) {
+        const float *h = hs + t * N * C;
+        qc_linear_forward_cuda(hg, h, C, w_hh, b_hh, N, C, 3 * C, false, stream);
+        gru_gates(hs + (t + 1) * N * C, gates ? gates + t * N * 4 * C : NULL, xg + t * N * 3 * C,
+                  hg, h, N, C, stream);
+    }
+}
+
+void qc_gru_backward_cuda(float *dx, float *dh0, float *dw_ih, float *db_ih, float *dw_hh,
+                          float *db_hh, const float *dh_last, const float *hs, const float *gates,
+                          const float *x, const float *w_ih, const float *w_hh, int64_t L,
+                          int64_t N, int64_t IC, int64_t C, float *scratch, cudaStream_t stream)
+{
+    QC_ASSERT(L >= 0 && N >= 0 && IC > 0 && C > 0 && (N == 0 || scratch),
+              "gru bwd cuda: L %lld N %lld IC %lld C %lld", (long long)L, (long long)N,
+              (long long)IC, (long long)C);
+    if (N == 0)
+        return;
+    float *dxg = scratch;                 /* (L,N,3C) */
+    float *dhg = scratch + 3 * L * N * C; /* (L,N,3C) */
+    float *dh = scratch + 6 * L * N * C;  /* (N,C) running gradient of the state */
+    copy_d2d(dh, dh_last, N * C, stream);
+    for (int64_t t = L - 1; t >= 0; t--) {
+        float *dxg_t = dxg + t * N * 3 * C, *dhg_t = dhg + t * N * 3 * C;
+        gru_gates_backward(dxg_t, dhg_t, dh, dh, gates + t * N * 4 * C, hs + t * N * C, N, C,
+                           stream);
+        qc_linear_backward_cuda(dh, C, NULL, NULL, dhg_t, NULL, C, w_hh, N, C, 3 * C, true, stream);
+    }
+    if (dh0)
+        copy_d2d(dh0, dh, N * C, stream);
+    if (L == 0)
+        return;
+    qc_linear_backward_cuda(dx, IC, dw_ih, db_ih, dxg, x, IC, w_ih, L * N, IC, 3 * C, false,
+                            stream);
+    /* hs rows 0..L-1 are the input states of steps 0..L-1, contiguous (L·N, C) */
+    qc_linear_backward_cuda(NULL, C, dw_hh, db_hh, dhg, hs, C, w_hh, L * N, C, 3 * C, false,
+                            stream);
+}
