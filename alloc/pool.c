@@ -318,6 +318,40 @@ static bool over_budget(const struct qc_alloc *a, size_t extra)
            (extra > a->params.budget || a->st.bytes_reserved > a->params.budget - extra);
 }
 
+/* The metadata of a new segment: the segment record and its first block struct. */
+static enum qc_status segment_meta_get(struct qc_alloc *a, struct alloc_segment **seg,
+                                       struct alloc_block **b)
+{
+    *seg = calloc(1, sizeof **seg);
+    *b = block_get(a);
+    if (!*seg || !*b) {
+        free(*seg);
+        if (*b)
+            block_put(a, *b);
+        return qc_errorf(QC_ERR_NOMEM, "allocator metadata: out of host memory");
+    }
+    return QC_OK;
+}
+
+/* Fills in a new segment of `size` bytes at base whose one block b is FREE (not in the treap),
+ * and links it. mapped: the block's memory is mapped (false: an expandable reservation). */
+static void segment_init(struct qc_alloc *a, struct alloc_segment *seg, struct alloc_block *b,
+                         int pool, struct qc_stream *s, void *base, size_t size, bool mapped)
+{
+    seg->base = base;
+    seg->size = size;
+    seg->pool = pool;
+    seg->stream = s;
+    seg->stream_id = stream_id_of(s);
+    seg->first = b;
+    b->ptr = base;
+    b->size = size;
+    b->seg = seg;
+    b->mapped = mapped;
+    b->state = ALLOC_BLOCK_FREE;
+    segment_link(a, seg);
+}
+
 /* A new fixed segment of `size` bytes holding one FREE block (not in the treap); *out = block.
  * QC_ERR_NOMEM when over budget or the backend is out of memory. */
 static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_stream *s,
@@ -325,14 +359,9 @@ static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_
 {
     if (over_budget(a, size))
         return qc_errorf(QC_ERR_NOMEM, "over budget");
-    struct alloc_segment *seg = calloc(1, sizeof *seg);
-    struct alloc_block *b = block_get(a);
-    if (!seg || !b) {
-        free(seg);
-        if (b)
-            block_put(a, b);
-        return qc_errorf(QC_ERR_NOMEM, "allocator metadata: out of host memory");
-    }
+    struct alloc_segment *seg = NULL;
+    struct alloc_block *b = NULL;
+    QC_TRY(segment_meta_get(a, &seg, &b));
     void *p = NULL;
     enum qc_status st = a->raw.ops->map(&a->raw, size, &p);
     if (st != QC_OK) {
@@ -340,18 +369,7 @@ static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_
         block_put(a, b);
         return st;
     }
-    seg->base = p;
-    seg->size = size;
-    seg->pool = pool;
-    seg->stream = s;
-    seg->stream_id = stream_id_of(s);
-    seg->first = b;
-    b->ptr = p;
-    b->size = size;
-    b->seg = seg;
-    b->mapped = true;
-    b->state = ALLOC_BLOCK_FREE;
-    segment_link(a, seg);
+    segment_init(a, seg, b, pool, s, p, size, true);
     reserved_add(a, seg, size);
     alloc_trace_event(a, QC_ALLOC_EV_MAP, p, size, 0, seg->stream_id, pool, NULL);
     *out = b;
@@ -369,14 +387,9 @@ static struct alloc_segment *segment_find_expandable(struct qc_alloc *a, uint32_
 static enum qc_status segment_new_expandable(struct qc_alloc *a, struct qc_stream *s,
                                              struct alloc_segment **out)
 {
-    struct alloc_segment *seg = calloc(1, sizeof *seg);
-    struct alloc_block *b = block_get(a);
-    if (!seg || !b) {
-        free(seg);
-        if (b)
-            block_put(a, b);
-        return qc_errorf(QC_ERR_NOMEM, "allocator metadata: out of host memory");
-    }
+    struct alloc_segment *seg = NULL;
+    struct alloc_block *b = NULL;
+    QC_TRY(segment_meta_get(a, &seg, &b));
     void *base = NULL, *handle = NULL;
     enum qc_status st = a->raw.ops->reserve(&a->raw, a->va_size, &base, &handle);
     if (st != QC_OK) {
@@ -384,20 +397,9 @@ static enum qc_status segment_new_expandable(struct qc_alloc *a, struct qc_strea
         block_put(a, b);
         return st;
     }
-    seg->base = base;
-    seg->size = a->va_size;
-    seg->pool = ALLOC_POOL_LARGE;
     seg->expandable = true;
     seg->handle = handle;
-    seg->stream = s;
-    seg->stream_id = stream_id_of(s);
-    seg->first = b;
-    b->ptr = base;
-    b->size = a->va_size;
-    b->seg = seg;
-    b->mapped = false;
-    b->state = ALLOC_BLOCK_FREE;
-    segment_link(a, seg);
+    segment_init(a, seg, b, ALLOC_POOL_LARGE, s, base, a->va_size, false);
     *out = seg;
     return QC_OK;
 }

@@ -7,16 +7,14 @@
  * disk. (The design needs no name after open: every access goes through the descriptor,
  * including the fault hook and the O_DIRECT fallback, which clears the flag with fcntl.) While a
  * name exists — the instant between open and unlink, or for the whole run with spill_visible —
- * the path sits in a static table that a SIGINT/SIGTERM handler and an atexit() hook unlink from.
- * The handler is async-signal-safe (atomic flags, unlink, sigaction, raise): it unlinks, restores
- * the previous disposition and re-raises. If the previous disposition was a handler of the
- * program's own (a graceful stop), it is called instead and the file is removed by destroy.
+ * the path is registered with qc_cleanup (src/base/qc_cleanup.h), whose SIGINT/SIGTERM handler
+ * and atexit() hook unlink it. If the program has a handler of its own (a graceful stop), that
+ * handler runs instead and the file is removed by destroy.
  *
  * Extents are 4096-aligned and first fit on an offset-sorted, coalesced free list.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,91 +25,11 @@
 #include <xxhash.h> /* XXH3_64bits */
 
 #include "offload_internal.h"
+#include "qc_cleanup.h"
 
 uint64_t offload_checksum(const void *p, size_t n)
 {
     return (uint64_t)XXH3_64bits(p, n);
-}
-
-// ---- removal on signals and exit -----------------------------------------------------------
-
-#define SPILL_MAX 32
-
-static char spill_paths[SPILL_MAX][PATH_MAX];
-static atomic_int spill_used[SPILL_MAX]; /* 1: spill_paths[i] names a live spill file */
-static pthread_mutex_t spill_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t spill_once = PTHREAD_ONCE_INIT;
-static struct sigaction spill_old_int;
-static struct sigaction spill_old_term;
-
-static void spill_unlink_all(void)
-{
-    for (int i = 0; i < SPILL_MAX; i++)
-        if (atomic_load(&spill_used[i]))
-            unlink(spill_paths[i]);
-}
-
-static void spill_on_signal(int sig, siginfo_t *info, void *ctx)
-{
-    const struct sigaction *old = sig == SIGINT ? &spill_old_int : &spill_old_term;
-    if (old->sa_flags & SA_SIGINFO) {
-        old->sa_sigaction(sig, info, ctx);
-        return;
-    }
-    if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
-        old->sa_handler(sig);
-        return;
-    }
-    spill_unlink_all();
-    sigaction(sig, old, NULL);
-    raise(sig);
-}
-
-static void spill_install(int sig, struct sigaction *old)
-{
-    struct sigaction cur;
-    if (sigaction(sig, NULL, &cur) != 0 || cur.sa_handler == SIG_IGN)
-        return; /* an ignored signal does not end the process: nothing to clean up */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = spill_on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    *old = cur;
-    sigaction(sig, &sa, NULL);
-}
-
-static void spill_install_once(void)
-{
-    spill_install(SIGINT, &spill_old_int);
-    spill_install(SIGTERM, &spill_old_term);
-    atexit(spill_unlink_all);
-}
-
-/* Registers a path for removal on signals/exit; returns its slot or -1 when the table is full. */
-static int spill_register(const char *path)
-{
-    pthread_once(&spill_once, spill_install_once);
-    int slot = -1;
-    pthread_mutex_lock(&spill_mu);
-    for (int i = 0; i < SPILL_MAX && slot < 0; i++) {
-        if (!atomic_load(&spill_used[i])) {
-            snprintf(spill_paths[i], sizeof spill_paths[i], "%s", path);
-            atomic_store(&spill_used[i], 1);
-            slot = i;
-        }
-    }
-    pthread_mutex_unlock(&spill_mu);
-    return slot;
-}
-
-static void spill_unregister(int slot)
-{
-    if (slot < 0)
-        return;
-    pthread_mutex_lock(&spill_mu);
-    atomic_store(&spill_used[slot], 0);
-    pthread_mutex_unlock(&spill_mu);
 }
 
 // ---- open, preallocate, probe --------------------------------------------------------------
@@ -217,12 +135,12 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
                          dir, strerror(errno));
     fs_name_of((long)sfs.f_type, n->fs_name, sizeof n->fs_name);
 
-    n->spill_slot = spill_register(n->path);
+    n->spill_slot = qc_cleanup_register(n->path);
     if (n->spill_slot < 0 && visible)
         qc_log(QC_LOG_WARN,
                "offload: more than %d visible spill files; %s will not be removed "
                "on SIGINT/SIGTERM",
-               SPILL_MAX, n->path);
+               QC_CLEANUP_MAX, n->path);
     int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
     int fd = -1;
     if (want_direct) {
@@ -243,13 +161,13 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
                                       "spill file %s: open: %s\nhint: make "
                                       "offload.nvme_dir a writable directory",
                                       n->path, strerror(errno));
-        spill_unregister(n->spill_slot);
+        qc_cleanup_unregister(n->spill_slot);
         n->spill_slot = -1;
         return st;
     }
     if (!visible) {
         unlink(n->path);
-        spill_unregister(n->spill_slot);
+        qc_cleanup_unregister(n->spill_slot);
         n->spill_slot = -1;
     }
 
@@ -281,7 +199,7 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
         close(fd);
         if (visible)
             unlink(n->path);
-        spill_unregister(n->spill_slot);
+        qc_cleanup_unregister(n->spill_slot);
         n->spill_slot = -1;
         n->direct = false;
         return st;
@@ -301,7 +219,7 @@ void offload_nvme_close(struct offload_nvme *n)
         if (n->visible)
             unlink(n->path);
     }
-    spill_unregister(n->spill_slot);
+    qc_cleanup_unregister(n->spill_slot);
     n->spill_slot = -1;
     n->fd = -1;
     while (n->free_list) {

@@ -24,7 +24,7 @@ static const char gen_summary[] =
 
 enum qc_status qc_cmd_gen(struct qc_cli *cli, int argc, char **argv)
 {
-    int64_t scenes = 0, seed = cli->cfg.seed;
+    int64_t scenes = INT64_MIN, seed = cli->cfg.seed; /* INT64_MIN: --scenes not given */
     const char *out = NULL;
     const char *profile_name =
         qc_synth_profile_name((enum qc_synth_profile)cli->cfg.synthetic_profile);
@@ -43,6 +43,9 @@ enum qc_status qc_cmd_gen(struct qc_cli *cli, int argc, char **argv)
                         argc, argv, NULL, 0, NULL, &help));
     if (help)
         return QC_OK;
+    if (scenes == INT64_MIN)
+        return qc_errorf(QC_ERR_INVALID, "qctrain gen: --scenes N is required\nhint: qctrain gen "
+                                         "--scenes 100 --out scenes.qcshard");
     if (scenes < 1)
         return qc_errorf(QC_ERR_INVALID,
                          "qctrain gen: --scenes must be at least 1 (got %" PRId64

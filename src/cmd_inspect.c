@@ -118,10 +118,15 @@ static enum qc_status inspect_file(const char *path, const struct qc_graph_param
         qc_graph_builder_destroy(gb);
     }
     enum qc_status st = QC_OK;
-    for (int64_t i = 0; i < n; i++)
-        if (ss[i].st != QC_OK && st == QC_OK)
-            st = qc_errorf(ss[i].st, "%s: scene %" PRId64 ": %s", path, i,
-                           ss[i].err ? ss[i].err : "(no message)");
+    for (int64_t i = 0; i < n; i++) {
+        if (ss[i].st == QC_OK || st != QC_OK)
+            continue;
+        const char *m = ss[i].err ? ss[i].err : "(no message)";
+        if (strncmp(m, path, strlen(path)) == 0) /* the reader's messages name the file already */
+            st = qc_errorf(ss[i].st, "%s", m);
+        else
+            st = qc_errorf(ss[i].st, "%s: scene %" PRId64 ": %s", path, i, m);
+    }
     for (int64_t i = 0; i < n; i++)
         free(ss[i].err);
     qc_qcshard_reader_destroy(r);

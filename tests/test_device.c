@@ -15,11 +15,9 @@
 #include "testutil.h"
 
 #include "device_internal.h" /* device_cpu_inject_error: the CPU fault hook */
+#include "qc_alloc.h"
 #include "qc_device.h"
-
-#ifdef QC_HAVE_CUDA
-#    include <cuda_runtime.h>
-#endif
+#include "qc_pinned.h"
 
 // ---- helpers ----------------------------------------------------------------------------------
 
@@ -39,57 +37,66 @@ static const char *tname(enum qc_device_kind kind, const char *what)
         T_EXPECT(st_ == QC_OK, "%s -> %s: %s", #expr, qc_status_str(st_), qc_error_last());        \
     } while (0)
 
-/* "Device" and pinned host memory: plain host memory on CPU, cudaMalloc / cudaMallocHost on
- * CUDA (the allocator module is not used here so this test stands alone). Zero-filled. */
-static void *dev_alloc(struct qc_device *dev, size_t n)
+/* Device and pinned host memory come from the allocator module, as everywhere in qctrain (on
+ * CPU: the host mmap backend and plain memory; on CUDA: device segments and a pinned arena).
+ * run_generic() creates both for its device and destroys them after the suite. Zero-filled. */
+static struct {
+    struct qc_device *dev;
+    struct qc_alloc *alloc;
+    struct qc_pinned *pinned;
+} mem;
+
+static void mem_init(struct qc_device *dev)
 {
-    if (qc_device_kind_of(dev) == QC_DEVICE_CPU)
-        return calloc(1, n);
-#ifdef QC_HAVE_CUDA
-    void *p = NULL;
-    if (cudaMalloc(&p, n) != cudaSuccess || cudaMemset(p, 0, n) != cudaSuccess)
-        T_FATAL("cudaMalloc(%zu) failed", n);
-    return p;
-#else
-    T_FATAL("no CUDA in this build");
-#endif
+    mem.dev = dev;
+    if (qc_alloc_create(dev, NULL, &mem.alloc) != QC_OK)
+        T_FATAL("qc_alloc_create(%s): %s", qc_device_kind_str(qc_device_kind_of(dev)),
+                qc_error_last());
+    if (qc_pinned_create(dev, 0, &mem.pinned) != QC_OK)
+        T_FATAL("qc_pinned_create(%s): %s", qc_device_kind_str(qc_device_kind_of(dev)),
+                qc_error_last());
 }
 
+static void mem_deinit(void)
+{
+    qc_pinned_destroy(mem.pinned);
+    qc_alloc_destroy(mem.alloc);
+    memset(&mem, 0, sizeof mem);
+}
+
+static void *dev_alloc(struct qc_device *dev, size_t n)
+{
+    QC_ASSERT(dev == mem.dev, "dev_alloc outside run_generic");
+    void *p = NULL;
+    struct qc_stream *s = qc_device_compute_stream(dev);
+    if (qc_alloc_malloc(mem.alloc, n, s, "test_device", &p) != QC_OK ||
+        qc_memset_async(s, p, 0, n) != QC_OK || qc_stream_synchronize(s) != QC_OK)
+        T_FATAL("device allocation of %zu bytes: %s", n, qc_error_last());
+    return p;
+}
+
+/* Callers synchronize every stream that used p first, so freeing in compute-stream order is
+ * enough. */
 static void dev_free(struct qc_device *dev, void *p)
 {
-    if (qc_device_kind_of(dev) == QC_DEVICE_CPU) {
-        free(p);
-        return;
-    }
-#ifdef QC_HAVE_CUDA
-    cudaFree(p);
-#endif
+    QC_ASSERT(dev == mem.dev, "dev_free outside run_generic");
+    qc_alloc_free(mem.alloc, p, NULL);
 }
 
 static void *host_alloc(struct qc_device *dev, size_t n)
 {
-    if (qc_device_kind_of(dev) == QC_DEVICE_CPU)
-        return calloc(1, n);
-#ifdef QC_HAVE_CUDA
+    QC_ASSERT(dev == mem.dev, "host_alloc outside run_generic");
     void *p = NULL;
-    if (cudaMallocHost(&p, n) != cudaSuccess)
-        T_FATAL("cudaMallocHost(%zu) failed", n);
+    if (qc_pinned_malloc(mem.pinned, n, 64, "test_device", &p) != QC_OK)
+        T_FATAL("pinned allocation of %zu bytes: %s", n, qc_error_last());
     memset(p, 0, n);
     return p;
-#else
-    T_FATAL("no CUDA in this build");
-#endif
 }
 
 static void host_free(struct qc_device *dev, void *p)
 {
-    if (qc_device_kind_of(dev) == QC_DEVICE_CPU) {
-        free(p);
-        return;
-    }
-#ifdef QC_HAVE_CUDA
-    cudaFreeHost(p);
-#endif
+    QC_ASSERT(dev == mem.dev, "host_free outside run_generic");
+    qc_pinned_free(mem.pinned, p);
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
@@ -591,6 +598,7 @@ static void test_copy_args(struct qc_device *dev)
 
 static void run_generic(struct qc_device *dev)
 {
+    mem_init(dev);
     test_ordering(dev);
     test_events_across_streams(dev);
     test_concurrent_copies(dev);
@@ -600,6 +608,7 @@ static void run_generic(struct qc_device *dev)
     test_compute_waits_copy(dev);
     test_destroy_drains(dev);
     test_copy_args(dev);
+    mem_deinit();
 }
 
 // ---- CPU-only ---------------------------------------------------------------------------------

@@ -651,7 +651,7 @@ static void test_collate_offsets(void)
              "positions concatenated");
     /* target of agent 0 at future step 3, by hand */
     const float *o = rs[0].s.position + (T_HIST - 1) * 3, *q = rs[0].s.position + (T_HIST + 3) * 3;
-    float th = rs[0].s.heading[T_HIST - 1];
+    double th = (double)rs[0].s.heading[T_HIST - 1];
     double x = (double)(q[0] - o[0]) * cos(th) + (double)(q[1] - o[1]) * sin(th);
     double y = -(double)(q[0] - o[0]) * sin(th) + (double)(q[1] - o[1]) * cos(th);
     T_EXPECT_NEAR(bt.target[3 * 4 + 0], x, 1e-3, 1e-5, "target x");
@@ -724,7 +724,7 @@ static void test_parity(void)
     for (int64_t i = 0; i < batch.num_agents * 60 * 4; i++) {
         double d = fabs((double)tgt[i] - (double)batch.target[i]);
         maxerr = d > maxerr ? d : maxerr;
-        maxref = fabs(batch.target[i]) > maxref ? fabs(batch.target[i]) : maxref;
+        maxref = fabs((double)batch.target[i]) > maxref ? fabs((double)batch.target[i]) : maxref;
     }
     T_EXPECT(maxerr <= 1e-5 * maxref, "target: max |ours - ref| = %g (max |ref| %g)", maxerr,
              maxref);

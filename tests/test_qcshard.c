@@ -2,7 +2,8 @@
  * test_qcshard.c — the qcshard container: round trips (tiny and synthetic scenes, empty file),
  * every hand-broken case with its exact error (a test each, from memory and from the checked-in
  * files in tests/data/qcshard_broken/), lazy per-record validation, and the writer's atomicity
- * and error reporting (RLIMIT_FSIZE makes writes fail with EFBIG in a child process).
+ * and error reporting (RLIMIT_FSIZE makes writes fail with EFBIG in a child process), and that a
+ * writer killed by SIGINT/SIGTERM leaves no file (a forked child).
  *
  *   test_qcshard                      run the tests
  *   test_qcshard --write-broken DIR   (re)write DIR/<case>.qcshard for every broken case plus
@@ -391,6 +392,61 @@ static void test_writer_atomic(void)
     qc_scene_free(&s);
 }
 
+/* A writer killed by SIGTERM or SIGINT mid-file leaves neither the output nor its .tmp (a forked
+ * child holds the writer open; the cleanup handler unlinks and re-raises, so the child still
+ * dies of the signal). Runs before this process creates any writer: the handlers are installed
+ * by the first registration, which must happen in the child after it resets the signal to
+ * SIG_DFL (a background job inherits SIGINT ignored, and an ignored signal gets no handler). */
+static void test_writer_signal(int sig)
+{
+    char p[600], tmp[610];
+    snprintf(p, sizeof(p), "%s", tmp_path(sig == SIGINT ? "sigint.qcshard" : "sigterm.qcshard"));
+    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    int fds[2];
+    T_EXPECT(pipe(fds) == 0, "pipe: %s", strerror(errno));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        signal(sig, SIG_DFL); /* a background job inherits SIGINT ignored */
+        struct qc_scene s;
+        fixture_tiny_scene(&s);
+        struct qc_qcshard_writer *w = NULL;
+        char ok =
+            qc_qcshard_writer_create(p, &w) == QC_OK && qc_qcshard_writer_append(w, &s) == QC_OK
+                ? 'y'
+                : 'n';
+        if (write(fds[1], &ok, 1) != 1)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    char ok = 0;
+    T_EXPECT(read(fds[0], &ok, 1) == 1 && ok == 'y', "child could not start writing");
+    T_EXPECT(file_exists(tmp), "the temporary file exists while the child writes");
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    T_EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == sig, "child did not die of signal %d", sig);
+    T_EXPECT(!file_exists(tmp), "%s left behind after signal %d", tmp, sig);
+    T_EXPECT(!file_exists(p), "%s appeared after signal %d", p, sig);
+}
+
+/* An output path naming a directory fails at create, before any scene is generated. */
+static void test_writer_directory(void)
+{
+    struct qc_qcshard_writer *w = NULL;
+    enum qc_status st = qc_qcshard_writer_create(tmpdir, &w);
+    T_EXPECT(st == QC_ERR_IO && w == NULL, "create on a directory: %s", qc_status_str(st));
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "Is a directory");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "hint: the output path names a directory");
+    char tmp[300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", tmpdir);
+    T_EXPECT(!file_exists(tmp), "temporary file created for a directory output");
+}
+
 static void test_writer_rejects_invalid(void)
 {
     struct qc_scene s;
@@ -491,6 +547,12 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--write-broken") == 0)
         return write_broken(argv[2]);
 
+    /* First: the children must be the first in this process to register a cleanup path, so
+     * that the handlers are installed over their SIG_DFL (see test_writer_signal). */
+    QC_TEST ("qcshard: SIGTERM mid-write leaves no file")
+        test_writer_signal(SIGTERM);
+    QC_TEST ("qcshard: SIGINT mid-write leaves no file")
+        test_writer_signal(SIGINT);
     QC_TEST ("qcshard: round trip (tiny + typical + dense + mixed)")
         test_round_trip();
     QC_TEST ("qcshard: empty file")
@@ -521,6 +583,8 @@ int main(int argc, char **argv)
         test_checked_in_files();
     QC_TEST ("qcshard: writer is atomic")
         test_writer_atomic();
+    QC_TEST ("qcshard: output path that is a directory fails at once")
+        test_writer_directory();
     QC_TEST ("qcshard: writer rejects invalid scenes")
         test_writer_rejects_invalid();
     QC_TEST ("qcshard: writer names a missing directory")

@@ -1,12 +1,14 @@
 /*
  * qc_progress.h — a progress reporter for long work (training steps, scene generation, benches).
  *
- * On a terminal it redraws one line in place:
- *   train  42% |############----------------|   420/1000 [00:12<00:17, 35.2 steps/s] loss=1.234
- * mem=3.20GiB elsewhere (a log file, CI) it prints plain lines, at most one every `interval_s`
- * seconds plus the final one: train 420/1000 (42%) elapsed 00:12 eta 00:17 35.2 steps/s loss=1.234
- * mem=3.20GiB With an unknown total (0) the bar, percent and ETA are left out. Quiet mode prints
- * nothing.
+ * On a terminal it redraws one line in place (shown here wrapped):
+ *   train  42% |############----------------|   420/1000 [00:12<00:17, 35.2 steps/s]
+ *     loss=1.234 mem=3.20GiB
+ * Elsewhere (a log file, CI) it prints plain lines, at most one every `interval_s` seconds plus
+ * the final one (shown here wrapped):
+ *   train 420/1000 (42%) elapsed 00:12 eta 00:17 35.2 steps/s
+ *     loss=1.234 mem=3.20GiB
+ * With an unknown total (0) the bar, percent and ETA are left out. Quiet mode prints nothing.
  *
  * Rate and ETA: the rate is measured over a sliding window of samples (one kept per second of
  * the clock, the last QC_PROGRESS_WINDOW of them) ending at the latest update, so it follows

@@ -29,22 +29,15 @@
 #include <time.h>
 
 #include "qc_alloc.h"
+#include "qc_rand.h"
 
 #define BENCH_MAX_LIVE 8192
 
 // ---- random numbers --------------------------------------------------------------------------
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static double rng_uniform(uint64_t *s)
 {
-    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(qc_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static double rng_normal(uint64_t *s)
@@ -285,8 +278,8 @@ static enum qc_status measure_latency(uint64_t seed, bool populated, double *med
     enum qc_status st = keep ? QC_OK : qc_errorf(QC_ERR_NOMEM, "bench alloc: out of memory");
     /* Populate both pools: alternate live and freed blocks of mixed sizes. */
     for (int i = 0; populated && st == QC_OK && i < NKEEP; i++) {
-        size_t n = (size_t)(rng_next(&rng) % 4 == 0 ? 1 + rng_next(&rng) % (8u << 20)
-                                                    : 1 + rng_next(&rng) % (256u << 10));
+        size_t n = (size_t)(qc_splitmix64(&rng) % 4 == 0 ? 1 + qc_splitmix64(&rng) % (8u << 20)
+                                                         : 1 + qc_splitmix64(&rng) % (256u << 10));
         st = qc_alloc_malloc(a, n, NULL, "bench/populate", &keep[i]);
     }
     for (int i = 0; populated && st == QC_OK && i < NKEEP; i += 2) {
@@ -413,8 +406,10 @@ enum qc_status qc_bench_alloc(struct qc_cli *cli, int argc, char **argv)
                         &help));
     if (help)
         return QC_OK;
-    if (steps < 1 || batch < 1 || batch > 64)
-        return qc_errorf(QC_ERR_INVALID, "bench alloc: --steps must be >= 1 and --batch 1..64");
+    if (steps < 1)
+        return qc_errorf(QC_ERR_INVALID, "bench alloc: --steps %" PRId64 ": expected >= 1", steps);
+    if (batch < 1 || batch > 64)
+        return qc_errorf(QC_ERR_INVALID, "bench alloc: --batch %" PRId64 ": expected 1..64", batch);
     double med = 0, p90 = 0, med1 = 0, p901 = 0;
     QC_TRY(measure_latency((uint64_t)seed, true, &med, &p90));
     QC_TRY(measure_latency((uint64_t)seed, false, &med1, &p901));

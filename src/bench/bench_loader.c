@@ -149,9 +149,28 @@ enum qc_status qc_bench_loader(struct qc_cli *cli, int argc, char **argv)
                         (int)(sizeof(opts) / sizeof(opts[0])), argc, argv, NULL, 0, NULL, &help));
     if (help)
         return QC_OK;
-    if (nbatch < 1 || bsize < 1 || threads < 0)
-        return qc_errorf(QC_ERR_INVALID, "bench loader: --batches and --batch-size must be >= 1, "
-                                         "--threads >= 0");
+    if (nbatch < 1 || nbatch > 1000000)
+        return qc_errorf(QC_ERR_INVALID, "bench loader: --batches %" PRId64 ": expected 1..1000000",
+                         nbatch);
+    if (bsize < 1 || bsize > 4096)
+        return qc_errorf(QC_ERR_INVALID, "bench loader: --batch-size %" PRId64 ": expected 1..4096",
+                         bsize);
+    if (threads < 0 || threads > 1024)
+        return qc_errorf(QC_ERR_INVALID,
+                         "bench loader: --threads %" PRId64 ": expected 0 (all cores) to 1024",
+                         threads);
+    {
+        /* Check every profile name before the first (slow) run. */
+        char check[256];
+        snprintf(check, sizeof(check), "%s", profiles);
+        for (char *save = NULL, *name = strtok_r(check, ",", &save); name;
+             name = strtok_r(NULL, ",", &save)) {
+            enum qc_synth_profile prof;
+            enum qc_status pst = qc_synth_profile_parse(name, &prof);
+            if (pst != QC_OK)
+                return qc_error_wrap(pst, "bench loader: --profiles");
+        }
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t nth = threads > 0 ? threads : (ncpu > 0 ? ncpu : 1);
 
@@ -166,8 +185,10 @@ enum qc_status qc_bench_loader(struct qc_cli *cli, int argc, char **argv)
          name = strtok_r(NULL, ",", &save)) {
         enum qc_synth_profile prof;
         st = qc_synth_profile_parse(name, &prof);
-        if (st != QC_OK)
+        if (st != QC_OK) {
+            st = qc_error_wrap(st, "bench loader: --profiles");
             break;
+        }
         /* enough distinct scenes for the warm-up and the timed batches */
         int64_t nsc = (nbatch + 1) * bsize;
         char path[512];
@@ -238,11 +259,18 @@ enum qc_status qc_bench_loader(struct qc_cli *cli, int argc, char **argv)
             result_text(what, &rs);
         }
     }
+    if (st == QC_OK && first)
+        st = qc_errorf(QC_ERR_INVALID,
+                       "bench loader: --profiles '%s': no profile given\nhint: --profiles "
+                       "dense,typical",
+                       profiles);
     if (st == QC_OK && json) {
         char *txt = cJSON_Print(root);
         if (txt) {
             printf("%s\n", txt);
             free(txt);
+        } else {
+            st = qc_errorf(QC_ERR_NOMEM, "bench loader: out of memory printing JSON");
         }
     }
     cJSON_Delete(root);

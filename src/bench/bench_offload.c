@@ -17,10 +17,12 @@
  */
 #include "qc_cli.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -317,9 +319,33 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
     if (!dir || !dir[0])
         return qc_errorf(QC_ERR_INVALID, "bench offload: --dir is required\nhint: give a "
                                          "directory on the disk to measure, e.g. --dir /tmp");
-    if (qd < 1 || qd > 4096 || tensor == 0 || size < tensor || block == 0 || block % 4096)
-        return qc_errorf(QC_ERR_INVALID, "bench offload: need 1 <= --qd <= 4096, --size >= "
-                                         "--tensor > 0 and --block a multiple of 4096");
+    if (qd < 1 || qd > 4096)
+        return qc_errorf(QC_ERR_INVALID, "bench offload: --qd %" PRId64 ": expected 1..4096", qd);
+    if (tensor == 0 || size < tensor)
+        return qc_errorf(QC_ERR_INVALID,
+                         "bench offload: --tensor %" PRIu64 " with --size %" PRIu64
+                         ": need 0 < --tensor <= --size",
+                         tensor, size);
+    if (block == 0 || block % 4096)
+        return qc_errorf(QC_ERR_INVALID,
+                         "bench offload: --block %" PRIu64 ": expected a multiple of 4096 "
+                         "(O_DIRECT alignment)\nhint: --block 1M",
+                         block);
+    {
+        struct stat sb;
+        const char *why = NULL;
+        if (stat(dir, &sb) != 0)
+            why = strerror(errno);
+        else if (!S_ISDIR(sb.st_mode))
+            why = "not a directory";
+        else if (access(dir, W_OK | X_OK) != 0)
+            why = strerror(errno);
+        if (why)
+            return qc_errorf(QC_ERR_IO,
+                             "bench offload: --dir %s: %s\nhint: give an existing, writable "
+                             "directory on the disk to measure",
+                             dir, why);
+    }
     int qds[SWEEP_MAX], nsweep = 0;
     QC_TRY(parse_sweep(sweep, qds, &nsweep));
     struct bench_env e;
@@ -371,12 +397,18 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
 
     double rt_gibps = (double)rt_size / (rt_ms / 1e3) / GIB_D;
     if (json) {
-        printf("{\"bench\": \"offload\", \"device\": \"%s\", \"dir\": \"%s\", \"rung\": \"%s\", "
+        /* The directory as a JSON string (quotes and backslashes escaped). */
+        cJSON *jdir_item = cJSON_CreateString(dir);
+        char *jdir = jdir_item ? cJSON_PrintUnformatted(jdir_item) : NULL;
+        cJSON_Delete(jdir_item);
+        if (!jdir)
+            return qc_errorf(QC_ERR_NOMEM, "bench offload: out of memory");
+        printf("{\"bench\": \"offload\", \"device\": \"%s\", \"dir\": %s, \"rung\": \"%s\", "
                "\"registered\": %s, \"block_bytes\": %zu, \"queue_depth\": %" PRId64
                ", \"size_bytes\": %" PRIu64 ", \"tensor_bytes\": %zu, "
                "\"write_gibps\": %.3f, \"read_gibps\": %.3f, \"read_stalls\": %" PRIu64 ", "
                "\"host_write_gibps\": %.3f, \"host_read_gibps\": %.3f, \"sweep\": [",
-               qc_device_kind_str(kind), dir, qc_offload_rung_str(main_bw.rung),
+               qc_device_kind_str(kind), jdir, qc_offload_rung_str(main_bw.rung),
                main_bw.registered ? "true" : "false", e.block, qd, size, e.tensor,
                main_bw.write_gibps, main_bw.read_gibps, main_bw.stalls, host_bw.write_gibps,
                host_bw.read_gibps);
@@ -393,6 +425,7 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
         else
             printf(", \"fio\": \"%s\"", have_fio ? "failed" : "not run");
         printf("}\n");
+        free(jdir);
     } else {
         printf("offload benchmark on %s (%s, %s%s), %zu KiB blocks\n", dir,
                qc_device_kind_str(kind), qc_offload_rung_str(main_bw.rung),

@@ -36,15 +36,15 @@ enum qc_status graph_grid_build(struct graph_grid *g, const float *pts, int64_t 
 {
     g->n = n;
     g->empty = true;
-    double xmin = INFINITY, ymin = INFINITY, xmax = -INFINITY, ymax = -INFINITY;
+    double xmin = HUGE_VAL, ymin = HUGE_VAL, xmax = -HUGE_VAL, ymax = -HUGE_VAL;
     for (int64_t q = 0; q < nq; q++) {
         const float *p = qpts + q * qstride;
         if (!grid_finite2(p))
             continue;
-        xmin = fmin(xmin, p[0]);
-        xmax = fmax(xmax, p[0]);
-        ymin = fmin(ymin, p[1]);
-        ymax = fmax(ymax, p[1]);
+        xmin = fmin(xmin, (double)p[0]);
+        xmax = fmax(xmax, (double)p[0]);
+        ymin = fmin(ymin, (double)p[1]);
+        ymax = fmax(ymax, (double)p[1]);
     }
     if (n == 0 || !(r > 0.0) || !(xmin <= xmax))
         return QC_OK;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "qc_pinned.h"
+#include "qc_rand.h"
 #include "qc_qcshard.h"
 #include "qc_synth.h"
 
@@ -68,14 +69,6 @@ int64_t qc_loader_cost_estimate(int64_t num_agents, int64_t num_polygons, int64_
     return num_points + num_pl2pl + P * P + 240 * A + 11 * A * P + 10 * A * A;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 struct costpos {
     int64_t cost, pos;
 };
@@ -104,7 +97,7 @@ int64_t qc_loader_plan_epoch(int64_t n, const int64_t *cost, uint64_t seed, int6
     if (shuffle) {
         uint64_t s = seed ^ (0x632be59bd9b4e019ull * (uint64_t)(epoch + 1));
         for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)(splitmix64(&s) % (uint64_t)(i + 1));
+            int64_t j = (int64_t)(qc_splitmix64(&s) % (uint64_t)(i + 1));
             int64_t t = order[i];
             order[i] = order[j];
             order[j] = t;
@@ -223,15 +216,6 @@ void qc_loader_plan(const struct qc_loader *l, const int64_t **ptr, const int64_
     *idx = l->idx;
 }
 
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* Reads the scenes of job j, collates and builds; *out owns the batch on QC_OK. */
 static enum qc_status build_job(struct worker *w, int64_t j, struct qc_batch **out)
 {
@@ -299,7 +283,7 @@ static void *worker_main(void *arg)
 
         struct qc_batch *batch = NULL;
         enum qc_status st = build_job(w, j, &batch);
-        char *err = st == QC_OK ? NULL : dupstr(qc_error_last());
+        char *err = st == QC_OK ? NULL : strdup(qc_error_last());
 
         pthread_mutex_lock(&l->mu);
         l->inflight--;

@@ -195,12 +195,12 @@ enum qc_status qc_qcshard_reader_create(const char *path, struct qc_qcshard_read
         return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(err));
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        const int err = errno;
-        const int regular = S_ISREG(sb.st_mode);
+    const int stat_err = fstat(fd, &sb) != 0 ? errno : 0; /* sb is undefined when fstat fails */
+    if (stat_err || !S_ISREG(sb.st_mode)) {
         close(fd);
         qc_qcshard_reader_destroy(r);
-        return qc_errorf(QC_ERR_IO, "%s: %s", path, regular ? strerror(err) : "not a regular file");
+        return qc_errorf(QC_ERR_IO, "%s: %s", path,
+                         stat_err ? strerror(stat_err) : "not a regular file");
     }
     r->size = (uint64_t)sb.st_size;
     if (r->size >= QC_QCSHARD_HEADER_SIZE) {

@@ -20,6 +20,8 @@
 
 #include <xxhash.h> /* XXH3_64bits, XXH3 streaming state */
 
+#include "data_internal.h"
+#include "qc_cleanup.h"
 #include "qcshard_internal.h"
 
 #define WRITER_BUF_SIZE (1u << 20)
@@ -28,6 +30,7 @@ struct qc_qcshard_writer {
     char *path;                       /* final name */
     char *tmp_path;                   /* path + ".tmp" */
     int fd;                           /* open on tmp_path, -1 once closed */
+    int cleanup_slot;                 /* tmp_path's qc_cleanup registration, -1 when none */
     uint64_t pos;                     /* bytes written so far (flushed + buffered) */
     unsigned char *buf;               /* WRITER_BUF_SIZE bytes */
     size_t buf_len;                   /* bytes buffered, not yet written */
@@ -41,30 +44,14 @@ struct qc_qcshard_writer {
 static enum qc_status writer_io_error(struct qc_qcshard_writer *w, const char *what, int err)
 {
     w->failed = 1;
-    const char *hint = "";
-    if (err == ENOSPC || err == EDQUOT)
-        hint = "\nhint: free space on that file system, or write the file elsewhere (--out)";
-    else if (err == EFBIG)
-        hint = "\nhint: the file size limit was reached (ulimit -f)";
-    return qc_errorf(QC_ERR_IO, "%s: %s failed: %s%s", w->tmp_path, what, strerror(err), hint);
+    return qc_errorf(QC_ERR_IO, "%s: %s failed: %s%s", w->tmp_path, what, strerror(err),
+                     data_io_hint(err));
 }
 
 static enum qc_status write_all(struct qc_qcshard_writer *w, const void *data, size_t n)
 {
-    const unsigned char *p = data;
-    while (n > 0) {
-        ssize_t k = write(w->fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return writer_io_error(w, "write", errno);
-        }
-        if (k == 0)
-            return writer_io_error(w, "write", ENOSPC);
-        p += k;
-        n -= (size_t)k;
-    }
-    return QC_OK;
+    const int err = data_write_all(w->fd, data, n);
+    return err ? writer_io_error(w, "write", err) : QC_OK;
 }
 
 static enum qc_status writer_flush(struct qc_qcshard_writer *w)
@@ -111,6 +98,7 @@ enum qc_status qc_qcshard_writer_create(const char *path, struct qc_qcshard_writ
     if (!w)
         return qc_errorf(QC_ERR_NOMEM, "%s: cannot allocate the writer", path);
     w->fd = -1;
+    w->cleanup_slot = -1;
     const size_t len = strlen(path);
     w->path = malloc(len + 1);
     w->tmp_path = malloc(len + 5);
@@ -123,12 +111,23 @@ enum qc_status qc_qcshard_writer_create(const char *path, struct qc_qcshard_writ
     memcpy(w->path, path, len + 1);
     memcpy(w->tmp_path, path, len);
     memcpy(w->tmp_path + len, ".tmp", 5);
+    /* A directory at path would only fail the final rename, after all the work: fail now. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        free(w->tmp_path);
+        w->tmp_path = NULL; /* nothing to remove */
+        qc_qcshard_writer_destroy(w);
+        return qc_errorf(QC_ERR_IO, "%s: cannot write: Is a directory%s", path,
+                         data_io_hint(EISDIR));
+    }
+    w->cleanup_slot = qc_cleanup_register(w->tmp_path); /* SIGINT/SIGTERM remove it */
     w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         const int err = errno;
-        enum qc_status st =
-            qc_errorf(QC_ERR_IO, "%s: cannot create: %s%s", w->tmp_path, strerror(err),
-                      err == ENOENT ? "\nhint: does the output directory exist?" : "");
+        qc_cleanup_unregister(w->cleanup_slot);
+        w->cleanup_slot = -1;
+        enum qc_status st = qc_errorf(QC_ERR_IO, "%s: cannot create: %s%s", w->tmp_path,
+                                      strerror(err), data_io_hint(err));
         free(w->tmp_path);
         w->tmp_path = NULL; /* nothing to remove */
         qc_qcshard_writer_destroy(w);
@@ -228,35 +227,6 @@ enum qc_status qc_qcshard_writer_append(struct qc_qcshard_writer *w, const struc
     return QC_OK;
 }
 
-/* fsyncs the directory holding path, so the rename is durable. */
-static enum qc_status fsync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) {
-        dir[0] = '.';
-        dir[1] = '\0';
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n == 0)
-            n = 1; /* "/file" -> "/" */
-        if (n >= sizeof(dir))
-            return qc_errorf(QC_ERR_IO, "%s: directory name too long", path);
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_IO, "%s: cannot open directory to fsync: %s", dir, strerror(errno));
-    int rc = fsync(fd);
-    const int err = errno;
-    close(fd);
-    /* Some file systems do not support fsync on directories (EINVAL); that is not a failure. */
-    if (rc != 0 && err != EINVAL)
-        return qc_errorf(QC_ERR_IO, "%s: fsync of directory failed: %s", dir, strerror(err));
-    return QC_OK;
-}
-
 static enum qc_status writer_finish(struct qc_qcshard_writer *w)
 {
     if (w->failed || w->finished || w->fd < 0)
@@ -309,7 +279,9 @@ static enum qc_status writer_finish(struct qc_qcshard_writer *w)
                          strerror(err));
     }
     w->finished = 1;
-    return fsync_dir(w->path);
+    qc_cleanup_unregister(w->cleanup_slot); /* the name is the real output now */
+    w->cleanup_slot = -1;
+    return data_fsync_dir(w->path);
 }
 
 enum qc_status qc_qcshard_writer_finish(struct qc_qcshard_writer *w)
@@ -328,6 +300,7 @@ void qc_qcshard_writer_destroy(struct qc_qcshard_writer *w)
         close(w->fd);
     if (!w->finished && w->tmp_path)
         unlink(w->tmp_path);
+    qc_cleanup_unregister(w->cleanup_slot);
     if (w->hash)
         XXH3_freeState(w->hash);
     free(w->entries);

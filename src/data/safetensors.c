@@ -18,6 +18,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "data_internal.h"
+#include "qc_cleanup.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #    error "qc_safetensors assumes a little-endian host"
 #endif
@@ -67,15 +70,6 @@ struct qc_safetensors {
     char **meta_keys; /* (nmeta) owned */
     char **meta_vals; /* (nmeta) owned */
 };
-
-static char *st_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
 
 void qc_safetensors_close(struct qc_safetensors *st)
 {
@@ -237,8 +231,8 @@ static enum qc_status st_parse_metadata(struct qc_safetensors *st, const cJSON *
             if (strcmp(st->meta_keys[i], m->string) == 0)
                 return qc_errorf(QC_ERR_INVALID, "%s: __metadata__ key '%s' appears twice",
                                  st->path, m->string);
-        st->meta_keys[st->nmeta] = st_strdup(m->string);
-        st->meta_vals[st->nmeta] = st_strdup(m->valuestring);
+        st->meta_keys[st->nmeta] = strdup(m->string);
+        st->meta_vals[st->nmeta] = strdup(m->valuestring);
         st->nmeta++;
         if (!st->meta_keys[st->nmeta - 1] || !st->meta_vals[st->nmeta - 1])
             return qc_errorf(QC_ERR_NOMEM, "%s: out of memory reading __metadata__", st->path);
@@ -279,7 +273,7 @@ static enum qc_status st_parse_header(struct qc_safetensors *st, const cJSON *ro
         if (rc != QC_OK)
             break;
         int64_t i = st->n;
-        st->names[i] = st_strdup(item->string);
+        st->names[i] = strdup(item->string);
         if (!st->names[i]) {
             rc = qc_errorf(QC_ERR_NOMEM, "%s: out of memory", st->path);
             break;
@@ -382,7 +376,7 @@ static enum qc_status st_alloc(const char *path, struct qc_safetensors **out)
     struct qc_safetensors *st = calloc(1, sizeof(*st));
     if (!st)
         return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
-    st->path = st_strdup(path);
+    st->path = strdup(path);
     if (!st->path) {
         free(st);
         return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
@@ -601,7 +595,7 @@ enum qc_status qc_st_writer_add(struct qc_st_writer *w, const char *name, enum q
     }
     struct st_wentry *e = &w->e[w->n];
     memset(e, 0, sizeof(*e));
-    e->name = st_strdup(name);
+    e->name = strdup(name);
     if (!e->name)
         return qc_errorf(QC_ERR_NOMEM, "safetensors writer: out of memory");
     e->dtype = dtype;
@@ -618,7 +612,7 @@ enum qc_status qc_st_writer_set_metadata(struct qc_st_writer *w, const char *key
 {
     for (int64_t i = 0; i < w->nmeta; i++)
         if (strcmp(w->mkey[i], key) == 0) {
-            char *v = st_strdup(value);
+            char *v = strdup(value);
             if (!v)
                 return qc_errorf(QC_ERR_NOMEM, "safetensors writer: out of memory");
             free(w->mval[i]);
@@ -637,7 +631,7 @@ enum qc_status qc_st_writer_set_metadata(struct qc_st_writer *w, const char *key
         w->mval = nv;
         w->capmeta = nc;
     }
-    char *k = st_strdup(key), *v = st_strdup(value);
+    char *k = strdup(key), *v = strdup(value);
     if (!k || !v) {
         free(k);
         free(v);
@@ -703,17 +697,10 @@ static void st_buf_json_str(struct st_buf *b, const char *s)
 
 static enum qc_status st_write_all(int fd, const void *p, size_t n, const char *path)
 {
-    const uint8_t *c = p;
-    while (n > 0) {
-        ssize_t k = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return qc_errorf(QC_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        c += k;
-        n -= (size_t)k;
-    }
+    const int err = data_write_all(fd, p, n);
+    if (err)
+        return qc_errorf(QC_ERR_IO, "%s: write failed: %s%s", path, strerror(err),
+                         data_io_hint(err));
     return QC_OK;
 }
 
@@ -802,10 +789,13 @@ enum qc_status qc_st_writer_write(const struct qc_st_writer *w, const char *path
     }
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
+    /* SIGINT/SIGTERM remove the temporary file until it is renamed or unlinked. */
+    int cleanup_slot = fd >= 0 ? qc_cleanup_register(tmp) : -1;
     enum qc_status rc = QC_OK;
     if (fd < 0) {
-        rc = qc_errorf(QC_ERR_IO, "%s: cannot create a temporary file %s: %s", path, tmp,
-                       strerror(errno));
+        const int err = errno;
+        rc = qc_errorf(QC_ERR_IO, "%s: cannot create a temporary file %s: %s%s", path, tmp,
+                       strerror(err), data_io_hint(err));
     } else {
         (void)fchmod(fd, 0644); /* mkstemp makes 0600; a checkpoint is an ordinary file */
         rc = st_write_file(fd, tmp, &b, w, order);
@@ -816,24 +806,11 @@ enum qc_status qc_st_writer_write(const struct qc_st_writer *w, const char *path
         if (rc != QC_OK)
             unlink(tmp);
     }
-    if (rc == QC_OK) {
-        /* fsync the folder so the rename itself is durable. */
-        char *dir = st_strdup(path);
-        if (dir) {
-            char *slash = strrchr(dir, '/');
-            const char *d = ".";
-            if (slash) {
-                *slash = '\0';
-                d = slash == dir ? "/" : dir;
-            }
-            int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd >= 0) {
-                (void)fsync(dfd);
-                close(dfd);
-            }
-            free(dir);
-        }
-    }
+    qc_cleanup_unregister(cleanup_slot);
+    /* fsync the folder so the rename itself is durable. Best effort: the file is complete and
+     * in place, so a failure here does not fail the write. */
+    if (rc == QC_OK)
+        (void)data_fsync_dir(path);
     free(tmp);
     free(b.p);
     free(order);

@@ -7,23 +7,17 @@
 
 #include <math.h> /* sqrt: IEEE-754 correctly rounded, hence deterministic */
 
-// ---- PRNG -----------------------------------------------------------------------------------
+#include "qc_rand.h"
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+// ---- PRNG -----------------------------------------------------------------------------------
 
 void synth_rng_seed(struct synth_rng *r, uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t x = a ^ 0x51c7a11e5eedull;
-    x = splitmix64(&x) ^ b;
-    x = splitmix64(&x) ^ c;
+    x = qc_splitmix64(&x) ^ b;
+    x = qc_splitmix64(&x) ^ c;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = qc_splitmix64(&x);
 }
 
 static uint64_t rotl(uint64_t x, int k)
