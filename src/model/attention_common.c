@@ -1,0 +1,544 @@
+/*
+ * attention_common.c — what both AttentionLayer implementations share: the parameter table,
+ * the graph check, the edge and source/edge contexts (their LN_src part), the stash plan of an
+ * application and its node-level half (QCNET.md §3.3 steps 1, 3 (q) and 9–13), and the
+ * dispatch to the implementation's edge part (attention_unfused.c / attention_fused.c).
+ */
+#include "qc_attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "blocks_internal.h"
+#include "qc_kernels.h"
+
+// ---- parameters -------------------------------------------------------------------------
+
+void qc_attn_init(struct qc_attn *l, int64_t D, int64_t H, bool bipartite, bool has_pos)
+{
+    QC_ASSERT(D > 0 && H > 0 && D % H == 0, "attention: D %lld, H %lld", (long long)D,
+              (long long)H);
+    memset(l, 0, sizeof *l);
+    l->D = D;
+    l->H = H;
+    l->Dh = D / H;
+    l->FF = 4 * D;
+    l->bipartite = bipartite;
+    l->has_pos = has_pos;
+    l->scale = 1.0f / sqrtf((float)l->Dh);
+    l->tile_edges = 512;
+    struct qc_param_table *t = &l->params;
+    qc_param_table_init(t);
+    const enum qc_param_init LW = QC_INIT_LINEAR_W, Z = QC_INIT_ZERO, ONE = QC_INIT_ONE;
+    l->o_wq = qc_param_table_add(t, "to_q.weight", 2, D, D, LW);
+    l->o_bq = qc_param_table_add(t, "to_q.bias", 1, D, 0, Z);
+    l->o_wk = qc_param_table_add(t, "to_k.weight", 2, D, D, LW);
+    l->o_wv = qc_param_table_add(t, "to_v.weight", 2, D, D, LW);
+    l->o_bv = qc_param_table_add(t, "to_v.bias", 1, D, 0, Z);
+    l->o_wkr = l->o_wvr = l->o_bvr = -1;
+    if (has_pos) {
+        l->o_wkr = qc_param_table_add(t, "to_k_r.weight", 2, D, D, LW);
+        l->o_wvr = qc_param_table_add(t, "to_v_r.weight", 2, D, D, LW);
+        l->o_bvr = qc_param_table_add(t, "to_v_r.bias", 1, D, 0, Z);
+    }
+    l->o_ws = qc_param_table_add(t, "to_s.weight", 2, D, D, LW);
+    l->o_bs = qc_param_table_add(t, "to_s.bias", 1, D, 0, Z);
+    l->o_wg = qc_param_table_add(t, "to_g.weight", 2, D, 2 * D, LW);
+    l->o_bg = qc_param_table_add(t, "to_g.bias", 1, D, 0, Z);
+    l->o_wo = qc_param_table_add(t, "to_out.weight", 2, D, D, LW);
+    l->o_bo = qc_param_table_add(t, "to_out.bias", 1, D, 0, Z);
+    l->o_ff0w = qc_param_table_add(t, "ff_mlp.0.weight", 2, l->FF, D, LW);
+    l->o_ff0b = qc_param_table_add(t, "ff_mlp.0.bias", 1, l->FF, 0, Z);
+    l->o_ff3w = qc_param_table_add(t, "ff_mlp.3.weight", 2, D, l->FF, LW);
+    l->o_ff3b = qc_param_table_add(t, "ff_mlp.3.bias", 1, D, 0, Z);
+    l->o_ln_src_w = qc_param_table_add(t, "attn_prenorm_x_src.weight", 1, D, 0, ONE);
+    l->o_ln_src_b = qc_param_table_add(t, "attn_prenorm_x_src.bias", 1, D, 0, Z);
+    if (bipartite) {
+        l->o_ln_dst_w = qc_param_table_add(t, "attn_prenorm_x_dst.weight", 1, D, 0, ONE);
+        l->o_ln_dst_b = qc_param_table_add(t, "attn_prenorm_x_dst.bias", 1, D, 0, Z);
+    } else { /* alias: one LayerNorm module under two names (QCNET.md §2.1 ‡) */
+        l->o_ln_dst_w = l->o_ln_src_w;
+        l->o_ln_dst_b = l->o_ln_src_b;
+    }
+    l->o_ln_r_w = l->o_ln_r_b = -1;
+    if (has_pos) {
+        l->o_ln_r_w = qc_param_table_add(t, "attn_prenorm_r.weight", 1, D, 0, ONE);
+        l->o_ln_r_b = qc_param_table_add(t, "attn_prenorm_r.bias", 1, D, 0, Z);
+    }
+    l->o_ln_post_w = qc_param_table_add(t, "attn_postnorm.weight", 1, D, 0, ONE);
+    l->o_ln_post_b = qc_param_table_add(t, "attn_postnorm.bias", 1, D, 0, Z);
+    l->o_ln_ffpre_w = qc_param_table_add(t, "ff_prenorm.weight", 1, D, 0, ONE);
+    l->o_ln_ffpre_b = qc_param_table_add(t, "ff_prenorm.bias", 1, D, 0, Z);
+    l->o_ln_ffpost_w = qc_param_table_add(t, "ff_postnorm.weight", 1, D, 0, ONE);
+    l->o_ln_ffpost_b = qc_param_table_add(t, "ff_postnorm.bias", 1, D, 0, Z);
+}
+
+void qc_attn_bind(struct qc_attn *l, const float *w, float *dw)
+{
+    l->w = w;
+    l->dw = dw;
+}
+
+// ---- graph ------------------------------------------------------------------------------
+
+enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g)
+{
+    if (g->n_src < 0 || g->n_dst < 0 || g->n_bdst < 0 || g->n_query < 1 || !g->row_ptr)
+        return qc_errorf(QC_ERR_INVALID,
+                         "attention graph: bad sizes (n_src %lld, n_dst %lld, "
+                         "n_bdst %lld, Q %lld)",
+                         (long long)g->n_src, (long long)g->n_dst, (long long)g->n_bdst,
+                         (long long)g->n_query);
+    if (g->row_ptr[0] != 0 || g->row_ptr[g->n_bdst] != g->n_edge)
+        return qc_errorf(QC_ERR_INVALID,
+                         "attention graph: row_ptr[0] = %lld, row_ptr[%lld] = "
+                         "%lld, expected 0 and n_edge %lld",
+                         (long long)g->row_ptr[0], (long long)g->n_bdst,
+                         (long long)g->row_ptr[g->n_bdst], (long long)g->n_edge);
+    for (int64_t b = 0; b < g->n_bdst; b++)
+        if (g->row_ptr[b + 1] < g->row_ptr[b])
+            return qc_errorf(QC_ERR_INVALID, "attention graph: row_ptr decreases at %lld",
+                             (long long)b);
+    for (int64_t e = 0; e < g->n_edge; e++)
+        if (g->src[e] < 0 || g->src[e] >= g->n_src)
+            return qc_errorf(QC_ERR_INVALID,
+                             "attention graph: edge %lld: source %lld not in "
+                             "[0, %lld)",
+                             (long long)e, (long long)g->src[e], (long long)g->n_src);
+    int64_t nq = g->n_bdst * g->n_query;
+    if (!g->query_row && nq > g->n_dst)
+        return qc_errorf(QC_ERR_INVALID, "attention graph: %lld queries but %lld x_dst rows",
+                         (long long)nq, (long long)g->n_dst);
+    if (g->query_row) {
+        uint8_t *seen = calloc((size_t)(g->n_dst > 0 ? g->n_dst : 1), 1);
+        if (!seen)
+            return qc_errorf(QC_ERR_NOMEM, "attention graph check");
+        for (int64_t i = 0; i < nq; i++) {
+            int64_t r = g->query_row[i];
+            if (r < 0 || r >= g->n_dst || seen[r]) {
+                free(seen);
+                return qc_errorf(QC_ERR_INVALID,
+                                 "attention graph: query %lld: x_dst row %lld "
+                                 "out of range or named twice",
+                                 (long long)i, (long long)r);
+            }
+            seen[r] = 1;
+        }
+        free(seen);
+    }
+    return QC_OK;
+}
+
+// ---- edge context -----------------------------------------------------------------------
+
+enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl impl,
+                                  const struct qc_attn_graph *g, const struct qc_fourier *fe,
+                                  const float *feat, const float *cat_table, const int64_t *cat_idx,
+                                  int64_t ncat, float *dcat_table)
+{
+    memset(ed, 0, sizeof *ed);
+    QC_TRY(qc_attn_graph_check(g));
+    ed->impl = impl;
+    ed->g = g;
+    ed->fe = fe;
+    ed->feat = feat;
+    ed->cat_table = cat_table;
+    ed->cat_idx = cat_idx;
+    ed->ncat = ncat;
+    ed->dcat_table = dcat_table;
+    const int64_t E = g->n_edge;
+    qc_stash_init(&ed->fe_stash, impl == QC_ATTN_FUSED ? "edges.fe(fused: none)" : "edges.fe");
+    qc_stash_init(&ed->stash, "edges");
+    if (fe && fe->d > 0 && !feat)
+        return qc_errorf(QC_ERR_INVALID, "attention edges: FE(%lld) needs edge features",
+                         (long long)fe->d);
+    if (cat_table && !cat_idx)
+        return qc_errorf(QC_ERR_INVALID, "attention edges: categorical table without indices");
+    ed->bdst = malloc((size_t)(E > 0 ? E : 1) * sizeof *ed->bdst);
+    if (!ed->bdst)
+        return qc_errorf(QC_ERR_NOMEM, "attention edges: %lld edges", (long long)E);
+    for (int64_t b = 0; b < g->n_bdst; b++)
+        for (int64_t e = g->row_ptr[b]; e < g->row_ptr[b + 1]; e++)
+            ed->bdst[e] = b;
+    if (impl == QC_ATTN_UNFUSED && fe) {
+        qc_fourier_stash_plan(fe, E, &ed->fe_stash);
+        qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
+    }
+    return QC_OK;
+}
+
+void qc_attn_edges_deinit(struct qc_attn_edges *ed)
+{
+    if (!ed)
+        return;
+    free(ed->bdst);
+    free(ed->dr);
+    qc_stash_deinit(&ed->fe_stash);
+    qc_stash_deinit(&ed->stash);
+    memset(ed, 0, sizeof *ed);
+}
+
+enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
+{
+    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+        return QC_OK;
+    const int64_t E = ed->g->n_edge, D = ed->fe->D;
+    float *cat = NULL;
+    if (ed->cat_table) {
+        cat = blk_falloc(E * D);
+        if (!cat)
+            return blk_nomem("attention edges forward", E * D);
+        qc_embedding_forward_cpu(cat, ed->cat_idx, ed->cat_table, E, D, ed->ncat);
+    }
+    enum qc_status st =
+        qc_fourier_forward(ed->fe, qc_stash_f32(&ed->stash, 0), &ed->fe_stash, ed->feat, cat, E);
+    free(cat);
+    return st;
+}
+
+enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
+{
+    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+        return QC_OK;
+    if (!ed->dr) /* no layer produced a gradient */
+        return QC_OK;
+    const int64_t E = ed->g->n_edge, D = ed->fe->D;
+    float *dcat = NULL;
+    if (ed->cat_table && ed->dcat_table) {
+        dcat = blk_falloc(E * D);
+        if (!dcat)
+            return blk_nomem("attention edges backward", E * D);
+    }
+    enum qc_status st = qc_fourier_backward(ed->fe, NULL, dcat, ed->dr, &ed->fe_stash, ed->feat, E);
+    if (st == QC_OK && dcat)
+        qc_embedding_backward_cpu(ed->dcat_table, dcat, ed->cat_idx, E, D, ed->ncat);
+    free(dcat);
+    free(ed->dr);
+    ed->dr = NULL;
+    return st;
+}
+
+// ---- source/edge context ----------------------------------------------------------------
+
+enum { KV_XHAT = 0, KV_MEAN, KV_RSTD };
+
+void qc_attn_kv_init(struct qc_attn_kv *kv, const struct qc_attn *l, struct qc_attn_edges *ed)
+{
+    QC_ASSERT(l->has_pos == (ed->fe != NULL), "attention: has_pos %d but edge FE %s",
+              (int)l->has_pos, ed->fe ? "given" : "missing");
+    QC_ASSERT(!ed->fe || ed->fe->D == l->D, "attention: FE width %lld != D %lld",
+              (long long)ed->fe->D, (long long)l->D);
+    memset(kv, 0, sizeof *kv);
+    kv->l = l;
+    kv->ed = ed;
+    const int64_t Ns = ed->g->n_src, E = ed->g->n_edge, D = l->D;
+    qc_stash_init(&kv->stash, ed->impl == QC_ATTN_FUSED ? "attn_fused.kv" : "attn_unfused.kv");
+    qc_stash_add(&kv->stash, "xhat_s", QC_STASH_F32, 2, Ns, D, 1, 1);
+    qc_stash_add(&kv->stash, "ln_src.mean", QC_STASH_F32, 1, Ns, 1, 1, 1);
+    qc_stash_add(&kv->stash, "ln_src.rstd", QC_STASH_F32, 1, Ns, 1, 1, 1);
+    if (ed->impl == QC_ATTN_FUSED) {
+        qc_stash_add(&kv->stash, "k", QC_STASH_F32, 2, Ns, D, 1, 1);
+        qc_stash_add(&kv->stash, "v", QC_STASH_F32, 2, Ns, D, 1, 1);
+    } else {
+        if (l->has_pos) {
+            qc_stash_add(&kv->stash, "rhat", QC_STASH_F32, 2, E, D, 1, 1);
+            qc_stash_add(&kv->stash, "ln_r.mean", QC_STASH_F32, 1, E, 1, 1, 1);
+            qc_stash_add(&kv->stash, "ln_r.rstd", QC_STASH_F32, 1, E, 1, 1, 1);
+        }
+        qc_stash_add(&kv->stash, "kt", QC_STASH_F32, 2, E, D, 1, 1);
+        qc_stash_add(&kv->stash, "vt", QC_STASH_F32, 2, E, D, 1, 1);
+    }
+}
+
+void qc_attn_kv_deinit(struct qc_attn_kv *kv)
+{
+    if (!kv)
+        return;
+    free(kv->dk);
+    free(kv->dv);
+    free(kv->dkt);
+    free(kv->dvt);
+    qc_stash_deinit(&kv->stash);
+    memset(kv, 0, sizeof *kv);
+}
+
+enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src)
+{
+    const struct qc_attn *l = kv->l;
+    QC_ASSERT(l->w, "attention: parameters not bound");
+    const int64_t Ns = kv->ed->g->n_src;
+    qc_layernorm_forward_cpu(qc_stash_f32(&kv->stash, KV_XHAT), qc_stash_f32(&kv->stash, KV_MEAN),
+                             qc_stash_f32(&kv->stash, KV_RSTD), x_src, l->w + l->o_ln_src_w,
+                             l->w + l->o_ln_src_b, Ns, l->D);
+    if (kv->ed->impl == QC_ATTN_FUSED)
+        return attn_fused_kv_forward(kv);
+    return attn_unfused_kv_forward(kv);
+}
+
+enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
+                                   bool accum)
+{
+    const struct qc_attn *l = kv->l;
+    QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
+    const int64_t Ns = kv->ed->g->n_src, D = l->D;
+    float *dxhat = blk_falloc(Ns * D);
+    if (!dxhat)
+        return blk_nomem("attention kv backward", Ns * D);
+    enum qc_status st = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_kv_backward(kv, dxhat)
+                                                      : attn_unfused_kv_backward(kv, dxhat);
+    if (st == QC_OK)
+        qc_layernorm_backward_cpu(dx_src, l->dw + l->o_ln_src_w, l->dw + l->o_ln_src_b, dxhat,
+                                  x_src, qc_stash_f32(&kv->stash, KV_MEAN),
+                                  qc_stash_f32(&kv->stash, KV_RSTD), l->w + l->o_ln_src_w, Ns, D,
+                                  accum);
+    free(dxhat);
+    return st;
+}
+
+// ---- application: stash -----------------------------------------------------------------
+
+void qc_attn_stash_plan(const struct qc_attn_kv *kv, struct qc_stash *st)
+{
+    const struct qc_attn *l = kv->l;
+    const struct qc_attn_graph *g = kv->ed->g;
+    const int64_t Nd = g->n_dst, D = l->D, H = l->H;
+    QC_ASSERT(st->n == 0, "attention stash plan into a non-empty table %s", st->block);
+    qc_stash_add(st, "xhat_d", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "ln_dst.mean", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "ln_dst.rstd", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    if (kv->ed->impl == QC_ATTN_FUSED) {
+        qc_stash_add(st, "q", QC_STASH_F32, 2, Nd, D, 1, 1);
+        qc_stash_add(st, "softmax.max", QC_STASH_F32, 2, Nd, H, 1, 1);
+        qc_stash_add(st, "softmax.sum", QC_STASH_F32, 2, Nd, H, 1, 1);
+    } else {
+        const int64_t QE = g->n_query * g->n_edge;
+        qc_stash_add(st, "q_i", QC_STASH_F32, 2, QE, D, 1, 1);
+        qc_stash_add(st, "alpha", QC_STASH_F32, 2, QE, H, 1, 1);
+    }
+    qc_stash_add(st, "u", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "g", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "to_s", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "to_out", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "ln_post.mean", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "ln_post.rstd", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "x1", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "ff_prenorm.mean", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "ff_prenorm.rstd", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "ff_prenorm.out", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "ff_relu", QC_STASH_F32, 2, Nd, l->FF, 1, 1);
+    qc_stash_add(st, "ff_out", QC_STASH_F32, 2, Nd, D, 1, 1);
+    qc_stash_add(st, "ff_postnorm.mean", QC_STASH_F32, 1, Nd, 1, 1, 1);
+    qc_stash_add(st, "ff_postnorm.rstd", QC_STASH_F32, 1, Nd, 1, 1, 1);
+}
+
+void attn_app_index(const struct qc_stash *st, struct attn_app_idx *ix)
+{
+    ix->xhat_d = qc_stash_find(st, "xhat_d");
+    ix->ln_dst_mean = qc_stash_find(st, "ln_dst.mean");
+    ix->ln_dst_rstd = qc_stash_find(st, "ln_dst.rstd");
+    ix->u = qc_stash_find(st, "u");
+    ix->g = qc_stash_find(st, "g");
+    ix->sres = qc_stash_find(st, "to_s");
+    ix->a = qc_stash_find(st, "to_out");
+    ix->post_mean = qc_stash_find(st, "ln_post.mean");
+    ix->post_rstd = qc_stash_find(st, "ln_post.rstd");
+    ix->x1 = qc_stash_find(st, "x1");
+    ix->ffpre_mean = qc_stash_find(st, "ff_prenorm.mean");
+    ix->ffpre_rstd = qc_stash_find(st, "ff_prenorm.rstd");
+    ix->y = qc_stash_find(st, "ff_prenorm.out");
+    ix->h1 = qc_stash_find(st, "ff_relu");
+    ix->f = qc_stash_find(st, "ff_out");
+    ix->ffpost_mean = qc_stash_find(st, "ff_postnorm.mean");
+    ix->ffpost_rstd = qc_stash_find(st, "ff_postnorm.rstd");
+    ix->q = qc_stash_find(st, "q");
+    ix->smax = qc_stash_find(st, "softmax.max");
+    ix->ssum = qc_stash_find(st, "softmax.sum");
+    ix->qi = qc_stash_find(st, "q_i");
+    ix->alpha = qc_stash_find(st, "alpha");
+    QC_ASSERT(ix->xhat_d >= 0 && ix->ffpost_rstd >= 0, "stash %s is not an attention stash",
+              st->block);
+}
+
+// ---- application: node-level half ---------------------------------------------------------
+
+#define SF(i) qc_stash_f32(st, (i))
+
+void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_stash *st,
+                           const struct attn_app_idx *ix, const float *x_dst, int64_t Nd)
+{
+    const float *w = l->w;
+    const int64_t D = l->D;
+    qc_layernorm_forward_cpu(SF(ix->xhat_d), SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), x_dst,
+                             w + l->o_ln_dst_w, w + l->o_ln_dst_b, Nd, D);
+    qc_linear_forward_cpu(q, SF(ix->xhat_d), D, w + l->o_wq, w + l->o_bq, Nd, D, D, false);
+}
+
+enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
+                                      const struct qc_stash *st, const struct attn_app_idx *ix,
+                                      const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx)
+{
+    const float *w = l->w;
+    const int64_t D = l->D, FF = l->FF;
+    if (Nd == 0)
+        return QC_OK;
+    int64_t n = 4 * Nd * D + Nd * FF;
+    float *t = blk_falloc(n);
+    if (!t)
+        return blk_nomem("attention forward", n);
+    float *cat = t, *up = t + 2 * Nd * D, *tmp = t + 3 * Nd * D, *hd = t + 4 * Nd * D;
+    const float *xhat = SF(ix->xhat_d), *u = SF(ix->u);
+    float *g = SF(ix->g), *sres = SF(ix->sres), *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y);
+    float *h1 = SF(ix->h1), *f = SF(ix->f);
+    /* 9. g = σ([u ‖ x̂_d]·W_gᵀ + b_g); u' = u + g ⊙ (to_s(x̂_d) − u) */
+    qc_copy2d_cpu(cat, 2 * D, u, D, Nd, D, false);
+    qc_copy2d_cpu(cat + D, 2 * D, xhat, D, Nd, D, false);
+    qc_linear_forward_cpu(g, cat, 2 * D, w + l->o_wg, w + l->o_bg, Nd, 2 * D, D, false);
+    qc_sigmoid_forward_cpu(g, g, Nd * D);
+    qc_linear_forward_cpu(sres, xhat, D, w + l->o_ws, w + l->o_bs, Nd, D, D, false);
+    qc_gate_update_forward_cpu(up, u, g, sres, Nd * D);
+    /* 10–11. a = to_out(u'); x1 = x0 + LN_post(a) */
+    qc_linear_forward_cpu(a, up, D, w + l->o_wo, w + l->o_bo, Nd, D, D, false);
+    qc_layernorm_forward_cpu(tmp, SF(ix->post_mean), SF(ix->post_rstd), a, w + l->o_ln_post_w,
+                             w + l->o_ln_post_b, Nd, D);
+    qc_add_forward_cpu(x1, x_dst, tmp, Nd * D);
+    /* 12–13. FFN with dropout, out = x1 + LN_ffpost(f) */
+    qc_layernorm_forward_cpu(y, SF(ix->ffpre_mean), SF(ix->ffpre_rstd), x1, w + l->o_ln_ffpre_w,
+                             w + l->o_ln_ffpre_b, Nd, D);
+    qc_linear_forward_cpu(h1, y, D, w + l->o_ff0w, w + l->o_ff0b, Nd, D, FF, false);
+    qc_relu_forward_cpu(h1, h1, Nd * FF);
+    struct qc_dropout drop = attn_drop(ctx, 1);
+    qc_dropout_forward_cpu(hd, h1, Nd * FF, &drop);
+    qc_linear_forward_cpu(f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, Nd, FF, D, false);
+    qc_layernorm_forward_cpu(tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f, w + l->o_ln_ffpost_w,
+                             w + l->o_ln_ffpost_b, Nd, D);
+    qc_add_forward_cpu(out, x1, tmp, Nd * D);
+    free(t);
+    return QC_OK;
+}
+
+enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float *dxhat,
+                                       float *dx_dst, const float *dout, const struct qc_stash *st,
+                                       const struct attn_app_idx *ix, int64_t Nd,
+                                       const struct qc_attn_ctx *ctx)
+{
+    const float *w = l->w;
+    float *dw = l->dw;
+    const int64_t D = l->D, FF = l->FF;
+    if (Nd == 0)
+        return QC_OK;
+    int64_t n = 8 * Nd * D + 2 * Nd * FF;
+    float *t = blk_falloc(n);
+    if (!t)
+        return blk_nomem("attention backward", n);
+    /* dy and da are adjacent so that, once free, they hold the (Nd,2D) gradient of [u ‖ x̂_d] */
+    float *df = t, *dy = t + Nd * D, *da = t + 2 * Nd * D, *up = t + 3 * Nd * D;
+    float *dup = t + 4 * Nd * D, *dg = t + 5 * Nd * D, *cat = t + 6 * Nd * D; /* cat (Nd,2D) */
+    float *hd = t + 8 * Nd * D, *dhd = t + 8 * Nd * D + Nd * FF;
+    const float *xhat = SF(ix->xhat_d), *u = SF(ix->u), *g = SF(ix->g), *sres = SF(ix->sres);
+    const float *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y), *h1 = SF(ix->h1), *f = SF(ix->f);
+
+    /* 13. out = x1 + LN_ffpost(f): dx1 = dout (residual, kept in dx_dst), df */
+    memcpy(dx_dst, dout, (size_t)(Nd * D) * sizeof *dx_dst);
+    qc_layernorm_backward_cpu(df, dw + l->o_ln_ffpost_w, dw + l->o_ln_ffpost_b, dout, f,
+                              SF(ix->ffpost_mean), SF(ix->ffpost_rstd), w + l->o_ln_ffpost_w, Nd, D,
+                              false);
+    /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
+    struct qc_dropout drop = attn_drop(ctx, 1);
+    qc_dropout_forward_cpu(hd, h1, Nd * FF, &drop);
+    qc_linear_backward_cpu(dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w, Nd,
+                           FF, D, false);
+    qc_dropout_backward_cpu(dhd, dhd, Nd * FF, &drop);
+    qc_relu_backward_cpu(dhd, dhd, h1, Nd * FF);
+    qc_linear_backward_cpu(dy, D, dw + l->o_ff0w, dw + l->o_ff0b, dhd, y, D, w + l->o_ff0w, Nd, D,
+                           FF, false);
+    qc_layernorm_backward_cpu(dx_dst, dw + l->o_ln_ffpre_w, dw + l->o_ln_ffpre_b, dy, x1,
+                              SF(ix->ffpre_mean), SF(ix->ffpre_rstd), w + l->o_ln_ffpre_w, Nd, D,
+                              true);
+    /* 11. x1 = x0 + LN_post(a): dx0 = dx1 (dx_dst keeps it), da */
+    qc_layernorm_backward_cpu(da, dw + l->o_ln_post_w, dw + l->o_ln_post_b, dx_dst, a,
+                              SF(ix->post_mean), SF(ix->post_rstd), w + l->o_ln_post_w, Nd, D,
+                              false);
+    /* 10. a = u'·W_oᵀ + b_o, u' recomputed from (u, g, to_s) */
+    qc_gate_update_forward_cpu(up, u, g, sres, Nd * D);
+    qc_linear_backward_cpu(dup, D, dw + l->o_wo, dw + l->o_bo, da, up, D, w + l->o_wo, Nd, D, D,
+                           false);
+    /* 9. gate */
+    float *dsres = up; /* u' is no longer needed */
+    qc_gate_update_backward_cpu(du, dg, dsres, dup, u, g, sres, Nd * D);
+    qc_linear_backward_cpu(dxhat, D, dw + l->o_ws, dw + l->o_bs, dsres, xhat, D, w + l->o_ws, Nd, D,
+                           D, false);
+    qc_sigmoid_backward_cpu(dg, dg, g, Nd * D);
+    qc_copy2d_cpu(cat, 2 * D, u, D, Nd, D, false);
+    qc_copy2d_cpu(cat + D, 2 * D, xhat, D, Nd, D, false);
+    float *dcat2 = dy; /* dy (Nd,D) and da (Nd,D) are adjacent and free: (Nd,2D) */
+    qc_linear_backward_cpu(dcat2, 2 * D, dw + l->o_wg, dw + l->o_bg, dg, cat, 2 * D, w + l->o_wg,
+                           Nd, 2 * D, D, false);
+    qc_copy2d_cpu(du, D, dcat2, 2 * D, Nd, D, true);
+    qc_copy2d_cpu(dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
+    free(t);
+    return QC_OK;
+}
+
+void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat, const float *dq,
+                            const struct qc_stash *st, const struct attn_app_idx *ix,
+                            const float *x_dst, int64_t Nd)
+{
+    const float *w = l->w;
+    float *dw = l->dw;
+    const int64_t D = l->D;
+    if (Nd == 0)
+        return;
+    qc_linear_backward_cpu(dxhat, D, dw + l->o_wq, dw + l->o_bq, dq, SF(ix->xhat_d), D, w + l->o_wq,
+                           Nd, D, D, true);
+    qc_layernorm_backward_cpu(dx_dst, dw + l->o_ln_dst_w, dw + l->o_ln_dst_b, dxhat, x_dst,
+                              SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), w + l->o_ln_dst_w, Nd, D,
+                              true);
+}
+
+// ---- application: dispatch ----------------------------------------------------------------
+
+enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,
+                               const float *x_dst, const struct qc_attn_ctx *ctx)
+{
+    const struct qc_attn *l = kv->l;
+    const int64_t Nd = kv->ed->g->n_dst, D = l->D;
+    QC_ASSERT(l->w, "attention: parameters not bound");
+    struct attn_app_idx ix;
+    attn_app_index(st, &ix);
+    QC_ASSERT(st->e[ix.xhat_d].ne[0] == Nd, "attention: stash %s planned for %lld rows, not %lld",
+              st->block, (long long)st->e[ix.xhat_d].ne[0], (long long)Nd);
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
+    float *q = fused ? SF(ix.q) : blk_falloc(Nd * D);
+    if (!q)
+        return blk_nomem("attention forward", Nd * D);
+    attn_node_forward_pre(l, q, st, &ix, x_dst, Nd);
+    enum qc_status s = fused ? attn_fused_edge_forward(kv, q, st, &ix, ctx)
+                             : attn_unfused_edge_forward(kv, q, st, &ix, ctx);
+    if (!fused)
+        free(q);
+    QC_TRY(s);
+    return attn_node_forward_post(l, out, st, &ix, x_dst, Nd, ctx);
+}
+
+enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
+                                const struct qc_stash *st, const float *x_dst,
+                                const struct qc_attn_ctx *ctx)
+{
+    const struct qc_attn *l = kv->l;
+    const int64_t Nd = kv->ed->g->n_dst, D = l->D;
+    QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
+    struct attn_app_idx ix;
+    attn_app_index(st, &ix);
+    float *t = blk_falloc(3 * Nd * D);
+    if (!t)
+        return blk_nomem("attention backward", 3 * Nd * D);
+    float *du = t, *dxhat = t + Nd * D, *dq = t + 2 * Nd * D;
+    enum qc_status s = attn_node_backward_post(l, du, dxhat, dx_dst, dout, st, &ix, Nd, ctx);
+    if (s == QC_OK)
+        s = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_edge_backward(kv, dq, du, st, &ix, ctx)
+                                          : attn_unfused_edge_backward(kv, dq, du, st, &ix, ctx);
+    if (s == QC_OK)
+        attn_node_backward_pre(l, dx_dst, dxhat, dq, st, &ix, x_dst, Nd);
+    free(t);
+    return s;
+}

@@ -1,0 +1,104 @@
+/*
+ * blocks_internal.h — helpers shared by the block files of src/model (never included from
+ * outside this folder): scratch allocation and the attention layer's node-level half, which
+ * both attention implementations run around their edge part (attention_common.c).
+ */
+#ifndef QC_MODEL_BLOCKS_INTERNAL_H
+#define QC_MODEL_BLOCKS_INTERNAL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "qc_attention.h"
+#include "qc_kernels.h"
+#include "qc_stash.h"
+#include "qc_status.h"
+
+// ---- scratch ------------------------------------------------------------------------------
+
+/* n floats (n may be 0), 64-byte aligned, uninitialised; NULL on failure. Free with free(). */
+float *blk_falloc(int64_t n);
+/* Same, zero-filled. */
+float *blk_fcalloc(int64_t n);
+/* The status for a failed scratch allocation of n floats in `what`. */
+enum qc_status blk_nomem(const char *what, int64_t n);
+
+// ---- attention: stash layout of one application ---------------------------------------------
+
+struct attn_app_idx {
+    int xhat_d, ln_dst_mean, ln_dst_rstd; /* (Nd,D), (Nd), (Nd) */
+    int u, g, sres, a;                    /* (Nd,D) aggregation, gate, to_s(x̂_d), to_out output */
+    int post_mean, post_rstd, x1;         /* LN_post stats, x1 = x0 + LN_post(a) */
+    int ffpre_mean, ffpre_rstd, y, h1;    /* ff_prenorm stats and output, ReLU output (Nd,FF) */
+    int f, ffpost_mean, ffpost_rstd;      /* FFN output (ff_postnorm input) and stats */
+    int q;                                /* FUSED: q (Nd,D) */
+    int smax, ssum;                       /* FUSED: softmax max and sum (Nd,H) */
+    int qi, alpha;                        /* UNFUSED: q_i (Q*E,D), α (Q*E,H) */
+};
+
+/* Looks every entry up by name (-1 when absent). */
+void attn_app_index(const struct qc_stash *st, struct attn_app_idx *ix);
+
+/* x̂_d = LN_dst(x_dst) into the stash, q = x̂_d·W_qᵀ + b_q into q (Nd,D). */
+void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_stash *st,
+                           const struct attn_app_idx *ix, const float *x_dst, int64_t Nd);
+/* Steps 9–13 of QCNET.md §3.3 from u (in the stash) to out. */
+enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
+                                      const struct qc_stash *st, const struct attn_app_idx *ix,
+                                      const float *x_dst, int64_t Nd,
+                                      const struct qc_attn_ctx *ctx);
+/* Backward of steps 9–13: du (Nd,D) OVERWRITE, dxhat (Nd,D) OVERWRITE (the x̂_d gradient from
+ * the gate and to_s), dx_dst (Nd,D) OVERWRITE (the residual path). */
+enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float *dxhat,
+                                       float *dx_dst, const float *dout, const struct qc_stash *st,
+                                       const struct attn_app_idx *ix, int64_t Nd,
+                                       const struct qc_attn_ctx *ctx);
+/* Backward of the query projection and LN_dst: dxhat += dq·W_q; dx_dst += LN_dst'(dxhat).
+ * dxhat is clobbered. */
+void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat, const float *dq,
+                            const struct qc_stash *st, const struct attn_app_idx *ix,
+                            const float *x_dst, int64_t Nd);
+
+/* x_dst row of query (b,k). */
+static inline int64_t attn_query_row(const struct qc_attn_graph *g, int64_t b, int64_t k)
+{
+    return g->query_row ? g->query_row[b * g->n_query + k] : b * g->n_query + k;
+}
+
+/* The attention dropout of the application (p = 0 when not training). */
+static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_t site_offset)
+{
+    struct qc_dropout d = {0};
+    d.p = ctx && ctx->training ? ctx->dropout : 0.0f;
+    d.seed = ctx ? ctx->seed : 0;
+    d.step = ctx ? ctx->step : 0;
+    d.block = (ctx ? ctx->site : 0) + site_offset;
+    d.index_base = 0;
+    return d;
+}
+
+// ---- the implementation-specific edge parts ------------------------------------------------
+
+/* u (in the stash) from q, the kv context and the graph; fills the implementation's entries. */
+enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const float *q,
+                                         const struct qc_stash *st, const struct attn_app_idx *ix,
+                                         const struct qc_attn_ctx *ctx);
+enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float *q,
+                                       const struct qc_stash *st, const struct attn_app_idx *ix,
+                                       const struct qc_attn_ctx *ctx);
+/* dq (Nd,D) OVERWRITE from du; source/edge gradients ACCUM into kv (and fe/dcat for FUSED). */
+enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
+                                          const struct qc_stash *st, const struct attn_app_idx *ix,
+                                          const struct qc_attn_ctx *ctx);
+enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
+                                        const struct qc_stash *st, const struct attn_app_idx *ix,
+                                        const struct qc_attn_ctx *ctx);
+
+/* kv context halves, run after (forward) / before (backward) the shared LN_src:
+ * forward reads x̂_s from the kv stash; backward writes dxhat_s (n_src,D) OVERWRITE. */
+enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv);
+enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s);
+enum qc_status attn_fused_kv_forward(struct qc_attn_kv *kv);
+enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s);
+
+#endif /* QC_MODEL_BLOCKS_INTERNAL_H */

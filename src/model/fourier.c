@@ -1,0 +1,228 @@
+/*
+ * fourier.c — FourierEmbedding FE(d): forward, backward, stash plan (qc_fourier.h), and the
+ * scratch helpers shared by the block files (blocks_internal.h).
+ */
+#include "qc_fourier.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "blocks_internal.h"
+#include "qc_kernels.h"
+
+// ---- scratch helpers (blocks_internal.h) ---------------------------------------------------
+
+float *blk_falloc(int64_t n)
+{
+    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes);
+}
+
+float *blk_fcalloc(int64_t n)
+{
+    float *p = blk_falloc(n);
+    if (p)
+        memset(p, 0, (size_t)(n > 0 ? n : 0) * sizeof(float));
+    return p;
+}
+
+enum qc_status blk_nomem(const char *what, int64_t n)
+{
+    return qc_errorf(QC_ERR_NOMEM, "%s: cannot allocate %lld floats of scratch", what,
+                     (long long)n);
+}
+
+// ---- parameters -------------------------------------------------------------------------
+
+void qc_fourier_init(struct qc_fourier *fe, int64_t d, int64_t F, int64_t D)
+{
+    QC_ASSERT(d >= 0 && d <= QC_FOURIER_MAX_D, "FE(d): d = %lld", (long long)d);
+    QC_ASSERT(F > 0 && D > 0, "FE: F %lld, D %lld", (long long)F, (long long)D);
+    memset(fe, 0, sizeof *fe);
+    fe->D = D;
+    fe->F = F;
+    fe->d = d;
+    struct qc_param_table *t = &fe->params;
+    qc_param_table_init(t);
+    char name[QC_PARAM_NAME_MAX];
+    fe->o_freqs = d > 0 ? qc_param_table_add(t, "freqs.weight", 2, d, F, QC_INIT_EMBEDDING) : -1;
+    for (int64_t i = 0; i < d; i++) {
+        snprintf(name, sizeof name, "mlps.%lld.0.weight", (long long)i);
+        fe->o_w1[i] = qc_param_table_add(t, name, 2, D, 2 * F + 1, QC_INIT_LINEAR_W);
+        snprintf(name, sizeof name, "mlps.%lld.0.bias", (long long)i);
+        fe->o_b1[i] = qc_param_table_add(t, name, 1, D, 0, QC_INIT_ZERO);
+        snprintf(name, sizeof name, "mlps.%lld.1.weight", (long long)i);
+        fe->o_lnw[i] = qc_param_table_add(t, name, 1, D, 0, QC_INIT_ONE);
+        snprintf(name, sizeof name, "mlps.%lld.1.bias", (long long)i);
+        fe->o_lnb[i] = qc_param_table_add(t, name, 1, D, 0, QC_INIT_ZERO);
+        snprintf(name, sizeof name, "mlps.%lld.3.weight", (long long)i);
+        fe->o_w2[i] = qc_param_table_add(t, name, 2, D, D, QC_INIT_LINEAR_W);
+        snprintf(name, sizeof name, "mlps.%lld.3.bias", (long long)i);
+        fe->o_b2[i] = qc_param_table_add(t, name, 1, D, 0, QC_INIT_ZERO);
+    }
+    fe->o_out_lnw = qc_param_table_add(t, "to_out.0.weight", 1, D, 0, QC_INIT_ONE);
+    fe->o_out_lnb = qc_param_table_add(t, "to_out.0.bias", 1, D, 0, QC_INIT_ZERO);
+    fe->o_out_w = qc_param_table_add(t, "to_out.2.weight", 2, D, D, QC_INIT_LINEAR_W);
+    fe->o_out_b = qc_param_table_add(t, "to_out.2.bias", 1, D, 0, QC_INIT_ZERO);
+}
+
+void qc_fourier_bind(struct qc_fourier *fe, const float *w, float *dw)
+{
+    fe->w = w;
+    fe->dw = dw;
+}
+
+// ---- stash ------------------------------------------------------------------------------
+
+/* Entry order (indices are positional): [phi], per dim i: z, mean, rstd, relu; then s, mean,
+ * rstd, relu of the output part. */
+struct fe_idx {
+    int phi;
+    int z[QC_FOURIER_MAX_D], mean[QC_FOURIER_MAX_D], rstd[QC_FOURIER_MAX_D], relu[QC_FOURIER_MAX_D];
+    int s, s_mean, s_rstd, o;
+};
+
+static struct fe_idx fe_index(const struct qc_fourier *fe)
+{
+    struct fe_idx ix;
+    int n = 0;
+    ix.phi = fe->d > 0 ? n++ : -1;
+    for (int64_t i = 0; i < fe->d; i++) {
+        ix.z[i] = n++;
+        ix.mean[i] = n++;
+        ix.rstd[i] = n++;
+        ix.relu[i] = n++;
+    }
+    ix.s = n++;
+    ix.s_mean = n++;
+    ix.s_rstd = n++;
+    ix.o = n++;
+    return ix;
+}
+
+void qc_fourier_stash_plan(const struct qc_fourier *fe, int64_t N, struct qc_stash *st)
+{
+    QC_ASSERT(st->n == 0, "FE stash plan into a non-empty table %s", st->block);
+    char name[QC_STASH_NAME_MAX];
+    if (fe->d > 0)
+        qc_stash_add(st, "phi", QC_STASH_F32, 3, N, fe->d, 2 * fe->F + 1, 1);
+    for (int64_t i = 0; i < fe->d; i++) {
+        snprintf(name, sizeof name, "mlps.%lld.ln_in", (long long)i);
+        qc_stash_add(st, name, QC_STASH_F32, 2, N, fe->D, 1, 1);
+        snprintf(name, sizeof name, "mlps.%lld.ln_mean", (long long)i);
+        qc_stash_add(st, name, QC_STASH_F32, 1, N, 1, 1, 1);
+        snprintf(name, sizeof name, "mlps.%lld.ln_rstd", (long long)i);
+        qc_stash_add(st, name, QC_STASH_F32, 1, N, 1, 1, 1);
+        snprintf(name, sizeof name, "mlps.%lld.relu", (long long)i);
+        qc_stash_add(st, name, QC_STASH_F32, 2, N, fe->D, 1, 1);
+    }
+    qc_stash_add(st, "to_out.ln_in", QC_STASH_F32, 2, N, fe->D, 1, 1);
+    qc_stash_add(st, "to_out.ln_mean", QC_STASH_F32, 1, N, 1, 1, 1);
+    qc_stash_add(st, "to_out.ln_rstd", QC_STASH_F32, 1, N, 1, 1, 1);
+    qc_stash_add(st, "to_out.relu", QC_STASH_F32, 2, N, fe->D, 1, 1);
+}
+
+// ---- forward / backward -------------------------------------------------------------------
+
+enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                  const float *c, const float *cat, int64_t N)
+{
+    const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
+    const float *w = fe->w;
+    QC_ASSERT(w, "FE: parameters not bound");
+    QC_ASSERT(d > 0 || cat, "FE(0) needs categorical embeddings");
+    struct fe_idx ix = fe_index(fe);
+    QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
+              st->block, (long long)N);
+    if (N == 0)
+        return QC_OK;
+    float *s = qc_stash_f32(st, ix.s);
+    float *h = NULL;
+    if (d > 1) {
+        h = blk_falloc(N * D);
+        if (!h)
+            return blk_nomem("FE forward", N * D);
+    }
+    if (d > 0) {
+        float *phi = qc_stash_f32(st, ix.phi);
+        qc_fourier_features_forward_cpu(phi, c, w + fe->o_freqs, N, d, F);
+        for (int64_t i = 0; i < d; i++) {
+            float *z = qc_stash_f32(st, ix.z[i]);
+            float *a = qc_stash_f32(st, ix.relu[i]);
+            qc_linear_forward_cpu(z, phi + i * P, d * P, w + fe->o_w1[i], w + fe->o_b1[i], N, P, D,
+                                  false);
+            qc_layernorm_forward_cpu(a, qc_stash_f32(st, ix.mean[i]), qc_stash_f32(st, ix.rstd[i]),
+                                     z, w + fe->o_lnw[i], w + fe->o_lnb[i], N, D);
+            qc_relu_forward_cpu(a, a, N * D);
+            /* s = h_0 + h_1 + … in ascending i (PyTorch: stack + sum over dim 0) */
+            if (i == 0) {
+                qc_linear_forward_cpu(s, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
+            } else {
+                qc_linear_forward_cpu(h, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
+                qc_add_forward_cpu(s, s, h, N * D);
+            }
+        }
+        if (cat)
+            qc_add_forward_cpu(s, s, cat, N * D);
+    } else {
+        memcpy(s, cat, (size_t)(N * D) * sizeof *s);
+    }
+    free(h);
+    float *o = qc_stash_f32(st, ix.o);
+    qc_layernorm_forward_cpu(o, qc_stash_f32(st, ix.s_mean), qc_stash_f32(st, ix.s_rstd), s,
+                             w + fe->o_out_lnw, w + fe->o_out_lnb, N, D);
+    qc_relu_forward_cpu(o, o, N * D);
+    qc_linear_forward_cpu(out, o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
+    return QC_OK;
+}
+
+enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
+                                   const float *dout, const struct qc_stash *st, const float *c,
+                                   int64_t N)
+{
+    const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
+    const float *w = fe->w;
+    float *dw = fe->dw;
+    QC_ASSERT(w && dw, "FE: parameters or gradients not bound");
+    struct fe_idx ix = fe_index(fe);
+    QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
+              st->block, (long long)N);
+    if (N == 0)
+        return QC_OK;
+    int64_t nscratch = 3 * N * D + N * d * P;
+    float *t = blk_falloc(nscratch);
+    if (!t)
+        return blk_nomem("FE backward", nscratch);
+    float *dho = t, *ds = t + N * D, *da = t + 2 * N * D, *dphi = t + 3 * N * D;
+
+    /* out = o·W_oᵀ + b_o, o = ReLU(LN_o(s)) */
+    const float *o = qc_stash_f32(st, ix.o);
+    qc_linear_backward_cpu(dho, D, dw + fe->o_out_w, dw + fe->o_out_b, dout, o, D, w + fe->o_out_w,
+                           N, D, D, false);
+    qc_relu_backward_cpu(dho, dho, o, N * D);
+    qc_layernorm_backward_cpu(ds, dw + fe->o_out_lnw, dw + fe->o_out_lnb, dho,
+                              qc_stash_f32(st, ix.s), qc_stash_f32(st, ix.s_mean),
+                              qc_stash_f32(st, ix.s_rstd), w + fe->o_out_lnw, N, D, false);
+    if (dcat)
+        memcpy(dcat, ds, (size_t)(N * D) * sizeof *ds);
+
+    if (d > 0) {
+        const float *phi = qc_stash_f32(st, ix.phi);
+        for (int64_t i = 0; i < d; i++) {
+            const float *a = qc_stash_f32(st, ix.relu[i]);
+            /* h_i = a·W2ᵀ + b2 receives ds; a = ReLU(LN_i(z)) */
+            qc_linear_backward_cpu(da, D, dw + fe->o_w2[i], dw + fe->o_b2[i], ds, a, D,
+                                   w + fe->o_w2[i], N, D, D, false);
+            qc_relu_backward_cpu(da, da, a, N * D);
+            qc_layernorm_backward_cpu(dho, dw + fe->o_lnw[i], dw + fe->o_lnb[i], da,
+                                      qc_stash_f32(st, ix.z[i]), qc_stash_f32(st, ix.mean[i]),
+                                      qc_stash_f32(st, ix.rstd[i]), w + fe->o_lnw[i], N, D, false);
+            /* z = φ_i·W1ᵀ + b1 with φ_i a strided view (row stride d·(2F+1)) */
+            qc_linear_backward_cpu(dphi + i * P, d * P, dw + fe->o_w1[i], dw + fe->o_b1[i], dho,
+                                   phi + i * P, d * P, w + fe->o_w1[i], N, P, D, false);
+        }
+        qc_fourier_features_backward_cpu(dc, dw + fe->o_freqs, dphi, c, w + fe->o_freqs, N, d, F);
+    }
+    free(t);
+    return QC_OK;
+}

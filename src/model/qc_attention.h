@@ -1,0 +1,186 @@
+/*
+ * qc_attention.h — QCNet's AttentionLayer (QCNET.md §3.3) in two implementations behind one
+ * interface: UNFUSED (materialises the per-edge tensors as PyTorch does: r, r̂, k̃, ṽ, q_i, α;
+ * the reference) and FUSED (keeps only the raw per-edge features and per-destination softmax
+ * statistics and recomputes the per-edge work in tiles, forward and backward; QCNET.md §8.8).
+ *
+ * Three objects, so that whatever serves several layers or applications is computed once:
+ *
+ *   struct qc_attn_graph   the edge set: base edges as CSR by base destination, each with its
+ *                          source row; Q queries per base destination (the decoder's K modes
+ *                          share every base edge, §8.8 "mode redundancy"). Source rows may be
+ *                          de-duplicated by the caller (pl2a: polygon p = src mod P, §8.8
+ *                          "polygon time-broadcast").
+ *   struct qc_attn_edges   the edge context of one edge set in one forward pass: the positional
+ *                          embedding FE(d) of the raw edge features (+ an optional categorical
+ *                          table, the pl2pl edge type). UNFUSED computes r = FE(feat) once and
+ *                          shares it with every layer on the set; FUSED keeps only feat.
+ *   struct qc_attn_kv      the source/edge context of one layer on one edge set: LN_src, k, v
+ *                          per source row, and (UNFUSED) r̂ = LN_r(r), k̃ = k[src] + r̂·W_krᵀ,
+ *                          ṽ = v[src] + r̂·W_vrᵀ + b_vr per base edge. Computed once and used by
+ *                          every application of the layer on the same sources (the decoder's 3
+ *                          recurrent proposal steps, §8.8 "recurrence redundancy").
+ *   application            qc_attn_forward / qc_attn_backward: one set of queries x_dst.
+ *
+ * Order of calls for one training step:
+ *   edges_forward; kv_forward (per layer); forward (per application)
+ *   … loss …
+ *   backward (per application, reverse order); kv_backward (per layer, after all of its
+ *   applications); edges_backward (after every layer on the set).
+ *
+ * Attention edges. Query k of base destination b is x_dst row query_row[b*Q + k]; it receives
+ * the base edges row_ptr[b] .. row_ptr[b+1]-1 in that order (the official per-destination
+ * order). Attention edge (k, e) has id k*E + e (E base edges), and its attention-dropout
+ * element of head h has Philox index (k*E + e)*H + h at site ctx->site. FFN dropout uses site
+ * ctx->site + 1, index row*FF + j. x_dst rows that no query names (or queries with no edges)
+ * get u = 0 and still run the gate, out projection and FFN (QCNET.md §9.2).
+ *
+ * Self-attention (bipartite = false): the caller passes the same x to kv_forward (as x_src)
+ * and forward (as x_dst). One LayerNorm (attn_prenorm_x_src) serves both sides; the input
+ * gradient is the sum of the application's dx_dst and the kv's dx_src (kv_backward with
+ * accum = true adds into the application's dx_dst).
+ *
+ * Gradients: parameter gradients (layer->dw, fe->dw, dcat_table) ACCUMULATE; activation
+ * gradients (dx_dst, dx_src) OVERWRITE unless stated. Reductions follow fixed orders (CSR,
+ * ascending edge, ascending mode), so results are deterministic for a fixed thread count.
+ */
+#ifndef QC_MODEL_QC_ATTENTION_H
+#define QC_MODEL_QC_ATTENTION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qc_fourier.h"
+#include "qc_stash.h"
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum qc_attn_impl { QC_ATTN_UNFUSED = 0, QC_ATTN_FUSED };
+
+/* ---- the layer (parameters) ------------------------------------------------------------- */
+
+struct qc_attn {
+    int64_t D, H, Dh, FF; /* hidden, heads, per-head width (H*Dh = D), FFN width (4D) */
+    bool bipartite;       /* separate LN for x_dst (attn_prenorm_x_dst) */
+    bool has_pos;         /* positional r with LN_r, to_k_r, to_v_r */
+    float scale;          /* Dh^-0.5 (0.25 for Dh = 16) */
+    struct qc_param_table params;
+    /* element offsets (-1 when absent); Linear weights are (out, in) */
+    int64_t o_wq, o_bq, o_wk, o_wv, o_bv, o_wkr, o_wvr, o_bvr, o_ws, o_bs, o_wg, o_bg, o_wo, o_bo;
+    int64_t o_ff0w, o_ff0b, o_ff3w, o_ff3b;
+    int64_t o_ln_src_w, o_ln_src_b, o_ln_dst_w, o_ln_dst_b, o_ln_r_w, o_ln_r_b;
+    int64_t o_ln_post_w, o_ln_post_b, o_ln_ffpre_w, o_ln_ffpre_b, o_ln_ffpost_w, o_ln_ffpost_b;
+    const float *w;     /* parameters (params.numel), bound by the caller */
+    float *dw;          /* gradients, same layout; ACCUMULATED */
+    int64_t tile_edges; /* FUSED: minimum base edges per tile (whole rows per tile), 512 */
+};
+
+/* Builds the parameter table (state_dict suffixes and order of QCNET.md §2.1; for a
+ * self-attention layer attn_prenorm_x_dst is an alias of attn_prenorm_x_src and is not listed). */
+void qc_attn_init(struct qc_attn *l, int64_t D, int64_t H, bool bipartite, bool has_pos);
+void qc_attn_bind(struct qc_attn *l, const float *w, float *dw);
+
+/* ---- the edge set ----------------------------------------------------------------------- */
+
+struct qc_attn_graph {
+    int64_t n_src;            /* rows of x_src */
+    int64_t n_dst;            /* rows of x_dst */
+    int64_t n_bdst;           /* base destinations */
+    int64_t n_query;          /* Q >= 1 queries per base destination */
+    int64_t n_edge;           /* base edges E = row_ptr[n_bdst] */
+    const int64_t *row_ptr;   /* (n_bdst+1) CSR over base destinations */
+    const int64_t *src;       /* (E) source row of each base edge, in [0, n_src) */
+    const int64_t *query_row; /* (n_bdst*Q) x_dst row of query (b,k); NULL = b*Q + k */
+};
+
+/* Checks the graph (sizes, monotone row_ptr, indices in range, no x_dst row named twice).
+ * QC_ERR_INVALID with the offending index on failure. */
+enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g);
+
+/* ---- the edge context ------------------------------------------------------------------- */
+
+struct qc_attn_edges {
+    enum qc_attn_impl impl;
+    const struct qc_attn_graph *g;
+    const struct qc_fourier *fe; /* FE(d) of the edge features; NULL = no positional input */
+    const float *feat;           /* (E,d) raw relative features; caller-owned until backward */
+    const float *cat_table; /* (ncat,D) categorical table added before FE's output LN, or NULL */
+    const int64_t *cat_idx; /* (E) categories in [0,ncat) */
+    int64_t ncat;
+    float *dcat_table; /* (ncat,D) ACCUM, may be NULL */
+    /* owned */
+    int64_t *bdst;            /* (E) base destination of each base edge (CSR segment array) */
+    struct qc_stash fe_stash; /* UNFUSED: FE's stash over E rows (empty when FUSED) */
+    struct qc_stash stash;    /* UNFUSED: "r" (E,D) (empty when FUSED) */
+    float *dr;                /* UNFUSED: (E,D) dL/dr summed over layers, live during backward */
+};
+
+/* Sets up the context and plans its stash tables (bind them before edges_forward; both are
+ * empty for FUSED). fe, feat, cat_*: as above; fe == NULL for layers without positional input.
+ * QC_ERR_NOMEM / QC_ERR_INVALID. */
+enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl impl,
+                                  const struct qc_attn_graph *g, const struct qc_fourier *fe,
+                                  const float *feat, const float *cat_table, const int64_t *cat_idx,
+                                  int64_t ncat, float *dcat_table);
+void qc_attn_edges_deinit(struct qc_attn_edges *ed);
+/* UNFUSED: r = FE(feat [+ cat]) into the stash. FUSED: nothing. */
+enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed);
+/* UNFUSED: FE backward from the accumulated dr (fe->dw, dcat_table ACCUM). FUSED: nothing (the
+ * FE gradients were accumulated by each application's backward). */
+enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed);
+
+/* ---- the source/edge context of one layer ----------------------------------------------- */
+
+struct qc_attn_kv {
+    const struct qc_attn *l;
+    struct qc_attn_edges *ed;
+    struct qc_stash stash; /* see qc_attn_kv_init */
+    /* gradients accumulated by the applications' backward, freed by kv_backward */
+    float *dk, *dv;   /* FUSED: (n_src,D) */
+    float *dkt, *dvt; /* UNFUSED: (E,D) dL/dk̃, dL/dṽ */
+};
+
+/* Plans the stash: x̂_s and LN_src statistics (n_src rows), plus
+ * FUSED: k, v (n_src,D);  UNFUSED: r̂ and LN_r statistics, k̃, ṽ (E rows each).
+ * Bind kv->stash before kv_forward. */
+void qc_attn_kv_init(struct qc_attn_kv *kv, const struct qc_attn *l, struct qc_attn_edges *ed);
+void qc_attn_kv_deinit(struct qc_attn_kv *kv);
+/* x_src (n_src,D), caller-owned until kv_backward. */
+enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src);
+/* dx_src (n_src,D): OVERWRITE, or ACCUM when accum (self-attention). x_src as in forward.
+ * Call once, after every application's backward. UNFUSED: adds dL/dr into ed->dr. */
+enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
+                                   bool accum);
+
+/* ---- one application -------------------------------------------------------------------- */
+
+/* Dropout keying of one application (qc_philox.h). */
+struct qc_attn_ctx {
+    bool training; /* dropout on */
+    float dropout; /* p (0.1) */
+    uint64_t seed; /* run seed */
+    uint32_t step; /* optimizer step */
+    uint32_t site; /* attention-dropout site; the FFN uses site + 1 */
+};
+
+/* Plans the application's stash (node-level tensors for both implementations; UNFUSED adds
+ * q_i (Q*E,D) and α (Q*E,H); FUSED adds q (n_dst,D) and the softmax max and sum (n_dst,H)). */
+void qc_attn_stash_plan(const struct qc_attn_kv *kv, struct qc_stash *st);
+/* out (n_dst,D) OVERWRITE; st planned and bound, filled; x_dst (n_dst,D) caller-owned until
+ * backward. Re-running with the same inputs and ctx reproduces out and st bit for bit. */
+enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,
+                               const float *x_dst, const struct qc_attn_ctx *ctx);
+/* dx_dst (n_dst,D) OVERWRITE; layer->dw ACCUM; the source/edge gradients accumulate in kv
+ * (and, FUSED, into fe->dw and ed->dcat_table). dout (n_dst,D). st, x_dst, ctx as in forward. */
+enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
+                                const struct qc_stash *st, const float *x_dst,
+                                const struct qc_attn_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_MODEL_QC_ATTENTION_H */

@@ -1,0 +1,140 @@
+/*
+ * qc_stash.h — the memory tables of a block: its parameter table and its stash table.
+ *
+ * Parameter table. Every block lists its parameter tensors in QCNet's state_dict order with the
+ * state_dict key suffix ("to_q.weight", "mlps.0.0.bias", ...), shape, element offset in the
+ * block's flat parameter buffer and initialisation kind. Parameters and gradients use the same
+ * layout: grads[offset .. offset+numel) is the gradient of params[offset .. offset+numel).
+ *
+ * Stash table. Everything a block's backward reads that the block itself produced in forward
+ * (activations, statistics, masks) is one entry: name, dtype, shape, bytes and a data pointer.
+ * A block first *plans* its table from the sizes of the call (qc_<block>_stash_plan: no data
+ * yet), the caller then gives it memory (qc_stash_alloc, or qc_stash_bind to memory of its own,
+ * e.g. from the caching allocator), forward fills it and backward reads it. A memory planner can
+ * therefore size, offload or drop every stash from data alone:
+ *   - keep:      leave it bound between forward and backward;
+ *   - offload:   copy the arena out after forward and back before backward (one contiguous
+ *                arena of qc_stash_arena_bytes() bytes, entries at 64-byte aligned offsets);
+ *   - recompute: qc_stash_release() after forward, then before backward bind fresh memory and
+ *                re-run the block's forward from the same inputs: every entry comes back bit
+ *                for bit (dropout masks are drawn from Philox keyed by seed, step, block id and
+ *                element index, never from a stateful generator).
+ * Block inputs (x, r, edge features, index arrays) are NOT in the table: they belong to the
+ * caller, who must keep them alive until backward (backward takes them as arguments again).
+ *
+ * Invariants: bytes(entry) = numel * dtype size; arena_bytes = Σ round_up(bytes, 64);
+ * qc_stash_bytes() = Σ bytes(entry) (what the planner counts).
+ */
+#ifndef QC_MODEL_QC_STASH_H
+#define QC_MODEL_QC_STASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- parameter table ----------------------------------------------------------------------
+
+#define QC_PARAM_NAME_MAX 48
+#define QC_PARAM_MAX      40
+
+/* How QCNet initialises a tensor (QCNET.md §2.4). */
+enum qc_param_init {
+    QC_INIT_LINEAR_W = 0, /* Xavier uniform, a = sqrt(6 / (fan_in + fan_out)) */
+    QC_INIT_ZERO,         /* Linear bias, LayerNorm bias */
+    QC_INIT_ONE,          /* LayerNorm weight */
+    QC_INIT_EMBEDDING,    /* N(0, 0.02^2) (FourierEmbedding.freqs, Embedding) */
+};
+
+struct qc_param_spec {
+    char name[QC_PARAM_NAME_MAX]; /* state_dict key suffix, e.g. "to_q.weight" */
+    int ndim;                     /* 1 or 2 */
+    int64_t ne[2];                /* shape as in PyTorch: [out, in] for Linear weights */
+    int64_t offset;               /* elements from the start of the block's buffer */
+    int64_t numel;                /* ne[0] * (ndim == 2 ? ne[1] : 1) */
+    enum qc_param_init init;
+};
+
+struct qc_param_table {
+    int n;
+    struct qc_param_spec p[QC_PARAM_MAX];
+    int64_t numel; /* Σ numel: size of the block's parameter (and gradient) buffer */
+};
+
+void qc_param_table_init(struct qc_param_table *t);
+/* Appends a tensor at offset t->numel and returns its offset. Aborts past QC_PARAM_MAX. */
+int64_t qc_param_table_add(struct qc_param_table *t, const char *name, int ndim, int64_t ne0,
+                           int64_t ne1, enum qc_param_init init);
+/* Index of the tensor named `name`, or -1. */
+int qc_param_table_find(const struct qc_param_table *t, const char *name);
+/* Fills w[0 .. t->numel) by QCNet's initialisation rules from a seeded generator (not PyTorch's
+ * stream: the distributions match, the values do not). */
+void qc_param_table_init_qcnet(const struct qc_param_table *t, float *w, uint64_t seed);
+
+// ---- stash table --------------------------------------------------------------------------
+
+#define QC_STASH_NAME_MAX 40
+#define QC_STASH_MAX      48
+
+enum qc_stash_dtype { QC_STASH_F32 = 0, QC_STASH_I32, QC_STASH_U8 };
+
+struct qc_stash_entry {
+    char name[QC_STASH_NAME_MAX]; /* e.g. "ln_dst.mean" */
+    enum qc_stash_dtype dtype;
+    int ndim;
+    int64_t ne[4]; /* shape, outermost first */
+    size_t bytes;  /* numel * dtype size */
+    size_t offset; /* bytes from the arena start, multiple of 64 */
+    void *data;    /* arena + offset while bound, else NULL */
+};
+
+struct qc_stash {
+    char block[QC_STASH_NAME_MAX]; /* owner label, e.g. "attn_unfused.app" */
+    int n;
+    struct qc_stash_entry e[QC_STASH_MAX];
+    size_t arena_bytes; /* Σ round_up(bytes, 64) */
+    void *arena;        /* bound memory or NULL */
+    bool owned;         /* arena came from qc_stash_alloc */
+};
+
+/* Empty table labelled `block`. */
+void qc_stash_init(struct qc_stash *s, const char *block);
+/* Frees owned memory and empties the table. */
+void qc_stash_deinit(struct qc_stash *s);
+/* Appends an entry of shape ne[0..ndim) (1 <= ndim <= 4) and returns its index. Must be called
+ * before memory is bound. Aborts past QC_STASH_MAX. */
+int qc_stash_add(struct qc_stash *s, const char *name, enum qc_stash_dtype dtype, int ndim,
+                 int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+/* Binds the entries to a freshly malloc'ed arena (64-byte aligned). QC_ERR_NOMEM on failure. */
+enum qc_status qc_stash_alloc(struct qc_stash *s);
+/* Binds the entries to caller memory of qc_stash_arena_bytes() bytes, 64-byte aligned. The
+ * caller keeps ownership. */
+void qc_stash_bind(struct qc_stash *s, void *base);
+/* Unbinds (and frees, when owned) the memory; the table stays, ready to be bound again. */
+void qc_stash_release(struct qc_stash *s);
+/* Σ entry bytes (payload, without alignment padding). */
+size_t qc_stash_bytes(const struct qc_stash *s);
+static inline size_t qc_stash_arena_bytes(const struct qc_stash *s)
+{
+    return s->arena_bytes;
+}
+/* Index of the entry named `name`, or -1. */
+int qc_stash_find(const struct qc_stash *s, const char *name);
+/* Typed views of entry i (asserts the dtype and that memory is bound). */
+float *qc_stash_f32(const struct qc_stash *s, int i);
+int32_t *qc_stash_i32(const struct qc_stash *s, int i);
+uint8_t *qc_stash_u8(const struct qc_stash *s, int i);
+/* One line per entry: "block name dtype [shape] bytes". */
+void qc_stash_print(const struct qc_stash *s, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_MODEL_QC_STASH_H */

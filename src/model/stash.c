@@ -1,0 +1,236 @@
+/*
+ * stash.c — parameter tables and stash tables of the blocks (qc_stash.h).
+ */
+#include "qc_stash.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- parameter table ----------------------------------------------------------------------
+
+void qc_param_table_init(struct qc_param_table *t)
+{
+    memset(t, 0, sizeof *t);
+}
+
+int64_t qc_param_table_add(struct qc_param_table *t, const char *name, int ndim, int64_t ne0,
+                           int64_t ne1, enum qc_param_init init)
+{
+    QC_ASSERT(t->n < QC_PARAM_MAX, "parameter table full at %s", name);
+    QC_ASSERT(ndim == 1 || ndim == 2, "%s: ndim %d", name, ndim);
+    QC_ASSERT(strlen(name) < QC_PARAM_NAME_MAX, "parameter name too long: %s", name);
+    struct qc_param_spec *p = &t->p[t->n++];
+    memset(p, 0, sizeof *p);
+    strcpy(p->name, name);
+    p->ndim = ndim;
+    p->ne[0] = ne0;
+    p->ne[1] = ndim == 2 ? ne1 : 1;
+    p->numel = ne0 * p->ne[1];
+    p->offset = t->numel;
+    p->init = init;
+    t->numel += p->numel;
+    return p->offset;
+}
+
+int qc_param_table_find(const struct qc_param_table *t, const char *name)
+{
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->p[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* splitmix64 -> uniform double in [0, 1) */
+static double param_uniform(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+void qc_param_table_init_qcnet(const struct qc_param_table *t, float *w, uint64_t seed)
+{
+    uint64_t state = seed ^ 0x51ed2700u;
+    for (int i = 0; i < t->n; i++) {
+        const struct qc_param_spec *p = &t->p[i];
+        float *x = w + p->offset;
+        switch (p->init) {
+        case QC_INIT_LINEAR_W: {
+            double a = sqrt(6.0 / (double)(p->ne[0] + p->ne[1]));
+            for (int64_t j = 0; j < p->numel; j++)
+                x[j] = (float)((2.0 * param_uniform(&state) - 1.0) * a);
+            break;
+        }
+        case QC_INIT_ZERO:
+            memset(x, 0, (size_t)p->numel * sizeof *x);
+            break;
+        case QC_INIT_ONE:
+            for (int64_t j = 0; j < p->numel; j++)
+                x[j] = 1.0f;
+            break;
+        case QC_INIT_EMBEDDING:
+            for (int64_t j = 0; j < p->numel; j++) {
+                double u1 = param_uniform(&state), u2 = param_uniform(&state);
+                double g = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+                x[j] = (float)(0.02 * g);
+            }
+            break;
+        }
+    }
+}
+
+// ---- stash table --------------------------------------------------------------------------
+
+#define STASH_ALIGN ((size_t)64)
+
+static size_t stash_dtype_size(enum qc_stash_dtype dt)
+{
+    switch (dt) {
+    case QC_STASH_F32:
+    case QC_STASH_I32:
+        return 4;
+    case QC_STASH_U8:
+        return 1;
+    }
+    return 0;
+}
+
+static const char *stash_dtype_str(enum qc_stash_dtype dt)
+{
+    switch (dt) {
+    case QC_STASH_F32:
+        return "f32";
+    case QC_STASH_I32:
+        return "i32";
+    case QC_STASH_U8:
+        return "u8";
+    }
+    return "?";
+}
+
+void qc_stash_init(struct qc_stash *s, const char *block)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->block, sizeof s->block, "%s", block);
+}
+
+void qc_stash_deinit(struct qc_stash *s)
+{
+    if (!s)
+        return;
+    qc_stash_release(s);
+    s->n = 0;
+    s->arena_bytes = 0;
+}
+
+int qc_stash_add(struct qc_stash *s, const char *name, enum qc_stash_dtype dtype, int ndim,
+                 int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3)
+{
+    QC_ASSERT(s->n < QC_STASH_MAX, "stash %s full at %s", s->block, name);
+    QC_ASSERT(ndim >= 1 && ndim <= 4, "stash %s: %s: ndim %d", s->block, name, ndim);
+    QC_ASSERT(!s->arena, "stash %s: add %s after memory was bound", s->block, name);
+    QC_ASSERT(strlen(name) < QC_STASH_NAME_MAX, "stash entry name too long: %s", name);
+    struct qc_stash_entry *e = &s->e[s->n];
+    memset(e, 0, sizeof *e);
+    strcpy(e->name, name);
+    e->dtype = dtype;
+    e->ndim = ndim;
+    int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    int64_t numel = 1;
+    for (int d = 0; d < 4; d++) {
+        e->ne[d] = d < ndim ? ne[d] : 1;
+        QC_ASSERT(e->ne[d] >= 0, "stash %s: %s: negative dim", s->block, name);
+        numel *= e->ne[d];
+    }
+    e->bytes = (size_t)numel * stash_dtype_size(dtype);
+    e->offset = s->arena_bytes;
+    s->arena_bytes += (e->bytes + STASH_ALIGN - 1) / STASH_ALIGN * STASH_ALIGN;
+    return s->n++;
+}
+
+void qc_stash_bind(struct qc_stash *s, void *base)
+{
+    QC_ASSERT(((uintptr_t)base % STASH_ALIGN) == 0 || s->arena_bytes == 0,
+              "stash %s: base not 64-byte aligned", s->block);
+    qc_stash_release(s);
+    s->arena = base;
+    s->owned = false;
+    for (int i = 0; i < s->n; i++)
+        s->e[i].data = (char *)base + s->e[i].offset;
+}
+
+enum qc_status qc_stash_alloc(struct qc_stash *s)
+{
+    qc_stash_release(s);
+    size_t n = s->arena_bytes ? s->arena_bytes : STASH_ALIGN;
+    void *p = aligned_alloc(STASH_ALIGN, n);
+    if (!p)
+        return qc_errorf(QC_ERR_NOMEM, "stash %s: cannot allocate %zu bytes", s->block, n);
+    qc_stash_bind(s, p);
+    s->owned = true;
+    return QC_OK;
+}
+
+void qc_stash_release(struct qc_stash *s)
+{
+    if (s->owned)
+        free(s->arena);
+    s->arena = NULL;
+    s->owned = false;
+    for (int i = 0; i < s->n; i++)
+        s->e[i].data = NULL;
+}
+
+size_t qc_stash_bytes(const struct qc_stash *s)
+{
+    size_t b = 0;
+    for (int i = 0; i < s->n; i++)
+        b += s->e[i].bytes;
+    return b;
+}
+
+int qc_stash_find(const struct qc_stash *s, const char *name)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static void *stash_data(const struct qc_stash *s, int i, enum qc_stash_dtype dt)
+{
+    QC_ASSERT(i >= 0 && i < s->n, "stash %s: entry %d of %d", s->block, i, s->n);
+    QC_ASSERT(s->e[i].dtype == dt, "stash %s: %s is %s", s->block, s->e[i].name,
+              stash_dtype_str(s->e[i].dtype));
+    QC_ASSERT(s->e[i].data, "stash %s: %s has no memory bound", s->block, s->e[i].name);
+    return s->e[i].data;
+}
+
+float *qc_stash_f32(const struct qc_stash *s, int i)
+{
+    return stash_data(s, i, QC_STASH_F32);
+}
+
+int32_t *qc_stash_i32(const struct qc_stash *s, int i)
+{
+    return stash_data(s, i, QC_STASH_I32);
+}
+
+uint8_t *qc_stash_u8(const struct qc_stash *s, int i)
+{
+    return stash_data(s, i, QC_STASH_U8);
+}
+
+void qc_stash_print(const struct qc_stash *s, FILE *out)
+{
+    for (int i = 0; i < s->n; i++) {
+        const struct qc_stash_entry *e = &s->e[i];
+        fprintf(out, "%s %-20s %-3s [", s->block, e->name, stash_dtype_str(e->dtype));
+        for (int d = 0; d < e->ndim; d++)
+            fprintf(out, "%s%lld", d ? "," : "", (long long)e->ne[d]);
+        fprintf(out, "] %zu\n", e->bytes);
+    }
+}
