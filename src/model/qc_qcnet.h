@@ -1,0 +1,308 @@
+/*
+ * qc_qcnet.h — the whole QCNet model (QCNET.md §2, §5, §6): map encoder, agent encoder,
+ * decoder, loss and metrics, forward and backward on the CPU backend.
+ *
+ * One model object is built from a struct qc_qcnet_config (any preset's sizes). It owns
+ *   - one flat parameter buffer and one flat gradient buffer of qc_qcnet_num_params() floats,
+ *     laid out in QCNet's state_dict order with the alias keys left out (every block's
+ *     parameter table is bound at an offset into them), so AdamW runs over flat arrays;
+ *   - the key table: every state_dict key (alias keys included) with its shape, offset into
+ *     the flat buffer, weight-decay group (QCNET.md §2.5) and alias target;
+ *   - the activations and stashes of one forward pass, obtained through an allocation hook
+ *     (struct qc_qcnet_alloc; default malloc) with a tag per allocation, so the trainer can put
+ *     the caching allocator under them. They live from qc_qcnet_forward until
+ *     qc_qcnet_release (or the next forward).
+ *
+ * One training step:
+ *     qc_qcnet_forward(m, batch, &ctx, &out);     predictions (views valid until release)
+ *     qc_qcnet_loss(m, &loss);                    QCNet's training loss on that forward
+ *     qc_qcnet_backward(m, scale);                d(scale·loss)/dparam ACCUMULATED in grads
+ *     qc_qcnet_release(m);                        activations back to the hook
+ *     ... AdamW over qc_qcnet_params() / qc_qcnet_grads() with qc_qcnet_param_groups() ...
+ *     qc_qcnet_zero_grad(m);
+ * Gradient accumulation = several forward/loss/backward/release rounds before the optimizer
+ * step (scale = 1/number of micro-batches gives the mean of their losses).
+ *
+ * Faithfulness (QCNET.md §9): every agent-step and every query is computed, valid or not;
+ * detaches, cumsums, mode-major/agent-major reorders and mask copies follow the Python.
+ * Dropout (train mode only) is drawn from Philox keyed by (ctx.seed, ctx.step, site), with the
+ * sites assigned deterministically by the model (qc_attention.h): two runs give the same bits.
+ * The attention implementation (config.attention) is fused or unfused behind one interface;
+ * unfused materialises the per-edge tensors like PyTorch (the reference path).
+ *
+ * Thread safety: one model is used from one thread at a time; the CPU ops use OpenMP inside.
+ */
+#ifndef QC_MODEL_QC_QCNET_H
+#define QC_MODEL_QC_QCNET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_attention.h" /* enum qc_attn_impl */
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qc_batch;       /* qc_batch.h: the collated batch with its graph (has_graph) */
+struct qc_safetensors; /* qc_safetensors.h: an open file */
+struct qc_st_writer;   /* qc_safetensors.h: a writer */
+
+// ---- configuration ------------------------------------------------------------------------
+
+/* The model's hyper-parameters (QCNET.md §1). Field names are those of struct qc_config
+ * (src/config/qc_config.h), which the trainer copies over; the graph hyper-parameters (radii,
+ * time_span, num_t2m_steps, max_num_neighbors) belong to qc_graph_params, not to the model. */
+struct qc_qcnet_config {
+    int64_t hidden_dim;           /* D, 128 */
+    int64_t num_heads;            /* H, 8 */
+    int64_t head_dim;             /* Dh, 16; H*Dh == D */
+    int64_t num_freq_bands;       /* F, 64 */
+    int64_t num_historical_steps; /* T, 50 (the data layout fixes it: only 50 is supported) */
+    int64_t num_future_steps;     /* Tf, 60 (only 60 is supported) */
+    int64_t num_modes;            /* K, 6 */
+    int64_t num_recurrent_steps;  /* R, 3; must divide Tf */
+    int64_t num_map_layers;       /* 1 */
+    int64_t num_agent_layers;     /* 2 */
+    int64_t num_dec_layers;       /* 2 */
+    double dropout;               /* 0.1: attention weights and every FFN, train mode only */
+    enum qc_attn_impl attention;  /* QC_ATTN_UNFUSED (reference) or QC_ATTN_FUSED */
+};
+
+/* The official AV2 configuration (QCNET.md §1), unfused attention. */
+void qc_qcnet_config_default(struct qc_qcnet_config *cfg);
+/* The configuration of ../shared/data/qcnet-parity-tiny: D 32, 2 heads x 16, F 8, rest AV2. */
+void qc_qcnet_config_parity_tiny(struct qc_qcnet_config *cfg);
+/* Checks ranges and cross-field constraints. QC_ERR_INVALID naming the field. */
+enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *cfg);
+
+// ---- allocation hook ----------------------------------------------------------------------
+
+/* Where activations and stashes come from. alloc returns memory aligned to at least 64 bytes,
+ * or NULL (the model then fails with QC_ERR_NOMEM naming the tag); tag names the tensor,
+ * e.g. "decoder.t2m_propose_attn_layers.0/app1.stash". free receives the pointer and the
+ * size that was asked for. Called only from the thread running the model. */
+struct qc_qcnet_alloc {
+    void *(*alloc)(void *ctx, size_t bytes, const char *tag);
+    void (*free)(void *ctx, void *p, size_t bytes);
+    void *ctx;
+};
+
+/* The default hook: aligned_alloc(64, ·) / free. */
+extern const struct qc_qcnet_alloc qc_qcnet_alloc_malloc;
+
+// ---- lifecycle ----------------------------------------------------------------------------
+
+struct qc_qcnet;
+
+/* Builds the model: key table, block tables, parameter and gradient buffers (zeroed; call
+ * qc_qcnet_init_params or a load before use). QC_ERR_INVALID for a bad config, QC_ERR_NOMEM. */
+enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
+/* Frees everything (activations included). NULL is a no-op. */
+void qc_qcnet_destroy(struct qc_qcnet *m);
+/* The configuration the model was built with. */
+const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
+/* Replaces the allocation hook (NULL = default). Only between steps (no live activations). */
+void qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
+/* Switches the attention implementation (the parameters are the same). Only between steps. */
+void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
+
+// ---- parameters ---------------------------------------------------------------------------
+
+#define QC_QCNET_KEY_MAX 96 /* bytes of a state_dict key, NUL included */
+
+/* Initialisation rule of a tensor (QCNET.md §2.4). */
+enum qc_qcnet_init {
+    QC_QCNET_INIT_XAVIER = 0, /* Linear weight: U(−a, a), a = sqrt(6 / (fan_in + fan_out)) */
+    QC_QCNET_INIT_ZERO,       /* biases, LayerNorm bias, traj_emb_h0 */
+    QC_QCNET_INIT_ONE,        /* LayerNorm weight */
+    QC_QCNET_INIT_NORMAL002,  /* Embedding and Fourier freqs: N(0, 0.02²) */
+    QC_QCNET_INIT_GRU_IH,     /* GRU weight_ih: Xavier per [D,D] row block (a = sqrt(6/2D)) */
+    QC_QCNET_INIT_GRU_HH,     /* GRU weight_hh: an orthogonal matrix per [D,D] row block */
+};
+
+/* One state_dict key. Alias keys (attn_prenorm_x_dst.* of the self-attention layers) have
+ * alias_of >= 0 (the index of the key they share storage with) and the same offset. */
+struct qc_qcnet_key {
+    char name[QC_QCNET_KEY_MAX]; /* e.g. "decoder.m2m_refine_attn_layer.to_q.weight" */
+    int ndim;                    /* 1 or 2 */
+    int64_t shape[2];            /* PyTorch shape ([out, in] for Linear weights; [1,D] h0) */
+    int64_t offset;              /* elements from the start of the flat parameter buffer */
+    int64_t numel;
+    bool decay; /* AdamW decay group (QCNET.md §2.5) */
+    enum qc_qcnet_init init;
+    int alias_of; /* -1, or the index of the key this one aliases */
+};
+
+/* Total distinct parameters (7,660,673 for the AV2 config). */
+int64_t qc_qcnet_num_params(const struct qc_qcnet *m);
+/* The flat buffers (qc_qcnet_num_params floats each). grads are ACCUMULATED by backward. */
+float *qc_qcnet_params(struct qc_qcnet *m);
+float *qc_qcnet_grads(struct qc_qcnet *m);
+void qc_qcnet_zero_grad(struct qc_qcnet *m);
+
+/* Every state_dict key in QCNet's order (949 for the AV2 config, 14 of them aliases). */
+int qc_qcnet_num_keys(const struct qc_qcnet *m);
+const struct qc_qcnet_key *qc_qcnet_key_at(const struct qc_qcnet *m, int i);
+/* Index of the key called name, or -1. */
+int qc_qcnet_key_find(const struct qc_qcnet *m, const char *name);
+
+/* The AdamW parameter groups as segments of the flat buffer: tensor s (distinct tensors only,
+ * in state_dict order) covers [offsets[s], offsets[s+1]) and is in the decay group iff
+ * decay[s]. Arrays owned by the model; the shape of qc_adamw_step_segments_cpu's arguments. */
+void qc_qcnet_param_groups(const struct qc_qcnet *m, const int64_t **offsets, const uint8_t **decay,
+                           int64_t *num_tensors);
+
+/* Initialises every parameter by QCNet's rules (QCNET.md §2.4) from seed (a splitmix/Box-Muller
+ * stream in key order: the distributions of PyTorch, not its values). Deterministic. */
+void qc_qcnet_init_params(struct qc_qcnet *m, uint64_t seed);
+
+/* Loads every parameter from an open safetensors file whose names are QCNet's state_dict keys
+ * (prefix, e.g. "" or "model.", is prepended to every key looked up). Alias keys may be present
+ * (ignored; the storage comes from the aliased key) or absent. Tensors must be F32 with exactly
+ * the model's shape. Errors (QC_ERR_INVALID), naming the first offending key in state_dict order:
+ * missing key; shape mismatch (both shapes, "checkpoint [128,129] vs model [32,17]"); wrong
+ * dtype; and a key under "<prefix>encoder." / "<prefix>decoder." that this model does not have
+ * (a checkpoint of a deeper configuration). Other tensors are ignored (optimizer state). The
+ * parameters are unchanged on error. */
+enum qc_status qc_qcnet_load_st(struct qc_qcnet *m, const struct qc_safetensors *st,
+                                const char *prefix);
+/* qc_qcnet_load_st on the file at path (opened and closed here), prefix "". */
+enum qc_status qc_qcnet_load(struct qc_qcnet *m, const char *path);
+
+/* Adds the parameters to a writer under prefix + key (prefix may be NULL): every distinct
+ * tensor, and the alias keys as copies when with_aliases (PyTorch's load_state_dict needs them
+ * in strict mode). The data are referenced, not copied: keep the model unchanged until the
+ * writer has written. */
+enum qc_status qc_qcnet_add_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
+                                      const char *prefix, bool with_aliases);
+/* Adds a float buffer laid out like the parameters (gradients, Adam moments) under
+ * prefix + key for every distinct tensor. */
+enum qc_status qc_qcnet_add_buffer_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
+                                             const char *prefix, const float *buf);
+/* Reads such a buffer back (every distinct key under prefix, F32, the model's shapes). */
+enum qc_status qc_qcnet_read_buffer(const struct qc_qcnet *m, const struct qc_safetensors *st,
+                                    const char *prefix, float *buf);
+/* Writes the parameters (with alias copies) plus metadata "format" = "pt" and "qcnet_config"
+ * (JSON of the config) to path atomically. */
+enum qc_status qc_qcnet_save(const struct qc_qcnet *m, const char *path);
+
+/* Config as a one-line JSON object with QCNet's hyper-parameter names (hidden_dim, ...), for
+ * checkpoint metadata. Writes at most n bytes (NUL included); returns the length needed. */
+size_t qc_qcnet_config_json(const struct qc_qcnet_config *cfg, char *buf, size_t n);
+
+/* One AdamW step over the whole model (qc_adamw_step_segments_cpu with the two groups):
+ * params updated from grads; adam_m, adam_v (num_params each) the moments, updated. */
+void qc_qcnet_adamw_step(struct qc_qcnet *m, float *adam_m, float *adam_v, double lr,
+                         double weight_decay, double beta1, double beta2, double eps, int64_t step);
+
+// ---- forward ------------------------------------------------------------------------------
+
+struct qc_qcnet_ctx {
+    bool training;      /* dropout on (config.dropout); off = eval mode */
+    bool need_backward; /* keep what backward needs (false: eval, stashes may be dropped early) */
+    uint64_t seed;      /* run seed (dropout key) */
+    uint32_t step;      /* optimizer step (dropout counter); micro-batches of one step should
+                           pass distinct values of micro (below) */
+    uint32_t micro;     /* micro-batch index within the step (gradient accumulation) */
+};
+
+/* The model's outputs (QCNet's names and shapes; A agents, K modes, S = 60 future steps).
+ * Views into model memory, valid until qc_qcnet_release / the next forward. */
+struct qc_qcnet_output {
+    int64_t A, K, S, D;
+    int64_t P, Pt;                  /* polygons, points */
+    const float *loc_propose_pos;   /* (A,K,S,2) cumulative, agent frame */
+    const float *scale_propose_pos; /* (A,K,S,2) */
+    const float *loc_refine_pos;    /* (A,K,S,2) */
+    const float *scale_refine_pos;  /* (A,K,S,2) */
+    const float *pi;                /* (A,K) logits */
+    const float *x_pt;              /* (Pt,D) map-encoder point features */
+    const float *x_pl;              /* (P,D) map-encoder polygon features (x_pl[:, t], any t) */
+    const float *x_a;               /* (A,T,D) agent-encoder output */
+};
+
+/* Runs the encoders and the decoder on batch (which must hold its graph: has_graph). The batch
+ * must stay alive and unchanged until qc_qcnet_release. Frees the previous step's activations
+ * first. QC_ERR_INVALID when the batch does not fit the model (graph missing, K differs),
+ * QC_ERR_NOMEM from the allocation hook (everything allocated so far is released). */
+enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch,
+                                const struct qc_qcnet_ctx *ctx, struct qc_qcnet_output *out);
+
+// ---- loss ---------------------------------------------------------------------------------
+
+/* QCNet's training loss (QCNET.md §6.1). */
+struct qc_qcnet_loss {
+    float loss; /* reg_loss_propose + reg_loss_refine + cls_loss */
+    float reg_loss_propose;
+    float reg_loss_refine;
+    float cls_loss;
+    const int64_t *best_mode; /* (A) chosen on the proposal; valid until release */
+    int64_t num_agents;
+};
+
+/* Computes the loss of the last forward against the batch's targets (batch->target, or the
+ * TargetBuilder output computed here when the batch has none). */
+enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out);
+
+// ---- backward -----------------------------------------------------------------------------
+
+/* Back-propagates dloss_scale · loss (the last qc_qcnet_loss) through the whole model and
+ * ACCUMULATES the parameter gradients into qc_qcnet_grads(). Requires a forward with
+ * need_backward and a loss. Stashes are freed as backward passes them. */
+enum qc_status qc_qcnet_backward(struct qc_qcnet *m, float dloss_scale);
+
+/* Gives every activation and stash back to the allocation hook. Idempotent. */
+void qc_qcnet_release(struct qc_qcnet *m);
+
+// ---- memory accounting ----------------------------------------------------------------------
+
+struct qc_qcnet_mem {
+    size_t bytes_live;   /* activations + stashes held now through the hook */
+    size_t bytes_peak;   /* peak of bytes_live since creation or the last reset */
+    size_t bytes_stash;  /* Σ stash-table payload of the last forward (what backward reads) */
+    size_t bytes_params; /* parameters + gradients (malloc'ed at create, not via the hook) */
+    int64_t n_allocs;    /* hook calls since creation */
+};
+void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out);
+void qc_qcnet_mem_reset_peak(struct qc_qcnet *m);
+/* One line per block of the last forward: "<block> <stash bytes>" in forward order, then the
+ * total. */
+void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out);
+
+// ---- metrics (QCNET.md §6.2) ------------------------------------------------------------------
+
+/* Sums over agents, merged across batches (and ranks) by adding. */
+struct qc_qcnet_metrics {
+    double sum_min_ade;
+    double sum_min_fde;
+    double sum_miss;  /* agents with minFDE > 2 m */
+    double sum_brier; /* Σ (1 − p_k̂)² */
+    int64_t count;    /* focal agents with at least one valid future step */
+};
+
+struct qc_qcnet_metric_values {
+    double min_ade, min_fde, miss_rate, brier, brier_min_fde; /* brier_min_fde = minFDE + Brier */
+    int64_t count;
+};
+
+void qc_qcnet_metrics_reset(struct qc_qcnet_metrics *mt);
+/* Adds the focal agents (category == 3) of one batch: loc (A,K,S,2) refined locations,
+ * pi (A,K) logits, target (A,S,4) (x, y first), predict_mask (A,T+S), category (A). */
+void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, const float *pi,
+                             const float *target, const uint8_t *predict_mask,
+                             const uint8_t *category, int64_t A, int64_t K, int64_t T, int64_t S);
+/* The same from the last forward of m and its batch (targets as in qc_qcnet_loss). */
+enum qc_status qc_qcnet_metrics_update_model(struct qc_qcnet_metrics *mt, struct qc_qcnet *m);
+void qc_qcnet_metrics_merge(struct qc_qcnet_metrics *dst, const struct qc_qcnet_metrics *src);
+/* Means (0 when count == 0). */
+void qc_qcnet_metrics_compute(const struct qc_qcnet_metrics *mt, struct qc_qcnet_metric_values *v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_MODEL_QC_QCNET_H */

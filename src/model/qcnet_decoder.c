@@ -1,0 +1,300 @@
+/*
+ * qcnet_decoder.c — QCNet's decoder (QCNET.md §5.4), forward and backward.
+ *
+ * Queries: m0 = mode_emb tiled over the agents, agent-major (row a·K + k), for every agent.
+ * Proposal: R recurrent steps reuse the same layers (their source/edge contexts are computed
+ * once, §8.8); per layer t2m (agent-major queries) → transpose to mode-major → pl2m → a2m →
+ * back to agent-major; then the shared m2m_propose layer and the two heads. The R head outputs
+ * are concatenated, loc_propose = cumsum, scale_propose = cumsum(ELU + 1) + 0.1.
+ * Refinement: y = FE(2)(loc_propose.detach()), time-major GRU from traj_emb_h0, the refine
+ * layers and m2m_refine, then loc_refine = head + loc_propose.detach(),
+ * scale_refine = (ELU(head) + 1) + 0.1 and pi.
+ * Sources: x_t = the agent encoder output (50A rows, agent-major), X_pl = the map encoder
+ * output (P rows: the Python's K-fold repeat is the graph's base-edge sharing), X_a = x_a[:,49]
+ * (A rows).
+ */
+#include <string.h>
+
+#include "qc_batch.h"
+#include "qc_graph.h"
+#include "qc_kernels.h"
+#include "qc_qcnet.h"
+#include "qcnet_internal.h"
+
+/* One (t2m, pl2m, a2m) layer group on agent-major queries q (KA,D); *out agent-major. */
+static enum qc_status group_forward(struct qc_qcnet *m, const struct qcnet_layer *t2m,
+                                    const struct qcnet_layer *pl2m, const struct qcnet_layer *a2m,
+                                    struct qc_attn_kv *kv_t2m, struct qc_attn_kv *kv_pl2m,
+                                    struct qc_attn_kv *kv_a2m, const float *q, int *app_t2m,
+                                    int *app_pl2m, int *app_a2m, float **out)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int64_t A = t->A, K = t->K, D = m->D;
+    float *x, *xm, *xa;
+    char tag[QC_QCNET_KEY_MAX + 32];
+    *app_t2m = t->n_app;
+    QC_TRY(qcnet_attn_apply(m, t2m, kv_t2m, false, q, t->x_a, t2m->prefix, &x));
+    snprintf(tag, sizeof tag, "%s/mode_major", t2m->prefix);
+    QC_TRY(qcnet_falloc(m, K * A * D, tag, &xm));
+    qc_transpose01_forward_cpu(xm, x, A, K, D); /* [A,K,D] → [K,A,D] */
+    *app_pl2m = t->n_app;
+    QC_TRY(qcnet_attn_apply(m, pl2m, kv_pl2m, false, xm, t->x_pl, pl2m->prefix, &x));
+    *app_a2m = t->n_app;
+    QC_TRY(qcnet_attn_apply(m, a2m, kv_a2m, false, x, t->xa49, a2m->prefix, &x));
+    snprintf(tag, sizeof tag, "%s/agent_major", a2m->prefix);
+    QC_TRY(qcnet_falloc(m, K * A * D, tag, &xa));
+    qc_transpose01_forward_cpu(xa, x, K, A, D); /* [K,A,D] → [A,K,D] */
+    *out = xa;
+    return QC_OK;
+}
+
+/* Backward of a group: din (KA,D) OVERWRITE (agent-major) from dout (agent-major; din may be
+ * dout). w1, w2: (KA,D) scratch. */
+static enum qc_status group_backward(struct qc_qcnet *m, int app_t2m, int app_pl2m, int app_a2m,
+                                     float *din, const float *dout, float *w1, float *w2)
+{
+    const int64_t A = m->tape.A, K = m->tape.K, D = m->D;
+    qc_transpose01_backward_cpu(w1, dout, K, A, D);
+    QC_TRY(qcnet_attn_app_backward(m, app_a2m, w2, w1));
+    QC_TRY(qcnet_attn_app_backward(m, app_pl2m, w1, w2));
+    qc_transpose01_backward_cpu(w2, w1, A, K, D);
+    return qcnet_attn_app_backward(m, app_t2m, din, w2);
+}
+
+static enum qc_status stage_kv(struct qc_qcnet *m, int i, bool refine)
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qc_attn_kv *kt = refine ? &t->kv_t2m_r[i] : &t->kv_t2m_p[i];
+    struct qc_attn_kv *kp = refine ? &t->kv_pl2m_r[i] : &t->kv_pl2m_p[i];
+    struct qc_attn_kv *ka = refine ? &t->kv_a2m_r[i] : &t->kv_a2m_p[i];
+    QC_TRY(qcnet_kv_setup(m, kt, refine ? &m->t2m_r[i] : &m->t2m_p[i], QC_EDGE_T2M, t->x_a));
+    QC_TRY(qcnet_kv_setup(m, kp, refine ? &m->pl2m_r[i] : &m->pl2m_p[i], QC_EDGE_PL2M, t->x_pl));
+    QC_TRY(qcnet_kv_setup(m, ka, refine ? &m->a2m_r[i] : &m->a2m_p[i], QC_EDGE_A2M, t->xa49));
+    return QC_OK;
+}
+
+enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int64_t A = t->A, K = t->K, D = m->D, T = QCNET_T, S = QCNET_S, R = m->R;
+    const int64_t KA = K * A, O = m->head_out, S2 = S * 2;
+    t->R = R;
+    /* X_a = x_a[:, 49] */
+    QC_TRY(qcnet_falloc(m, A * D, "decoder/x_a_last", &t->xa49));
+    for (int64_t a = 0; a < A; a++)
+        memcpy(t->xa49 + a * D, t->x_a + (a * T + T - 1) * D, (size_t)D * sizeof(float));
+    /* m0[a·K + k] = mode_emb[k] */
+    QC_TRY(qcnet_falloc(m, KA * D, "decoder/m0", &t->m0));
+    qc_tile_forward_cpu(t->m0, m->params + m->o_mode_emb, K, A, D);
+
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_T2M, &m->r_t2m_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2M, &m->r_pl2m_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_A2M, &m->r_a2m_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_M2M, NULL, NULL, NULL, 0, NULL));
+
+    // ---- proposal
+    for (int64_t i = 0; i < m->NL_dec; i++)
+        QC_TRY(stage_kv(m, (int)i, false));
+    float *sp_cat;
+    QC_TRY(qcnet_falloc(m, KA * S2, "decoder/loc_propose_increments", &t->lp_cat));
+    QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_propose_elu", &sp_cat));
+    t->sp_elu = sp_cat;
+    const float *q = t->m0;
+    char tag[QC_QCNET_KEY_MAX + 32];
+    for (int64_t r = 0; r < R; r++) {
+        for (int64_t i = 0; i < m->NL_dec; i++) {
+            float *x;
+            QC_TRY(group_forward(m, &m->t2m_p[i], &m->pl2m_p[i], &m->a2m_p[i], &t->kv_t2m_p[i],
+                                 &t->kv_pl2m_p[i], &t->kv_a2m_p[i], q, &t->app_t2m_p[r][i],
+                                 &t->app_pl2m_p[r][i], &t->app_a2m_p[r][i], &x));
+            q = x;
+        }
+        float *x;
+        t->app_m2m_p[r] = t->n_app;
+        QC_TRY(qcnet_attn_self(m, &m->m2m_p, &t->ed[QC_EDGE_M2M], q, m->m2m_p.prefix, &x));
+        t->m_prop_out[r] = x;
+        q = x;
+        float *h;
+        snprintf(tag, sizeof tag, "decoder.to_loc_propose_pos/step%lld", (long long)r);
+        QC_TRY(qcnet_mlp_forward(m, &m->to_loc_p, &t->st_loc_p[r], tag, q, KA, &h));
+        qc_copy2d_cpu(t->lp_cat + r * O, S2, h, O, KA, O, false);
+        qcnet_free(m, h);
+        snprintf(tag, sizeof tag, "decoder.to_scale_propose_pos/step%lld", (long long)r);
+        QC_TRY(qcnet_mlp_forward(m, &m->to_scale_p, &t->st_scale_p[r], tag, q, KA, &h));
+        qc_copy2d_cpu(sp_cat + r * O, S2, h, O, KA, O, false);
+        qcnet_free(m, h);
+    }
+    QC_TRY(qcnet_falloc(m, KA * S2, "decoder/loc_propose_pos", &t->loc_propose));
+    qc_cumsum_forward_cpu(t->loc_propose, t->lp_cat, KA, S, 2);
+    qc_elu_forward_cpu(t->sp_elu, sp_cat, KA * S2);
+    QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_propose_pos", &t->scale_propose));
+    qc_add_scalar_forward_cpu(t->scale_propose, t->sp_elu, 1.0f, KA * S2);
+    qc_cumsum_forward_cpu(t->scale_propose, t->scale_propose, KA, S, 2);
+    qc_add_scalar_forward_cpu(t->scale_propose, t->scale_propose, 0.1f, KA * S2);
+
+    // ---- refinement: GRU over the embedded (detached) proposal
+    QC_TRY(qcnet_fe_forward(m, &m->y_emb, &t->st_y, "decoder.y_emb", t->loc_propose, NULL, KA * S,
+                            &t->y));
+    QC_TRY(qcnet_falloc(m, S * KA * D, "decoder/traj_emb.input", &t->y_tm));
+    qc_transpose01_forward_cpu(t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
+    if (!t->need_backward) {
+        qcnet_free(m, t->y);
+        t->y = NULL;
+    }
+    float *h0, *scratch;
+    QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.h0", &h0));
+    qc_tile_forward_cpu(h0, m->params + m->o_h0, 1, KA, D);
+    QC_TRY(qcnet_falloc(m, (S + 1) * KA * D, "decoder/traj_emb.hs", &t->gru_hs));
+    QC_TRY(qcnet_falloc(m, S * KA * 4 * D, "decoder/traj_emb.gates", &t->gru_gates));
+    QC_TRY(qcnet_falloc(m, qc_gru_forward_scratch_numel(S, KA, D), "scratch/gru", &scratch));
+    const float *w = m->params;
+    qc_gru_forward_cpu(t->gru_hs, t->gru_gates, t->y_tm, h0, w + m->o_gru_wih, w + m->o_gru_bih,
+                       w + m->o_gru_whh, w + m->o_gru_bhh, S, KA, D, D, scratch);
+    qcnet_free(m, scratch);
+    qcnet_free(m, h0);
+    t->m_ref_in = t->gru_hs + S * KA * D;
+    for (int64_t i = 0; i < m->NL_dec; i++)
+        QC_TRY(stage_kv(m, (int)i, true));
+    q = t->m_ref_in;
+    for (int64_t i = 0; i < m->NL_dec; i++) {
+        float *x;
+        QC_TRY(group_forward(m, &m->t2m_r[i], &m->pl2m_r[i], &m->a2m_r[i], &t->kv_t2m_r[i],
+                             &t->kv_pl2m_r[i], &t->kv_a2m_r[i], q, &t->app_t2m_r[i],
+                             &t->app_pl2m_r[i], &t->app_a2m_r[i], &x));
+        q = x;
+    }
+    t->app_m2m_r = t->n_app;
+    QC_TRY(qcnet_attn_self(m, &m->m2m_r, &t->ed[QC_EDGE_M2M], q, m->m2m_r.prefix, &t->m_ref));
+
+    // ---- refinement heads
+    QC_TRY(qcnet_mlp_forward(m, &m->to_loc_r, &t->st_loc_r, "decoder.to_loc_refine_pos", t->m_ref,
+                             KA, &t->loc_refine));
+    qc_add_forward_cpu(t->loc_refine, t->loc_refine, t->loc_propose, KA * S2);
+    QC_TRY(qcnet_mlp_forward(m, &m->to_scale_r, &t->st_scale_r, "decoder.to_scale_refine_pos",
+                             t->m_ref, KA, &t->sr_elu));
+    qc_elu_forward_cpu(t->sr_elu, t->sr_elu, KA * S2);
+    QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_refine_pos", &t->scale_refine));
+    qc_add_scalar_forward_cpu(t->scale_refine, t->sr_elu, 1.0f, KA * S2);
+    qc_add_scalar_forward_cpu(t->scale_refine, t->scale_refine, 0.1f, KA * S2);
+    QC_TRY(qcnet_mlp_forward(m, &m->to_pi, &t->st_pi, "decoder.to_pi", t->m_ref, KA, &t->pi));
+    return QC_OK;
+}
+
+/* dq += the input gradient of head mlp (dout (N,O)); tmp (N,D) scratch. */
+static enum qc_status head_backward(struct qc_qcnet *m, const struct qc_mlp *mlp,
+                                    struct qc_stash *st, const float *x, const float *dout,
+                                    float *dq, float *tmp, int64_t N)
+{
+    QC_TRY(qc_mlp_backward(mlp, tmp, dout, st, x, N));
+    qc_add_forward_cpu(dq, dq, tmp, N * m->D);
+    qcnet_stash_free(m, st);
+    return QC_OK;
+}
+
+enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
+                                      const float *dscale_p, const float *dloc_r,
+                                      const float *dscale_r, const float *dpi, float *dx_pl,
+                                      float *dx_a)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int64_t A = t->A, K = t->K, D = m->D, T = QCNET_T, S = QCNET_S, R = t->R;
+    const int64_t KA = K * A, O = m->head_out, S2 = S * 2;
+    float *dq, *w1, *w2, *tmp, *dh, *dxa49;
+    QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.q", &dq));
+    QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.w1", &w1));
+    QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.w2", &w2));
+    QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.tmp", &tmp));
+    QC_TRY(qcnet_falloc(m, KA * S2, "grad/decoder.head", &dh));
+    QC_TRY(qcnet_zalloc(m, A * D, "grad/decoder.x_a_last", &dxa49));
+
+    // ---- refinement heads → d m_ref
+    QC_TRY(qc_mlp_backward(&m->to_pi, dq, dpi, &t->st_pi, t->m_ref, KA));
+    qcnet_stash_free(m, &t->st_pi);
+    QC_TRY(head_backward(m, &m->to_loc_r, &t->st_loc_r, t->m_ref, dloc_r, dq, tmp, KA));
+    qc_elu_backward_cpu(dh, dscale_r, t->sr_elu, KA * S2); /* the +1 and +0.1 pass through */
+    QC_TRY(head_backward(m, &m->to_scale_r, &t->st_scale_r, t->m_ref, dh, dq, tmp, KA));
+
+    // ---- refine layers
+    QC_TRY(qcnet_attn_app_backward(m, t->app_m2m_r, tmp, dq));
+    for (int64_t i = m->NL_dec - 1; i >= 0; i--)
+        QC_TRY(group_backward(m, t->app_t2m_r[i], t->app_pl2m_r[i], t->app_a2m_r[i], tmp, tmp, w1,
+                              w2));
+    for (int64_t i = 0; i < m->NL_dec; i++) {
+        QC_TRY(qcnet_kv_backward(m, &t->kv_t2m_r[i], dx_a, t->x_a));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2m_r[i], dx_pl, t->x_pl));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_a2m_r[i], dxa49, t->xa49));
+    }
+
+    // ---- GRU and y_emb (the proposal input is detached: no gradient to loc_propose)
+    {
+        float *dy_tm, *dh0, *scratch;
+        QC_TRY(qcnet_falloc(m, S * KA * D, "grad/decoder.traj_emb.input", &dy_tm));
+        QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.traj_emb.h0", &dh0));
+        QC_TRY(qcnet_falloc(m, qc_gru_backward_scratch_numel(S, KA, D), "scratch/gru_backward",
+                            &scratch));
+        float *g = m->grads;
+        const float *w = m->params;
+        qc_gru_backward_cpu(dy_tm, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
+                            g + m->o_gru_bhh, tmp, t->gru_hs, t->gru_gates, t->y_tm,
+                            w + m->o_gru_wih, w + m->o_gru_whh, S, KA, D, D, scratch);
+        qcnet_free(m, scratch);
+        qc_tile_backward_cpu(g + m->o_h0, dh0, 1, KA, D, true);
+        qcnet_free(m, dh0);
+        float *dy;
+        QC_TRY(qcnet_falloc(m, KA * S * D, "grad/decoder.y_emb", &dy));
+        qc_transpose01_backward_cpu(dy, dy_tm, KA, S, D);
+        qcnet_free(m, dy_tm);
+        QC_TRY(qc_fourier_backward(&m->y_emb, NULL, NULL, dy, &t->st_y, t->loc_propose, KA * S));
+        qcnet_stash_free(m, &t->st_y);
+        qcnet_free(m, dy);
+    }
+
+    // ---- proposal: cumsum / ELU backward, then the recurrent steps in reverse
+    float *dlp, *dsp;
+    QC_TRY(qcnet_falloc(m, KA * S2, "grad/decoder.loc_propose_increments", &dlp));
+    QC_TRY(qcnet_falloc(m, KA * S2, "grad/decoder.scale_propose", &dsp));
+    qc_cumsum_backward_cpu(dlp, dloc_p, KA, S, 2);
+    qc_cumsum_backward_cpu(dsp, dscale_p, KA, S, 2);
+    qc_elu_backward_cpu(dsp, dsp, t->sp_elu, KA * S2);
+    float *dho;
+    QC_TRY(qcnet_falloc(m, KA * O, "grad/decoder.propose_head", &dho));
+    memset(dq, 0, (size_t)(KA * D) * sizeof *dq); /* the last proposal state feeds only heads */
+    for (int64_t r = R - 1; r >= 0; r--) {
+        const float *qr = t->m_prop_out[r];
+        qc_copy2d_cpu(dho, O, dlp + r * O, S2, KA, O, false);
+        QC_TRY(head_backward(m, &m->to_loc_p, &t->st_loc_p[r], qr, dho, dq, tmp, KA));
+        qc_copy2d_cpu(dho, O, dsp + r * O, S2, KA, O, false);
+        QC_TRY(head_backward(m, &m->to_scale_p, &t->st_scale_p[r], qr, dho, dq, tmp, KA));
+        QC_TRY(qcnet_attn_app_backward(m, t->app_m2m_p[r], tmp, dq));
+        for (int64_t i = m->NL_dec - 1; i >= 0; i--)
+            QC_TRY(group_backward(m, t->app_t2m_p[r][i], t->app_pl2m_p[r][i], t->app_a2m_p[r][i],
+                                  tmp, tmp, w1, w2));
+        memcpy(dq, tmp, (size_t)(KA * D) * sizeof *dq);
+    }
+    qcnet_free(m, dho);
+    qcnet_free(m, dlp);
+    qcnet_free(m, dsp);
+    qc_tile_backward_cpu(m->grads + m->o_mode_emb, dq, K, A, D, true);
+    for (int64_t i = 0; i < m->NL_dec; i++) {
+        QC_TRY(qcnet_kv_backward(m, &t->kv_t2m_p[i], dx_a, t->x_a));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2m_p[i], dx_pl, t->x_pl));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_a2m_p[i], dxa49, t->xa49));
+    }
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_T2M));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2M));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2M));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_M2M));
+    for (int64_t a = 0; a < A; a++) { /* X_a = x_a[:, 49] */
+        float *d = dx_a + (a * T + T - 1) * D;
+        const float *s = dxa49 + a * D;
+        for (int64_t c = 0; c < D; c++)
+            d[c] += s[c];
+    }
+    qcnet_free(m, dq);
+    qcnet_free(m, w1);
+    qcnet_free(m, w2);
+    qcnet_free(m, tmp);
+    qcnet_free(m, dh);
+    qcnet_free(m, dxa49);
+    return QC_OK;
+}

@@ -1,0 +1,262 @@
+/*
+ * qcnet_encoder.c — QCNet's map encoder (QCNET.md §5.2) and agent encoder (§5.3), forward and
+ * backward, on the tape of qcnet_model.c.
+ *
+ * Map encoder: x_pt = FE(1)(|v|, type + side), x_pl = FE(0)(type + intersection); per layer
+ * x_pl ← pt2pl((x_pt, x_pl)), x_pl ← pl2pl(x_pl). The output x_pl [P,D] stands for the
+ * Python's [P,50,D] repeat: the pl2a layers read polygon p for every polygon-step t·P + p.
+ * Agent encoder: x_a = FE(4)(agent-step features, type) over all 50A agent-steps
+ * (agent-major); per layer t (self, agent-major) → time-major → pl2a (bipartite) → a2a (self)
+ * → agent-major. Invalid steps are computed like valid ones (§9.2).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "qc_batch.h"
+#include "qc_graph.h"
+#include "qc_kernels.h"
+#include "qc_qcnet.h"
+#include "qcnet_internal.h"
+
+/* Categorical values as int64 embedding indices, checked against the vocabulary. */
+static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, int64_t vocab,
+                               const char *field, int64_t **out)
+{
+    QC_TRY(qcnet_ialloc(m, n, field, out));
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] >= vocab)
+            return qc_errorf(QC_ERR_INVALID, "model forward: %s[%lld] = %u, not in [0, %lld)",
+                             field, (long long)i, (unsigned)v[i], (long long)vocab);
+        (*out)[i] = v[i];
+    }
+    return QC_OK;
+}
+
+/* out (N,D) = Σ_j table_j[idx_j] (stack + sum order: ascending j). */
+static enum qc_status embed_sum(struct qc_qcnet *m, float *out, int n_tab, const int64_t *o_tab,
+                                const int64_t *vocab, int64_t *const *idx, int64_t N)
+{
+    const int64_t D = m->D;
+    qc_embedding_forward_cpu(out, idx[0], m->params + o_tab[0], N, D, vocab[0]);
+    if (n_tab == 1)
+        return QC_OK;
+    float *tmp;
+    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
+    for (int j = 1; j < n_tab; j++) {
+        qc_embedding_forward_cpu(tmp, idx[j], m->params + o_tab[j], N, D, vocab[j]);
+        qc_add_forward_cpu(out, out, tmp, N * D);
+    }
+    qcnet_free(m, tmp);
+    return QC_OK;
+}
+
+// ---- map encoder ----------------------------------------------------------------------------
+
+enum qc_status qcnet_map_forward(struct qc_qcnet *m)
+{
+    struct qcnet_tape *t = &m->tape;
+    const struct qc_batch *b = t->batch;
+    const int64_t Pt = t->Pt, P = t->P, D = m->D;
+    QC_TRY(to_index(m, b->pt_type, Pt, 17, "map_point.type", &t->idx_pt_type));
+    QC_TRY(to_index(m, b->pt_side, Pt, 3, "map_point.side", &t->idx_pt_side));
+    QC_TRY(to_index(m, b->pl_type, P, 4, "map_polygon.type", &t->idx_pl_type));
+    QC_TRY(to_index(m, b->pl_is_intersection, P, 3, "map_polygon.is_intersection", &t->idx_pl_int));
+    for (int64_t e = 0; e < b->graph.e[QC_EDGE_PL2PL].num_edges; e++)
+        if (t->pl2pl_type[e] < 0 || t->pl2pl_type[e] >= 5)
+            return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",
+                             (long long)e, (long long)t->pl2pl_type[e]);
+
+    /* node embeddings */
+    float *cat;
+    QC_TRY(qcnet_falloc(m, Pt * D, "map/x_pt_emb.cat", &cat));
+    {
+        const int64_t o[2] = {m->o_type_pt, m->o_side_pt}, v[2] = {17, 3};
+        int64_t *const ix[2] = {t->idx_pt_type, t->idx_pt_side};
+        QC_TRY(embed_sum(m, cat, 2, o, v, ix, Pt));
+    }
+    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, &t->st_x_pt, "encoder.map_encoder.x_pt_emb",
+                            b->pt_magnitude, cat, Pt, &t->x_pt));
+    qcnet_free(m, cat);
+    QC_TRY(qcnet_falloc(m, P * D, "map/x_pl_emb.cat", &cat));
+    {
+        const int64_t o[2] = {m->o_type_pl, m->o_int_pl}, v[2] = {4, 3};
+        int64_t *const ix[2] = {t->idx_pl_type, t->idx_pl_int};
+        QC_TRY(embed_sum(m, cat, 2, o, v, ix, P));
+    }
+    QC_TRY(qcnet_fe_forward(m, &m->x_pl_emb, &t->st_x_pl, "encoder.map_encoder.x_pl_emb", NULL, cat,
+                            P, &t->x_pl0));
+    qcnet_free(m, cat);
+
+    /* edge embeddings, shared by every layer on the set */
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_PT2PL, &m->r_pt2pl_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2PL, &m->r_pl2pl_emb, m->params + m->o_type_pl2pl,
+                             t->pl2pl_type, 5, m->grads + m->o_type_pl2pl));
+
+    float *x = t->x_pl0;
+    for (int64_t i = 0; i < m->NL_map; i++) {
+        const struct qcnet_layer *L = &m->pt2pl[i];
+        QC_TRY(qcnet_kv_setup(m, &t->kv_pt2pl[i], L, QC_EDGE_PT2PL, t->x_pt));
+        t->app_pt2pl[i] = t->n_app;
+        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pt2pl[i], false, x, t->x_pt, L->prefix, &x));
+        t->app_pl2pl[i] = t->n_app;
+        QC_TRY(qcnet_attn_self(m, &m->pl2pl[i], &t->ed[QC_EDGE_PL2PL], x, m->pl2pl[i].prefix, &x));
+    }
+    t->x_pl = x;
+    return QC_OK;
+}
+
+enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
+{
+    struct qcnet_tape *t = &m->tape;
+    const struct qc_batch *b = t->batch;
+    const int64_t Pt = t->Pt, P = t->P, D = m->D;
+    float *d1, *dx_pt;
+    QC_TRY(qcnet_falloc(m, P * D, "grad/map.x_pl", &d1));
+    QC_TRY(qcnet_zalloc(m, Pt * D, "grad/map.x_pt", &dx_pt));
+    float *dx = dx_pl; /* gradient of the current layer output (P,D) */
+    for (int64_t i = m->NL_map - 1; i >= 0; i--) {
+        /* pl2pl (self): d1 = d(input) */
+        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2pl[i], d1, dx));
+        /* pt2pl (bipartite): dx = d(x_pl input), the sources' gradient into dx_pt */
+        QC_TRY(qcnet_attn_app_backward(m, t->app_pt2pl[i], dx, d1));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_pt2pl[i], dx_pt, t->x_pt));
+    }
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2PL));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_PT2PL));
+    /* x_pl0 = FE(0)(type_pl + int_pl): dcat → both tables */
+    QC_TRY(qc_fourier_backward(&m->x_pl_emb, NULL, d1, dx, &t->st_x_pl, NULL, P));
+    qc_embedding_backward_cpu(m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
+    qc_embedding_backward_cpu(m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
+    qcnet_stash_free(m, &t->st_x_pl);
+    qcnet_free(m, d1);
+    /* x_pt = FE(1)(magnitude, type_pt + side_pt) */
+    float *dcat;
+    QC_TRY(qcnet_falloc(m, Pt * D, "grad/map.x_pt_cat", &dcat));
+    QC_TRY(qc_fourier_backward(&m->x_pt_emb, NULL, dcat, dx_pt, &t->st_x_pt, b->pt_magnitude, Pt));
+    qc_embedding_backward_cpu(m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
+    qc_embedding_backward_cpu(m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
+    qcnet_stash_free(m, &t->st_x_pt);
+    qcnet_free(m, dcat);
+    qcnet_free(m, dx_pt);
+    return QC_OK;
+}
+
+// ---- agent encoder --------------------------------------------------------------------------
+
+/* ‖v‖ as torch.norm over a 2-vector: sqrt(v0² + v1²). */
+static float norm2f(float v0, float v1)
+{
+    float a = v0 * v0;
+    float b = v1 * v1;
+    return sqrtf(a + b);
+}
+
+/* c_a[(a·T + t)·4 + ·] = [‖d‖, ∠(h, d), ‖v‖, ∠(h, v)], d the motion vector (0 at t = 0). */
+static void agent_features(const struct qc_batch *b, float *c, int64_t A)
+{
+    const int64_t T = QCNET_T, ST = QCNET_STEPS;
+#pragma omp parallel for schedule(static)
+    for (int64_t a = 0; a < A; a++) {
+        for (int64_t t = 0; t < T; t++) {
+            const float *p = b->position + (a * ST + t) * 3;
+            const float *v = b->velocity + (a * ST + t) * 3;
+            float d0 = 0.0f, d1 = 0.0f;
+            if (t > 0) {
+                d0 = p[0] - p[-3];
+                d1 = p[1] - p[-2];
+            }
+            const float th = b->heading[a * ST + t];
+            const float h0 = cosf(th), h1 = sinf(th);
+            float *o = c + (a * T + t) * 4;
+            o[0] = norm2f(d0, d1);
+            o[1] = qc_angle_between_2df(h0, h1, d0, d1);
+            o[2] = norm2f(v[0], v[1]);
+            o[3] = qc_angle_between_2df(h0, h1, v[0], v[1]);
+        }
+    }
+}
+
+enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
+{
+    struct qcnet_tape *t = &m->tape;
+    const struct qc_batch *b = t->batch;
+    const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
+    QC_TRY(qcnet_falloc(m, N * 4, "agent/x_a_emb.c", &t->c_a));
+    agent_features(b, t->c_a, A);
+    QC_TRY(qcnet_ialloc(m, N, "agent/type_index", &t->idx_a_type));
+    for (int64_t a = 0; a < A; a++) {
+        if (b->agent_type[a] >= 10)
+            return qc_errorf(QC_ERR_INVALID,
+                             "model forward: agent.type[%lld] = %u, not in "
+                             "[0, 10)",
+                             (long long)a, (unsigned)b->agent_type[a]);
+        for (int64_t s = 0; s < T; s++)
+            t->idx_a_type[a * T + s] = b->agent_type[a]; /* repeat_interleave over the steps */
+    }
+    float *cat;
+    QC_TRY(qcnet_falloc(m, N * D, "agent/x_a_emb.cat", &cat));
+    qc_embedding_forward_cpu(cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
+    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, &t->st_x_a, "encoder.agent_encoder.x_a_emb", t->c_a,
+                            cat, N, &t->x_a0));
+    qcnet_free(m, cat);
+
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_T, &m->r_t_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2A, &m->r_pl2a_emb, NULL, NULL, 0, NULL));
+    QC_TRY(qcnet_edges_setup(m, QC_EDGE_A2A, &m->r_a2a_emb, NULL, NULL, 0, NULL));
+
+    float *x = t->x_a0; /* agent-major */
+    char tag[QC_QCNET_KEY_MAX + 32];
+    for (int64_t i = 0; i < m->NL_agent; i++) {
+        t->app_t[i] = t->n_app;
+        QC_TRY(qcnet_attn_self(m, &m->t_attn[i], &t->ed[QC_EDGE_T], x, m->t_attn[i].prefix, &x));
+        float *xt;
+        snprintf(tag, sizeof tag, "%s/time_major", m->t_attn[i].prefix);
+        QC_TRY(qcnet_falloc(m, N * D, tag, &xt));
+        qc_transpose01_forward_cpu(xt, x, A, T, D);
+        const struct qcnet_layer *L = &m->pl2a_attn[i];
+        QC_TRY(qcnet_kv_setup(m, &t->kv_pl2a[i], L, QC_EDGE_PL2A, t->x_pl));
+        t->app_pl2a[i] = t->n_app;
+        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pl2a[i], false, xt, t->x_pl, L->prefix, &x));
+        if (!t->need_backward) {
+            qcnet_stash_free(m, &t->kv_pl2a[i].stash);
+            qc_attn_kv_deinit(&t->kv_pl2a[i]);
+        }
+        t->app_a2a[i] = t->n_app;
+        QC_TRY(
+            qcnet_attn_self(m, &m->a2a_attn[i], &t->ed[QC_EDGE_A2A], x, m->a2a_attn[i].prefix, &x));
+        float *xa;
+        snprintf(tag, sizeof tag, "%s/agent_major", m->a2a_attn[i].prefix);
+        QC_TRY(qcnet_falloc(m, N * D, tag, &xa));
+        qc_transpose01_forward_cpu(xa, x, T, A, D);
+        x = xa;
+    }
+    t->x_a = x;
+    return QC_OK;
+}
+
+enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_pl)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
+    float *d1, *d2;
+    QC_TRY(qcnet_falloc(m, N * D, "grad/agent.1", &d1));
+    QC_TRY(qcnet_falloc(m, N * D, "grad/agent.2", &d2));
+    float *dx = dx_a; /* gradient of the current layer output, agent-major */
+    for (int64_t i = m->NL_agent - 1; i >= 0; i--) {
+        qc_transpose01_backward_cpu(d1, dx, T, A, D); /* → time-major */
+        QC_TRY(qcnet_attn_app_backward(m, t->app_a2a[i], d2, d1));
+        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2a[i], d1, d2));
+        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2a[i], dx_pl, t->x_pl));
+        qc_transpose01_backward_cpu(d2, d1, A, T, D); /* → agent-major */
+        QC_TRY(qcnet_attn_app_backward(m, t->app_t[i], dx, d2));
+    }
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2A));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2A));
+    QC_TRY(qcnet_edges_backward(m, QC_EDGE_T));
+    QC_TRY(qc_fourier_backward(&m->x_a_emb, NULL, d1, dx, &t->st_x_a, t->c_a, N));
+    qc_embedding_backward_cpu(m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
+    qcnet_stash_free(m, &t->st_x_a);
+    qcnet_free(m, d1);
+    qcnet_free(m, d2);
+    return QC_OK;
+}

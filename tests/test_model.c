@@ -1,0 +1,944 @@
+/*
+ * test_model.c — the whole QCNet model on the CPU backend (src/model/qc_qcnet.h).
+ *
+ * - State dict: the key table of the AV2 configuration equals QCNET_state_dict.tsv (keys in
+ *   order, shapes, decay group, aliases; 949 keys, 7,660,673 parameters).
+ * - Parity with the official PyTorch QCNet on ../shared/data/qcnet-parity-tiny, for BOTH
+ *   attention implementations: with weights.safetensors loaded, the forward on
+ *   batch.safetensors reproduces pred.*, enc.* and loss.* of outputs.safetensors within 1e-4
+ *   relative (max |ours − ref| / max |ref| per tensor; best_mode exactly), the gradients
+ *   reproduce grads.safetensors within 5e-4 per tensor, and one AdamW step reproduces
+ *   after_step.safetensors within 1e-4 (elements whose reference gradient is below 1e-5 of the
+ *   tensor's largest are left out: Adam's first step follows only the sign there). The worst
+ *   tensors are printed.
+ * - Checkpoints: another configuration's file fails naming the first mismatched tensor and both
+ *   shapes (or the missing / extra key); save -> load is exact, alias keys written as copies.
+ * - Initialisation rules (§2.4), gradient accumulation (two half-scaled backwards == one),
+ *   the allocation hook (everything returned; an allocation failure is a clean QC_ERR_NOMEM),
+ *   metrics on a hand-made case, and a small configuration training a few steps with dropout:
+ *   two runs give the same bits and the loss falls.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "qc_batch.h"
+#include "qc_graph.h"
+#include "qc_kernels.h"
+#include "qc_qcnet.h"
+#include "qc_safetensors.h"
+
+#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
+#define TSV_PATH   QC_SHARED_DIR "/design/QCNET_state_dict.tsv"
+
+// ---- fixtures ---------------------------------------------------------------------------------
+
+static struct qc_batch g_batch;
+static bool g_batch_ok;
+
+/* The parity batch with its graph, built once. */
+static bool parity_batch(void)
+{
+    static bool tried;
+    if (tried)
+        return g_batch_ok;
+    tried = true;
+    struct qc_safetensors *st = NULL;
+    if (qc_safetensors_open(PARITY_DIR "/batch.safetensors", &st) != QC_OK) {
+        printf("  cannot open the parity batch: %s\n", qc_error_last());
+        return false;
+    }
+    enum qc_status rc = qc_batch_from_safetensors(st, NULL, &g_batch);
+    qc_safetensors_close(st);
+    if (rc != QC_OK) {
+        printf("  batch: %s\n", qc_error_last());
+        return false;
+    }
+    struct qc_graph_builder *gb = NULL;
+    struct qc_graph_params p;
+    qc_graph_params_default(&p);
+    rc = qc_graph_builder_create(&gb);
+    if (rc == QC_OK)
+        rc = qc_batch_build_graph(&g_batch, gb, &p);
+    qc_graph_builder_destroy(gb);
+    if (rc != QC_OK) {
+        printf("  graph: %s\n", qc_error_last());
+        return false;
+    }
+    g_batch_ok = true;
+    return true;
+}
+
+static struct qc_qcnet *tiny_model(enum qc_attn_impl impl)
+{
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.attention = impl;
+    struct qc_qcnet *m = NULL;
+    if (qc_qcnet_create(&cfg, &m) != QC_OK)
+        T_FATAL("create: %s", qc_error_last());
+    return m;
+}
+
+// ---- comparison helpers -----------------------------------------------------------------------
+
+struct cmp_row {
+    char name[112];
+    double err; /* max |ours − ref| / max |ref| */
+    double tol;
+};
+
+struct cmp_list {
+    struct cmp_row *rows;
+    int n, cap;
+    int failed;
+};
+
+static void cmp_add(struct cmp_list *l, const char *name, double err, double tol)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->rows = realloc(l->rows, (size_t)l->cap * sizeof *l->rows);
+        if (!l->rows)
+            T_FATAL("out of memory");
+    }
+    struct cmp_row *r = &l->rows[l->n++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->err = err;
+    r->tol = tol;
+    if (!(err <= tol)) {
+        l->failed++;
+        T_FAIL_AT("%s: relative error %.3g > %.1g", name, err, tol);
+    }
+}
+
+static int cmp_by_err(const void *a, const void *b)
+{
+    double x = ((const struct cmp_row *)a)->err, y = ((const struct cmp_row *)b)->err;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void cmp_print(struct cmp_list *l, const char *what, int worst)
+{
+    qsort(l->rows, (size_t)l->n, sizeof *l->rows, cmp_by_err);
+    printf("  %s: %d tensors, %d over tolerance; worst:\n", what, l->n, l->failed);
+    for (int i = 0; i < l->n && i < worst; i++)
+        printf("    %-72s %.3g (tol %.0e)\n", l->rows[i].name, l->rows[i].err, l->rows[i].tol);
+    free(l->rows);
+    memset(l, 0, sizeof *l);
+}
+
+/* max |a − b| / max |b| over n elements (elements with keep[i] == 0 left out when keep). */
+static double rel_err(const float *a, const float *b, int64_t n, const uint8_t *keep)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        den = fmax(den, fabs((double)b[i]));
+        if (keep && !keep[i])
+            continue;
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= num)) /* NaN propagates */
+            num = isnan(d) ? (double)INFINITY : d;
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+static const struct qc_st_tensor *ref_tensor(const struct qc_safetensors *st, const char *name,
+                                             int64_t numel)
+{
+    const struct qc_st_tensor *t = qc_safetensors_find(st, name);
+    if (!t) {
+        T_FAIL_AT("reference %s missing", name);
+        return NULL;
+    }
+    if (t->numel != numel || t->dtype != QC_ST_F32) {
+        T_FAIL_AT("reference %s: %lld elements of %s, expected %lld F32", name, (long long)t->numel,
+                  qc_st_dtype_name(t->dtype), (long long)numel);
+        return NULL;
+    }
+    return t;
+}
+
+static void cmp_output(struct cmp_list *l, const struct qc_safetensors *ref, const char *name,
+                       const float *ours, int64_t numel, double tol)
+{
+    const struct qc_st_tensor *t = ref_tensor(ref, name, numel);
+    if (t)
+        cmp_add(l, name, rel_err(ours, t->data, numel, NULL), tol);
+}
+
+// ---- state dict ------------------------------------------------------------------------------
+
+static void test_state_dict_tsv(void)
+{
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_default(&cfg);
+    struct qc_qcnet *m = NULL;
+    T_EXPECT(qc_qcnet_create(&cfg, &m) == QC_OK, "create: %s", qc_error_last());
+    if (!m)
+        return;
+    T_EXPECT_EQ_I64(qc_qcnet_num_params(m), 7660673, "AV2 parameter count (QCNET.md §2.3)");
+    T_EXPECT_EQ_I64(qc_qcnet_num_keys(m), 949, "state_dict keys");
+    FILE *f = fopen(TSV_PATH, "r");
+    T_EXPECT(f != NULL, "open %s", TSV_PATH);
+    if (!f) {
+        qc_qcnet_destroy(m);
+        return;
+    }
+    char line[512];
+    int i = 0, bad = 0, ndecay = 0, nalias = 0;
+    int64_t decay_numel = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || strncmp(line, "key\t", 4) == 0)
+            continue;
+        line[strcspn(line, "\r\n")] = 0;
+        char *fields[5] = {0};
+        char *s = line;
+        for (int j = 0; j < 5; j++) {
+            fields[j] = s;
+            char *tab = s ? strchr(s, '\t') : NULL;
+            if (tab) {
+                *tab = 0;
+                s = tab + 1;
+            } else {
+                s = NULL;
+            }
+        }
+        if (i >= qc_qcnet_num_keys(m)) {
+            i++;
+            continue;
+        }
+        const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
+        char shape[64];
+        if (k->ndim == 1)
+            snprintf(shape, sizeof shape, "%lld", (long long)k->shape[0]);
+        else
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)k->shape[0],
+                     (long long)k->shape[1]);
+        bool decay = fields[3] && strcmp(fields[3], "0") != 0;
+        const char *alias = fields[4] ? fields[4] : "";
+        const char *our_alias = k->alias_of >= 0 ? qc_qcnet_key_at(m, k->alias_of)->name : "";
+        if (strcmp(k->name, fields[0]) != 0 || !fields[1] || strcmp(shape, fields[1]) != 0 ||
+            k->numel != strtoll(fields[2] ? fields[2] : "0", NULL, 10) || k->decay != decay ||
+            strcmp(alias, our_alias) != 0) {
+            if (bad++ < 5)
+                T_FAIL_AT("key %d: ours %s %s decay %d alias '%s' vs tsv %s %s decay %s "
+                          "alias '%s'",
+                          i, k->name, shape, (int)k->decay, our_alias, fields[0],
+                          fields[1] ? fields[1] : "?", fields[3] ? fields[3] : "?", alias);
+        }
+        if (k->alias_of < 0 && k->decay) {
+            ndecay++;
+            decay_numel += k->numel;
+        }
+        nalias += k->alias_of >= 0;
+        i++;
+    }
+    fclose(f);
+    T_EXPECT_EQ_I64(i, 949, "rows in the TSV");
+    T_EXPECT_EQ_I64(bad, 0, "mismatched rows");
+    T_EXPECT_EQ_I64(ndecay, 306, "decay tensors (QCNET.md §2.5)");
+    T_EXPECT_EQ_I64(decay_numel, 7565568, "decay elements");
+    T_EXPECT_EQ_I64(nalias, 14, "alias keys");
+    const int64_t *off;
+    const uint8_t *dec;
+    int64_t nseg;
+    qc_qcnet_param_groups(m, &off, &dec, &nseg);
+    T_EXPECT_EQ_I64(nseg, 935, "distinct tensors");
+    T_EXPECT_EQ_I64(off[0], 0, "first offset");
+    T_EXPECT_EQ_I64(off[nseg], 7660673, "segments cover the buffer");
+    qc_qcnet_destroy(m);
+}
+
+/* The tiny model's keys are exactly the keys of weights.safetensors, with the same shapes. */
+static void test_parity_keys(void)
+{
+    struct qc_safetensors *w = NULL;
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/weights.safetensors", &w) == QC_OK, "%s",
+             qc_error_last());
+    if (!w)
+        return;
+    struct qc_qcnet *m = tiny_model(QC_ATTN_UNFUSED);
+    T_EXPECT_EQ_I64(qc_safetensors_count(w), qc_qcnet_num_keys(m), "key count");
+    int missing = 0;
+    for (int64_t i = 0; i < qc_safetensors_count(w); i++) {
+        const struct qc_st_tensor *t = qc_safetensors_at(w, i);
+        int k = qc_qcnet_key_find(m, t->name);
+        if (k < 0) {
+            if (missing++ < 5)
+                T_FAIL_AT("file key %s not in the model", t->name);
+            continue;
+        }
+        const struct qc_qcnet_key *key = qc_qcnet_key_at(m, k);
+        T_EXPECT(t->ndim == key->ndim && t->shape[0] == key->shape[0] &&
+                     (t->ndim == 1 || t->shape[1] == key->shape[1]),
+                 "%s: shape", t->name);
+    }
+    const char *pc = qc_safetensors_metadata(w, "param_count");
+    if (pc)
+        T_EXPECT_EQ_I64(strtoll(pc, NULL, 10), qc_qcnet_num_params(m), "param_count metadata");
+    qc_qcnet_destroy(m);
+    qc_safetensors_close(w);
+}
+
+// ---- parity -----------------------------------------------------------------------------------
+
+static void test_parity(enum qc_attn_impl impl)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    struct qc_safetensors *ref = NULL, *grads = NULL, *after = NULL;
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/outputs.safetensors", &ref) == QC_OK, "%s",
+             qc_error_last());
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/grads.safetensors", &grads) == QC_OK, "%s",
+             qc_error_last());
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/after_step.safetensors", &after) == QC_OK, "%s",
+             qc_error_last());
+    struct qc_qcnet *m = tiny_model(impl);
+    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
+    if (!ref || !grads || !after || rc != QC_OK)
+        goto out;
+
+    struct qc_qcnet_ctx ctx = {.training = false, .need_backward = true, .seed = 1};
+    struct qc_qcnet_output o;
+    rc = qc_qcnet_forward(m, &g_batch, &ctx, &o);
+    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    if (rc != QC_OK)
+        goto out;
+    struct qc_qcnet_loss loss;
+    rc = qc_qcnet_loss(m, &loss);
+    T_EXPECT(rc == QC_OK, "loss: %s", qc_error_last());
+    if (rc != QC_OK)
+        goto out;
+
+    /* forward outputs */
+    struct cmp_list l = {0};
+    const int64_t A = o.A, K = o.K, S = o.S, D = o.D;
+    cmp_output(&l, ref, "pred.loc_propose_pos", o.loc_propose_pos, A * K * S * 2, 1e-4);
+    cmp_output(&l, ref, "pred.scale_propose_pos", o.scale_propose_pos, A * K * S * 2, 1e-4);
+    cmp_output(&l, ref, "pred.loc_refine_pos", o.loc_refine_pos, A * K * S * 2, 1e-4);
+    cmp_output(&l, ref, "pred.scale_refine_pos", o.scale_refine_pos, A * K * S * 2, 1e-4);
+    cmp_output(&l, ref, "pred.pi", o.pi, A * K, 1e-4);
+    cmp_output(&l, ref, "enc.x_pt", o.x_pt, o.Pt * D, 1e-4);
+    cmp_output(&l, ref, "enc.x_pl_last", o.x_pl, o.P * D, 1e-4);
+    cmp_output(&l, ref, "enc.x_a", o.x_a, A * 50 * D, 1e-4);
+    cmp_output(&l, ref, "loss.loss", &loss.loss, 1, 1e-4);
+    cmp_output(&l, ref, "loss.reg_loss_propose", &loss.reg_loss_propose, 1, 1e-4);
+    cmp_output(&l, ref, "loss.reg_loss_refine", &loss.reg_loss_refine, 1, 1e-4);
+    cmp_output(&l, ref, "loss.cls_loss", &loss.cls_loss, 1, 1e-4);
+    printf("  loss %.9g (propose %.9g, refine %.9g, cls %.9g)\n", (double)loss.loss,
+           (double)loss.reg_loss_propose, (double)loss.reg_loss_refine, (double)loss.cls_loss);
+    cmp_print(&l, "forward", 6);
+    const struct qc_st_tensor *bm = qc_safetensors_find(ref, "loss.best_mode");
+    T_EXPECT(bm && bm->numel == A && bm->dtype == QC_ST_I64, "loss.best_mode reference");
+    if (bm && bm->numel == A) {
+        int64_t diff = 0;
+        for (int64_t a = 0; a < A; a++)
+            diff += loss.best_mode[a] != ((const int64_t *)bm->data)[a];
+        T_EXPECT_EQ_I64(diff, 0, "best_mode entries differing");
+    }
+
+    /* gradients */
+    qc_qcnet_zero_grad(m);
+    rc = qc_qcnet_backward(m, 1.0f);
+    T_EXPECT(rc == QC_OK, "backward: %s", qc_error_last());
+    qc_qcnet_release(m);
+    if (rc != QC_OK)
+        goto out;
+    /* A tensor whose gradient is zero in exact arithmetic holds only rounding noise in the
+     * reference (decoder.to_pi.mlp.3.bias: log_softmax is shift-invariant, so the shared bias of
+     * the K logits gets Σ_k dL/dpi_k = 0). Such a tensor (reference below 1e-7 of the model's
+     * largest gradient) must be as small in ours, and is left out of the relative check. */
+    const float *g = qc_qcnet_grads(m);
+    double gref_max = 0.0;
+    for (int i = 0; i < qc_qcnet_num_keys(m); i++) {
+        const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
+        const struct qc_st_tensor *t = qc_safetensors_find(grads, k->name);
+        for (int64_t j = 0; t && j < t->numel && t->numel == k->numel; j++)
+            gref_max = fmax(gref_max, fabs((double)((const float *)t->data)[j]));
+    }
+    int checked = 0, noise = 0;
+    uint8_t *is_noise = calloc((size_t)qc_qcnet_num_keys(m), 1);
+    for (int i = 0; i < qc_qcnet_num_keys(m); i++) {
+        const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
+        if (k->alias_of >= 0)
+            continue;
+        const struct qc_st_tensor *t = ref_tensor(grads, k->name, k->numel);
+        if (!t)
+            continue;
+        double rmax = 0.0, omax = 0.0;
+        for (int64_t j = 0; j < k->numel; j++) {
+            rmax = fmax(rmax, fabs((double)((const float *)t->data)[j]));
+            omax = fmax(omax, fabs((double)g[k->offset + j]));
+        }
+        if (rmax < 1e-7 * gref_max) {
+            is_noise[i] = 1;
+            noise++;
+            printf("  %s: zero gradient up to rounding (ref %.3g, ours %.3g, model max %.3g)\n",
+                   k->name, rmax, omax, gref_max);
+            T_EXPECT(omax < 1e-6 * gref_max, "%s: ours %g is not rounding noise", k->name, omax);
+            continue;
+        }
+        cmp_add(&l, k->name, rel_err(g + k->offset, t->data, k->numel, NULL), 5e-4);
+        checked++;
+    }
+    T_EXPECT_EQ_I64(checked + noise, 935, "gradient tensors compared");
+    T_EXPECT(noise <= 1, "%d tensors with a zero reference gradient", noise);
+    cmp_print(&l, "gradients", 8);
+
+    /* one AdamW step (lr 5e-4, wd 1e-4 on the decay group) */
+    const int64_t np = qc_qcnet_num_params(m);
+    float *am = calloc((size_t)np, sizeof(float)), *av = calloc((size_t)np, sizeof(float));
+    qc_qcnet_adamw_step(m, am, av, 5e-4, 1e-4, 0.9, 0.999, 1e-8, 1);
+    const float *p = qc_qcnet_params(m);
+    struct qc_safetensors *w0 = NULL;
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/weights.safetensors", &w0) == QC_OK, "%s",
+             qc_error_last());
+    int excluded_all = 0;
+    for (int i = 0; w0 && i < qc_qcnet_num_keys(m); i++) {
+        const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
+        if (k->alias_of >= 0)
+            continue;
+        const struct qc_st_tensor *t = ref_tensor(after, k->name, k->numel);
+        const struct qc_st_tensor *gr = qc_safetensors_find(grads, k->name);
+        const struct qc_st_tensor *p0 = qc_safetensors_find(w0, k->name);
+        if (!t || !gr || !p0)
+            continue;
+        if (is_noise[i]) { /* the update follows the sign of rounding noise: only its size */
+            double worst = 0.0;
+            for (int64_t j = 0; j < k->numel; j++)
+                worst = fmax(worst,
+                             fabs((double)p[k->offset + j] - (double)((const float *)p0->data)[j]));
+            T_EXPECT(worst <= 5e-4 * (1.0 + 1e-6), "%s: moved %g, more than lr", k->name, worst);
+            continue;
+        }
+        const float *gref = gr->data;
+        double gmax = 0.0;
+        for (int64_t j = 0; j < k->numel; j++)
+            gmax = fmax(gmax, fabs((double)gref[j]));
+        uint8_t *keep = malloc((size_t)k->numel);
+        int64_t kept = 0;
+        for (int64_t j = 0; j < k->numel; j++) {
+            keep[j] = fabs((double)gref[j]) >= 1e-5 * gmax && gmax > 0.0;
+            kept += keep[j];
+        }
+        excluded_all += kept == 0;
+        cmp_add(&l, k->name, rel_err(p + k->offset, t->data, k->numel, keep), 1e-4);
+        free(keep);
+    }
+    qc_safetensors_close(w0);
+    free(is_noise);
+    printf("  AdamW: %d tensors with no element above the gradient threshold\n", excluded_all);
+    cmp_print(&l, "after one AdamW step", 6);
+    free(am);
+    free(av);
+out:
+    qc_qcnet_destroy(m);
+    qc_safetensors_close(ref);
+    qc_safetensors_close(grads);
+    qc_safetensors_close(after);
+}
+
+// ---- checkpoints ------------------------------------------------------------------------------
+
+static void test_checkpoint_mismatch(void)
+{
+    struct qc_qcnet_config cfg;
+    struct qc_qcnet *m = NULL;
+    /* another width: the first key already differs */
+    qc_qcnet_config_default(&cfg);
+    T_EXPECT(qc_qcnet_create(&cfg, &m) == QC_OK, "%s", qc_error_last());
+    qc_qcnet_init_params(m, 7);
+    float first = qc_qcnet_params(m)[0];
+    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_ERR_INVALID, "load of a D=32 file into a D=128 model: %d", (int)rc);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "encoder.map_encoder.type_pt_emb.weight");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "[17,32]");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "[17,128]");
+    T_EXPECT(qc_qcnet_params(m)[0] == first, "parameters untouched on error");
+    printf("  %s\n", qc_error_last());
+    qc_qcnet_destroy(m);
+
+    /* fewer decoder layers: every model key fits, the file has more */
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.num_dec_layers = 1;
+    m = NULL;
+    T_EXPECT(qc_qcnet_create(&cfg, &m) == QC_OK, "%s", qc_error_last());
+    rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_ERR_INVALID, "load into a 1-decoder-layer model: %d", (int)rc);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "decoder.t2m_propose_attn_layers.1.");
+    printf("  %s\n", qc_error_last());
+    qc_qcnet_destroy(m);
+
+    /* more agent layers: a key is missing */
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.num_agent_layers = 3;
+    m = NULL;
+    T_EXPECT(qc_qcnet_create(&cfg, &m) == QC_OK, "%s", qc_error_last());
+    rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_ERR_INVALID, "load into a 3-agent-layer model: %d", (int)rc);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "encoder.agent_encoder.t_attn_layers.2.to_q.weight");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "missing");
+    qc_qcnet_destroy(m);
+
+    /* another number of frequency bands: a Fourier tensor differs */
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.num_freq_bands = 16;
+    m = NULL;
+    T_EXPECT(qc_qcnet_create(&cfg, &m) == QC_OK, "%s", qc_error_last());
+    rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_ERR_INVALID, "load into an F=16 model: %d", (int)rc);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "encoder.map_encoder.x_pt_emb.freqs.weight");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "[1,8]");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "[1,16]");
+    qc_qcnet_destroy(m);
+}
+
+static void test_save_load(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/test_model_%d.safetensors", QC_BINARY_DIR, (int)getpid());
+    struct qc_qcnet *a = tiny_model(QC_ATTN_UNFUSED), *b = tiny_model(QC_ATTN_FUSED);
+    qc_qcnet_init_params(a, 11);
+    qc_qcnet_init_params(b, 12);
+    const int64_t n = qc_qcnet_num_params(a);
+    T_EXPECT(memcmp(qc_qcnet_params(a), qc_qcnet_params(b), (size_t)n * 4) != 0,
+             "different seeds give different parameters");
+    enum qc_status rc = qc_qcnet_save(a, path);
+    T_EXPECT(rc == QC_OK, "save: %s", qc_error_last());
+    rc = qc_qcnet_load(b, path);
+    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
+    T_EXPECT(memcmp(qc_qcnet_params(a), qc_qcnet_params(b), (size_t)n * 4) == 0,
+             "round trip is exact");
+    struct qc_safetensors *st = NULL;
+    if (qc_safetensors_open(path, &st) == QC_OK) {
+        T_EXPECT_EQ_I64(qc_safetensors_count(st), qc_qcnet_num_keys(a), "keys with aliases");
+        const struct qc_st_tensor *x =
+            qc_safetensors_find(st, "decoder.m2m_refine_attn_layer.attn_prenorm_x_dst.weight");
+        const struct qc_st_tensor *y =
+            qc_safetensors_find(st, "decoder.m2m_refine_attn_layer.attn_prenorm_x_src.weight");
+        T_EXPECT(x && y && x->nbytes == y->nbytes && memcmp(x->data, y->data, x->nbytes) == 0,
+                 "alias written as a copy");
+        T_EXPECT(qc_safetensors_metadata(st, "qcnet_config") != NULL, "config metadata");
+        qc_safetensors_close(st);
+    }
+    /* a file without the alias keys loads too */
+    struct qc_st_writer *w = NULL;
+    T_EXPECT(qc_st_writer_create(&w) == QC_OK, "writer");
+    T_EXPECT(qc_qcnet_add_to_writer(a, w, "model.", false) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_st_writer_write(w, path) == QC_OK, "%s", qc_error_last());
+    qc_st_writer_destroy(w);
+    qc_qcnet_init_params(b, 13);
+    if (qc_safetensors_open(path, &st) == QC_OK) {
+        T_EXPECT_EQ_I64(qc_safetensors_count(st), qc_qcnet_num_keys(a) - 14, "no aliases");
+        rc = qc_qcnet_load_st(b, st, "model.");
+        T_EXPECT(rc == QC_OK, "load without aliases: %s", qc_error_last());
+        qc_safetensors_close(st);
+    }
+    T_EXPECT(memcmp(qc_qcnet_params(a), qc_qcnet_params(b), (size_t)n * 4) == 0,
+             "round trip without aliases is exact");
+    unlink(path);
+    qc_qcnet_destroy(a);
+    qc_qcnet_destroy(b);
+}
+
+// ---- initialisation ---------------------------------------------------------------------------
+
+static void test_init(void)
+{
+    struct qc_qcnet *m = tiny_model(QC_ATTN_UNFUSED);
+    qc_qcnet_init_params(m, 2024);
+    const float *p = qc_qcnet_params(m);
+    int bad = 0;
+    double emb_ss = 0.0;
+    int64_t emb_n = 0;
+    for (int i = 0; i < qc_qcnet_num_keys(m); i++) {
+        const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
+        const float *x = p + k->offset;
+        switch (k->init) {
+        case QC_QCNET_INIT_XAVIER: {
+            double a = sqrt(6.0 / (double)(k->shape[0] + k->shape[1]));
+            double mx = 0.0;
+            for (int64_t j = 0; j < k->numel; j++)
+                mx = fmax(mx, fabs((double)x[j]));
+            bad += !(mx <= a && mx > 0.5 * a);
+            bad += !k->decay;
+            break;
+        }
+        case QC_QCNET_INIT_ZERO:
+        case QC_QCNET_INIT_ONE:
+            for (int64_t j = 0; j < k->numel; j++)
+                bad += x[j] != (k->init == QC_QCNET_INIT_ONE ? 1.0f : 0.0f);
+            bad += k->decay;
+            break;
+        case QC_QCNET_INIT_NORMAL002:
+            for (int64_t j = 0; j < k->numel; j++)
+                emb_ss += (double)x[j] * (double)x[j];
+            emb_n += k->numel;
+            bad += k->decay;
+            break;
+        case QC_QCNET_INIT_GRU_IH:
+        case QC_QCNET_INIT_GRU_HH:
+            bad += !k->decay;
+            break;
+        }
+    }
+    T_EXPECT_EQ_I64(bad, 0, "tensors violating their init rule or group");
+    double sd = sqrt(emb_ss / (double)emb_n);
+    T_EXPECT(fabs(sd - 0.02) < 0.002, "embedding std %g (%lld elements)", sd, (long long)emb_n);
+    /* GRU weight_hh: three orthogonal [D,D] blocks */
+    int k = qc_qcnet_key_find(m, "decoder.traj_emb.weight_hh_l0");
+    T_EXPECT(k >= 0, "weight_hh key");
+    const struct qc_qcnet_key *key = qc_qcnet_key_at(m, k);
+    const int64_t D = key->shape[1];
+    double worst = 0.0;
+    for (int64_t b = 0; b < 3; b++) {
+        const float *W = p + key->offset + b * D * D;
+        for (int64_t i = 0; i < D; i++)
+            for (int64_t j = 0; j < D; j++) {
+                double s = 0.0;
+                for (int64_t c = 0; c < D; c++)
+                    s += (double)W[i * D + c] * (double)W[j * D + c];
+                worst = fmax(worst, fabs(s - (i == j ? 1.0 : 0.0)));
+            }
+    }
+    T_EXPECT(worst < 1e-5, "W Wᵀ = I within %g", worst);
+    /* h0 zeros, deterministic from the seed */
+    k = qc_qcnet_key_find(m, "decoder.traj_emb_h0");
+    T_EXPECT(k >= 0 && qc_qcnet_key_at(m, k)->ndim == 2, "traj_emb_h0 [1,D]");
+    struct qc_qcnet *m2 = tiny_model(QC_ATTN_UNFUSED);
+    qc_qcnet_init_params(m2, 2024);
+    T_EXPECT(memcmp(p, qc_qcnet_params(m2), (size_t)qc_qcnet_num_params(m) * 4) == 0,
+             "same seed, same parameters");
+    qc_qcnet_destroy(m2);
+    qc_qcnet_destroy(m);
+}
+
+// ---- allocation hook, accumulation ------------------------------------------------------------
+
+struct count_hook {
+    int64_t live, calls, fail_after;
+    size_t bytes;
+};
+
+static void *count_alloc(void *ctx, size_t bytes, const char *tag)
+{
+    struct count_hook *h = ctx;
+    if (!tag || !*tag)
+        return NULL;
+    if (h->fail_after >= 0 && h->calls >= h->fail_after)
+        return NULL;
+    h->calls++;
+    h->live++;
+    h->bytes += bytes;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+}
+
+static void count_free(void *ctx, void *p, size_t bytes)
+{
+    struct count_hook *h = ctx;
+    h->live--;
+    h->bytes -= bytes;
+    free(p);
+}
+
+static void test_hook_and_accumulation(void)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    struct qc_qcnet *m = tiny_model(QC_ATTN_FUSED);
+    qc_qcnet_init_params(m, 5);
+    struct count_hook h = {0, 0, -1, 0};
+    struct qc_qcnet_alloc hook = {count_alloc, count_free, &h};
+    qc_qcnet_set_alloc(m, &hook);
+    struct qc_qcnet_ctx ctx = {.training = true, .need_backward = true, .seed = 9, .step = 3};
+    const int64_t n = qc_qcnet_num_params(m);
+    /* one backward at scale 1 */
+    qc_qcnet_zero_grad(m);
+    enum qc_status rc = qc_qcnet_forward(m, &g_batch, &ctx, NULL);
+    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    struct qc_qcnet_mem mem;
+    qc_qcnet_mem_get(m, &mem);
+    T_EXPECT(mem.bytes_live == h.bytes && mem.bytes_live > 0, "live %zu vs hook %zu",
+             mem.bytes_live, h.bytes);
+    T_EXPECT(mem.bytes_stash > 0 && mem.bytes_stash <= mem.bytes_peak, "stash %zu, peak %zu",
+             mem.bytes_stash, mem.bytes_peak);
+    rc = qc_qcnet_loss(m, NULL);
+    T_EXPECT(rc == QC_OK, "loss: %s", qc_error_last());
+    rc = qc_qcnet_backward(m, 1.0f);
+    T_EXPECT(rc == QC_OK, "backward: %s", qc_error_last());
+    qc_qcnet_release(m);
+    T_EXPECT_EQ_I64(h.live, 0, "hook allocations outstanding after release");
+    float *g1 = malloc((size_t)n * 4);
+    memcpy(g1, qc_qcnet_grads(m), (size_t)n * 4);
+    /* two backwards at scale 0.5 (exact halves), accumulated */
+    qc_qcnet_zero_grad(m);
+    for (int r = 0; r < 2; r++) {
+        rc = qc_qcnet_forward(m, &g_batch, &ctx, NULL);
+        if (rc == QC_OK)
+            rc = qc_qcnet_loss(m, NULL);
+        if (rc == QC_OK)
+            rc = qc_qcnet_backward(m, 0.5f);
+        T_EXPECT(rc == QC_OK, "round %d: %s", r, qc_error_last());
+        qc_qcnet_release(m);
+    }
+    /* not bitwise: the halves are accumulated per contribution, (a/2 + b/2) + a/2 + b/2 */
+    double err = rel_err(qc_qcnet_grads(m), g1, n, NULL);
+    T_EXPECT(err < 1e-5, "two half-scaled backwards vs one backward: relative error %g", err);
+    double gn = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        gn += (double)g1[i] * (double)g1[i];
+    T_EXPECT(gn > 0.0 && isfinite(gn), "gradient norm² %g", gn);
+    free(g1);
+    /* an allocation failure in the middle of the forward is a clean error */
+    h.fail_after = h.calls + 40;
+    rc = qc_qcnet_forward(m, &g_batch, &ctx, NULL);
+    T_EXPECT(rc == QC_ERR_NOMEM, "forward under a failing hook: %d", (int)rc);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "failed");
+    T_EXPECT_EQ_I64(h.live, 0, "nothing leaked after the failed forward");
+    qc_qcnet_set_alloc(m, NULL);
+    qc_qcnet_destroy(m);
+}
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+static void test_metrics(void)
+{
+    /* 2 agents (one focal), K = 2 modes, S = 3 future steps, T = 2 history steps */
+    enum { A = 2, K = 2, S = 3, T = 2 };
+    float loc[A * K * S * 2] = {0};
+    float target[A * S * 4] = {0};
+    uint8_t pm[A * (T + S)] = {0};
+    uint8_t cat[A] = {3, 2};
+    float pi[A * K] = {0.0f, (float)log(3.0), 5.0f, 0.0f}; /* focal: p = (0.25, 0.75) */
+    /* focal ground truth (1,0), (2,0), (3,0), valid at steps 0 and 1 only */
+    for (int s = 0; s < S; s++)
+        target[s * 4] = (float)(s + 1);
+    pm[T + 0] = pm[T + 1] = 1;
+    /* mode 0: exact until step 1 (FDE 0 at the last valid step); mode 1: off by 3 m */
+    for (int s = 0; s < S; s++) {
+        loc[((0 * K + 0) * S + s) * 2] = (float)(s + 1);
+        loc[((0 * K + 1) * S + s) * 2] = (float)(s + 1);
+        loc[((0 * K + 1) * S + s) * 2 + 1] = 3.0f;
+    }
+    loc[((0 * K + 0) * S + 0) * 2 + 1] = 1.0f; /* mode 0 misses by 1 m at step 0 */
+    struct qc_qcnet_metrics mt;
+    qc_qcnet_metrics_reset(&mt);
+    qc_qcnet_metrics_update(&mt, loc, pi, target, pm, cat, A, K, T, S);
+    struct qc_qcnet_metric_values v;
+    qc_qcnet_metrics_compute(&mt, &v);
+    T_EXPECT_EQ_I64(v.count, 1, "focal agents");
+    T_EXPECT_NEAR(v.min_fde, 0.0, 1e-9, 0, "minFDE");
+    T_EXPECT_NEAR(v.min_ade, 0.5, 1e-9, 0, "minADE: (1 + 0) / 2 on the FDE-best mode");
+    T_EXPECT_NEAR(v.miss_rate, 0.0, 1e-9, 0, "MR");
+    T_EXPECT_NEAR(v.brier, 0.75 * 0.75, 1e-6, 0, "Brier (1 − 0.25)²");
+    T_EXPECT_NEAR(v.brier_min_fde, v.min_fde + v.brier, 1e-12, 0, "brier-minFDE");
+    /* a second batch where the focal agent misses by 3 m */
+    cat[0] = 2;
+    cat[1] = 3;
+    pm[(T + S) + T + 2] = 1;
+    for (int s = 0; s < S; s++)
+        target[(S + s) * 4 + 1] = 3.0f;
+    struct qc_qcnet_metrics mt2;
+    qc_qcnet_metrics_reset(&mt2);
+    qc_qcnet_metrics_update(&mt2, loc, pi, target, pm, cat, A, K, T, S);
+    qc_qcnet_metrics_merge(&mt, &mt2);
+    qc_qcnet_metrics_compute(&mt, &v);
+    T_EXPECT_EQ_I64(v.count, 2, "focal agents over two batches");
+    T_EXPECT_NEAR(v.min_fde, 1.5, 1e-9, 0, "minFDE mean of 0 and 3");
+    T_EXPECT_NEAR(v.miss_rate, 0.5, 1e-9, 0, "MR");
+}
+
+// ---- eval mode, dropout, stash accounting ----------------------------------------------------
+
+/* Copies the five prediction tensors of o into one malloc'ed buffer. */
+static float *pred_copy(const struct qc_qcnet_output *o, int64_t *n)
+{
+    const int64_t q = o->A * o->K * o->S * 2;
+    *n = 4 * q + o->A * o->K;
+    float *b = malloc((size_t)*n * sizeof *b);
+    memcpy(b, o->loc_propose_pos, (size_t)q * 4);
+    memcpy(b + q, o->scale_propose_pos, (size_t)q * 4);
+    memcpy(b + 2 * q, o->loc_refine_pos, (size_t)q * 4);
+    memcpy(b + 3 * q, o->scale_refine_pos, (size_t)q * 4);
+    memcpy(b + 4 * q, o->pi, (size_t)(o->A * o->K) * 4);
+    return b;
+}
+
+static void test_modes(void)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    size_t stash[2] = {0, 0};
+    for (int f = 0; f < 2; f++) {
+        struct qc_qcnet *m = tiny_model(f ? QC_ATTN_FUSED : QC_ATTN_UNFUSED);
+        qc_qcnet_init_params(m, 31);
+        struct qc_qcnet_output o;
+        struct qc_qcnet_mem mem;
+        int64_t n = 0;
+        /* eval with backward state kept */
+        struct qc_qcnet_ctx ctx = {.training = false, .need_backward = true, .seed = 5};
+        T_EXPECT(qc_qcnet_forward(m, &g_batch, &ctx, &o) == QC_OK, "%s", qc_error_last());
+        float *ref = pred_copy(&o, &n);
+        qc_qcnet_mem_get(m, &mem);
+        stash[f] = mem.bytes_stash;
+        const size_t peak_keep = mem.bytes_peak;
+        qc_qcnet_release(m);
+        /* eval without backward state: same numbers, smaller peak */
+        qc_qcnet_mem_reset_peak(m);
+        ctx.need_backward = false;
+        T_EXPECT(qc_qcnet_forward(m, &g_batch, &ctx, &o) == QC_OK, "%s", qc_error_last());
+        float *ev = pred_copy(&o, &n);
+        T_EXPECT(memcmp(ev, ref, (size_t)n * 4) == 0,
+                 "eval forward without backward state differs");
+        qc_qcnet_mem_get(m, &mem);
+        T_EXPECT(mem.bytes_peak < peak_keep, "peak %zu without backward state vs %zu with it",
+                 mem.bytes_peak, peak_keep);
+        T_EXPECT(qc_qcnet_backward(m, 1.0f) == QC_ERR_INVALID, "backward without its state");
+        qc_qcnet_release(m);
+        /* training mode: dropout changes the outputs; the same step redraws the same masks; another
+         * step draws other masks */
+        ctx.training = true;
+        ctx.step = 1;
+        T_EXPECT(qc_qcnet_forward(m, &g_batch, &ctx, &o) == QC_OK, "%s", qc_error_last());
+        float *t1 = pred_copy(&o, &n);
+        qc_qcnet_release(m);
+        T_EXPECT(qc_qcnet_forward(m, &g_batch, &ctx, &o) == QC_OK, "%s", qc_error_last());
+        float *t1b = pred_copy(&o, &n);
+        qc_qcnet_release(m);
+        ctx.step = 2;
+        T_EXPECT(qc_qcnet_forward(m, &g_batch, &ctx, &o) == QC_OK, "%s", qc_error_last());
+        float *t2 = pred_copy(&o, &n);
+        qc_qcnet_release(m);
+        T_EXPECT(memcmp(t1, ref, (size_t)n * 4) != 0, "dropout had no effect in training mode");
+        T_EXPECT(memcmp(t1, t1b, (size_t)n * 4) == 0, "same step, different masks");
+        T_EXPECT(memcmp(t1, t2, (size_t)n * 4) != 0, "another step, same masks");
+        /* a loss or backward without a forward is an error, not a crash */
+        T_EXPECT(qc_qcnet_loss(m, NULL) == QC_ERR_INVALID, "loss without forward");
+        T_EXPECT(qc_qcnet_backward(m, 1.0f) == QC_ERR_INVALID, "backward without forward");
+        free(ref);
+        free(ev);
+        free(t1);
+        free(t1b);
+        free(t2);
+        qc_qcnet_destroy(m);
+    }
+    printf("  stash bytes of one forward: unfused %zu, fused %zu\n", stash[0], stash[1]);
+    T_EXPECT(stash[1] > 0 && stash[1] < stash[0], "the fused stash is smaller");
+}
+
+// ---- a short deterministic training run ------------------------------------------------------
+
+static void small_config(struct qc_qcnet_config *cfg, enum qc_attn_impl impl)
+{
+    qc_qcnet_config_parity_tiny(cfg);
+    cfg->hidden_dim = 16;
+    cfg->num_heads = 2;
+    cfg->head_dim = 8;
+    cfg->num_freq_bands = 4;
+    cfg->num_agent_layers = 1;
+    cfg->num_dec_layers = 1;
+    cfg->attention = impl;
+}
+
+/* steps AdamW steps from seed; losses[step]; the final parameters into out (malloc'ed). */
+static void train_run(enum qc_attn_impl impl, int steps, float *losses, float **out, int64_t *n)
+{
+    struct qc_qcnet_config cfg;
+    small_config(&cfg, impl);
+    struct qc_qcnet *m = NULL;
+    if (qc_qcnet_create(&cfg, &m) != QC_OK)
+        T_FATAL("create: %s", qc_error_last());
+    qc_qcnet_init_params(m, 77);
+    *n = qc_qcnet_num_params(m);
+    float *am = calloc((size_t)*n, 4), *av = calloc((size_t)*n, 4);
+    for (int s = 0; s < steps; s++) {
+        struct qc_qcnet_ctx ctx = {
+            .training = true, .need_backward = true, .seed = 4242, .step = (uint32_t)s};
+        struct qc_qcnet_loss l;
+        qc_qcnet_zero_grad(m);
+        enum qc_status rc = qc_qcnet_forward(m, &g_batch, &ctx, NULL);
+        if (rc == QC_OK)
+            rc = qc_qcnet_loss(m, &l);
+        if (rc == QC_OK)
+            rc = qc_qcnet_backward(m, 1.0f);
+        qc_qcnet_release(m);
+        if (rc != QC_OK)
+            T_FATAL("step %d: %s", s, qc_error_last());
+        losses[s] = l.loss;
+        qc_qcnet_adamw_step(m, am, av, 5e-3, 1e-4, 0.9, 0.999, 1e-8, s + 1);
+    }
+    *out = malloc((size_t)*n * 4);
+    memcpy(*out, qc_qcnet_params(m), (size_t)*n * 4);
+    free(am);
+    free(av);
+    qc_qcnet_destroy(m);
+}
+
+static void test_train_deterministic(enum qc_attn_impl impl)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    enum { STEPS = 6 };
+    float l1[STEPS], l2[STEPS];
+    float *p1 = NULL, *p2 = NULL;
+    int64_t n = 0;
+    train_run(impl, STEPS, l1, &p1, &n);
+    train_run(impl, STEPS, l2, &p2, &n);
+    T_EXPECT(memcmp(l1, l2, sizeof l1) == 0, "losses differ between two runs");
+    T_EXPECT(memcmp(p1, p2, (size_t)n * 4) == 0, "parameters differ between two runs");
+    printf("  losses:");
+    for (int s = 0; s < STEPS; s++)
+        printf(" %.6g", (double)l1[s]);
+    printf("\n");
+    T_EXPECT(l1[STEPS - 1] < l1[0], "the loss falls over %d steps: %g -> %g", STEPS, (double)l1[0],
+             (double)l1[STEPS - 1]);
+    free(p1);
+    free(p2);
+}
+
+int main(void)
+{
+    QC_TEST ("model: AV2 state_dict table == QCNET_state_dict.tsv")
+        test_state_dict_tsv();
+    QC_TEST ("model: parity-tiny keys == weights.safetensors")
+        test_parity_keys();
+    QC_TEST ("model: initialisation rules and groups")
+        test_init();
+    QC_TEST ("model: checkpoint of another configuration fails naming the tensor")
+        test_checkpoint_mismatch();
+    QC_TEST ("model: save -> load round trip is exact")
+        test_save_load();
+    QC_TEST ("model: metrics on a hand-made case")
+        test_metrics();
+    QC_TEST ("model: parity with PyTorch QCNet (unfused attention)")
+        test_parity(QC_ATTN_UNFUSED);
+    QC_TEST ("model: parity with PyTorch QCNet (fused attention)")
+        test_parity(QC_ATTN_FUSED);
+    QC_TEST ("model: eval mode, dropout keying, stash accounting")
+        test_modes();
+    QC_TEST ("model: allocation hook and gradient accumulation")
+        test_hook_and_accumulation();
+    QC_TEST ("model: small config trains deterministically (unfused)")
+        test_train_deterministic(QC_ATTN_UNFUSED);
+    QC_TEST ("model: small config trains deterministically (fused)")
+        test_train_deterministic(QC_ATTN_FUSED);
+    if (g_batch_ok)
+        qc_batch_release(&g_batch);
+    return qc_test_summary();
+}
