@@ -1,0 +1,436 @@
+/*
+ * checkpoint.c — training checkpoints: RUN/ckpt-<step>/{model,optim}.safetensors
+ * (docs/CHECKPOINTS.md).
+ *
+ * model.safetensors holds exactly QCNet's state_dict keys (alias keys as copies), so PyTorch's
+ * strict load_state_dict accepts it; optim.safetensors is the sidecar: the AdamW moments as
+ * "exp_avg.<key>" / "exp_avg_sq.<key>" for every distinct parameter, and in its metadata the
+ * loop position (step, epoch, batch within the epoch, samples), the seed and the effective
+ * configuration. Both files are written by the atomic safetensors writer into
+ * ckpt-<step>.tmp/, which is then renamed to ckpt-<step>/ and the run folder fsynced: a
+ * checkpoint folder under its final name is always complete.
+ */
+#include "qc_train.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "qc_config.h"
+#include "qc_qcnet.h"
+#include "qc_safetensors.h"
+
+#define CKPT_FORMAT     "qctrain-optim v1"
+#define CKPT_MODEL_FILE "model.safetensors"
+#define CKPT_OPTIM_FILE "optim.safetensors"
+
+// ---- paths -----------------------------------------------------------------------------------
+
+#define CKPT_PATH_MAX 4096
+
+/* out = dir + "/" + name; QC_ERR_INVALID when it does not fit in n bytes. */
+static enum qc_status path_join(char *out, size_t n, const char *dir, const char *name)
+{
+    const int k = snprintf(out, n, "%s/%s", dir, name);
+    if (k < 0 || (size_t)k >= n)
+        return qc_errorf(QC_ERR_INVALID, "path too long: %s/%s", dir, name);
+    return QC_OK;
+}
+
+enum qc_status qc_train_mkdir(const char *path)
+{
+    char buf[4096];
+    const size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(buf))
+        return qc_errorf(QC_ERR_INVALID, "folder path '%s' is empty or too long", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        const char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return qc_errorf(QC_ERR_IO,
+                             "cannot create folder %s: %s\nhint: choose a writable --out folder",
+                             buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_errorf(QC_ERR_IO, "%s exists and is not a folder\nhint: choose another --out",
+                         path);
+    if (access(path, W_OK) != 0)
+        return qc_errorf(QC_ERR_IO, "folder %s is not writable: %s\nhint: choose another --out",
+                         path, strerror(errno));
+    return QC_OK;
+}
+
+static enum qc_status fsync_dir(const char *path)
+{
+    const int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return qc_errorf(QC_ERR_IO, "cannot open folder %s: %s", path, strerror(errno));
+    const int rc = fsync(fd);
+    const int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL)
+        return qc_errorf(QC_ERR_IO, "fsync of folder %s failed: %s", path, strerror(e));
+    return QC_OK;
+}
+
+/* Removes a checkpoint folder we created (its two files and itself). Best effort. */
+static void remove_ckpt_dir(const char *dir)
+{
+    char p[CKPT_PATH_MAX];
+    if (path_join(p, sizeof(p), dir, CKPT_MODEL_FILE) == QC_OK)
+        unlink(p);
+    if (path_join(p, sizeof(p), dir, CKPT_OPTIM_FILE) == QC_OK)
+        unlink(p);
+    rmdir(dir);
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Step number of a folder name "ckpt-<digits>", or -1. */
+static int64_t ckpt_name_step(const char *name)
+{
+    if (strncmp(name, "ckpt-", 5) != 0 || !name[5])
+        return -1;
+    int64_t s = 0;
+    for (const char *c = name + 5; *c; c++) {
+        if (*c < '0' || *c > '9' || s > INT64_MAX / 10 - 10)
+            return -1;
+        s = s * 10 + (*c - '0');
+    }
+    return s;
+}
+
+enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
+{
+    char p[CKPT_PATH_MAX];
+    QC_TRY(path_join(p, sizeof(p), dir, CKPT_MODEL_FILE));
+    if (file_exists(p)) {
+        if ((size_t)snprintf(out, n, "%s", dir) >= n)
+            return qc_errorf(QC_ERR_INVALID, "checkpoint path too long: %s", dir);
+        return QC_OK;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return qc_errorf(QC_ERR_IO,
+                         "checkpoint %s: cannot open: %s\nhint: --resume takes a "
+                         "checkpoint folder (RUN/ckpt-000100) or a run folder",
+                         dir, strerror(errno));
+    int64_t best = -1;
+    char best_name[256] = "";
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const int64_t s = ckpt_name_step(de->d_name);
+        if (s < 0 || s <= best)
+            continue;
+        char sub[CKPT_PATH_MAX];
+        if (path_join(sub, sizeof(sub), dir, de->d_name) != QC_OK ||
+            path_join(p, sizeof(p), sub, CKPT_OPTIM_FILE) != QC_OK || !file_exists(p))
+            continue;
+        best = s;
+        snprintf(best_name, sizeof(best_name), "%s", de->d_name);
+    }
+    closedir(d);
+    if (best < 0)
+        return qc_errorf(QC_ERR_INVALID,
+                         "checkpoint %s: no %s and no ckpt-<step>/ folder inside\nhint: --resume "
+                         "takes a checkpoint folder (RUN/ckpt-000100) or a run folder",
+                         dir, CKPT_MODEL_FILE);
+    return path_join(out, n, dir, best_name);
+}
+
+enum qc_status qc_checkpoint_weights_path(const char *path, char *out, size_t n)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char ckpt[CKPT_PATH_MAX];
+        QC_TRY(qc_checkpoint_resolve(path, ckpt, sizeof(ckpt)));
+        return path_join(out, n, ckpt, CKPT_MODEL_FILE);
+    }
+    if ((size_t)snprintf(out, n, "%s", path) >= n)
+        return qc_errorf(QC_ERR_INVALID, "path too long: %s", path);
+    return QC_OK;
+}
+
+// ---- save ------------------------------------------------------------------------------------
+
+static enum qc_status meta_i64(struct qc_st_writer *w, const char *key, int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%" PRId64, v);
+    return qc_st_writer_set_metadata(w, key, buf);
+}
+
+static enum qc_status write_model_file(const struct qc_qcnet *m, const struct qc_train_state *s,
+                                       const char *path)
+{
+    struct qc_st_writer *w = NULL;
+    QC_TRY(qc_st_writer_create(&w));
+    char cfgjson[2048];
+    qc_qcnet_config_json(qc_qcnet_config(m), cfgjson, sizeof(cfgjson));
+    enum qc_status st = qc_qcnet_add_to_writer(m, w, NULL, true);
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "format", "pt");
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "qcnet_config", cfgjson);
+    if (st == QC_OK)
+        st = meta_i64(w, "step", s->step);
+    if (st == QC_OK)
+        st = qc_st_writer_write(w, path);
+    qc_st_writer_destroy(w);
+    return st;
+}
+
+static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o,
+                                       const struct qc_train_state *s, const struct qc_config *cfg,
+                                       const char *path)
+{
+    struct qc_st_writer *w = NULL;
+    QC_TRY(qc_st_writer_create(&w));
+    char *cfgjson = NULL;
+    enum qc_status st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg.", qc_optim_exp_avg(o));
+    if (st == QC_OK)
+        st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg_sq.", qc_optim_exp_avg_sq(o));
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "format", CKPT_FORMAT);
+    if (st == QC_OK)
+        st = meta_i64(w, "step", s->step);
+    if (st == QC_OK)
+        st = meta_i64(w, "adam_step", qc_optim_steps(o));
+    if (st == QC_OK)
+        st = meta_i64(w, "epoch", s->epoch);
+    if (st == QC_OK)
+        st = meta_i64(w, "batch_in_epoch", s->batch_in_epoch);
+    if (st == QC_OK)
+        st = meta_i64(w, "samples", s->samples);
+    if (st == QC_OK)
+        st = meta_i64(w, "seed", (int64_t)s->seed);
+    if (st == QC_OK && cfg) {
+        st = qc_config_to_json(cfg, &cfgjson);
+        if (st == QC_OK)
+            st = qc_st_writer_set_metadata(w, "config", cfgjson);
+    }
+    if (st == QC_OK)
+        st = qc_st_writer_write(w, path);
+    free(cfgjson);
+    qc_st_writer_destroy(w);
+    return st;
+}
+
+enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struct qc_optim *o,
+                                  const struct qc_train_state *s, const struct qc_config *cfg,
+                                  char *path_out, size_t n)
+{
+    char final[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], old[CKPT_PATH_MAX], p[CKPT_PATH_MAX];
+    char name[64];
+    snprintf(name, sizeof(name), "ckpt-%06" PRId64, s->step);
+    QC_TRY(path_join(final, sizeof(final), run_dir, name));
+    snprintf(name, sizeof(name), "ckpt-%06" PRId64 ".tmp", s->step);
+    QC_TRY(path_join(tmp, sizeof(tmp), run_dir, name));
+    snprintf(name, sizeof(name), "ckpt-%06" PRId64 ".old", s->step);
+    QC_TRY(path_join(old, sizeof(old), run_dir, name));
+    remove_ckpt_dir(tmp); /* a leftover of an interrupted save */
+    if (mkdir(tmp, 0777) != 0)
+        return qc_errorf(QC_ERR_IO,
+                         "checkpoint %s: cannot create folder: %s\nhint: is %s "
+                         "writable and not full?",
+                         tmp, strerror(errno), run_dir);
+    enum qc_status st = path_join(p, sizeof(p), tmp, CKPT_MODEL_FILE);
+    if (st == QC_OK)
+        st = write_model_file(m, s, p);
+    if (st == QC_OK)
+        st = path_join(p, sizeof(p), tmp, CKPT_OPTIM_FILE);
+    if (st == QC_OK)
+        st = write_optim_file(m, o, s, cfg, p);
+    if (st != QC_OK) {
+        remove_ckpt_dir(tmp);
+        return qc_error_wrap(st, "checkpoint %s not written", final);
+    }
+    /* Replace an existing checkpoint of the same step (a rerun): move it aside first, since
+     * rename() cannot replace a non-empty folder. */
+    bool had_old = false;
+    struct stat sb;
+    if (stat(final, &sb) == 0) {
+        remove_ckpt_dir(old);
+        if (rename(final, old) != 0) {
+            const int e = errno;
+            remove_ckpt_dir(tmp);
+            return qc_errorf(QC_ERR_IO, "checkpoint %s: cannot move the old one aside: %s", final,
+                             strerror(e));
+        }
+        had_old = true;
+    }
+    if (rename(tmp, final) != 0) {
+        const int e = errno;
+        remove_ckpt_dir(tmp);
+        if (had_old)
+            (void)rename(old, final);
+        return qc_errorf(QC_ERR_IO, "checkpoint %s: rename failed: %s", final, strerror(e));
+    }
+    if (had_old)
+        remove_ckpt_dir(old);
+    QC_TRY(fsync_dir(run_dir));
+    if (path_out && n)
+        snprintf(path_out, n, "%s", final);
+    return QC_OK;
+}
+
+// ---- load ------------------------------------------------------------------------------------
+
+static enum qc_status meta_get_i64(const struct qc_safetensors *st, const char *key, int64_t *out)
+{
+    const char *v = qc_safetensors_metadata(st, key);
+    if (!v)
+        return qc_errorf(QC_ERR_INVALID, "checkpoint %s: metadata '%s' missing",
+                         qc_safetensors_path(st), key);
+    char *end = NULL;
+    errno = 0;
+    const long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 0)
+        return qc_errorf(QC_ERR_INVALID, "checkpoint %s: metadata '%s' = \"%s\" is not a count",
+                         qc_safetensors_path(st), key, v);
+    *out = (int64_t)x;
+    return QC_OK;
+}
+
+enum qc_status qc_checkpoint_read_state(const char *ckpt_dir, struct qc_train_state *s,
+                                        struct qc_config *saved_cfg)
+{
+    char p[CKPT_PATH_MAX];
+    QC_TRY(path_join(p, sizeof(p), ckpt_dir, CKPT_OPTIM_FILE));
+    struct qc_safetensors *st = NULL;
+    QC_TRY(qc_safetensors_open(p, &st));
+    enum qc_status rc = QC_OK;
+    const char *fmt = qc_safetensors_metadata(st, "format");
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0)
+        rc = qc_errorf(QC_ERR_INVALID, "checkpoint %s: metadata format is \"%s\", expected \"%s\"",
+                       p, fmt ? fmt : "(none)", CKPT_FORMAT);
+    struct qc_train_state t = {0};
+    int64_t seed = 0;
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "step", &t.step);
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "adam_step", &t.adam_step);
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "epoch", &t.epoch);
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "batch_in_epoch", &t.batch_in_epoch);
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "samples", &t.samples);
+    if (rc == QC_OK)
+        rc = meta_get_i64(st, "seed", &seed);
+    t.seed = (uint64_t)seed;
+    if (rc == QC_OK && saved_cfg) {
+        const char *cj = qc_safetensors_metadata(st, "config");
+        if (!cj)
+            rc = qc_errorf(QC_ERR_INVALID, "checkpoint %s: metadata 'config' missing", p);
+        else {
+            qc_config_defaults(saved_cfg);
+            rc = qc_config_apply_preset_json(saved_cfg, cj, strlen(cj), p);
+        }
+    }
+    qc_safetensors_close(st);
+    if (rc == QC_OK)
+        *s = t;
+    return rc;
+}
+
+enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, struct qc_optim *o,
+                                  struct qc_train_state *s)
+{
+    struct qc_train_state t;
+    QC_TRY(qc_checkpoint_read_state(ckpt_dir, &t, NULL));
+    char p[CKPT_PATH_MAX];
+    QC_TRY(path_join(p, sizeof(p), ckpt_dir, CKPT_MODEL_FILE));
+    struct qc_safetensors *st = NULL;
+    QC_TRY(qc_safetensors_open(p, &st));
+    enum qc_status rc = qc_qcnet_load_st(m, st, "");
+    qc_safetensors_close(st);
+    if (rc != QC_OK)
+        return rc;
+    if (o) {
+        QC_TRY(path_join(p, sizeof(p), ckpt_dir, CKPT_OPTIM_FILE));
+        QC_TRY(qc_safetensors_open(p, &st));
+        rc = qc_qcnet_read_buffer(m, st, "exp_avg.", qc_optim_exp_avg(o));
+        if (rc == QC_OK)
+            rc = qc_qcnet_read_buffer(m, st, "exp_avg_sq.", qc_optim_exp_avg_sq(o));
+        qc_safetensors_close(st);
+        if (rc != QC_OK)
+            return rc;
+        qc_optim_set_steps(o, t.adam_step);
+    }
+    *s = t;
+    return QC_OK;
+}
+
+// ---- configuration compatibility ---------------------------------------------------------------
+
+/* Options that decide what a resumed run computes: the model, the optimizer, the schedule, the
+ * batches and the seed. Others (steps, epochs, save_every, out_dir, threads, logging) may
+ * change between the saved and the resumed run. */
+static const char *const resume_keys[] = {
+    "model.hidden_dim",
+    "model.num_heads",
+    "model.head_dim",
+    "model.num_freq_bands",
+    "model.num_historical_steps",
+    "model.num_future_steps",
+    "model.num_modes",
+    "model.num_recurrent_steps",
+    "model.num_map_layers",
+    "model.num_agent_layers",
+    "model.num_dec_layers",
+    "model.time_span",
+    "model.num_t2m_steps",
+    "model.max_num_neighbors",
+    "model.dropout",
+    "model.pl2pl_radius",
+    "model.pl2a_radius",
+    "model.a2a_radius",
+    "model.pl2m_radius",
+    "model.a2m_radius",
+    "train.lr",
+    "train.weight_decay",
+    "train.t_max",
+    "train.batch_size",
+    "train.grad_accum",
+    "train.seed",
+    "data.synthetic_profile",
+    "data.synthetic_scenes",
+    "data.shuffle",
+    "data.balance",
+};
+
+enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
+                                          const struct qc_config *now, const char *ckpt_dir)
+{
+    for (size_t i = 0; i < sizeof(resume_keys) / sizeof(resume_keys[0]); i++) {
+        const struct qc_config_option *opt = qc_config_option_find(resume_keys[i]);
+        if (!opt)
+            continue; /* the option table does not have it (renamed): nothing to compare */
+        char a[256], b[256];
+        qc_config_format_value(saved, opt, a, sizeof(a));
+        qc_config_format_value(now, opt, b, sizeof(b));
+        if (strcmp(a, b) != 0)
+            return qc_errorf(QC_ERR_INVALID,
+                             "checkpoint %s was saved with %s = %s, this run has %s = %s\nhint: "
+                             "resume with the saved run's --preset/--set (%s=%s), or use "
+                             "--init-from %s/%s to start a new run from its weights",
+                             ckpt_dir, opt->key, a, opt->key, b, opt->key, a, ckpt_dir,
+                             CKPT_MODEL_FILE);
+    }
+    return QC_OK;
+}

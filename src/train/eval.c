@@ -1,0 +1,192 @@
+/*
+ * eval.c — validation: the training loss (QCNET.md §6.1) and the K = 6 metrics of §6.2
+ * (minADE, minFDE, MR, Brier, brier-minFDE over the focal agents) of a model on a dataset, in
+ * eval mode (no dropout, no backward), batches in file order (no shuffling), so with
+ * --batch-size N the first batch is the first N scenes. --dump writes that first batch's
+ * predictions under QCNet's output names.
+ */
+#include "qc_train.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qc_alloc.h"
+#include "qc_batch.h"
+#include "qc_config.h"
+#include "qc_loader.h"
+#include "qc_safetensors.h"
+
+static double eval_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Writes the outputs of one forward as QCNet names them (pred dict keys). */
+static enum qc_status eval_dump(const struct qc_qcnet_output *o, const struct qc_qcnet_loss *l,
+                                const struct qc_batch *b, const char *path)
+{
+    struct qc_st_writer *w = NULL;
+    QC_TRY(qc_st_writer_create(&w));
+    const int64_t traj[4] = {o->A, o->K, o->S, 2};
+    const int64_t pis[2] = {o->A, o->K};
+    enum qc_status st =
+        qc_st_writer_add(w, "loc_propose_pos", QC_ST_F32, 4, traj, o->loc_propose_pos);
+    if (st == QC_OK)
+        st = qc_st_writer_add(w, "scale_propose_pos", QC_ST_F32, 4, traj, o->scale_propose_pos);
+    if (st == QC_OK)
+        st = qc_st_writer_add(w, "loc_refine_pos", QC_ST_F32, 4, traj, o->loc_refine_pos);
+    if (st == QC_OK)
+        st = qc_st_writer_add(w, "scale_refine_pos", QC_ST_F32, 4, traj, o->scale_refine_pos);
+    if (st == QC_OK)
+        st = qc_st_writer_add(w, "pi", QC_ST_F32, 2, pis, o->pi);
+    char buf[64];
+    if (st == QC_OK) {
+        snprintf(buf, sizeof(buf), "%.9g", (double)l->loss);
+        st = qc_st_writer_set_metadata(w, "loss", buf);
+    }
+    if (st == QC_OK) {
+        snprintf(buf, sizeof(buf), "%" PRId64, b->num_scenes);
+        st = qc_st_writer_set_metadata(w, "num_scenes", buf);
+    }
+    if (st == QC_OK && b->scenario_id) {
+        /* the scenario ids, JSON list, so the rows can be matched to scenes */
+        size_t cap = 16 + (size_t)b->num_scenes * (QC_SCENE_ID_MAX + 4);
+        char *ids = malloc(cap);
+        if (!ids)
+            st = qc_errorf(QC_ERR_NOMEM, "dump: out of memory");
+        else {
+            size_t n = 0;
+            n += (size_t)snprintf(ids + n, cap - n, "[");
+            for (int64_t i = 0; i < b->num_scenes; i++)
+                n +=
+                    (size_t)snprintf(ids + n, cap - n, "%s\"%s\"", i ? "," : "", b->scenario_id[i]);
+            snprintf(ids + n, cap - n, "]");
+            st = qc_st_writer_set_metadata(w, "scenario_ids", ids);
+            free(ids);
+        }
+    }
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "format", "qctrain eval dump v1");
+    if (st == QC_OK)
+        st = qc_st_writer_write(w, path);
+    qc_st_writer_destroy(w);
+    return st;
+}
+
+enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
+                             const struct qc_eval_opts *opts, struct qc_eval_result *out)
+{
+    const struct qc_config *cfg = opts->cfg;
+    struct qc_eval_result r = {0};
+    struct qc_loader_opts lo;
+    qc_train_loader_opts(cfg, &lo);
+    lo.batch_size = opts->batch_size > 0 ? opts->batch_size : cfg->batch_size;
+    lo.shuffle = false; /* file order: the first batch is the first N scenes */
+    lo.balance_cost = false;
+    lo.synthetic_scenes =
+        opts->synthetic_scenes > 0 ? opts->synthetic_scenes : cfg->synthetic_scenes;
+    lo.synthetic_seed = opts->synthetic_seed;
+
+    struct qc_loader *ld = NULL;
+    QC_TRY(qc_loader_create(opts->data, opts->ndata, &lo, &ld));
+    enum qc_status st = qc_loader_start_epoch(ld, 0);
+    if (a) {
+        struct qc_qcnet_alloc hook;
+        qc_train_model_hook(a, &hook);
+        qc_qcnet_set_alloc(m, &hook);
+        qc_alloc_reset_peak(a);
+    }
+    struct qc_qcnet_metrics mt;
+    qc_qcnet_metrics_reset(&mt);
+    double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
+    const double t0 = eval_now_s();
+    while (st == QC_OK && (opts->max_batches <= 0 || r.batches < opts->max_batches)) {
+        struct qc_batch *b = NULL;
+        st = qc_loader_next(ld, &b);
+        if (st != QC_OK || !b)
+            break;
+        const struct qc_qcnet_ctx ctx = {
+            .training = false, .need_backward = false, .seed = (uint64_t)cfg->seed};
+        struct qc_qcnet_output o;
+        struct qc_qcnet_loss l;
+        st = qc_qcnet_forward(m, b, &ctx, &o);
+        if (st == QC_OK)
+            st = qc_qcnet_loss(m, &l);
+        if (st == QC_OK)
+            st = qc_qcnet_metrics_update_model(&mt, m);
+        if (st == QC_OK && r.batches == 0 && opts->dump)
+            st = eval_dump(&o, &l, b, opts->dump);
+        if (st == QC_OK) {
+            sum_loss += (double)l.loss;
+            sum_rp += (double)l.reg_loss_propose;
+            sum_rr += (double)l.reg_loss_refine;
+            sum_cls += (double)l.cls_loss;
+            r.batches++;
+            r.scenes += b->num_scenes;
+        }
+        qc_qcnet_release(m);
+        qc_loader_release(ld, b);
+    }
+    if (a) {
+        struct qc_alloc_stats as;
+        qc_alloc_stats_get(a, &as);
+        r.peak_device_bytes = as.bytes_allocated_peak;
+    }
+    qc_loader_destroy(ld);
+    if (st != QC_OK)
+        return st;
+    if (r.batches == 0)
+        return qc_errorf(QC_ERR_INVALID, "eval: the data gives no batch");
+    r.seconds = eval_now_s() - t0;
+    r.loss = sum_loss / (double)r.batches;
+    r.reg_loss_propose = sum_rp / (double)r.batches;
+    r.reg_loss_refine = sum_rr / (double)r.batches;
+    r.cls_loss = sum_cls / (double)r.batches;
+    qc_qcnet_metrics_compute(&mt, &r.metrics);
+    *out = r;
+    return QC_OK;
+}
+
+enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out)
+{
+    struct qc_alloc *a = NULL;
+    QC_TRY(qc_train_alloc_create(opts->cfg, &a));
+    struct qc_qcnet_config mc;
+    qc_train_model_config(opts->cfg, &mc);
+    struct qc_qcnet *m = NULL;
+    enum qc_status st = qc_qcnet_create(&mc, &m);
+    if (st == QC_OK) {
+        if (opts->weights) {
+            char p[4096];
+            st = qc_checkpoint_weights_path(opts->weights, p, sizeof(p));
+            if (st == QC_OK)
+                st = qc_qcnet_load(m, p);
+        } else {
+            qc_qcnet_init_params(m, (uint64_t)opts->cfg->seed);
+        }
+    }
+    if (st == QC_OK)
+        st = qc_eval_model(m, a, opts, out);
+    qc_qcnet_destroy(m);
+    qc_alloc_destroy(a);
+    return st;
+}
+
+size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap)
+{
+    const int n = snprintf(
+        buf, cap,
+        "{\"eval\":{\"batches\":%" PRId64 ",\"scenes\":%" PRId64 ",\"agents\":%" PRId64
+        ",\"loss\":%.9g,\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,"
+        "\"minADE\":%.9g,\"minFDE\":%.9g,\"MR\":%.9g,\"Brier\":%.9g,\"brier_minFDE\":%.9g,"
+        "\"seconds\":%.6g,\"peak_device_bytes\":%" PRIu64 "}}",
+        r->batches, r->scenes, r->metrics.count, r->loss, r->reg_loss_propose, r->reg_loss_refine,
+        r->cls_loss, r->metrics.min_ade, r->metrics.min_fde, r->metrics.miss_rate, r->metrics.brier,
+        r->metrics.brier_min_fde, r->seconds, r->peak_device_bytes);
+    return n < 0 ? 0 : (size_t)n;
+}

@@ -1,0 +1,195 @@
+/*
+ * optim.c — the cosine LR schedule (PyTorch's recursion) and AdamW over a flat parameter buffer
+ * with QCNet's two parameter groups (QCNET.md §1, §2.5).
+ *
+ * The groups are segments of the flat buffer (one per distinct parameter tensor) flagged decay
+ * or no_decay; the update itself is the kernels op qc_adamw_step_segments_cpu, which applies
+ * decoupled decay only to decay segments. PyTorch orders the groups by sorted name, which
+ * affects only where each tensor's state lives, not the values: every element's update is
+ * independent of every other.
+ */
+#include "qc_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc_alloc.h"
+#include "qc_kernels.h"
+
+// ---- schedule --------------------------------------------------------------------------------
+
+double qc_lr_cosine(double base_lr, int64_t t_max, int64_t epoch)
+{
+    QC_ASSERT(t_max >= 1 && epoch >= 0, "lr_cosine: t_max %lld epoch %lld", (long long)t_max,
+              (long long)epoch);
+    const double pi = 3.141592653589793; /* math.pi */
+    const double T = (double)t_max;
+    double lr = base_lr; /* last_epoch == 0: the group's lr, i.e. the base */
+    for (int64_t e = 1; e <= epoch; e++) {
+        const int64_t r = ((e - 1 - t_max) % (2 * t_max) + 2 * t_max) % (2 * t_max);
+        if (r == 0) {
+            /* group['lr'] + (base_lr - eta_min) * (1 - cos(pi / T_max)) / 2 */
+            lr = lr + (base_lr - 0.0) * (1.0 - cos(pi / T)) / 2.0;
+        } else {
+            /* (1 + cos(pi*e/T)) / (1 + cos(pi*(e-1)/T)) * (lr - eta_min) + eta_min */
+            const double num = 1.0 + cos(pi * (double)e / T);
+            const double den = 1.0 + cos(pi * (double)(e - 1) / T);
+            lr = num / den * (lr - 0.0) + 0.0;
+        }
+    }
+    return lr;
+}
+
+// ---- AdamW -----------------------------------------------------------------------------------
+
+struct qc_optim {
+    struct qc_alloc *alloc; /* NULL: moments from malloc */
+    struct qc_optim_params hp;
+    int64_t numel;    /* floats in the flat buffer */
+    int64_t nseg;     /* tensors */
+    int64_t *offsets; /* (nseg+1) */
+    uint8_t *decay;   /* (nseg) */
+    float *m;         /* (numel) exp_avg */
+    float *v;         /* (numel) exp_avg_sq */
+    int64_t steps;    /* state['step'] */
+};
+
+void qc_optim_params_default(struct qc_optim_params *p)
+{
+    p->lr = 5e-4;
+    p->beta1 = 0.9;
+    p->beta2 = 0.999;
+    p->eps = 1e-8;
+    p->weight_decay = 1e-4;
+}
+
+static enum qc_status optim_buffer(struct qc_optim *o, const char *tag, float **out)
+{
+    const size_t bytes = (size_t)o->numel * sizeof(float);
+    void *p = NULL;
+    if (o->alloc) {
+        QC_TRY(qc_alloc_malloc(o->alloc, bytes, NULL, tag, &p));
+    } else {
+        p = malloc(bytes ? bytes : 1);
+        if (!p)
+            return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory for %s (%zu bytes)", tag,
+                             bytes);
+    }
+    memset(p, 0, bytes);
+    *out = p;
+    return QC_OK;
+}
+
+enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int64_t *offsets,
+                               const uint8_t *decay, int64_t nseg,
+                               const struct qc_optim_params *params, struct qc_optim **out)
+{
+    if (numel < 0 || nseg < 0 || !offsets || (nseg > 0 && !decay) || offsets[0] != 0 ||
+        offsets[nseg] != numel)
+        return qc_errorf(QC_ERR_INVALID,
+                         "optimizer: segments do not cover the parameter buffer (numel %lld, "
+                         "%lld segments)",
+                         (long long)numel, (long long)nseg);
+    for (int64_t s = 0; s < nseg; s++)
+        if (offsets[s + 1] < offsets[s])
+            return qc_errorf(QC_ERR_INVALID, "optimizer: segment %lld has negative size",
+                             (long long)s);
+    struct qc_optim *o = calloc(1, sizeof(*o));
+    if (!o)
+        return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory");
+    o->alloc = alloc;
+    if (params)
+        o->hp = *params;
+    else
+        qc_optim_params_default(&o->hp);
+    o->numel = numel;
+    o->nseg = nseg;
+    o->offsets = malloc((size_t)(nseg + 1) * sizeof(int64_t));
+    o->decay = malloc((size_t)(nseg > 0 ? nseg : 1));
+    if (!o->offsets || !o->decay) {
+        qc_optim_destroy(o);
+        return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory");
+    }
+    memcpy(o->offsets, offsets, (size_t)(nseg + 1) * sizeof(int64_t));
+    if (nseg > 0)
+        memcpy(o->decay, decay, (size_t)nseg);
+    enum qc_status st = optim_buffer(o, "optim/exp_avg", &o->m);
+    if (st == QC_OK)
+        st = optim_buffer(o, "optim/exp_avg_sq", &o->v);
+    if (st != QC_OK) {
+        qc_optim_destroy(o);
+        return st;
+    }
+    *out = o;
+    return QC_OK;
+}
+
+void qc_optim_destroy(struct qc_optim *o)
+{
+    if (!o)
+        return;
+    if (o->alloc) {
+        qc_alloc_free(o->alloc, o->m, NULL);
+        qc_alloc_free(o->alloc, o->v, NULL);
+    } else {
+        free(o->m);
+        free(o->v);
+    }
+    free(o->offsets);
+    free(o->decay);
+    free(o);
+}
+
+void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double lr)
+{
+    o->steps++;
+    const struct qc_adamw_hparams hp = {
+        .lr = lr,
+        .beta1 = o->hp.beta1,
+        .beta2 = o->hp.beta2,
+        .eps = o->hp.eps,
+        .weight_decay = o->hp.weight_decay,
+        .step = o->steps,
+    };
+    qc_adamw_step_segments_cpu(param, o->m, o->v, grad, o->offsets, o->decay, o->nseg, &hp);
+}
+
+int64_t qc_optim_steps(const struct qc_optim *o)
+{
+    return o->steps;
+}
+
+void qc_optim_set_steps(struct qc_optim *o, int64_t steps)
+{
+    QC_ASSERT(steps >= 0, "optimizer: negative step count %lld", (long long)steps);
+    o->steps = steps;
+}
+
+float *qc_optim_exp_avg(struct qc_optim *o)
+{
+    return o->m;
+}
+
+float *qc_optim_exp_avg_sq(struct qc_optim *o)
+{
+    return o->v;
+}
+
+int64_t qc_optim_numel(const struct qc_optim *o)
+{
+    return o->numel;
+}
+
+int64_t qc_optim_decay_numel(const struct qc_optim *o, int64_t *nseg_decay)
+{
+    int64_t n = 0, k = 0;
+    for (int64_t s = 0; s < o->nseg; s++)
+        if (o->decay[s]) {
+            n += o->offsets[s + 1] - o->offsets[s];
+            k++;
+        }
+    if (nseg_decay)
+        *nseg_decay = k;
+    return n;
+}

@@ -1,0 +1,288 @@
+/*
+ * qc_train.h — training QCNet: the LR schedule, AdamW over the model's flat buffers, the metrics
+ * log, checkpoints (save / resume / init-from), the training loop and evaluation.
+ *
+ * The pieces, in the order one optimizer step uses them (QCNET.md §1, §2.5, §6):
+ *   lr     = qc_lr_cosine(base, T_max, epoch)   PyTorch's CosineAnnealingLR *recursion*, stepped
+ *                                               once per epoch (not the closed form)
+ *   grads  = mean over the step's groups of d(loss_g)/dθ, each group a micro-batch of
+ *            batch_size scenes normalised on its own (8 ranks × 4 scenes, on one rank)
+ *   θ      ← AdamW(θ, grads; lr, the decay / no_decay groups)     qc_optim_step
+ *   log    one metrics.jsonl line per step                        qc_metrics_*
+ *   save   every save_every steps and at the end                  qc_checkpoint_save
+ *
+ * Determinism: a run is a pure function of (config, data, seed). The loader's batches depend
+ * only on (seed, epoch); dropout masks on (seed, micro-step, block, element) through Philox;
+ * every reduction has a fixed order. So two runs with the same seed give the same bits, and a
+ * run resumed from a checkpoint continues with the same bits as the uninterrupted one.
+ *
+ * Checkpoints (docs/CHECKPOINTS.md): a folder DIR/ckpt-<step, 6+ digits>/ holding
+ *   model.safetensors  the weights, tensor names exactly QCNet's state_dict keys (all 949 of
+ *                      the AV2 model, the 14 aliased LayerNorm keys written as copies), so
+ *                      PyTorch's model.load_state_dict(safetensors.torch.load_file(p)) loads it;
+ *   optim.safetensors  AdamW state: "exp_avg.<key>" and "exp_avg_sq.<key>" per distinct
+ *                      parameter; metadata: format, step, epoch, batch position in the epoch,
+ *                      seed, samples seen, the effective config (JSON).
+ * Both files are written atomically (temp + fsync + rename); the folder is assembled as
+ * ckpt-<step>.tmp/ and renamed into place, so a crash never leaves a half checkpoint under the
+ * final name.
+ */
+#ifndef QC_TRAIN_QC_TRAIN_H
+#define QC_TRAIN_QC_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_qcnet.h" /* struct qc_qcnet, struct qc_qcnet_metric_values */
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qc_alloc;
+struct qc_config;
+struct qc_loader_opts;
+
+// ---- learning-rate schedule (optim.c) --------------------------------------------------------
+
+/* The learning rate of epoch `epoch` (0-based) under CosineAnnealingLR(T_max = t_max,
+ * eta_min = 0) stepped once per epoch, computed exactly as PyTorch 2.0 does: lr_0 = base, then
+ * lr_e = (1 + cos(π e / T)) / (1 + cos(π (e−1) / T)) · lr_{e−1}, except when
+ * (e − 1 − T) mod 2T == 0, where lr_e = lr_{e−1} + base·(1 − cos(π / T)) / 2. Double
+ * precision, Python's operation order, so the result equals PyTorch's bit for bit (it can
+ * differ from the closed form in the last bits). t_max >= 1, epoch >= 0. */
+double qc_lr_cosine(double base_lr, int64_t t_max, int64_t epoch);
+
+// ---- AdamW over flat buffers (optim.c) -------------------------------------------------------
+
+struct qc_optim_params {
+    double lr;           /* base learning rate, 5e-4 */
+    double beta1, beta2; /* 0.9, 0.999 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 1e-4, applied to decay segments only */
+};
+
+/* Defaults of QCNET.md §1: lr 5e-4, betas (0.9, 0.999), eps 1e-8, weight decay 1e-4. */
+void qc_optim_params_default(struct qc_optim_params *p);
+
+struct qc_optim; /* AdamW state over one flat parameter buffer (opaque) */
+
+/* Creates the optimizer for a flat buffer of `numel` floats split into nseg tensors: tensor s
+ * covers [offsets[s], offsets[s+1]) and is in the decay group when decay[s] != 0 (QCNET.md
+ * §2.5). offsets (nseg+1, ascending, offsets[nseg] == numel) and decay (nseg) are copied. The
+ * moments exp_avg and exp_avg_sq (numel floats each, zero) come from `alloc` (tags
+ * "optim/exp_avg", "optim/exp_avg_sq") or from malloc when alloc is NULL. QC_ERR_NOMEM,
+ * QC_ERR_INVALID for inconsistent segments. */
+enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int64_t *offsets,
+                               const uint8_t *decay, int64_t nseg,
+                               const struct qc_optim_params *params, struct qc_optim **out);
+/* NULL is a no-op. */
+void qc_optim_destroy(struct qc_optim *o);
+
+/* One AdamW step at learning rate lr (PyTorch 2.0 order, QCNET.md §1): increments the step
+ * count n, then for every element p ← p·(1 − lr·wd); m, v updated; p ← p − lr/(1−β1ⁿ) ·
+ * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold numel floats. */
+void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double lr);
+
+/* Steps taken so far (PyTorch's state['step']). */
+int64_t qc_optim_steps(const struct qc_optim *o);
+/* Restores the step count (checkpoint load). */
+void qc_optim_set_steps(struct qc_optim *o, int64_t steps);
+/* The moments, numel floats each (for checkpoints and tests); writable. */
+float *qc_optim_exp_avg(struct qc_optim *o);
+float *qc_optim_exp_avg_sq(struct qc_optim *o);
+int64_t qc_optim_numel(const struct qc_optim *o);
+/* Elements in the decay group (Σ of decay segments' sizes) and number of decay segments. */
+int64_t qc_optim_decay_numel(const struct qc_optim *o, int64_t *nseg_decay);
+
+// ---- metrics log (metrics.c) -----------------------------------------------------------------
+
+/* One optimizer step's figures; one metrics.jsonl line. */
+struct qc_step_metrics {
+    int64_t step;            /* optimizer steps done (1 for the first) */
+    int64_t epoch;           /* 0-based epoch the step ran in */
+    int64_t samples;         /* scenes seen so far */
+    double loss;             /* mean over the step's groups of loss_g (as float: %.9g) */
+    double reg_loss_propose; /* the same means of the three parts */
+    double reg_loss_refine;
+    double cls_loss;
+    double lr;                  /* learning rate used by this step */
+    double step_s;              /* wall seconds of the step */
+    double samples_per_s;       /* scenes / step_s */
+    uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
+    uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
+    uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+};
+
+struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
+
+/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), lines
+ * whose "step" is greater are first dropped (the file is rewritten atomically), so a resumed
+ * run's log equals the uninterrupted one's; keep_through_step < 0 truncates the file (a new
+ * run). QC_ERR_IO naming the path. */
+enum qc_status qc_metrics_open(const char *dir, int64_t keep_through_step,
+                               struct qc_metrics_log **out);
+/* Appends one line and flushes it. QC_ERR_IO (disk full) naming the file. */
+enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s);
+/* Appends an arbitrary JSON object line (e.g. {"eval": ...}); `json` is one line, no newline. */
+enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json);
+/* Closes (fsyncs) the log; NULL is a no-op. */
+void qc_metrics_close(struct qc_metrics_log *m);
+/* Formats one step as the JSON line written to the log (no newline) into buf (cap bytes);
+ * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g. */
+size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap);
+
+// ---- checkpoints (checkpoint.c) --------------------------------------------------------------
+
+/* Where the loop stands; saved with every checkpoint. */
+struct qc_train_state {
+    int64_t step;           /* optimizer steps done */
+    int64_t adam_step;      /* AdamW's step count (== step unless started from --init-from) */
+    int64_t epoch;          /* epoch of the next batch (0-based) */
+    int64_t batch_in_epoch; /* batches of `epoch` already consumed */
+    int64_t samples;        /* scenes seen */
+    uint64_t seed;          /* run seed (loader shuffle, dropout) */
+};
+
+/* Creates `path` and its parents (mkdir -p) and checks it is a writable folder. QC_ERR_IO
+ * naming the folder, with a hint. */
+enum qc_status qc_train_mkdir(const char *path);
+
+/* Saves RUN/ckpt-<step, %06d>/ (model.safetensors + optim.safetensors) atomically (module
+ * comment); an existing checkpoint of the same step is replaced. cfg (may be NULL) goes into
+ * the metadata. The folder's path is written to path_out (n bytes) when non-NULL. QC_ERR_IO
+ * naming the file (disk full, not writable); nothing is left under the final name on error. */
+enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struct qc_optim *o,
+                                  const struct qc_train_state *s, const struct qc_config *cfg,
+                                  char *path_out, size_t n);
+/* Resolves --resume DIR: DIR itself when it holds model.safetensors, else its complete
+ * ckpt-<step>/ folder of the highest step. QC_ERR_IO / QC_ERR_INVALID naming DIR. */
+enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n);
+/* The weights file of --init-from / --weights PATH: PATH itself when it is not a folder, else
+ * the model.safetensors of the checkpoint qc_checkpoint_resolve finds there. */
+enum qc_status qc_checkpoint_weights_path(const char *path, char *out, size_t n);
+/* Reads the loop state (and, when saved_cfg != NULL, the saved configuration, applied over
+ * the defaults) from CKPT/optim.safetensors. QC_ERR_INVALID naming the file and key. */
+enum qc_status qc_checkpoint_read_state(const char *ckpt_dir, struct qc_train_state *s,
+                                        struct qc_config *saved_cfg);
+/* Loads weights (model.safetensors) and, when o != NULL, the AdamW moments and step count.
+ * A checkpoint of another configuration fails naming the first mismatched tensor and both
+ * shapes (QC_ERR_INVALID); a corrupt file fails naming the file. */
+enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, struct qc_optim *o,
+                                  struct qc_train_state *s);
+/* Checks that the options deciding what a resumed run computes (model shape, optimizer,
+ * schedule, batch size, accumulation, seed, synthetic data) are equal in both configs.
+ * QC_ERR_INVALID naming the first differing key and both values, with a hint. */
+enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
+                                          const struct qc_config *now, const char *ckpt_dir);
+
+// ---- the training loop (loop.c) ---------------------------------------------------------------
+
+struct qc_train_opts {
+    const struct qc_config *cfg; /* effective configuration (copied at create) */
+    const char *const *data;     /* qcshard files; ndata == 0: synthetic scenes on the fly */
+    int ndata;
+    const char *out_dir;         /* run folder; NULL: the resumed checkpoint's run folder, else
+                                    cfg->out_dir */
+    const char *resume;          /* checkpoint folder or run folder to continue; NULL = new run */
+    const char *init_from;       /* weights (model.safetensors / a checkpoint folder); NULL = init
+                                    from the seed. Exclusive with resume. */
+    bool quiet;                  /* no progress line, no summary */
+    FILE *progress_out;          /* NULL = stderr */
+    int64_t eval_every;          /* validate every N steps and at the end; 0 = never */
+    const char *const *val_data; /* qcshard files to validate on; nval == 0: held-out synthetic
+                                    scenes (seed train.seed + 1) */
+    int nval;
+    int64_t val_scenes; /* synthetic validation scenes when nval == 0; 0 = 8 */
+};
+
+struct qc_trainer; /* one training run (opaque) */
+
+/* Sets up a run: the caching allocator (host backend under cfg->device_budget; every
+ * activation, stash and optimizer byte comes from it), the model (initialised, --init-from or
+ * resumed), AdamW, the loader, the run folder and its metrics.jsonl. Errors name the thing at
+ * fault (data file, checkpoint, out folder) and leave nothing half-written.
+ * QC_ERR_UNSUPPORTED for device.kind cuda (the CPU backend only, for now). */
+enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_trainer **out);
+/* NULL is a no-op. Does not save. */
+void qc_trainer_destroy(struct qc_trainer *t);
+
+/* Runs optimizer steps until qc_trainer_total_steps(), writing metrics, progress and
+ * checkpoints (every cfg.save_every steps and at the end), and, with eval_every > 0, a
+ * validation line {"step": S, "eval": {...}} (qc_eval_format_json) every eval_every steps and
+ * at the end. */
+enum qc_status qc_trainer_run(struct qc_trainer *t);
+/* One optimizer step (grad_accum micro-batches of batch_size scenes; fewer at the end of an
+ * epoch); fills *out when non-NULL and appends it to metrics.jsonl. */
+enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out);
+/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/). */
+enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n);
+
+/* Steps the run goes to: cfg.steps when > 0, else cfg.epochs × steps per epoch. */
+int64_t qc_trainer_total_steps(const struct qc_trainer *t);
+/* Optimizer steps per epoch: ceil(batches per epoch / grad_accum). */
+int64_t qc_trainer_steps_per_epoch(const struct qc_trainer *t);
+const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
+struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
+struct qc_optim *qc_trainer_optim(struct qc_trainer *t);
+struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t);
+/* The run folder in use. */
+const char *qc_trainer_out_dir(const struct qc_trainer *t);
+
+/* Allocation hook that serves the model's activations from a caching allocator (compute
+ * stream, tags passed through). The hook keeps a pointer to a. */
+void qc_train_model_hook(struct qc_alloc *a, struct qc_qcnet_alloc *out);
+/* The model configuration of an effective configuration (model.* keys). */
+void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);
+/* The loader options of a training run from cfg: batch_size, threads, prefetch, shuffle,
+ * balance, the graph parameters (model.* radii, time_span, num_t2m_steps, num_modes,
+ * max_num_neighbors), synthetic scenes (profile, count, seeded by train.seed), target and
+ * graph built. */
+void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o);
+/* Creates the caching allocator of a run from cfg (device.budget, alloc.*), host backend. */
+enum qc_status qc_train_alloc_create(const struct qc_config *cfg, struct qc_alloc **out);
+
+// ---- evaluation (eval.c) ----------------------------------------------------------------------
+
+struct qc_eval_opts {
+    const struct qc_config *cfg; /* model and graph options; batch size when batch_size == 0 */
+    const char *const *data;     /* qcshard files, read in order (no shuffling) */
+    int ndata;                   /* 0: synthetic scenes (synthetic_seed, cfg's profile) */
+    const char *weights;         /* model.safetensors or a checkpoint folder; NULL = the
+                                    untrained model initialised from cfg->seed */
+    int64_t batch_size;          /* scenes per batch; 0 = cfg->batch_size */
+    int64_t max_batches;         /* 0 = every batch */
+    const char *dump;            /* NULL, or a safetensors path for the first batch's outputs */
+    uint64_t synthetic_seed;     /* scene stream when ndata == 0 */
+    int64_t synthetic_scenes;    /* scenes when ndata == 0; 0 = cfg->synthetic_scenes */
+    bool quiet;
+};
+
+struct qc_eval_result {
+    int64_t batches, scenes;
+    double loss; /* validation loss: mean over batches (as in training, §6.1) */
+    double reg_loss_propose, reg_loss_refine, cls_loss;
+    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6) */
+    double seconds;
+    uint64_t peak_device_bytes; /* allocator peak during the evaluation */
+};
+
+/* Evaluates model m (eval mode: no dropout, no backward) on the data of opts (opts->weights
+ * is ignored). When a != NULL the model's allocation hook is set to a (and stays so).
+ * --dump: loc_propose_pos, scale_propose_pos, loc_refine_pos, scale_refine_pos (A,K,60,2) and
+ * pi (A,K) of the first batch, QCNet's names, written atomically. */
+enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
+                             const struct qc_eval_opts *opts, struct qc_eval_result *out);
+/* Builds the model from opts->cfg, loads opts->weights (or initialises it), evaluates. */
+enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out);
+/* One line of JSON with the result (no newline), for metrics.jsonl and --json. */
+size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_TRAIN_QC_TRAIN_H */
