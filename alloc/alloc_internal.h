@@ -102,6 +102,7 @@ struct alloc_block {
     uint32_t nevents; /* PENDING: events still outstanding */
     uint32_t nuses;   /* extra streams recorded (record_stream / foreign free) */
     uint32_t cap_uses;
+    uint32_t tag_id;            /* LIVE: id in a->tags (its live bytes are counted there) */
     struct qc_stream **uses;    /* [cap_uses] */
     char tag[QC_ALLOC_TAG_MAX]; /* LIVE: tag */
 };
@@ -133,6 +134,29 @@ struct alloc_trace {
     bool file_error; /* a write failed once (logged once) */
 };
 
+/* Peaks folded in by qc_alloc_reset_peak: max over the finished windows (stats.c). */
+struct alloc_run_peaks {
+    size_t allocated, requested, active, reserved;
+};
+
+/* Live bytes of one name (a tag or a block), kept up to date as allocations come and go. */
+struct alloc_name_total {
+    char name[QC_ALLOC_TAG_MAX]; /* NUL-terminated */
+    size_t bytes;                /* Σ sizes of its live blocks */
+    uint64_t blocks;             /* its live allocations */
+    uint32_t parent;             /* tags: id of their block; blocks: unused */
+};
+
+/* An interning table (stats.c): ids are indices into v; slots hash names to id + 1. Names are
+ * never removed (a tag whose blocks are all freed keeps its entry at 0 bytes), so its size is
+ * the number of distinct names seen, which the model's code bounds. */
+struct alloc_names {
+    struct alloc_name_total *v; /* [n] of [cap] */
+    uint32_t n, cap;
+    uint32_t *slots; /* [nslots]: 0 = empty, else id + 1 */
+    uint32_t nslots; /* a power of two >= 2 * cap */
+};
+
 struct qc_alloc {
     pthread_mutex_t lock;
     struct qc_device *dev;     /* may be NULL (host backend, no streams) */
@@ -153,7 +177,14 @@ struct qc_alloc {
     struct qc_event **event_pool; /* idle events [nevent_pool] */
     size_t nevent_pool, cap_event_pool;
 
-    struct qc_alloc_stats st; /* counters; largest_free/fragmentation filled on read */
+    struct qc_alloc_stats st;         /* counters; largest_free/fragmentation filled on read */
+    struct alloc_run_peaks run_peaks; /* peaks of the windows closed by reset_peak */
+    struct qc_alloc_peak_snapshot snap_run;  /* since creation */
+    struct qc_alloc_peak_snapshot snap_step; /* since the last reset_peak */
+    size_t snap_trigger;                     /* snapshot when bytes_allocated > this (the lower
+                                                of the two windows' snap + snap / 100) */
+    struct alloc_names tags;                 /* live bytes by tag; id 0 = "(untagged)" */
+    struct alloc_names blocks;               /* live bytes by block; id 0 = "(untagged)" */
     struct alloc_trace trace;
     uint32_t rng; /* treap priorities */
 };
@@ -178,6 +209,33 @@ static inline void alloc_stat_add(size_t *cur, size_t *peak, size_t delta)
 static inline void alloc_stat_sub(size_t *cur, size_t delta)
 {
     *cur -= delta;
+}
+
+/* Sets up the tag tables and the peak snapshots of a new allocator (none taken).
+ * QC_ERR_NOMEM. */
+enum qc_status alloc_peak_init(struct qc_alloc *a);
+/* Frees the tag tables. */
+void alloc_peak_deinit(struct qc_alloc *a);
+/* Counts a new LIVE block of `size` bytes under its tag (b->tag, "" = untagged) and sets
+ * b->tag_id (lock held; one hash of the tag). Out of host memory for a new tag: counted as
+ * "(untagged)". */
+void alloc_tag_add(struct qc_alloc *a, struct alloc_block *b);
+/* Uncounts a LIVE block being freed (lock held; O(1)). */
+void alloc_tag_sub(struct qc_alloc *a, const struct alloc_block *b);
+/* Takes a snapshot for every window whose trigger bytes_allocated passed (force_step: the step
+ * window in any case). Lock held; O(distinct tags + blocks) from the running totals. */
+void alloc_peak_take(struct qc_alloc *a, bool force_step);
+
+/* Checks both snapshots (within 1 % below their window's peak, tags and blocks summing to
+ * their bytes_allocated) and the running totals (Σ tags = Σ blocks = bytes_allocated, each
+ * block the sum of its tags). Lock held; O(distinct tags). */
+enum qc_status alloc_peak_check(const struct qc_alloc *a);
+
+/* Called after bytes_allocated grew (lock held): a snapshot when it passed the trigger. */
+static inline void alloc_peak_note(struct qc_alloc *a)
+{
+    if (a->st.bytes_allocated > a->snap_trigger)
+        alloc_peak_take(a, false);
 }
 
 /* The report of qc_alloc_report_format with the lock already held. */

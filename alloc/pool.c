@@ -841,7 +841,11 @@ enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_para
     a->params.trace_file = NULL; /* the caller's string is not kept */
     a->rng = 0x2545f491u;
     a->st.bytes_budget = p.budget;
-    enum qc_status st = QC_OK;
+    enum qc_status st = alloc_peak_init(a);
+    if (st != QC_OK) {
+        free(a);
+        return st;
+    }
     if (dev && qc_device_kind_of(dev) == QC_DEVICE_CUDA) {
 #ifdef QC_HAVE_CUDA
         st = alloc_raw_cuda_init(&a->raw);
@@ -852,6 +856,7 @@ enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_para
         st = alloc_raw_host_init(&a->raw);
     }
     if (st != QC_OK) {
+        alloc_peak_deinit(a);
         free(a);
         return st;
     }
@@ -869,6 +874,7 @@ enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_para
         alloc_trace_deinit(&a->trace);
         free(a->buckets);
         a->raw.ops->deinit(&a->raw);
+        alloc_peak_deinit(a);
         free(a);
         return st;
     }
@@ -902,6 +908,7 @@ void qc_alloc_destroy(struct qc_alloc *a)
     free(a->event_pool);
     free(a->pending);
     free(a->buckets);
+    alloc_peak_deinit(a);
     alloc_trace_deinit(&a->trace);
     a->raw.ops->deinit(&a->raw);
     pthread_mutex_unlock(&a->lock);
@@ -930,11 +937,13 @@ static void block_take(struct qc_alloc *a, struct alloc_block *b, struct alloc_b
     b->nuses = 0;
     tag_copy(b->tag, tag);
     map_insert(a, b);
+    alloc_tag_add(a, b);
     alloc_stat_add(&a->st.bytes_allocated, &a->st.bytes_allocated_peak, b->size);
     alloc_stat_add(&a->st.bytes_requested, &a->st.bytes_requested_peak, size);
     alloc_stat_add(&a->st.bytes_active, &a->st.bytes_active_peak, b->size);
     a->st.n_allocs++;
     a->st.n_live++;
+    alloc_peak_note(a);
     alloc_trace_event(a, QC_ALLOC_EV_ALLOC, b->ptr, b->size, size, b->seg->stream_id, b->seg->pool,
                       b->tag);
 }
@@ -1017,6 +1026,7 @@ void qc_alloc_free(struct qc_alloc *a, void *p, struct qc_stream *stream)
     QC_ASSERT(b && b->state == ALLOC_BLOCK_LIVE, "qc_alloc_free(%p): not a live allocation%s", p,
               b ? " (freed twice)" : "");
     alloc_stat_sub(&a->st.bytes_allocated, b->size);
+    alloc_tag_sub(a, b);
     alloc_stat_sub(&a->st.bytes_requested, b->requested);
     a->st.n_frees++;
     a->st.n_live--;
@@ -1176,6 +1186,9 @@ static enum qc_status check_locked(struct qc_alloc *a)
                                      (void *)b->ptr);
             }
             if (b->state == ALLOC_BLOCK_LIVE) {
+                if (b->tag_id >= a->tags.n)
+                    return qc_errorf(QC_ERR_INVALID, "block %p: tag id %u of %u", (void *)b->ptr,
+                                     b->tag_id, a->tags.n);
                 nlive++;
                 allocated += b->size;
                 requested += b->requested;
@@ -1228,6 +1241,7 @@ static enum qc_status check_locked(struct qc_alloc *a)
         st->bytes_requested_peak < st->bytes_requested ||
         st->bytes_active_peak < st->bytes_active || st->bytes_reserved_peak < st->bytes_reserved)
         return qc_errorf(QC_ERR_INVALID, "a peak is below its current value");
+    QC_TRY(alloc_peak_check(a));
     if (a->params.budget && st->bytes_reserved > a->params.budget)
         return qc_errorf(QC_ERR_INVALID, "reserved %zu over budget %zu", st->bytes_reserved,
                          a->params.budget);

@@ -121,8 +121,60 @@ struct qc_alloc_stats {
 };
 
 void qc_alloc_stats_get(struct qc_alloc *a, struct qc_alloc_stats *out);
-/* Sets every peak to its current value (call at the start of a step for per-step peaks). */
+/* Sets every peak to its current value (call at the start of a step for per-step peaks) and
+ * restarts the step peak snapshot from what is live now (O(distinct tags)); run-wide peaks and
+ * the run-wide snapshot are kept. */
 void qc_alloc_reset_peak(struct qc_alloc *a);
+/* Statistics with every peak taken since creation: qc_alloc_reset_peak does not reset these
+ * (it folds the step's peaks into them). fragmentation is from the run-wide peaks. */
+void qc_alloc_stats_get_run(struct qc_alloc *a, struct qc_alloc_stats *out);
+
+// ---- peak snapshot ---------------------------------------------------------------------------
+
+#define QC_ALLOC_PEAK_TOP 32 /* tags (and blocks) kept by name in a peak snapshot */
+
+/* Live bytes of one tag (or one block: the tag's prefix before its first '/'; a tag without
+ * '/' is its own block, less a trailing ".stash" or ".out"). Untagged allocations count as
+ * "(untagged)"; the remainder bucket of a snapshot is named "other". */
+struct qc_alloc_tag_bytes {
+    char name[QC_ALLOC_TAG_MAX]; /* NUL-terminated */
+    size_t bytes;                /* Σ rounded sizes of its live blocks, bytes */
+    uint64_t blocks;             /* its live allocations */
+};
+
+/* Who held the memory at the peak. The allocator takes a snapshot whenever bytes_allocated
+ * exceeds the last snapshot's bytes_allocated by more than 1 % (allocated > snap + snap/100,
+ * integer division), so between snapshots:
+ *   bytes_allocated <= bytes_allocated_peak <= bytes_allocated + bytes_allocated / 100,
+ * Live bytes by tag and by block are running totals (one hash of the tag per allocation, O(1)
+ * per free), so a snapshot costs O(distinct tags + blocks), only on those events. Exact
+ * identities:
+ *   bytes_allocated = Σ tags[i].bytes + tag_other.bytes = Σ blocks[i].bytes + block_other.bytes.
+ * Two windows: the run-wide one (since creation) and the step one (since the last
+ * qc_alloc_reset_peak, which takes a snapshot of the live blocks at once). */
+struct qc_alloc_peak_snapshot {
+    int64_t step;                /* qc_alloc_set_step value when taken; -1: none taken yet */
+    size_t bytes_allocated;      /* allocated when taken, bytes */
+    size_t bytes_reserved;       /* reserved when taken, bytes */
+    size_t bytes_allocated_peak; /* the window's true allocated peak (filled on read), bytes */
+    uint64_t n_snapshots;        /* snapshots taken in the window */
+    uint64_t n_tags;             /* distinct tags live when taken */
+    uint64_t n_blocks;           /* distinct blocks live when taken */
+    uint32_t ntop_tags;          /* entries used in tags[], largest first (ties by name) */
+    uint32_t ntop_blocks;        /* entries used in blocks[], largest first */
+    struct qc_alloc_tag_bytes tags[QC_ALLOC_PEAK_TOP];
+    struct qc_alloc_tag_bytes tag_other; /* tags beyond the top QC_ALLOC_PEAK_TOP */
+    struct qc_alloc_tag_bytes blocks[QC_ALLOC_PEAK_TOP];
+    struct qc_alloc_tag_bytes block_other; /* blocks beyond the top QC_ALLOC_PEAK_TOP */
+};
+
+/* The run-wide snapshot (since creation). */
+void qc_alloc_peak_snapshot(struct qc_alloc *a, struct qc_alloc_peak_snapshot *out);
+/* The step snapshot (since the last qc_alloc_reset_peak, or creation). */
+void qc_alloc_peak_snapshot_step(struct qc_alloc *a, struct qc_alloc_peak_snapshot *out);
+/* The block name of a tag (rule above) into out (QC_ALLOC_TAG_MAX bytes). Returns out. */
+char *qc_alloc_tag_block(const char *tag, char *out);
+
 /* Formats a memory report into buf (always NUL-terminated; truncated to cap): requested (when
  * requested > 0: the OOM header), budget, reserved, allocated, active, largest free block,
  * fragmentation, then the 10 tags holding the most live bytes. Returns the length it needed. */

@@ -568,6 +568,151 @@ int main(void)
         qc_alloc_destroy(a);
     }
 
+    QC_TEST ("alloc: the peak snapshot names the tags live at the peak with exact bytes") {
+        struct qc_alloc *a = make(true, 0, 0);
+        struct qc_alloc_peak_snapshot s;
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT(s.step == -1 && s.n_snapshots == 0 && s.bytes_allocated == 0, "none yet");
+        qc_alloc_set_step(a, 1);
+        void *k = must_alloc(a, 10 * MiB, "enc.a/k_edge");
+        void *v = must_alloc(a, 6 * MiB, "enc.a/v_edge");
+        void *x = must_alloc(a, 4 * MiB, "dec.b/x");
+        void *u = must_alloc(a, 1 * MiB, NULL);
+        const size_t bk = qc_alloc_usable_size(a, k), bv = qc_alloc_usable_size(a, v);
+        const size_t bx = qc_alloc_usable_size(a, x), bu = qc_alloc_usable_size(a, u);
+        const size_t peak1 = bk + bv + bx + bu;
+        qc_alloc_free(a, x, NULL);
+        qc_alloc_set_step(a, 2);
+        void *y = must_alloc(a, 2 * MiB, "dec.b/y"); /* below the peak: no snapshot */
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT_EQ_U64(s.bytes_allocated, peak1, "snapshot at the peak");
+        T_EXPECT_EQ_U64(s.bytes_allocated_peak, peak1, "the true peak");
+        T_EXPECT_EQ_I64(s.step, 1, "step of the peak");
+        T_EXPECT_EQ_U64(s.n_snapshots, 4, "one per allocation that grew the peak > 1 %%");
+        T_EXPECT_EQ_U64(s.n_tags, 4, "tags live at the peak");
+        T_EXPECT_EQ_U64(s.ntop_tags, 4, "all kept by name");
+        const char *want_tags[] = {"enc.a/k_edge", "enc.a/v_edge", "dec.b/x", "(untagged)"};
+        const size_t want_bytes[] = {bk, bv, bx, bu};
+        for (int i = 0; i < 4; i++) {
+            T_EXPECT(strcmp(s.tags[i].name, want_tags[i]) == 0, "tag %d: %s, want %s", i,
+                     s.tags[i].name, want_tags[i]);
+            T_EXPECT_EQ_U64(s.tags[i].bytes, want_bytes[i], "bytes of %s", want_tags[i]);
+            T_EXPECT_EQ_U64(s.tags[i].blocks, 1, "blocks of %s", want_tags[i]);
+        }
+        T_EXPECT_EQ_U64(s.tag_other.bytes, 0, "nothing in other");
+        T_EXPECT_EQ_U64(s.n_blocks, 3, "blocks live at the peak");
+        T_EXPECT(s.ntop_blocks == 3 && strcmp(s.blocks[0].name, "enc.a") == 0 &&
+                     strcmp(s.blocks[1].name, "dec.b") == 0 &&
+                     strcmp(s.blocks[2].name, "(untagged)") == 0,
+                 "blocks by bytes: %s %s %s", s.blocks[0].name, s.blocks[1].name, s.blocks[2].name);
+        T_EXPECT_EQ_U64(s.blocks[0].bytes, bk + bv, "enc.a = k_edge + v_edge");
+        T_EXPECT_EQ_U64(s.blocks[0].blocks, 2, "enc.a holds 2 allocations");
+        T_EXPECT_EQ_U64(s.blocks[1].bytes, bx, "dec.b");
+        check_inv(a, "snapshot at the peak");
+
+        /* A new peak within 1 % of the snapshot takes none: the snapshot still names dec.b/x,
+         * and the true peak is within snap + snap / 100. */
+        qc_alloc_free(a, y, NULL);
+        void *z = must_alloc(a, 4 * MiB + 100 * KiB, "late/z");
+        const size_t peak2 = bk + bv + bu + qc_alloc_usable_size(a, z);
+        T_EXPECT(peak2 > peak1 && peak2 <= peak1 + peak1 / 100, "setup: %zu vs %zu", peak2, peak1);
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT_EQ_U64(s.n_snapshots, 4, "no snapshot for a < 1 %% rise");
+        T_EXPECT_EQ_U64(s.bytes_allocated, peak1, "the old snapshot stays");
+        T_EXPECT_EQ_U64(s.bytes_allocated_peak, peak2, "the true peak moved");
+        T_EXPECT(strcmp(s.tags[2].name, "dec.b/x") == 0, "still names dec.b/x: %s", s.tags[2].name);
+        check_inv(a, "within 1 %");
+        /* Past 1 %: a new snapshot naming late/z and late/w, not dec.b/x. */
+        void *w = must_alloc(a, 1 * MiB, "late/w");
+        const size_t peak3 = peak2 + qc_alloc_usable_size(a, w);
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT_EQ_U64(s.n_snapshots, 5, "a snapshot for a > 1 %% rise");
+        T_EXPECT_EQ_U64(s.bytes_allocated, peak3, "at the new peak");
+        T_EXPECT_EQ_I64(s.step, 2, "step of the new peak");
+        T_EXPECT(s.ntop_blocks == 3 && strcmp(s.blocks[1].name, "late") == 0, "blocks: %s %s %s",
+                 s.blocks[0].name, s.blocks[1].name, s.blocks[2].name);
+        T_EXPECT_EQ_U64(s.blocks[1].bytes, peak3 - bk - bv - bu, "late = z + w");
+        for (uint32_t i = 0; i < s.ntop_tags; i++)
+            T_EXPECT(strcmp(s.tags[i].name, "dec.b/x") != 0, "dec.b/x is gone");
+
+        /* Per-step window: reset_peak snapshots what is live; the run window is kept. */
+        qc_alloc_free(a, w, NULL);
+        qc_alloc_free(a, z, NULL);
+        qc_alloc_set_step(a, 3);
+        qc_alloc_reset_peak(a);
+        struct qc_alloc_peak_snapshot ss;
+        qc_alloc_peak_snapshot_step(a, &ss);
+        T_EXPECT_EQ_U64(ss.bytes_allocated, bk + bv + bu, "step window starts at the live bytes");
+        T_EXPECT(ss.step == 3 && ss.n_snapshots == 1, "step %" PRId64 ", %" PRIu64 " snapshots",
+                 ss.step, ss.n_snapshots);
+        void *t = must_alloc(a, 3 * MiB, "s3/t");
+        qc_alloc_peak_snapshot_step(a, &ss);
+        T_EXPECT_EQ_U64(ss.bytes_allocated, bk + bv + bu + qc_alloc_usable_size(a, t), "step peak");
+        T_EXPECT_EQ_U64(ss.bytes_allocated_peak, ss.bytes_allocated, "step true peak");
+        T_EXPECT(ss.n_snapshots == 2 && strcmp(ss.blocks[1].name, "s3") == 0, "names s3: %s",
+                 ss.blocks[1].name);
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT_EQ_U64(s.bytes_allocated, peak3, "run window unchanged by the step");
+        T_EXPECT_EQ_U64(s.bytes_allocated_peak, peak3, "run peak kept across reset_peak");
+        struct qc_alloc_stats rs;
+        qc_alloc_stats_get_run(a, &rs);
+        T_EXPECT_EQ_U64(rs.bytes_allocated_peak, peak3, "run-wide stats peak");
+        T_EXPECT(stats(a).bytes_allocated_peak < peak3, "the step stats peak is the step's");
+        check_inv(a, "step window");
+        qc_alloc_free(a, t, NULL);
+        qc_alloc_free(a, k, NULL);
+        qc_alloc_free(a, v, NULL);
+        qc_alloc_free(a, u, NULL);
+        qc_alloc_destroy(a);
+    }
+
+    QC_TEST ("alloc: peak snapshot keeps the top 32 tags and sums the rest into other") {
+        struct qc_alloc *a = make(true, 0, 0);
+        enum { N = 40, NB = 5 };
+        void *p[N];
+        size_t sz[N], total = 0, block_bytes[NB] = {0};
+        for (int i = 0; i < N; i++) {
+            char tag[32];
+            snprintf(tag, sizeof tag, "blk%d/t%02d", i % NB, i);
+            p[i] = must_alloc(a, (size_t)(i + 1) * 4 * KiB, tag);
+            sz[i] = qc_alloc_usable_size(a, p[i]);
+            total += sz[i];
+            block_bytes[i % NB] += sz[i];
+        }
+        struct qc_alloc_peak_snapshot s;
+        qc_alloc_peak_snapshot(a, &s);
+        T_EXPECT_EQ_U64(s.bytes_allocated, total, "the last allocation grew the peak > 1 %%");
+        T_EXPECT(s.n_tags == N && s.ntop_tags == QC_ALLOC_PEAK_TOP, "%" PRIu64 " tags, %u kept",
+                 s.n_tags, s.ntop_tags);
+        size_t other = 0;
+        for (int i = 0; i < N - QC_ALLOC_PEAK_TOP; i++)
+            other += sz[i]; /* the 8 smallest */
+        T_EXPECT_EQ_U64(s.tag_other.bytes, other, "other = the smallest tags");
+        T_EXPECT_EQ_U64(s.tag_other.blocks, N - QC_ALLOC_PEAK_TOP, "other's allocations");
+        T_EXPECT(strcmp(s.tags[0].name, "blk4/t39") == 0 && s.tags[0].bytes == sz[N - 1],
+                 "largest first: %s", s.tags[0].name);
+        T_EXPECT(strcmp(s.tag_other.name, "other") == 0, "other's name");
+        T_EXPECT_EQ_U64(s.n_blocks, NB, "blocks");
+        for (uint32_t i = 0; i < s.ntop_blocks; i++) {
+            int bi = s.blocks[i].name[3] - '0';
+            T_EXPECT(bi >= 0 && bi < NB && s.blocks[i].bytes == block_bytes[bi],
+                     "block %s: %zu bytes", s.blocks[i].name, s.blocks[i].bytes);
+            T_EXPECT_EQ_U64(s.blocks[i].blocks, N / NB, "allocations of %s", s.blocks[i].name);
+        }
+        char b[QC_ALLOC_TAG_MAX];
+        T_EXPECT(strcmp(qc_alloc_tag_block("agent_encoder.pl2a.0/k_edge", b),
+                        "agent_encoder.pl2a.0") == 0,
+                 "block of a/b: %s", b);
+        T_EXPECT(strcmp(qc_alloc_tag_block("map_encoder.x_pl.stash", b), "map_encoder.x_pl") == 0,
+                 "block of x.stash: %s", b);
+        T_EXPECT(strcmp(qc_alloc_tag_block("optim/exp_avg", b), "optim") == 0, "optim: %s", b);
+        T_EXPECT(strcmp(qc_alloc_tag_block("plain", b), "plain") == 0, "plain: %s", b);
+        check_inv(a, "top 32");
+        for (int i = 0; i < N; i++)
+            qc_alloc_free(a, p[i], NULL);
+        qc_alloc_destroy(a);
+    }
+
     QC_TEST ("alloc: trace ring and trace file") {
         char path[256];
         snprintf(path, sizeof path, "%s/test_alloc_trace_%d.bin", QC_BINARY_DIR, (int)getpid());

@@ -15,7 +15,9 @@
  *
  * Memory: activations and stashes go through the model's allocation hook to the caching
  * allocator, and so do the AdamW moments; the allocator's budget (device.budget) caps them.
- * Parameters and gradients are the model's own buffers (reported as params_bytes).
+ * Parameters and gradients are the model's own buffers (reported as params_bytes). Each step's
+ * allocated / reserved peaks are kept in memory, and RUN/memory.json + RUN/memory.txt
+ * (qc_memreport.h) are rewritten at every checkpoint and at the end of the run.
  */
 #include "qc_train.h"
 
@@ -30,6 +32,7 @@
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_loader.h"
+#include "qc_memreport.h"
 #include "qc_progress.h"
 
 struct qc_trainer {
@@ -50,9 +53,11 @@ struct qc_trainer {
     bool warned_nonfinite; /* a non-finite loss was reported */
     bool quiet;
     FILE *out;
-    int64_t eval_every;       /* 0 = no validation */
-    struct qc_eval_opts eval; /* validation data (held-out synthetic scenes or files) */
-    const char **val_paths;   /* copy of the caller's list (pointers only) */
+    int64_t eval_every;                  /* 0 = no validation */
+    struct qc_eval_opts eval;            /* validation data (held-out synthetic scenes or files) */
+    const char **val_paths;              /* copy of the caller's list (pointers only) */
+    struct qc_memreport_step *mem_steps; /* [nmem_steps] per-step memory of this process */
+    int64_t nmem_steps, cap_mem_steps;
 };
 
 static double now_s(void)
@@ -321,6 +326,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_qcnet_destroy(t->model);
     qc_alloc_destroy(t->alloc);
     free(t->val_paths);
+    free(t->mem_steps);
     free(t);
 }
 
@@ -357,8 +363,9 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     const int64_t groups = left < t->G ? left : t->G;
     const double lr = qc_lr_cosine(t->cfg.lr, t->cfg.t_max, t->st.epoch);
     const double t0 = now_s();
-    qc_alloc_reset_peak(t->alloc);
+    /* the step first: the step window's peak snapshot taken by the reset carries it */
     qc_alloc_set_step(t->alloc, t->st.step + 1);
+    qc_alloc_reset_peak(t->alloc);
     qc_qcnet_zero_grad(t->model);
 
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
@@ -425,6 +432,19 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     m.bytes_in_use = as.bytes_allocated;
     m.peak_device_bytes = as.bytes_allocated_peak;
     m.reserved_bytes = as.bytes_reserved;
+    if (t->nmem_steps == t->cap_mem_steps) {
+        const int64_t cap = t->cap_mem_steps ? 2 * t->cap_mem_steps : 64;
+        struct qc_memreport_step *ns = realloc(t->mem_steps, (size_t)cap * sizeof(*ns));
+        if (!ns)
+            return qc_errorf(QC_ERR_NOMEM, "train: out of memory (memory series)");
+        t->mem_steps = ns;
+        t->cap_mem_steps = cap;
+    }
+    t->mem_steps[t->nmem_steps++] = (struct qc_memreport_step){
+        .step = m.step,
+        .bytes_allocated_peak = as.bytes_allocated_peak,
+        .bytes_reserved_peak = as.bytes_reserved_peak,
+    };
     if (!isfinite(m.loss) && !t->warned_nonfinite) {
         qc_log(QC_LOG_WARN, "train: step %" PRId64 ": the loss is not finite (%g)", m.step, m.loss);
         t->warned_nonfinite = true;
@@ -450,6 +470,22 @@ static uint64_t peak_rss_bytes(void)
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
     return (uint64_t)ru.ru_maxrss * 1024u;
+}
+
+enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, size_t n)
+{
+    struct qc_memreport r = {0};
+    r.device = qc_device_kind_str((enum qc_device_kind)t->cfg.device_kind);
+    r.step = t->st.step;
+    r.total_steps = t->total_steps;
+    qc_memreport_from_alloc(t->alloc, &r);
+    struct qc_qcnet_mem mm;
+    qc_qcnet_mem_get(t->model, &mm);
+    r.bytes_params_grads = mm.bytes_params;
+    r.bytes_peak_rss = peak_rss_bytes();
+    r.steps = t->mem_steps;
+    r.nsteps = t->nmem_steps;
+    return qc_memreport_write(t->out_dir, &r, txt_path, n);
 }
 
 /* Validates the current weights and appends {"step": S, "eval": {...}} to metrics.jsonl. */
@@ -495,7 +531,7 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
                 t->total_steps, t->out_dir);
     }
     qc_progress_update(t->prog, (uint64_t)t->st.step);
-    double first_loss = NAN, last_loss = NAN;
+    double first_loss = (double)NAN, last_loss = (double)NAN;
     uint64_t run_peak = 0;
     double sps_sum = 0;
     int64_t sps_n = 0;
@@ -520,6 +556,7 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
         if (t->cfg.save_every > 0 && m.step % t->cfg.save_every == 0) {
             qc_progress_clear(t->prog);
             QC_TRY(qc_trainer_save(t, NULL, 0));
+            QC_TRY(qc_trainer_memory_report(t, NULL, 0));
         }
         if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps))
             QC_TRY(trainer_validate(t));
@@ -530,6 +567,11 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
                 t->st.step, t->total_steps);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
+    /* the memory report of the steps this process ran (a run with nothing to do keeps the
+     * previous one) */
+    char mem_txt[4200] = "";
+    if (t->nmem_steps > 0)
+        QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
     if (!t->quiet && sps_n > 0) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
@@ -546,9 +588,10 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
                 "train: loss %.4f -> %.4f over %" PRId64 " steps, %.2f samples/s\n"
                 "memory: device peak %s allocated, %s reserved (budget %s); params+grads %s; "
                 "peak RSS %s\n"
-                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl\n",
+                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl\n"
+                "memory report: %s\n",
                 first_loss, last_loss, sps_n, sps_sum / (double)sps_n, b1, b2, b5, b3, b4,
-                t->out_dir, t->st.step, t->out_dir);
+                t->out_dir, t->st.step, t->out_dir, mem_txt);
     }
     return QC_OK;
 }

@@ -1,0 +1,303 @@
+/*
+ * memreport.c — RUN/memory.json and RUN/memory.txt (qc_memreport.h; fields and units in
+ * docs/MEMORY_REPORT.md).
+ *
+ * Both documents are formatted into memory first (two passes: the length, then the text) and
+ * written through one atomic helper: FILE.tmp in the same folder (registered for removal on
+ * SIGINT/SIGTERM), fsync, rename over FILE, fsync of the folder. JSON integers are printed as
+ * exact unsigned decimals (byte counts can pass 2^53 only on machines we do not have, but a
+ * reader using doubles still gets every figure below 8 PiB exactly).
+ */
+#include "qc_memreport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qc_cleanup.h"
+#include "qc_progress.h" /* qc_format_bytes */
+
+#define TEXT_TOP_BLOCKS 10
+
+// ---- formatting helpers ------------------------------------------------------------------------
+
+struct sbuf {
+    char *buf;
+    size_t cap;
+    size_t len; /* length needed so far (may exceed cap) */
+};
+
+static void __attribute__((format(printf, 2, 3))) sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t room = b->len < b->cap ? b->cap - b->len : 0;
+    const int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        b->len += (size_t)n;
+}
+
+/* A JSON string literal of s (quotes included). */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+    sb_printf(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            sb_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            sb_printf(b, "\\u%04x", *p);
+        else
+            sb_printf(b, "%c", *p);
+    }
+    sb_printf(b, "\"");
+}
+
+static double share(uint64_t part, uint64_t whole)
+{
+    return whole ? (double)part / (double)whole : 0.0;
+}
+
+static void sb_finish(struct sbuf *b)
+{
+    if (b->cap)
+        b->buf[b->len < b->cap ? b->len : b->cap - 1] = '\0';
+}
+
+// ---- memory.json -------------------------------------------------------------------------------
+
+/* A breakdown array: the top entries, then the "other" bucket when it holds bytes. */
+static void json_breakdown(struct sbuf *b, const char *key, const struct qc_alloc_tag_bytes *top,
+                           uint32_t ntop, const struct qc_alloc_tag_bytes *other, uint64_t whole)
+{
+    sb_printf(b, "    \"%s\": [", key);
+    const uint32_t n = ntop + (other->bytes ? 1u : 0u);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct qc_alloc_tag_bytes *e = i < ntop ? &top[i] : other;
+        sb_printf(b, "%s\n      {\"name\": ", i ? "," : "");
+        sb_json_str(b, e->name);
+        sb_printf(b,
+                  ", \"bytes\": %zu, \"allocations\": %" PRIu64 ", \"share\": %.6f, \"other\": %s}",
+                  e->bytes, e->blocks, share(e->bytes, whole), i < ntop ? "false" : "true");
+    }
+    sb_printf(b, "%s]", n ? "\n    " : "");
+}
+
+size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t cap)
+{
+    struct sbuf b = {buf, cap, 0};
+    const struct qc_alloc_stats *s = &r->stats;
+    const struct qc_alloc_peak_snapshot *p = &r->peak;
+    sb_printf(&b, "{\n  \"format\": \"qctrain-memory-report\",\n  \"version\": 1,\n");
+    sb_printf(&b, "  \"device\": ");
+    sb_json_str(&b, r->device ? r->device : "cpu");
+    sb_printf(&b,
+              ",\n  \"step\": %" PRId64 ",\n  \"total_steps\": %" PRId64
+              ",\n  \"budget_bytes\": %zu,\n  \"params_grads_bytes\": %" PRIu64
+              ",\n  \"peak_rss_bytes\": %" PRIu64 ",\n",
+              r->step, r->total_steps, s->bytes_budget, r->bytes_params_grads, r->bytes_peak_rss);
+    sb_printf(&b,
+              "  \"allocator\": {\n"
+              "    \"bytes_allocated\": %zu,\n    \"bytes_allocated_peak\": %zu,\n"
+              "    \"bytes_requested\": %zu,\n    \"bytes_requested_peak\": %zu,\n"
+              "    \"bytes_active\": %zu,\n    \"bytes_active_peak\": %zu,\n"
+              "    \"bytes_reserved\": %zu,\n    \"bytes_reserved_peak\": %zu,\n"
+              "    \"bytes_reserved_small\": %zu,\n    \"bytes_budget\": %zu,\n"
+              "    \"bytes_largest_free\": %zu,\n",
+              s->bytes_allocated, s->bytes_allocated_peak, s->bytes_requested,
+              s->bytes_requested_peak, s->bytes_active, s->bytes_active_peak, s->bytes_reserved,
+              s->bytes_reserved_peak, s->bytes_reserved_small, s->bytes_budget,
+              s->bytes_largest_free);
+    sb_printf(&b,
+              "    \"n_allocs\": %" PRIu64 ",\n    \"n_frees\": %" PRIu64
+              ",\n    \"n_live\": %" PRIu64 ",\n    \"n_pending\": %" PRIu64
+              ",\n    \"n_segments\": %" PRIu64 ",\n    \"n_maps\": %" PRIu64
+              ",\n    \"n_unmaps\": %" PRIu64 ",\n    \"n_retries\": %" PRIu64
+              ",\n    \"n_ooms\": %" PRIu64
+              ",\n    \"fragmentation\": %.6f,\n    \"step\": %" PRId64 "\n  },\n",
+              s->n_allocs, s->n_frees, s->n_live, s->n_pending, s->n_segments, s->n_maps,
+              s->n_unmaps, s->n_retries, s->n_ooms, s->fragmentation, s->step);
+    sb_printf(&b,
+              "  \"peak\": {\n    \"step\": %" PRId64 ",\n    \"bytes_allocated_peak\": %zu,\n"
+              "    \"snapshot_bytes_allocated\": %zu,\n    \"snapshot_bytes_reserved\": %zu,\n"
+              "    \"snapshots\": %" PRIu64 ",\n    \"tags\": %" PRIu64
+              ",\n    \"blocks\": %" PRIu64 ",\n",
+              p->step, p->bytes_allocated_peak, p->bytes_allocated, p->bytes_reserved,
+              p->n_snapshots, p->n_tags, p->n_blocks);
+    json_breakdown(&b, "by_block", p->blocks, p->ntop_blocks, &p->block_other, p->bytes_allocated);
+    sb_printf(&b, ",\n");
+    json_breakdown(&b, "by_tag", p->tags, p->ntop_tags, &p->tag_other, p->bytes_allocated);
+    sb_printf(&b, "\n  },\n  \"steps\": [");
+    for (int64_t i = 0; i < r->nsteps; i++) {
+        const struct qc_memreport_step *e = &r->steps[i];
+        sb_printf(&b,
+                  "%s\n    {\"step\": %" PRId64 ", \"bytes_allocated_peak\": %" PRIu64
+                  ", \"bytes_reserved_peak\": %" PRIu64 "}",
+                  i ? "," : "", e->step, e->bytes_allocated_peak, e->bytes_reserved_peak);
+    }
+    sb_printf(&b, "%s]\n}\n", r->nsteps ? "\n  " : "");
+    sb_finish(&b);
+    return b.len;
+}
+
+// ---- memory.txt --------------------------------------------------------------------------------
+
+size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t cap)
+{
+    struct sbuf b = {buf, cap, 0};
+    const struct qc_alloc_stats *s = &r->stats;
+    const struct qc_alloc_peak_snapshot *p = &r->peak;
+    char b1[32], b2[32], b3[32];
+    sb_printf(&b, "qctrain memory report: step %" PRId64 " of %" PRId64 " (%s)\n\n", r->step,
+              r->total_steps, r->device ? r->device : "cpu");
+    qc_format_bytes(s->bytes_allocated_peak, b1, sizeof b1);
+    sb_printf(&b, "peak allocated   %10s  at step %" PRId64 "\n", b1, p->step);
+    qc_format_bytes(s->bytes_reserved_peak, b1, sizeof b1);
+    sb_printf(&b, "peak reserved    %10s", b1);
+    if (s->bytes_budget)
+        sb_printf(&b, "  (%.1f %% of the budget)",
+                  100.0 * share(s->bytes_reserved_peak, s->bytes_budget));
+    sb_printf(&b, "\n");
+    if (s->bytes_budget) {
+        qc_format_bytes(s->bytes_budget, b1, sizeof b1);
+        sb_printf(&b, "budget           %10s\n", b1);
+    } else {
+        sb_printf(&b, "budget           %10s\n", "unlimited");
+    }
+    sb_printf(&b, "fragmentation    %10.3f  (peak reserved / peak allocated; 1 = none)\n",
+              s->fragmentation);
+    qc_format_bytes(r->bytes_params_grads, b1, sizeof b1);
+    qc_format_bytes(r->bytes_peak_rss, b2, sizeof b2);
+    sb_printf(&b, "params+grads     %10s  (model buffers, outside the allocator)\n", b1);
+    sb_printf(&b, "peak RSS         %10s\n", b2);
+    sb_printf(&b,
+              "allocator        %" PRIu64 " allocations, %" PRIu64 " maps, %" PRIu64
+              " unmaps, %" PRIu64 " cache releases, %" PRIu64 " OOMs\n\n",
+              s->n_allocs, s->n_maps, s->n_unmaps, s->n_retries, s->n_ooms);
+    qc_format_bytes(p->bytes_allocated, b1, sizeof b1);
+    sb_printf(&b, "top blocks at the peak (step %" PRId64 ", %s live in %" PRIu64 " blocks):\n",
+              p->step, b1, p->n_blocks);
+    const uint32_t ntop = p->ntop_blocks < TEXT_TOP_BLOCKS ? p->ntop_blocks : TEXT_TOP_BLOCKS;
+    size_t rest = p->block_other.bytes;
+    for (uint32_t i = ntop; i < p->ntop_blocks; i++)
+        rest += p->blocks[i].bytes;
+    for (uint32_t i = 0; i < ntop; i++) {
+        const struct qc_alloc_tag_bytes *e = &p->blocks[i];
+        qc_format_bytes(e->bytes, b3, sizeof b3);
+        sb_printf(&b, "  %2u. %10s  %5.1f %%  %s\n", i + 1, b3,
+                  100.0 * share(e->bytes, p->bytes_allocated), e->name);
+    }
+    if (rest) {
+        qc_format_bytes(rest, b3, sizeof b3);
+        sb_printf(&b, "      %10s  %5.1f %%  (the other %" PRIu64 " blocks)\n", b3,
+                  100.0 * share(rest, p->bytes_allocated), p->n_blocks - ntop);
+    }
+    if (!p->ntop_blocks)
+        sb_printf(&b, "  (nothing was allocated)\n");
+    sb_printf(&b, "\nevery figure: memory.json (docs/MEMORY_REPORT.md)\n");
+    sb_finish(&b);
+    return b.len;
+}
+
+// ---- writing -----------------------------------------------------------------------------------
+
+/* fsyncs the folder holding path (EINVAL: a file system without directory fsync, ignored). */
+static enum qc_status fsync_dir_of(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return qc_errorf(QC_ERR_IO, "memory report: folder %s: %s", dir, strerror(errno));
+    const int rc = fsync(fd);
+    const int e = errno;
+    close(fd);
+    if (rc != 0 && e != EINVAL)
+        return qc_errorf(QC_ERR_IO, "memory report: fsync of folder %s: %s", dir, strerror(e));
+    return QC_OK;
+}
+
+/* Writes len bytes of text to path atomically (module comment). */
+static enum qc_status write_atomic(const char *path, const char *text, size_t len)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return qc_errorf(QC_ERR_IO,
+                         "memory report %s: cannot write: %s\nhint: check that the run "
+                         "folder exists and is writable",
+                         tmp, strerror(errno));
+    const int slot = qc_cleanup_register(tmp);
+    int err = 0;
+    for (size_t off = 0; off < len && !err;) {
+        const ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            err = w < 0 ? errno : EIO;
+        else
+            off += (size_t)w;
+    }
+    if (!err && fsync(fd) != 0)
+        err = errno;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    if (!err && rename(tmp, path) != 0)
+        err = errno;
+    if (err) {
+        unlink(tmp);
+        qc_cleanup_unregister(slot);
+        return qc_errorf(QC_ERR_IO, "memory report %s: write failed: %s", path, strerror(err));
+    }
+    qc_cleanup_unregister(slot);
+    return fsync_dir_of(path);
+}
+
+/* Formats with fmt into a malloc'ed string and writes it to DIR/name atomically. */
+static enum qc_status write_doc(const char *dir, const char *name,
+                                size_t (*fmt)(const struct qc_memreport *, char *, size_t),
+                                const struct qc_memreport *r, char *path, size_t n)
+{
+    const int pn = snprintf(path, n, "%s/%s", dir, name);
+    if (pn < 0 || (size_t)pn >= n)
+        return qc_errorf(QC_ERR_INVALID, "memory report: path too long: %s/%s", dir, name);
+    const size_t len = fmt(r, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text)
+        return qc_errorf(QC_ERR_NOMEM, "memory report: out of memory (%zu bytes)", len + 1);
+    fmt(r, text, len + 1);
+    const enum qc_status st = write_atomic(path, text, len);
+    free(text);
+    return st;
+}
+
+enum qc_status qc_memreport_write(const char *dir, const struct qc_memreport *r, char *txt_path,
+                                  size_t n)
+{
+    char path[4096];
+    QC_TRY(write_doc(dir, "memory.json", qc_memreport_format_json, r, path, sizeof path));
+    QC_TRY(write_doc(dir, "memory.txt", qc_memreport_format_text, r, path, sizeof path));
+    if (txt_path && n)
+        snprintf(txt_path, n, "%s", path);
+    return QC_OK;
+}
+
+void qc_memreport_from_alloc(struct qc_alloc *a, struct qc_memreport *r)
+{
+    qc_alloc_stats_get_run(a, &r->stats);
+    qc_alloc_peak_snapshot(a, &r->peak);
+}

@@ -1,0 +1,73 @@
+/*
+ * qc_memreport.h — the memory report a training run writes: RUN/memory.json (every figure, for
+ * tools) and RUN/memory.txt (the short human version, what a user reads first). Both are
+ * written atomically (temp file + fsync + rename + fsync of the folder) at every checkpoint and
+ * at the end of `qctrain train`; docs/MEMORY_REPORT.md documents every field and unit.
+ *
+ * What it holds: the allocator's run-wide statistics (every field of struct qc_alloc_stats,
+ * peaks since the allocator was created), the budget, params+grads bytes, the peak RSS, the
+ * per-step series (step, allocated peak, reserved peak of each step), and the breakdown of the
+ * live bytes at the run's peak by tag and by block (the allocator's run-wide peak snapshot,
+ * taken within 1 % below the true peak: qc_alloc.h).
+ */
+#ifndef QC_TRAIN_QC_MEMREPORT_H
+#define QC_TRAIN_QC_MEMREPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc_alloc.h" /* struct qc_alloc_stats, struct qc_alloc_peak_snapshot */
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One optimizer step's memory: the allocator's step window (reset at the step's start). */
+struct qc_memreport_step {
+    int64_t step;                  /* optimizer steps done after it (1 for the first) */
+    uint64_t bytes_allocated_peak; /* allocated peak during the step, bytes */
+    uint64_t bytes_reserved_peak;  /* reserved peak during the step, bytes */
+};
+
+/* Everything one report shows; the pointers are borrowed for the call. */
+struct qc_memreport {
+    const char *device;                    /* "cpu" / "cuda" */
+    int64_t step;                          /* optimizer steps done when written */
+    int64_t total_steps;                   /* steps the run goes to */
+    struct qc_alloc_stats stats;           /* run-wide (qc_alloc_stats_get_run) */
+    struct qc_alloc_peak_snapshot peak;    /* run-wide peak snapshot */
+    uint64_t bytes_params_grads;           /* parameters + gradients (model buffers) */
+    uint64_t bytes_peak_rss;               /* peak resident set of the process */
+    const struct qc_memreport_step *steps; /* [nsteps], the steps this process ran */
+    int64_t nsteps;
+};
+
+/* Fills r's allocator part from a: run-wide statistics and the run-wide peak snapshot. */
+void qc_memreport_from_alloc(struct qc_alloc *a, struct qc_memreport *r);
+
+/* The memory.json document (pretty-printed, ends with a newline) into buf (always
+ * NUL-terminated when cap > 0, truncated to cap). Returns the length it needed. */
+size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t cap);
+/* The memory.txt text: peak allocated vs reserved vs budget, fragmentation, the step of the
+ * peak, the top 10 blocks at the peak with bytes and share. Same buffer contract. */
+size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t cap);
+
+/* Writes DIR/memory.json and DIR/memory.txt atomically (json first). The path of memory.txt
+ * goes to txt_path (n bytes) when non-NULL. QC_ERR_IO naming the file (folder missing, disk
+ * full); a failed write leaves the previous files in place and no temporary behind.
+ * QC_ERR_NOMEM. */
+enum qc_status qc_memreport_write(const char *dir, const struct qc_memreport *r, char *txt_path,
+                                  size_t n);
+
+struct qc_trainer;
+/* Writes the run's memory report now (RUN/memory.json, RUN/memory.txt) from the trainer's
+ * allocator, model and per-step series; qc_trainer_run calls it at every checkpoint and at the
+ * end. txt_path as above. */
+enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_TRAIN_QC_MEMREPORT_H */
