@@ -4,7 +4,7 @@
  * metrics log, and on a tiny model (the cpu-smoke preset's sizes, 1 scene per group, 2 groups
  * per step, 3 scenes per epoch so runs cross epochs and resume mid-epoch):
  *   - two runs with one seed give the same bits (weights, AdamW state, metrics);
- *   - 4 steps == 3 steps + resume + 1 step, bit for bit;
+ *   - 4 steps == 3 steps + resume + 1 step, and 10 steps == 5 + resume + 5, bit for bit;
  *   - checkpoint tensor names are exactly the model's state_dict keys (aliases included);
  *   - a checkpoint of another configuration fails naming the first mismatched tensor and both
  *     shapes; a corrupt checkpoint fails naming the file; an unwritable out folder fails;
@@ -517,6 +517,41 @@ static void test_training(void)
                  fc ? fc : "(none)");
         free(fa);
         free(fc);
+    }
+
+    QC_TEST (
+        "train: 10 steps == 5 steps + resume + 5 steps, bit for bit (weights, AdamW, metrics)") {
+        /* The check, literally: 5 epochs of 2 steps, the resume lands mid-epoch. */
+        char d10[512], d5[512];
+        tmp_dir(d10, sizeof(d10), "run-10");
+        tmp_dir(d5, sizeof(d5), "run-5-5");
+        struct qc_config c10 = cfg, c5 = cfg;
+        c10.steps = 10;
+        c5.steps = 5;
+        struct run_out r10 = {0}, r55 = {0};
+        enum qc_status st = train_run(&c10, d10, NULL, &r10);
+        T_EXPECT(st == QC_OK, "10 steps: %s", qc_error_last());
+        st = train_run(&c5, d5, NULL, NULL);
+        T_EXPECT(st == QC_OK, "5 steps: %s", qc_error_last());
+        st = train_run(&c10, NULL, d5, &r55);
+        T_EXPECT(st == QC_OK, "resume to 10: %s", qc_error_last());
+        if (r10.w && r55.w) {
+            T_EXPECT_EQ_I64(r55.st.step, 10, "steps after resume");
+            T_EXPECT_EQ_I64(r55.st.adam_step, r10.st.adam_step, "AdamW steps");
+            int64_t i = -1;
+            T_EXPECT(bits_equal(r10.w, r55.w, r10.n, &i), "weights differ at %lld", (long long)i);
+            T_EXPECT(bits_equal(r10.m, r55.m, r10.n, &i), "exp_avg differs at %lld", (long long)i);
+            T_EXPECT(bits_equal(r10.v, r55.v, r10.n, &i), "exp_avg_sq differs at %lld",
+                     (long long)i);
+            char *f10 = metrics_fingerprint(d10), *f55 = metrics_fingerprint(d5);
+            T_EXPECT(f10 && f55 && strcmp(f10, f55) == 0, "metrics differ:\n%s\nvs\n%s",
+                     f10 ? f10 : "(none)", f55 ? f55 : "(none)");
+            T_EXPECT(f10 && strstr(f10, "\"step\":10"), "metrics:\n%s", f10 ? f10 : "(none)");
+            free(f10);
+            free(f55);
+        }
+        run_out_free(&r10);
+        run_out_free(&r55);
     }
 
     QC_TEST ("checkpoint: tensor names are exactly the model's state_dict keys") {
