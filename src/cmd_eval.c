@@ -1,8 +1,9 @@
 /*
  * cmd_eval.c — `qctrain eval --data FILE... [--weights FILE] [--batch-size N] [--dump FILE]`:
  * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE over the focal
- * agents, QCNET.md §6.2) of a model, in eval mode, batches in file order. --dump writes the
- * first batch's outputs (QCNet's names and shapes) as safetensors.
+ * agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
+ * constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, cv_MR). --dump writes
+ * the first batch's outputs (QCNet's names and shapes) as safetensors.
  */
 #include "qc_cli.h"
 
@@ -17,7 +18,9 @@ static const char eval_usage[] =
     "--data FILE... [--weights FILE] [--batch-size N] [--max-batches N] [--dump FILE] [--json]";
 static const char eval_summary[] =
     "Evaluates QCNet: validation loss, minADE, minFDE, MR and Brier-minFDE at K=6 over the focal "
-    "agents. Batches follow the file order (no shuffling): with --batch-size N the first batch "
+    "agents, next to a constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, "
+    "cv_MR: each agent keeps its velocity at t = 49). Batches follow the file order (no "
+    "shuffling): with --batch-size N the first batch "
     "is the first N scenes, and --dump writes its outputs (loc_propose_pos, scale_propose_pos, "
     "loc_refine_pos, scale_refine_pos, pi). Without --data: synthetic scenes (--scenes, "
     "--synthetic-seed). Without --weights: the untrained model of the seed.";
@@ -110,6 +113,10 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     printf("MR (K=6)        %.4f\n", r.metrics.miss_rate);
     printf("Brier (K=6)     %.4f\n", r.metrics.brier);
     printf("brier-minFDE    %.4f\n", r.metrics.brier_min_fde);
+    printf("cv_minADE       %.4f  (constant-velocity baseline, 1 mode, same focal agents)\n",
+           r.cv.min_ade);
+    printf("cv_minFDE       %.4f\n", r.cv.min_fde);
+    printf("cv_MR           %.4f\n", r.cv.miss_rate);
     if (dump)
         printf("dump: %s (outputs of the first batch)\n", dump);
     return QC_OK;

@@ -4,6 +4,10 @@
  * eval mode (no dropout, no backward), batches in file order (no shuffling), so with
  * --batch-size N the first batch is the first N scenes. --dump writes that first batch's
  * predictions under QCNet's output names.
+ *
+ * Next to the model's metrics it reports a constant-velocity baseline (cv_minADE, cv_minFDE,
+ * cv_MR): each focal agent keeps its velocity at t = 49 for the 60 future steps, one mode, on
+ * the same agents, masks and targets. A model that does not beat it has learned no motion.
  */
 #include "qc_train.h"
 
@@ -25,6 +29,58 @@ static double eval_now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+// ---- constant-velocity baseline ----------------------------------------------------------------
+
+#define EVAL_STEPS  110 /* history + future steps per agent row */
+#define EVAL_T_HIST 50  /* history steps; t = 49 is the current step */
+#define EVAL_DT     0.1 /* seconds per step (10 Hz) */
+
+void qc_eval_cv_predict(const float *heading, const float *velocity, float *loc)
+{
+    const double th = (double)heading[EVAL_T_HIST - 1];
+    const double c = cos(th), sn = sin(th);
+    const double vx = (double)velocity[(EVAL_T_HIST - 1) * 3];
+    const double vy = (double)velocity[(EVAL_T_HIST - 1) * 3 + 1];
+    for (int64_t s = 0; s < QC_BATCH_FUTURE_STEPS; s++) {
+        const double dt = (double)(s + 1) * EVAL_DT;
+        const double dx = dt * vx, dy = dt * vy;
+        /* the rotation by -theta of TargetBuilder (QCNET.md 7.4) */
+        loc[s * 2 + 0] = (float)(dx * c + dy * sn);
+        loc[s * 2 + 1] = (float)(-dx * sn + dy * c);
+    }
+}
+
+enum qc_status qc_eval_cv_update(struct qc_qcnet_metrics *mt, const struct qc_batch *b)
+{
+    const int64_t A = b->num_agents, S = QC_BATCH_FUTURE_STEPS;
+    if (A == 0)
+        return QC_OK;
+    float *loc = malloc((size_t)(A * S * 2) * sizeof(float));
+    float *pi = calloc((size_t)A, sizeof(float)); /* one mode: its probability is 1 */
+    float *target_own = b->target ? NULL : malloc((size_t)(A * S * 4) * sizeof(float));
+    if (!loc || !pi || (!b->target && !target_own)) {
+        free(loc);
+        free(pi);
+        free(target_own);
+        return qc_errorf(QC_ERR_NOMEM,
+                         "eval: constant-velocity baseline: out of memory (%lld agents)",
+                         (long long)A);
+    }
+    for (int64_t a = 0; a < A; a++)
+        qc_eval_cv_predict(b->heading + a * EVAL_STEPS, b->velocity + a * EVAL_STEPS * 3,
+                           loc + a * S * 2);
+    if (target_own)
+        qc_batch_target(b, 0, A, target_own);
+    qc_qcnet_metrics_update(mt, loc, pi, b->target ? b->target : target_own, b->predict_mask,
+                            b->agent_category, A, 1, EVAL_T_HIST, S);
+    free(loc);
+    free(pi);
+    free(target_own);
+    return QC_OK;
+}
+
+// ---- dump ---------------------------------------------------------------------------------------
 
 /* Writes the outputs of one forward as QCNet names them (pred dict keys). */
 static enum qc_status eval_dump(const struct qc_qcnet_output *o, const struct qc_qcnet_loss *l,
@@ -101,8 +157,9 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
         qc_qcnet_set_alloc(m, &hook);
         qc_alloc_reset_peak(a);
     }
-    struct qc_qcnet_metrics mt;
+    struct qc_qcnet_metrics mt, cv;
     qc_qcnet_metrics_reset(&mt);
+    qc_qcnet_metrics_reset(&cv);
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
     const double t0 = eval_now_s();
     while (st == QC_OK && (opts->max_batches <= 0 || r.batches < opts->max_batches)) {
@@ -119,6 +176,8 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
             st = qc_qcnet_loss(m, &l);
         if (st == QC_OK)
             st = qc_qcnet_metrics_update_model(&mt, m);
+        if (st == QC_OK)
+            st = qc_eval_cv_update(&cv, b);
         if (st == QC_OK && r.batches == 0 && opts->dump)
             st = eval_dump(&o, &l, b, opts->dump);
         if (st == QC_OK) {
@@ -148,6 +207,9 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
     r.reg_loss_refine = sum_rr / (double)r.batches;
     r.cls_loss = sum_cls / (double)r.batches;
     qc_qcnet_metrics_compute(&mt, &r.metrics);
+    qc_qcnet_metrics_compute(&cv, &r.cv);
+    QC_ASSERT(r.cv.count == r.metrics.count, "eval: baseline on %lld agents, model on %lld",
+              (long long)r.cv.count, (long long)r.metrics.count);
     *out = r;
     return QC_OK;
 }
@@ -184,9 +246,11 @@ size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap
         "{\"eval\":{\"batches\":%" PRId64 ",\"scenes\":%" PRId64 ",\"agents\":%" PRId64
         ",\"loss\":%.9g,\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,"
         "\"minADE\":%.9g,\"minFDE\":%.9g,\"MR\":%.9g,\"Brier\":%.9g,\"brier_minFDE\":%.9g,"
+        "\"cv_minADE\":%.9g,\"cv_minFDE\":%.9g,\"cv_MR\":%.9g,"
         "\"seconds\":%.6g,\"peak_device_bytes\":%" PRIu64 "}}",
         r->batches, r->scenes, r->metrics.count, r->loss, r->reg_loss_propose, r->reg_loss_refine,
         r->cls_loss, r->metrics.min_ade, r->metrics.min_fde, r->metrics.miss_rate, r->metrics.brier,
-        r->metrics.brier_min_fde, r->seconds, r->peak_device_bytes);
+        r->metrics.brier_min_fde, r->cv.min_ade, r->cv.min_fde, r->cv.miss_rate, r->seconds,
+        r->peak_device_bytes);
     return n < 0 ? 0 : (size_t)n;
 }

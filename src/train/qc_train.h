@@ -267,7 +267,10 @@ struct qc_eval_result {
     double reg_loss_propose, reg_loss_refine, cls_loss;
     struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6) */
     double seconds;
-    uint64_t peak_device_bytes; /* allocator peak during the evaluation */
+    uint64_t peak_device_bytes;       /* allocator peak during the evaluation */
+    struct qc_qcnet_metric_values cv; /* constant-velocity baseline on the same focal agents
+                                         (K = 1: min_ade = ADE, min_fde = FDE, miss_rate = MR;
+                                         its brier fields are 0) */
 };
 
 /* Evaluates model m (eval mode: no dropout, no backward) on the data of opts (opts->weights
@@ -280,6 +283,20 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
 enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out);
 /* One line of JSON with the result (no newline), for metrics.jsonl and --json. */
 size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap);
+
+/* The constant-velocity baseline of one agent (QCNET.md §6.2 agents, §7.4 frame): for future
+ * step s (0..59) the prediction is o + (s+1)·0.1 s·v with o = position[49], v = velocity[49],
+ * expressed in the agent frame at t = 49 like the targets: with θ = heading[49] and
+ * (dx, dy) = (s+1)·0.1·v, loc[s] = (dx·cosθ + dy·sinθ, −dx·sinθ + dy·cosθ). velocity is the
+ * agent's (110,3) row, heading its (110) row; loc receives (60,2). */
+void qc_eval_cv_predict(const float *heading, const float *velocity, float *loc);
+
+struct qc_batch;
+/* Adds the constant-velocity baseline of batch b's focal agents to mt as a single mode
+ * (K = 1, so minADE/minFDE are ADE/FDE), through qc_qcnet_metrics_update: the same agents
+ * (category 3 with a valid future step), masks and targets (b->target, or the TargetBuilder
+ * output computed here when b->target is NULL) as the model's metrics. QC_ERR_NOMEM. */
+enum qc_status qc_eval_cv_update(struct qc_qcnet_metrics *mt, const struct qc_batch *b);
 
 #ifdef __cplusplus
 }
