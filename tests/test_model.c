@@ -628,6 +628,15 @@ static void test_init(void)
 struct count_hook {
     int64_t live, calls, fail_after;
     size_t bytes;
+    /* extended counters (zero-initialised by the older tests, which do not read them) */
+    size_t peak;       /* max of bytes */
+    int64_t untagged;  /* allocations whose tag is not "params", "grads" or "<x>/<y>" */
+    int64_t n_params;  /* "params" / "grads" allocations */
+    int64_t n_fused;   /* "<layer>/fused_tile.*" or "<layer>/fused_lane.*" */
+    int64_t n_kv_grad; /* "<layer>/kv.d...": source/edge context gradient buffers */
+    int64_t n_scratch; /* "<block>/...scratch..." */
+    int64_t n_edges;   /* "edges.<set>/...": bdst, dr, cat */
+    size_t max_block;  /* largest allocation made by a block (tags above) */
 };
 
 static void *count_alloc(void *ctx, size_t bytes, const char *tag)
@@ -640,6 +649,23 @@ static void *count_alloc(void *ctx, size_t bytes, const char *tag)
     h->calls++;
     h->live++;
     h->bytes += bytes;
+    h->peak = h->bytes > h->peak ? h->bytes : h->peak;
+    const char *slash = strchr(tag, '/');
+    bool block = false;
+    if (strcmp(tag, "params") == 0 || strcmp(tag, "grads") == 0)
+        h->n_params++;
+    else if (!slash || slash == tag || !slash[1])
+        h->untagged++;
+    if (slash && (strstr(slash, "/fused_tile.") == slash || strstr(slash, "/fused_lane.") == slash))
+        h->n_fused++, block = true;
+    if (slash && strncmp(slash, "/kv.d", 5) == 0)
+        h->n_kv_grad++, block = true;
+    if (slash && strstr(slash, "scratch"))
+        h->n_scratch++, block = true;
+    if (strncmp(tag, "edges.", 6) == 0)
+        h->n_edges++, block = true;
+    if (block && bytes > h->max_block)
+        h->max_block = bytes;
     return aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
 }
 
@@ -659,9 +685,11 @@ static void test_hook_and_accumulation(void)
     }
     struct qc_qcnet *m = tiny_model(QC_ATTN_FUSED);
     qc_qcnet_init_params(m, 5);
-    struct count_hook h = {0, 0, -1, 0};
+    struct count_hook h = {.fail_after = -1};
     struct qc_qcnet_alloc hook = {count_alloc, count_free, &h};
-    qc_qcnet_set_alloc(m, &hook);
+    T_EXPECT(qc_qcnet_set_alloc(m, &hook) == QC_OK, "%s", qc_error_last());
+    /* the parameters and gradients moved to the hook */
+    T_EXPECT_EQ_I64(h.live, 2, "params + grads re-homed onto the hook");
     struct qc_qcnet_ctx ctx = {.training = true, .need_backward = true, .seed = 9, .step = 3};
     const int64_t n = qc_qcnet_num_params(m);
     /* one backward at scale 1 */
@@ -670,8 +698,8 @@ static void test_hook_and_accumulation(void)
     T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
     struct qc_qcnet_mem mem;
     qc_qcnet_mem_get(m, &mem);
-    T_EXPECT(mem.bytes_live == h.bytes && mem.bytes_live > 0, "live %zu vs hook %zu",
-             mem.bytes_live, h.bytes);
+    T_EXPECT(mem.bytes_live + mem.bytes_params == h.bytes && mem.bytes_live > 0,
+             "live %zu + params %zu vs hook %zu", mem.bytes_live, mem.bytes_params, h.bytes);
     T_EXPECT(mem.bytes_stash > 0 && mem.bytes_stash <= mem.bytes_peak, "stash %zu, peak %zu",
              mem.bytes_stash, mem.bytes_peak);
     rc = qc_qcnet_loss(m, NULL);
@@ -679,7 +707,7 @@ static void test_hook_and_accumulation(void)
     rc = qc_qcnet_backward(m, 1.0f);
     T_EXPECT(rc == QC_OK, "backward: %s", qc_error_last());
     qc_qcnet_release(m);
-    T_EXPECT_EQ_I64(h.live, 0, "hook allocations outstanding after release");
+    T_EXPECT_EQ_I64(h.live, 2, "hook allocations outstanding after release (params, grads)");
     float *g1 = malloc((size_t)n * 4);
     memcpy(g1, qc_qcnet_grads(m), (size_t)n * 4);
     /* two backwards at scale 0.5 (exact halves), accumulated */
@@ -706,9 +734,131 @@ static void test_hook_and_accumulation(void)
     rc = qc_qcnet_forward(m, &g_batch, &ctx, NULL);
     T_EXPECT(rc == QC_ERR_NOMEM, "forward under a failing hook: %d", (int)rc);
     T_EXPECT_STR_CONTAINS(qc_error_last(), "failed");
-    T_EXPECT_EQ_I64(h.live, 0, "nothing leaked after the failed forward");
-    qc_qcnet_set_alloc(m, NULL);
+    T_EXPECT_EQ_I64(h.live, 2, "nothing leaked after the failed forward (params, grads left)");
+    T_EXPECT(qc_qcnet_set_alloc(m, NULL) == QC_OK, "%s", qc_error_last());
+    T_EXPECT_EQ_I64(h.live, 0, "params and grads given back when the hook is replaced");
+    T_EXPECT_EQ_U64(h.bytes, 0, "hook bytes after the hook is replaced");
     qc_qcnet_destroy(m);
+}
+
+/* One training step (forward, loss, backward at scale 1) with dropout; the status. */
+static enum qc_status hook_step(struct qc_qcnet *m, struct qc_qcnet_output *out)
+{
+    struct qc_qcnet_ctx ctx = {.training = true, .need_backward = true, .seed = 4, .step = 2};
+    enum qc_status rc = qc_qcnet_forward(m, &g_batch, &ctx, out);
+    if (rc == QC_OK)
+        rc = qc_qcnet_loss(m, NULL);
+    if (rc == QC_OK)
+        rc = qc_qcnet_backward(m, 1.0f);
+    return rc;
+}
+
+/* Every byte of a step goes through the hook (blocks' scratch, tiles, kv gradient buffers,
+ * params and grads included), a failure at ANY allocation of the step is a clean QC_ERR_NOMEM
+ * with nothing leaked, and the hook's results equal the malloc path's bit for bit. */
+static void test_hook_everything(enum qc_attn_impl impl)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.attention = impl;
+    struct count_hook h = {.fail_after = -1};
+    struct qc_qcnet_alloc hook = {count_alloc, count_free, &h};
+    struct qc_qcnet *m = NULL, *ref = NULL;
+    T_EXPECT(qc_qcnet_create_with_alloc(&cfg, &hook, &m) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_qcnet_create(&cfg, &ref) == QC_OK, "%s", qc_error_last());
+    if (!m || !ref) {
+        qc_qcnet_destroy(m);
+        qc_qcnet_destroy(ref);
+        return;
+    }
+    const int64_t n = qc_qcnet_num_params(m);
+    const size_t pbytes = 2 * (size_t)n * sizeof(float);
+    T_EXPECT_EQ_I64(h.n_params, 2, "params and grads from the hook at create");
+    T_EXPECT_EQ_U64(h.bytes, pbytes, "hook bytes after create");
+    qc_qcnet_init_params(m, 21);
+    qc_qcnet_init_params(ref, 21);
+
+    /* (a) one step: the hook sees what the model counts, blocks included */
+    qc_qcnet_zero_grad(m);
+    h.peak = h.bytes;
+    qc_qcnet_mem_reset_peak(m);
+    const int64_t calls0 = h.calls;
+    struct qc_qcnet_output out;
+    T_EXPECT(hook_step(m, &out) == QC_OK, "step: %s", qc_error_last());
+    struct qc_qcnet_mem mem;
+    qc_qcnet_mem_get(m, &mem);
+    const int64_t nstep = h.calls - calls0;
+    printf("  %s: %lld allocations per step, hook peak %zu (params+grads %zu, stash %zu, "
+           "largest block buffer %zu)\n",
+           impl == QC_ATTN_FUSED ? "fused" : "unfused", (long long)nstep, h.peak, pbytes,
+           mem.bytes_stash, h.max_block);
+    T_EXPECT_EQ_U64(h.peak, mem.bytes_peak + pbytes, "hook peak == model peak + params + grads");
+    T_EXPECT(mem.bytes_peak >= mem.bytes_stash + h.max_block / 2 && mem.bytes_stash > 0,
+             "peak %zu >= stash %zu + part of the block scratch %zu", mem.bytes_peak,
+             mem.bytes_stash, h.max_block);
+    T_EXPECT_EQ_I64(h.untagged, 0, "allocations without a <block>/<tensor> tag");
+    T_EXPECT(h.n_scratch > 0 && h.n_kv_grad > 0 && h.n_edges > 0,
+             "block allocations seen: scratch %lld, kv grads %lld, edges %lld",
+             (long long)h.n_scratch, (long long)h.n_kv_grad, (long long)h.n_edges);
+    if (impl == QC_ATTN_FUSED)
+        T_EXPECT(h.n_fused > 0, "fused tiles and lanes from the hook: %lld", (long long)h.n_fused);
+    else
+        T_EXPECT_EQ_I64(h.n_fused, 0, "no fused tiles in the unfused path");
+
+    /* (c) bit-identical to the malloc path */
+    qc_qcnet_zero_grad(ref);
+    struct qc_qcnet_output oref;
+    T_EXPECT(hook_step(ref, &oref) == QC_OK, "reference step: %s", qc_error_last());
+    const size_t npred = (size_t)(out.A * out.K * out.S * 2) * sizeof(float);
+    T_EXPECT(memcmp(out.loc_refine_pos, oref.loc_refine_pos, npred) == 0 &&
+                 memcmp(out.scale_propose_pos, oref.scale_propose_pos, npred) == 0 &&
+                 memcmp(out.pi, oref.pi, (size_t)(out.A * out.K) * sizeof(float)) == 0,
+             "outputs differ from the malloc path");
+    T_EXPECT(memcmp(qc_qcnet_grads(m), qc_qcnet_grads(ref), (size_t)n * sizeof(float)) == 0,
+             "gradients differ from the malloc path");
+    qc_qcnet_release(m);
+    qc_qcnet_release(ref);
+    T_EXPECT_EQ_I64(h.live, 2, "after release: only params and grads");
+    T_EXPECT_EQ_U64(h.bytes, pbytes, "hook bytes after release");
+    qc_qcnet_mem_get(m, &mem);
+    T_EXPECT_EQ_U64(mem.bytes_live, 0, "model live bytes after release");
+
+    /* (b) the k-th allocation of the step fails: the first and last 16 allocations and a
+     * stride through the rest (every k would be ~800 partial steps: minutes on 2 cores;
+     * QC_MODEL_HOOK_ALL=1 tries every k) */
+    const char *all = getenv("QC_MODEL_HOOK_ALL");
+    int64_t stride = all && *all == '1' ? 1 : (nstep > 64 ? nstep / 48 : 1);
+    int64_t tried = 0, nomem = 0;
+    for (int64_t k = 1; k <= nstep; k += (k <= 16 || k >= nstep - 16) ? 1 : stride) {
+        h.fail_after = h.calls + k - 1;
+        enum qc_status rc = hook_step(m, NULL);
+        qc_qcnet_release(m);
+        tried++;
+        nomem += rc == QC_ERR_NOMEM;
+        if (rc != QC_ERR_NOMEM || h.live != 2 || h.bytes != pbytes) {
+            T_FAIL_AT("allocation %lld of %lld failing: status %d (%s), %lld live, %zu bytes",
+                      (long long)k, (long long)nstep, (int)rc, qc_error_last(), (long long)h.live,
+                      h.bytes);
+            break;
+        }
+    }
+    h.fail_after = -1;
+    printf("  %lld of %lld allocation points failed cleanly with QC_ERR_NOMEM\n", (long long)nomem,
+           (long long)tried);
+    T_EXPECT(tried > 0 && nomem == tried, "%lld / %lld", (long long)nomem, (long long)tried);
+    /* and the model still works after all those failures, bit for bit */
+    qc_qcnet_zero_grad(m);
+    T_EXPECT(hook_step(m, &out) == QC_OK, "step after failures: %s", qc_error_last());
+    T_EXPECT(memcmp(qc_qcnet_grads(m), qc_qcnet_grads(ref), (size_t)n * sizeof(float)) == 0,
+             "gradients after the failures differ from the malloc path");
+    qc_qcnet_destroy(m);
+    T_EXPECT_EQ_I64(h.live, 0, "hook allocations after destroy");
+    T_EXPECT_EQ_U64(h.bytes, 0, "hook bytes after destroy");
+    qc_qcnet_destroy(ref);
 }
 
 // ---- metrics ----------------------------------------------------------------------------------
@@ -934,6 +1084,10 @@ int main(void)
         test_modes();
     QC_TEST ("model: allocation hook and gradient accumulation")
         test_hook_and_accumulation();
+    QC_TEST ("model: every allocation through the hook, failure at each point (unfused)")
+        test_hook_everything(QC_ATTN_UNFUSED);
+    QC_TEST ("model: every allocation through the hook, failure at each point (fused)")
+        test_hook_everything(QC_ATTN_FUSED);
     QC_TEST ("model: small config trains deterministically (unfused)")
         test_train_deterministic(QC_ATTN_UNFUSED);
     QC_TEST ("model: small config trains deterministically (fused)")

@@ -136,7 +136,19 @@ enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl im
                                   const float *feat, const float *cat_table, const int64_t *cat_idx,
                                   int64_t ncat, float *dcat_table)
 {
+    return qc_attn_edges_init_mem(ed, NULL, impl, g, fe, feat, cat_table, cat_idx, ncat,
+                                  dcat_table);
+}
+
+enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                      enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                      const struct qc_fourier *fe, const float *feat,
+                                      const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                      float *dcat_table)
+{
     memset(ed, 0, sizeof *ed);
+    if (mem)
+        ed->mem = *mem;
     QC_TRY(qc_attn_graph_check(g));
     ed->impl = impl;
     ed->g = g;
@@ -154,9 +166,10 @@ enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl im
                          (long long)fe->d);
     if (cat_table && !cat_idx)
         return qc_errorf(QC_ERR_INVALID, "attention edges: categorical table without indices");
-    ed->bdst = malloc((size_t)(E > 0 ? E : 1) * sizeof *ed->bdst);
+    ed->bdst = qc_block_alloc(&ed->mem, (size_t)E * sizeof *ed->bdst, "edges.bdst");
     if (!ed->bdst)
-        return qc_errorf(QC_ERR_NOMEM, "attention edges: %lld edges", (long long)E);
+        return qc_errorf(QC_ERR_NOMEM, "%s/edges.bdst: allocation for %lld edges failed",
+                         ed->mem.name[0] ? ed->mem.name : "block", (long long)E);
     for (int64_t b = 0; b < g->n_bdst; b++)
         for (int64_t e = g->row_ptr[b]; e < g->row_ptr[b + 1]; e++)
             ed->bdst[e] = b;
@@ -171,8 +184,9 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
 {
     if (!ed)
         return;
-    free(ed->bdst);
-    free(ed->dr);
+    const int64_t E = ed->g ? ed->g->n_edge : 0, D = ed->fe ? ed->fe->D : 0;
+    blk_ffree(&ed->mem, ed->dr, E * D);
+    qc_block_free(&ed->mem, ed->bdst, (size_t)E * sizeof *ed->bdst);
     qc_stash_deinit(&ed->fe_stash);
     qc_stash_deinit(&ed->stash);
     memset(ed, 0, sizeof *ed);
@@ -185,14 +199,14 @@ enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *cat = NULL;
     if (ed->cat_table) {
-        cat = blk_falloc(E * D);
+        cat = blk_falloc(&ed->mem, E * D, "edges_forward.cat");
         if (!cat)
-            return blk_nomem("attention edges forward", E * D);
+            return blk_nomem(&ed->mem, "edges_forward.cat", E * D);
         qc_embedding_forward_cpu(cat, ed->cat_idx, ed->cat_table, E, D, ed->ncat);
     }
     enum qc_status st =
         qc_fourier_forward(ed->fe, qc_stash_f32(&ed->stash, 0), &ed->fe_stash, ed->feat, cat, E);
-    free(cat);
+    blk_ffree(&ed->mem, cat, cat ? E * D : 0);
     return st;
 }
 
@@ -205,15 +219,15 @@ enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *dcat = NULL;
     if (ed->cat_table && ed->dcat_table) {
-        dcat = blk_falloc(E * D);
+        dcat = blk_falloc(&ed->mem, E * D, "edges_backward.dcat");
         if (!dcat)
-            return blk_nomem("attention edges backward", E * D);
+            return blk_nomem(&ed->mem, "edges_backward.dcat", E * D);
     }
     enum qc_status st = qc_fourier_backward(ed->fe, NULL, dcat, ed->dr, &ed->fe_stash, ed->feat, E);
     if (st == QC_OK && dcat)
         qc_embedding_backward_cpu(ed->dcat_table, dcat, ed->cat_idx, E, D, ed->ncat);
-    free(dcat);
-    free(ed->dr);
+    blk_ffree(&ed->mem, dcat, dcat ? E * D : 0);
+    blk_ffree(&ed->mem, ed->dr, E * D);
     ed->dr = NULL;
     return st;
 }
@@ -254,10 +268,14 @@ void qc_attn_kv_deinit(struct qc_attn_kv *kv)
 {
     if (!kv)
         return;
-    free(kv->dk);
-    free(kv->dv);
-    free(kv->dkt);
-    free(kv->dvt);
+    if (kv->l) { /* gradient buffers left by a backward that failed half-way */
+        const struct qc_block_mem *bm = &kv->l->mem;
+        const int64_t Ns = kv->ed->g->n_src, E = kv->ed->g->n_edge, D = kv->l->D;
+        blk_ffree(bm, kv->dvt, E * D);
+        blk_ffree(bm, kv->dkt, E * D);
+        blk_ffree(bm, kv->dv, Ns * D);
+        blk_ffree(bm, kv->dk, Ns * D);
+    }
     qc_stash_deinit(&kv->stash);
     memset(kv, 0, sizeof *kv);
 }
@@ -281,9 +299,9 @@ enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const f
     const struct qc_attn *l = kv->l;
     QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
-    float *dxhat = blk_falloc(Ns * D);
+    float *dxhat = blk_falloc(&l->mem, Ns * D, "kv_backward.dxhat_s");
     if (!dxhat)
-        return blk_nomem("attention kv backward", Ns * D);
+        return blk_nomem(&l->mem, "kv_backward.dxhat_s", Ns * D);
     enum qc_status st = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_kv_backward(kv, dxhat)
                                                       : attn_unfused_kv_backward(kv, dxhat);
     if (st == QC_OK)
@@ -291,7 +309,7 @@ enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const f
                                   x_src, qc_stash_f32(&kv->stash, KV_MEAN),
                                   qc_stash_f32(&kv->stash, KV_RSTD), l->w + l->o_ln_src_w, Ns, D,
                                   accum);
-    free(dxhat);
+    blk_ffree(&l->mem, dxhat, Ns * D);
     return st;
 }
 
@@ -382,9 +400,9 @@ enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
     if (Nd == 0)
         return QC_OK;
     int64_t n = 4 * Nd * D + Nd * FF;
-    float *t = blk_falloc(n);
+    float *t = blk_falloc(&l->mem, n, "forward_post.scratch");
     if (!t)
-        return blk_nomem("attention forward", n);
+        return blk_nomem(&l->mem, "forward_post.scratch", n);
     float *cat = t, *up = t + 2 * Nd * D, *tmp = t + 3 * Nd * D, *hd = t + 4 * Nd * D;
     const float *xhat = SF(ix->xhat_d), *u = SF(ix->u);
     float *g = SF(ix->g), *sres = SF(ix->sres), *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y);
@@ -412,7 +430,7 @@ enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
     qc_layernorm_forward_cpu(tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f, w + l->o_ln_ffpost_w,
                              w + l->o_ln_ffpost_b, Nd, D);
     qc_add_forward_cpu(out, x1, tmp, Nd * D);
-    free(t);
+    blk_ffree(&l->mem, t, n);
     return QC_OK;
 }
 
@@ -427,9 +445,9 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
     if (Nd == 0)
         return QC_OK;
     int64_t n = 8 * Nd * D + 2 * Nd * FF;
-    float *t = blk_falloc(n);
+    float *t = blk_falloc(&l->mem, n, "backward_post.scratch");
     if (!t)
-        return blk_nomem("attention backward", n);
+        return blk_nomem(&l->mem, "backward_post.scratch", n);
     /* dy and da are adjacent so that, once free, they hold the (Nd,2D) gradient of [u ‖ x̂_d] */
     float *df = t, *dy = t + Nd * D, *da = t + 2 * Nd * D, *up = t + 3 * Nd * D;
     float *dup = t + 4 * Nd * D, *dg = t + 5 * Nd * D, *cat = t + 6 * Nd * D; /* cat (Nd,2D) */
@@ -475,7 +493,7 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
                            Nd, 2 * D, D, false);
     qc_copy2d_cpu(du, D, dcat2, 2 * D, Nd, D, true);
     qc_copy2d_cpu(dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
-    free(t);
+    blk_ffree(&l->mem, t, n);
     return QC_OK;
 }
 
@@ -508,14 +526,14 @@ enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct q
     QC_ASSERT(st->e[ix.xhat_d].ne[0] == Nd, "attention: stash %s planned for %lld rows, not %lld",
               st->block, (long long)st->e[ix.xhat_d].ne[0], (long long)Nd);
     const bool fused = kv->ed->impl == QC_ATTN_FUSED;
-    float *q = fused ? SF(ix.q) : blk_falloc(Nd * D);
+    float *q = fused ? SF(ix.q) : blk_falloc(&l->mem, Nd * D, "forward.q");
     if (!q)
-        return blk_nomem("attention forward", Nd * D);
+        return blk_nomem(&l->mem, "forward.q", Nd * D);
     attn_node_forward_pre(l, q, st, &ix, x_dst, Nd);
     enum qc_status s = fused ? attn_fused_edge_forward(kv, q, st, &ix, ctx)
                              : attn_unfused_edge_forward(kv, q, st, &ix, ctx);
     if (!fused)
-        free(q);
+        blk_ffree(&l->mem, q, Nd * D);
     QC_TRY(s);
     return attn_node_forward_post(l, out, st, &ix, x_dst, Nd, ctx);
 }
@@ -529,9 +547,9 @@ enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const floa
     QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
     struct attn_app_idx ix;
     attn_app_index(st, &ix);
-    float *t = blk_falloc(3 * Nd * D);
+    float *t = blk_falloc(&l->mem, 3 * Nd * D, "backward.du_dxhat_dq");
     if (!t)
-        return blk_nomem("attention backward", 3 * Nd * D);
+        return blk_nomem(&l->mem, "backward.du_dxhat_dq", 3 * Nd * D);
     float *du = t, *dxhat = t + Nd * D, *dq = t + 2 * Nd * D;
     enum qc_status s = attn_node_backward_post(l, du, dxhat, dx_dst, dout, st, &ix, Nd, ctx);
     if (s == QC_OK)
@@ -539,6 +557,6 @@ enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const floa
                                           : attn_unfused_edge_backward(kv, dq, du, st, &ix, ctx);
     if (s == QC_OK)
         attn_node_backward_pre(l, dx_dst, dxhat, dq, st, &ix, x_dst, Nd);
-    free(t);
+    blk_ffree(&l->mem, t, 3 * Nd * D);
     return s;
 }

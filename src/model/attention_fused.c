@@ -56,23 +56,36 @@ enum qc_status attn_fused_kv_forward(struct qc_attn_kv *kv)
     return QC_OK;
 }
 
+/* kv->dk, kv->dv (n_src,D) zeroed, from the layer's hook. */
+static enum qc_status kv_grads_alloc(struct qc_attn_kv *kv)
+{
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const int64_t n = kv->ed->g->n_src * kv->l->D;
+    kv->dk = blk_fcalloc(bm, n, "kv.dk");
+    if (kv->dk)
+        kv->dv = blk_fcalloc(bm, n, "kv.dv");
+    if (!kv->dv) {
+        blk_ffree(bm, kv->dk, n);
+        kv->dk = NULL;
+        return blk_nomem(bm, "kv.dk_dv", 2 * n);
+    }
+    return QC_OK;
+}
+
 enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
 {
+    enum qc_status s;
     const struct qc_attn *l = kv->l;
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
-    if (!kv->dk) {
-        kv->dk = blk_fcalloc(Ns * D);
-        kv->dv = blk_fcalloc(Ns * D);
-        if (!kv->dk || !kv->dv)
-            return blk_nomem("attention kv backward", 2 * Ns * D);
-    }
+    if (!kv->dk && (s = kv_grads_alloc(kv)) != QC_OK) /* no application ran backward */
+        return s;
     const float *xhat = qc_stash_f32(&kv->stash, KV_XHAT);
     qc_linear_backward_cpu(dxhat_s, D, l->dw + l->o_wk, NULL, kv->dk, xhat, D, l->w + l->o_wk, Ns,
                            D, D, false);
     qc_linear_backward_cpu(dxhat_s, D, l->dw + l->o_wv, l->dw + l->o_bv, kv->dv, xhat, D,
                            l->w + l->o_wv, Ns, D, D, true);
-    free(kv->dk);
-    free(kv->dv);
+    blk_ffree(&l->mem, kv->dv, Ns * D);
+    blk_ffree(&l->mem, kv->dk, Ns * D);
     kv->dk = kv->dv = NULL;
     return QC_OK;
 }
@@ -82,8 +95,9 @@ enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
 /* One thread's tile buffers (cap base edges). */
 struct ftile_ws {
     struct qc_stash fe; /* FE stash of the current tile, bound to fe_mem */
-    void *fe_mem;
-    float *mem;                            /* the per-edge buffers below */
+    void *fe_mem;       /* fe_mem_bytes: the FE stash arena for cap rows */
+    float *fe_ws;       /* fe_ws_n floats: FE forward / backward scratch for cap rows */
+    float *mem;         /* mem_n floats: the per-edge buffers below */
     float *cat, *r, *rhat, *rmean, *rrstd; /* (cap,D), (cap,D), (cap,D), (cap), (cap) */
     float *kt, *vt, *dkt, *dvt, *drhat;    /* (cap,D) each; d* only for backward */
     float *row;                            /* row scratch: 3·max_deg·H */
@@ -101,33 +115,42 @@ struct ftile_lane {
 };
 
 struct ftile {
-    int64_t ntile;   /* tiles */
-    int64_t *b0;     /* (ntile+1) first base destination of each tile */
-    int64_t cap;     /* most base edges in one tile */
-    int64_t max_deg; /* most base edges of one base destination */
+    const struct qc_block_mem *bm; /* the layer's hook: every buffer below but b0, ws, lane */
+    int64_t ntile;                 /* tiles */
+    int64_t *b0;                   /* (ntile+1) first base destination of each tile */
+    int64_t cap;                   /* most base edges in one tile */
+    int64_t max_deg;               /* most base edges of one base destination */
     int nthreads;
     struct ftile_ws *ws;     /* (nthreads) */
     struct ftile_lane *lane; /* (nthreads), backward only */
+    /* sizes of the per-thread buffers (for the hook's free) */
+    size_t fe_mem_bytes;
+    int64_t fe_ws_n, mem_n, row_n, dlw_n, dfe_n, dcat_n, dcatr_n, dk_n;
 };
 
+/* Gives every buffer back, in reverse order of ftile_make. */
 static void ftile_free(struct ftile *t)
 {
-    for (int i = 0; t->ws && i < t->nthreads; i++) {
-        qc_stash_deinit(&t->ws[i].fe);
-        free(t->ws[i].fe_mem);
-        free(t->ws[i].mem);
-        free(t->ws[i].row);
+    for (int i = t->lane ? t->nthreads - 1 : -1; i >= 0; i--) {
+        struct ftile_lane *ln = &t->lane[i];
+        blk_ffree(t->bm, ln->dcatr, t->dcatr_n);
+        blk_ffree(t->bm, ln->dcat, t->dcat_n);
+        blk_ffree(t->bm, ln->dfe, t->dfe_n);
+        blk_ffree(t->bm, ln->dlw, t->dlw_n);
+        blk_ffree(t->bm, ln->dv, t->dk_n);
+        blk_ffree(t->bm, ln->dk, t->dk_n);
     }
-    for (int i = 0; t->lane && i < t->nthreads; i++) {
-        free(t->lane[i].dlw);
-        free(t->lane[i].dfe);
-        free(t->lane[i].dcat);
-        free(t->lane[i].dk);
-        free(t->lane[i].dv);
-        free(t->lane[i].dcatr);
+    for (int i = t->ws ? t->nthreads - 1 : -1; i >= 0; i--) {
+        struct ftile_ws *w = &t->ws[i];
+        qc_stash_deinit(&w->fe);
+        blk_ffree(t->bm, w->row, t->row_n);
+        blk_ffree(t->bm, w->mem, t->mem_n);
+        blk_ffree(t->bm, w->fe_ws, t->fe_ws_n);
+        qc_block_free(t->bm, w->fe_mem, t->fe_mem_bytes);
     }
-    free(t->ws);
+    /* host bookkeeping: the tile plan and the per-thread descriptors */
     free(t->lane);
+    free(t->ws);
     free(t->b0);
 }
 
@@ -139,9 +162,10 @@ static enum qc_status ftile_make(struct ftile *t, const struct qc_attn_kv *kv, b
     const int64_t D = l->D, H = l->H, nb = g->n_bdst, Ns = g->n_src;
     const int64_t want = l->tile_edges > 0 ? l->tile_edges : 1;
     memset(t, 0, sizeof *t);
+    t->bm = &l->mem;
     t->b0 = malloc((size_t)(nb + 2) * sizeof *t->b0);
     if (!t->b0)
-        return blk_nomem("fused attention tiles", nb + 2);
+        return blk_nomem(t->bm, "fused_tile.plan", nb + 2);
     int64_t b = 0;
     while (b < nb) {
         t->b0[t->ntile++] = b;
@@ -161,21 +185,35 @@ static enum qc_status ftile_make(struct ftile *t, const struct qc_attn_kv *kv, b
         t->nthreads = t->ntile > 0 ? (int)t->ntile : 1;
     t->ws = calloc((size_t)t->nthreads, sizeof *t->ws);
     if (!t->ws)
-        return blk_nomem("fused attention tiles", t->nthreads);
+        return blk_nomem(t->bm, "fused_tile.ws_list", t->nthreads);
+    const bool fe_tile = l->has_pos && ed->fe && cap > 0;
+    if (fe_tile) {
+        struct qc_stash plan;
+        qc_stash_init(&plan, "attn_fused.tile.fe");
+        qc_fourier_stash_plan(ed->fe, cap, &plan);
+        t->fe_mem_bytes = qc_stash_arena_bytes(&plan);
+        qc_stash_deinit(&plan);
+        const int64_t nf = fourier_scratch_floats(ed->fe, cap, false);
+        const int64_t nb2 = backward ? fourier_scratch_floats(ed->fe, cap, true) : 0;
+        t->fe_ws_n = nf > nb2 ? nf : nb2;
+    }
+    t->mem_n = (backward ? 8 : 5) * cap * D + 2 * cap;
+    t->row_n = 3 * t->max_deg * H + 1;
     for (int i = 0; i < t->nthreads; i++) {
         struct ftile_ws *w = &t->ws[i];
         qc_stash_init(&w->fe, "attn_fused.tile.fe");
-        if (ed->fe && cap > 0) {
-            qc_fourier_stash_plan(ed->fe, cap, &w->fe);
-            w->fe_mem = aligned_alloc(64, qc_stash_arena_bytes(&w->fe) + 64);
+        if (fe_tile) {
+            w->fe_mem = qc_block_alloc(t->bm, t->fe_mem_bytes, "fused_tile.fe_stash");
             if (!w->fe_mem)
-                return blk_nomem("fused attention tile", (int64_t)qc_stash_arena_bytes(&w->fe) / 4);
+                return blk_nomem(t->bm, "fused_tile.fe_stash", (int64_t)(t->fe_mem_bytes / 4));
+            if (t->fe_ws_n > 0 &&
+                !(w->fe_ws = blk_falloc(t->bm, t->fe_ws_n, "fused_tile.fe_scratch")))
+                return blk_nomem(t->bm, "fused_tile.fe_scratch", t->fe_ws_n);
         }
-        int64_t n = (backward ? 8 : 5) * cap * D + 2 * cap;
-        w->mem = blk_falloc(n);
-        w->row = blk_falloc(3 * t->max_deg * H + 1);
-        if (!w->mem || !w->row)
-            return blk_nomem("fused attention tile", n);
+        if (!(w->mem = blk_falloc(t->bm, t->mem_n, "fused_tile.edges")))
+            return blk_nomem(t->bm, "fused_tile.edges", t->mem_n);
+        if (!(w->row = blk_falloc(t->bm, t->row_n, "fused_tile.row")))
+            return blk_nomem(t->bm, "fused_tile.row", t->row_n);
         float *p = w->mem;
         w->cat = p, p += cap * D;
         w->r = p, p += cap * D;
@@ -194,24 +232,30 @@ static enum qc_status ftile_make(struct ftile *t, const struct qc_attn_kv *kv, b
         return QC_OK;
     t->lane = calloc((size_t)t->nthreads, sizeof *t->lane);
     if (!t->lane)
-        return blk_nomem("fused attention lanes", t->nthreads);
+        return blk_nomem(t->bm, "fused_lane.list", t->nthreads);
+    t->dk_n = Ns * D;
+    t->dlw_n = l->has_pos ? l->params.numel : 0;
+    t->dfe_n = l->has_pos ? ed->fe->params.numel : 0;
+    const bool lane_cat = ed->cat_table && ed->dcat_table;
+    t->dcat_n = lane_cat ? ed->ncat * D : 0;
+    t->dcatr_n = lane_cat ? cap * D : 0;
     for (int i = 0; i < t->nthreads; i++) {
         struct ftile_lane *ln = &t->lane[i];
-        ln->dk = blk_fcalloc(Ns * D);
-        ln->dv = blk_fcalloc(Ns * D);
-        if (!ln->dk || !ln->dv)
-            return blk_nomem("fused attention lanes", 2 * Ns * D);
+        if (!(ln->dk = blk_fcalloc(t->bm, t->dk_n, "fused_lane.dk")))
+            return blk_nomem(t->bm, "fused_lane.dk", t->dk_n);
+        if (!(ln->dv = blk_fcalloc(t->bm, t->dk_n, "fused_lane.dv")))
+            return blk_nomem(t->bm, "fused_lane.dv", t->dk_n);
         if (l->has_pos) {
-            ln->dlw = blk_fcalloc(l->params.numel);
-            ln->dfe = blk_fcalloc(ed->fe->params.numel);
-            if (!ln->dlw || !ln->dfe)
-                return blk_nomem("fused attention lanes", l->params.numel);
+            if (!(ln->dlw = blk_fcalloc(t->bm, t->dlw_n, "fused_lane.dparams")))
+                return blk_nomem(t->bm, "fused_lane.dparams", t->dlw_n);
+            if (!(ln->dfe = blk_fcalloc(t->bm, t->dfe_n, "fused_lane.dfe")))
+                return blk_nomem(t->bm, "fused_lane.dfe", t->dfe_n);
         }
-        if (ed->cat_table && ed->dcat_table) {
-            ln->dcat = blk_fcalloc(ed->ncat * D);
-            ln->dcatr = blk_falloc(cap * D);
-            if (!ln->dcat || !ln->dcatr)
-                return blk_nomem("fused attention lanes", (ed->ncat + cap) * D);
+        if (lane_cat) {
+            if (!(ln->dcat = blk_fcalloc(t->bm, t->dcat_n, "fused_lane.dcat")))
+                return blk_nomem(t->bm, "fused_lane.dcat", t->dcat_n);
+            if (!(ln->dcatr = blk_falloc(t->bm, t->dcatr_n, "fused_lane.dcat_rows")))
+                return blk_nomem(t->bm, "fused_lane.dcat_rows", t->dcatr_n);
         }
     }
     return QC_OK;
@@ -239,8 +283,8 @@ static enum qc_status ftile_edges(struct ftile_ws *t, const struct qc_attn_kv *k
     qc_stash_init(&t->fe, "attn_fused.tile.fe");
     qc_fourier_stash_plan(fe, te, &t->fe);
     qc_stash_bind(&t->fe, t->fe_mem);
-    QC_TRY(qc_fourier_forward(fe, t->r, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
-                              ed->cat_table ? t->cat : NULL, te));
+    QC_TRY(fourier_forward_ws(fe, t->r, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
+                              ed->cat_table ? t->cat : NULL, te, t->fe_ws));
     qc_layernorm_forward_cpu(t->rhat, t->rmean, t->rrstd, t->r, w + l->o_ln_r_w, w + l->o_ln_r_b,
                              te, D);
     qc_linear_forward_cpu(t->kt, t->rhat, D, w + l->o_wkr, NULL, te, D, D, true);
@@ -463,12 +507,8 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
     const int64_t Ns = g->n_src;
     const float *q = qc_stash_f32(st, ix->q), *M = qc_stash_f32(st, ix->smax);
     const float *S = qc_stash_f32(st, ix->ssum);
-    if (!kv->dk) {
-        kv->dk = blk_fcalloc(Ns * D);
-        kv->dv = blk_fcalloc(Ns * D);
-        if (!kv->dk || !kv->dv)
-            return blk_nomem("fused attention backward", 2 * Ns * D);
-    }
+    if (!kv->dk) /* first application's backward: the kv gradients start at zero */
+        QC_TRY(kv_grads_alloc(kv));
     memset(dq, 0, (size_t)(g->n_dst * D) * sizeof *dq);
     struct ftile t;
     enum qc_status s = ftile_make(&t, kv, true);
@@ -516,8 +556,8 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
                                           te, D, false);
                 struct qc_fourier fe = *ed->fe; /* this lane's gradient buffer */
                 fe.dw = ln->dfe;
-                ts = qc_fourier_backward(&fe, NULL, ln->dcatr, dr, &ws->fe,
-                                         fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te);
+                ts = fourier_backward_ws(&fe, NULL, ln->dcatr, dr, &ws->fe,
+                                         fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te, ws->fe_ws);
                 if (ts != QC_OK) {
                     ftile_fail(&s, msg, sizeof msg, ts);
                     continue;

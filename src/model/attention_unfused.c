@@ -40,15 +40,15 @@ enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
     const float *xhat = qc_stash_f32(st, KV_XHAT);
     float *kt = qc_stash_f32(st, qc_stash_find(st, "kt"));
     float *vt = qc_stash_f32(st, qc_stash_find(st, "vt"));
-    float *k = blk_falloc(2 * Ns * D);
+    float *k = blk_falloc(&l->mem, 2 * Ns * D, "kv_forward.k_v");
     if (!k)
-        return blk_nomem("attention kv forward", 2 * Ns * D);
+        return blk_nomem(&l->mem, "kv_forward.k_v", 2 * Ns * D);
     float *v = k + Ns * D;
     qc_linear_forward_cpu(k, xhat, D, w + l->o_wk, NULL, Ns, D, D, false);
     qc_linear_forward_cpu(v, xhat, D, w + l->o_wv, w + l->o_bv, Ns, D, D, false);
     qc_gather_rows_forward_cpu(kt, k, g->src, E, D, false);
     qc_gather_rows_forward_cpu(vt, v, g->src, E, D, false);
-    free(k);
+    blk_ffree(&l->mem, k, 2 * Ns * D);
     if (l->has_pos) {
         const float *r = qc_stash_f32(&kv->ed->stash, 0);
         float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
@@ -71,20 +71,22 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
     const int64_t Ns = g->n_src, E = g->n_edge, D = l->D;
     const struct qc_stash *st = &kv->stash;
     if (!kv->dkt) { /* no application ran backward: zero gradients */
-        kv->dkt = blk_fcalloc(E * D);
-        kv->dvt = blk_fcalloc(E * D);
-        if (!kv->dkt || !kv->dvt)
-            return blk_nomem("attention kv backward", 2 * E * D);
+        kv->dkt = blk_fcalloc(&l->mem, E * D, "kv.dkt");
+        if (kv->dkt)
+            kv->dvt = blk_fcalloc(&l->mem, E * D, "kv.dvt");
+        if (!kv->dvt) {
+            blk_ffree(&l->mem, kv->dkt, E * D);
+            kv->dkt = NULL;
+            return blk_nomem(&l->mem, "kv.dkt_dvt", 2 * E * D);
+        }
     }
     if (l->has_pos) {
         const float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
-        float *drhat = blk_falloc(E * D);
-        if (!ed->dr)
-            ed->dr = blk_fcalloc(E * D);
-        if (!drhat || !ed->dr) {
-            free(drhat);
-            return blk_nomem("attention kv backward", 2 * E * D);
-        }
+        if (!ed->dr && !(ed->dr = blk_fcalloc(&ed->mem, E * D, "edges.dr")))
+            return blk_nomem(&ed->mem, "edges.dr", E * D);
+        float *drhat = blk_falloc(&l->mem, E * D, "kv_backward.drhat");
+        if (!drhat)
+            return blk_nomem(&l->mem, "kv_backward.drhat", E * D);
         qc_linear_backward_cpu(drhat, D, dw + l->o_wkr, NULL, kv->dkt, rhat, D, w + l->o_wkr, E, D,
                                D, false);
         qc_linear_backward_cpu(drhat, D, dw + l->o_wvr, dw + l->o_bvr, kv->dvt, rhat, D,
@@ -93,15 +95,17 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
             ed->dr, dw + l->o_ln_r_w, dw + l->o_ln_r_b, drhat, qc_stash_f32(&ed->stash, 0),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.mean")),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.rstd")), w + l->o_ln_r_w, E, D, true);
-        free(drhat);
+        blk_ffree(&l->mem, drhat, E * D);
     }
     /* k̃ and ṽ read k[src], v[src]: sum their gradients per source in CSR-by-source order */
-    int64_t *ptr = malloc((size_t)(Ns + 1 + E) * sizeof *ptr);
-    float *dk = blk_falloc(2 * Ns * D);
-    if (!ptr || !dk) {
-        free(ptr);
-        free(dk);
-        return blk_nomem("attention kv backward", 2 * Ns * D);
+    const size_t ptr_bytes = (size_t)(Ns + 1 + E) * sizeof(int64_t);
+    int64_t *ptr = qc_block_alloc(&l->mem, ptr_bytes, "kv_backward.csr_by_src");
+    if (!ptr)
+        return blk_nomem(&l->mem, "kv_backward.csr_by_src", (int64_t)(ptr_bytes / 4));
+    float *dk = blk_falloc(&l->mem, 2 * Ns * D, "kv_backward.dk_dv");
+    if (!dk) {
+        qc_block_free(&l->mem, ptr, ptr_bytes);
+        return blk_nomem(&l->mem, "kv_backward.dk_dv", 2 * Ns * D);
     }
     float *dv = dk + Ns * D;
     int64_t *perm = ptr + Ns + 1;
@@ -114,10 +118,10 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
                            false);
     qc_linear_backward_cpu(dxhat_s, D, dw + l->o_wv, dw + l->o_bv, dv, xhat, D, w + l->o_wv, Ns, D,
                            D, true);
-    free(ptr);
-    free(dk);
-    free(kv->dkt);
-    free(kv->dvt);
+    blk_ffree(&l->mem, dk, 2 * Ns * D);
+    qc_block_free(&l->mem, ptr, ptr_bytes);
+    blk_ffree(&l->mem, kv->dvt, E * D);
+    blk_ffree(&l->mem, kv->dkt, E * D);
     kv->dkt = kv->dvt = NULL;
     return QC_OK;
 }
@@ -136,9 +140,9 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
     const float *vt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "vt"));
     float *u = qc_stash_f32(st, ix->u);
     memset(u, 0, (size_t)(g->n_dst * D) * sizeof *u);
-    float *qseg = blk_falloc(2 * nb * D);
+    float *qseg = blk_falloc(&l->mem, 2 * nb * D, "unfused_forward.qseg_useg");
     if (!qseg)
-        return blk_nomem("attention forward", 2 * nb * D);
+        return blk_nomem(&l->mem, "unfused_forward.qseg_useg", 2 * nb * D);
     float *useg = qseg + nb * D;
     struct qc_csr csr = unfused_csr(ed);
     for (int64_t k = 0; k < Q; k++) {
@@ -155,7 +159,7 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
         for (int64_t b = 0; b < nb; b++)
             memcpy(u + attn_query_row(g, b, k) * D, useg + b * D, (size_t)D * sizeof *u);
     }
-    free(qseg);
+    blk_ffree(&l->mem, qseg, 2 * nb * D);
     return QC_OK;
 }
 
@@ -184,17 +188,21 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
     const int64_t E = g->n_edge, D = l->D, H = l->H, nb = g->n_bdst, Q = g->n_query;
     const float *kt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "kt"));
     const float *vt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "vt"));
-    if (!kv->dkt) {
-        kv->dkt = blk_fcalloc(E * D);
-        kv->dvt = blk_fcalloc(E * D);
-        if (!kv->dkt || !kv->dvt)
-            return blk_nomem("attention backward", 2 * E * D);
+    if (!kv->dkt) { /* first application's backward: the kv gradients start at zero */
+        kv->dkt = blk_fcalloc(&l->mem, E * D, "kv.dkt");
+        if (kv->dkt)
+            kv->dvt = blk_fcalloc(&l->mem, E * D, "kv.dvt");
+        if (!kv->dvt) {
+            blk_ffree(&l->mem, kv->dkt, E * D);
+            kv->dkt = NULL;
+            return blk_nomem(&l->mem, "kv.dkt_dvt", 2 * E * D);
+        }
     }
     memset(dq, 0, (size_t)(g->n_dst * D) * sizeof *dq);
     int64_t n = 3 * nb * D + E * H + E * D;
-    float *t = blk_falloc(n);
+    float *t = blk_falloc(&l->mem, n, "unfused_backward.scratch");
     if (!t)
-        return blk_nomem("attention backward", n);
+        return blk_nomem(&l->mem, "unfused_backward.scratch", n);
     float *qseg = t, *duseg = t + nb * D, *dqseg = t + 2 * nb * D;
     float *dalpha = t + 3 * nb * D, *dv = t + 3 * nb * D + E * H;
     struct qc_csr csr = unfused_csr(ed);
@@ -222,6 +230,6 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
         for (int64_t b = 0; b < nb; b++)
             memcpy(dq + attn_query_row(g, b, k) * D, dqseg + b * D, (size_t)D * sizeof *dq);
     }
-    free(t);
+    blk_ffree(&l->mem, t, n);
     return QC_OK;
 }

@@ -6,22 +6,39 @@
 #ifndef QC_MODEL_BLOCKS_INTERNAL_H
 #define QC_MODEL_BLOCKS_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "qc_attention.h"
+#include "qc_fourier.h"
 #include "qc_kernels.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
 // ---- scratch ------------------------------------------------------------------------------
 
-/* n floats (n may be 0), 64-byte aligned, uninitialised; NULL on failure. Free with free(). */
-float *blk_falloc(int64_t n);
+/* n floats (n may be 0) from the block's hook (qc_block_alloc, tag "<block>/<tensor>"),
+ * 64-byte aligned, uninitialised; NULL on failure. Give back with blk_ffree(bm, p, n). */
+float *blk_falloc(const struct qc_block_mem *bm, int64_t n, const char *tensor);
 /* Same, zero-filled. */
-float *blk_fcalloc(int64_t n);
-/* The status for a failed scratch allocation of n floats in `what`. */
-enum qc_status blk_nomem(const char *what, int64_t n);
+float *blk_fcalloc(const struct qc_block_mem *bm, int64_t n, const char *tensor);
+/* Gives back n floats from blk_falloc / blk_fcalloc (NULL is a no-op). */
+void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n);
+/* The status for a failed scratch allocation of n floats in `what` of block bm. */
+enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n);
+
+// ---- FourierEmbedding with caller scratch -------------------------------------------------
+
+/* Floats of scratch qc_fourier_forward (backward = false) or qc_fourier_backward needs over
+ * N rows. The _ws variants take that scratch from the caller, so that callers inside an
+ * OpenMP region (the fused attention tiles) never call the hook. */
+int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward);
+enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                  const float *c, const float *cat, int64_t N, float *ws);
+enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float *dcat,
+                                   const float *dout, const struct qc_stash *st, const float *c,
+                                   int64_t N, float *ws);
 
 // ---- attention: stash layout of one application ---------------------------------------------
 

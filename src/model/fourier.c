@@ -12,24 +12,35 @@
 
 // ---- scratch helpers (blocks_internal.h) ---------------------------------------------------
 
-float *blk_falloc(int64_t n)
+static size_t blk_bytes(int64_t n)
 {
-    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes);
+    return (size_t)(n > 0 ? n : 0) * sizeof(float);
 }
 
-float *blk_fcalloc(int64_t n)
+float *blk_falloc(const struct qc_block_mem *bm, int64_t n, const char *tensor)
 {
-    float *p = blk_falloc(n);
+    return qc_block_alloc(bm, blk_bytes(n), tensor);
+}
+
+float *blk_fcalloc(const struct qc_block_mem *bm, int64_t n, const char *tensor)
+{
+    float *p = blk_falloc(bm, n, tensor);
     if (p)
-        memset(p, 0, (size_t)(n > 0 ? n : 0) * sizeof(float));
+        memset(p, 0, blk_bytes(n));
     return p;
 }
 
-enum qc_status blk_nomem(const char *what, int64_t n)
+void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n)
 {
-    return qc_errorf(QC_ERR_NOMEM, "%s: cannot allocate %lld floats of scratch", what,
-                     (long long)n);
+    qc_block_free(bm, p, blk_bytes(n));
+}
+
+enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n)
+{
+    return qc_errorf(QC_ERR_NOMEM,
+                     "%s/%s: allocation of %lld floats failed\n"
+                     "hint: a smaller batch, --attention fused, or a larger device budget",
+                     bm && bm->name[0] ? bm->name : "block", what, (long long)n);
 }
 
 // ---- parameters -------------------------------------------------------------------------
@@ -124,8 +135,27 @@ void qc_fourier_stash_plan(const struct qc_fourier *fe, int64_t N, struct qc_sta
 
 // ---- forward / backward -------------------------------------------------------------------
 
+int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward)
+{
+    if (backward)
+        return 3 * N * fe->D + N * fe->d * (2 * fe->F + 1);
+    return fe->d > 1 ? N * fe->D : 0;
+}
+
 enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
                                   const float *c, const float *cat, int64_t N)
+{
+    const int64_t n = N > 0 ? fourier_scratch_floats(fe, N, false) : 0;
+    float *ws = NULL;
+    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_forward.h")))
+        return blk_nomem(&fe->mem, "fe_forward.h", n);
+    enum qc_status s = fourier_forward_ws(fe, out, st, c, cat, N, ws);
+    blk_ffree(&fe->mem, ws, n);
+    return s;
+}
+
+enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                  const float *c, const float *cat, int64_t N, float *ws)
 {
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
     const float *w = fe->w;
@@ -137,12 +167,7 @@ enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struc
     if (N == 0)
         return QC_OK;
     float *s = qc_stash_f32(st, ix.s);
-    float *h = NULL;
-    if (d > 1) {
-        h = blk_falloc(N * D);
-        if (!h)
-            return blk_nomem("FE forward", N * D);
-    }
+    float *h = d > 1 ? ws : NULL; /* (N,D) h_i for i >= 1 */
     if (d > 0) {
         float *phi = qc_stash_f32(st, ix.phi);
         qc_fourier_features_forward_cpu(phi, c, w + fe->o_freqs, N, d, F);
@@ -167,7 +192,6 @@ enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struc
     } else {
         memcpy(s, cat, (size_t)(N * D) * sizeof *s);
     }
-    free(h);
     float *o = qc_stash_f32(st, ix.o);
     qc_layernorm_forward_cpu(o, qc_stash_f32(st, ix.s_mean), qc_stash_f32(st, ix.s_rstd), s,
                              w + fe->o_out_lnw, w + fe->o_out_lnb, N, D);
@@ -180,6 +204,19 @@ enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float
                                    const float *dout, const struct qc_stash *st, const float *c,
                                    int64_t N)
 {
+    const int64_t n = N > 0 ? fourier_scratch_floats(fe, N, true) : 0;
+    float *ws = NULL;
+    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_backward.scratch")))
+        return blk_nomem(&fe->mem, "fe_backward.scratch", n);
+    enum qc_status s = fourier_backward_ws(fe, dc, dcat, dout, st, c, N, ws);
+    blk_ffree(&fe->mem, ws, n);
+    return s;
+}
+
+enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float *dcat,
+                                   const float *dout, const struct qc_stash *st, const float *c,
+                                   int64_t N, float *ws)
+{
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
     const float *w = fe->w;
     float *dw = fe->dw;
@@ -189,10 +226,7 @@ enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float
               st->block, (long long)N);
     if (N == 0)
         return QC_OK;
-    int64_t nscratch = 3 * N * D + N * d * P;
-    float *t = blk_falloc(nscratch);
-    if (!t)
-        return blk_nomem("FE backward", nscratch);
+    float *t = ws; /* fourier_scratch_floats(fe, N, true) */
     float *dho = t, *ds = t + N * D, *da = t + 2 * N * D, *dphi = t + 3 * N * D;
 
     /* out = o·W_oᵀ + b_o, o = ReLU(LN_o(s)) */
@@ -223,6 +257,5 @@ enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float
         }
         qc_fourier_features_backward_cpu(dc, dw + fe->o_freqs, dphi, c, w + fe->o_freqs, N, d, F);
     }
-    free(t);
     return QC_OK;
 }

@@ -75,9 +75,9 @@ enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *d
     mlp_check_stash(m, st, N);
     if (N == 0)
         return QC_OK;
-    float *t = blk_falloc(2 * N * D);
+    float *t = blk_falloc(&m->mem, 2 * N * D, "mlp_backward.scratch");
     if (!t)
-        return blk_nomem("MLP backward", 2 * N * D);
+        return blk_nomem(&m->mem, "mlp_backward.scratch", 2 * N * D);
     float *da = t, *dz = t + N * D;
     const float *a = qc_stash_f32(st, MLP_RELU);
     qc_linear_backward_cpu(da, D, dw + m->o_w2, dw + m->o_b2, dout, a, D, w + m->o_w2, N, D, O,
@@ -88,6 +88,6 @@ enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *d
                               w + m->o_lnw, N, D, false);
     qc_linear_backward_cpu(dx, D, dw + m->o_w1, dw + m->o_b1, dz, x, D, w + m->o_w1, N, D, D,
                            false);
-    free(t);
+    blk_ffree(&m->mem, t, 2 * N * D);
     return QC_OK;
 }

@@ -73,9 +73,11 @@ struct qc_attn {
     int64_t o_ff0w, o_ff0b, o_ff3w, o_ff3b;
     int64_t o_ln_src_w, o_ln_src_b, o_ln_dst_w, o_ln_dst_b, o_ln_r_w, o_ln_r_b;
     int64_t o_ln_post_w, o_ln_post_b, o_ln_ffpre_w, o_ln_ffpre_b, o_ln_ffpost_w, o_ln_ffpost_b;
-    const float *w;     /* parameters (params.numel), bound by the caller */
-    float *dw;          /* gradients, same layout; ACCUMULATED */
-    int64_t tile_edges; /* FUSED: minimum base edges per tile (whole rows per tile), 512 */
+    const float *w;          /* parameters (params.numel), bound by the caller */
+    float *dw;               /* gradients, same layout; ACCUMULATED */
+    int64_t tile_edges;      /* FUSED: minimum base edges per tile (whole rows per tile), 512 */
+    struct qc_block_mem mem; /* hook of the layer's scratch, tiles and kv gradient buffers
+                                (dk, dv, dkt, dvt); zero after init = malloc */
 };
 
 /* Builds the parameter table (state_dict suffixes and order of QCNET.md §2.1; for a
@@ -116,6 +118,7 @@ struct qc_attn_edges {
     struct qc_stash fe_stash; /* UNFUSED: FE's stash over E rows (empty when FUSED) */
     struct qc_stash stash;    /* UNFUSED: "r" (E,D) (empty when FUSED) */
     float *dr;                /* UNFUSED: (E,D) dL/dr summed over layers, live during backward */
+    struct qc_block_mem mem;  /* hook of bdst, dr and the edge scratch */
 };
 
 /* Sets up the context and plans its stash tables (bind them before edges_forward; both are
@@ -125,6 +128,12 @@ enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl im
                                   const struct qc_attn_graph *g, const struct qc_fourier *fe,
                                   const float *feat, const float *cat_table, const int64_t *cat_idx,
                                   int64_t ncat, float *dcat_table);
+/* The same with the context's memory (bdst, dr, scratch) from mem (NULL = malloc). */
+enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                      enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                      const struct qc_fourier *fe, const float *feat,
+                                      const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                      float *dcat_table);
 void qc_attn_edges_deinit(struct qc_attn_edges *ed);
 /* UNFUSED: r = FE(feat [+ cat]) into the stash. FUSED: nothing. */
 enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed);

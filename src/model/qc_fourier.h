@@ -39,11 +39,13 @@ struct qc_fourier {
     int64_t o_lnw[QC_FOURIER_MAX_D], o_lnb[QC_FOURIER_MAX_D]; /* (D), (D) */
     int64_t o_w2[QC_FOURIER_MAX_D], o_b2[QC_FOURIER_MAX_D];   /* (D,D), (D) */
     int64_t o_out_lnw, o_out_lnb, o_out_w, o_out_b;           /* (D), (D), (D,D), (D) */
-    const float *w; /* parameters (params.numel), bound by the caller */
-    float *dw;      /* gradients, same layout; backward ACCUMULATES into it */
+    const float *w;          /* parameters (params.numel), bound by the caller */
+    float *dw;               /* gradients, same layout; backward ACCUMULATES into it */
+    struct qc_block_mem mem; /* scratch hook and tag prefix (zero after init = malloc) */
 };
 
-/* Sets the shape and builds the parameter table; w/dw start NULL (bind them before use). */
+/* Sets the shape and builds the parameter table; w/dw start NULL (bind them before use); mem
+ * starts as malloc (qc_block_mem_set(&fe->mem, hook, name) to route the scratch elsewhere). */
 void qc_fourier_init(struct qc_fourier *fe, int64_t d, int64_t F, int64_t D);
 /* Points the block at its parameter and gradient buffers (params.numel floats each; dw may be
  * NULL for forward-only use). The caller owns both. */

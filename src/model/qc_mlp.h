@@ -23,6 +23,7 @@ struct qc_mlp {
     int64_t o_w1, o_b1, o_lnw, o_lnb, o_w2, o_b2; /* element offsets */
     const float *w;                               /* parameters, bound by the caller */
     float *dw;                                    /* gradients; backward ACCUMULATES */
+    struct qc_block_mem mem; /* scratch hook and tag prefix (zero after init = malloc) */
 };
 
 void qc_mlp_init(struct qc_mlp *m, int64_t D, int64_t O);

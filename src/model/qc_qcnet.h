@@ -81,32 +81,34 @@ enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *cfg);
 
 // ---- allocation hook ----------------------------------------------------------------------
 
-/* Where activations and stashes come from. alloc returns memory aligned to at least 64 bytes,
- * or NULL (the model then fails with QC_ERR_NOMEM naming the tag); tag names the tensor,
- * e.g. "decoder.t2m_propose_attn_layers.0/app1.stash". free receives the pointer and the
- * size that was asked for. Called only from the thread running the model. */
-struct qc_qcnet_alloc {
-    void *(*alloc)(void *ctx, size_t bytes, const char *tag);
-    void (*free)(void *ctx, void *p, size_t bytes);
-    void *ctx;
-};
-
-/* The default hook: aligned_alloc(64, ·) / free. */
-extern const struct qc_qcnet_alloc qc_qcnet_alloc_malloc;
+/* struct qc_qcnet_alloc (the hook) and qc_qcnet_alloc_malloc (the default) are declared in
+ * qc_stash.h, shared with the blocks. The model's hook serves every allocation: activations,
+ * stashes, the blocks' scratch and gradient buffers, and the parameters and gradients
+ * (tags "params", "grads"). */
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
 struct qc_qcnet;
 
 /* Builds the model: key table, block tables, parameter and gradient buffers (zeroed; call
- * qc_qcnet_init_params or a load before use). QC_ERR_INVALID for a bad config, QC_ERR_NOMEM. */
+ * qc_qcnet_init_params or a load before use) from the default (malloc) hook.
+ * QC_ERR_INVALID for a bad config, QC_ERR_NOMEM. */
 enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
+/* The same with every allocation from hook a (NULL = default), the parameter and gradient
+ * buffers included (tags "params", "grads"). The hook's ctx must outlive the model. */
+enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
+                                          const struct qc_qcnet_alloc *a, struct qc_qcnet **out);
 /* Frees everything (activations included). NULL is a no-op. */
 void qc_qcnet_destroy(struct qc_qcnet *m);
 /* The configuration the model was built with. */
 const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
-/* Replaces the allocation hook (NULL = default). Only between steps (no live activations). */
-void qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
+/* Replaces the allocation hook (NULL = default). Only between steps (no live activations).
+ * Re-homes the parameters and gradients: copies from the new hook (values kept), the old
+ * buffers back to the old hook, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
+ * The same hook again (same functions and ctx) is a no-op. QC_ERR_NOMEM when the new hook
+ * cannot hold them (the model keeps the old hook and buffers). The old hook's ctx must stay
+ * alive until this returns; the new one's until the model is destroyed or re-homed again. */
+enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
 /* Switches the attention implementation (the parameters are the same). Only between steps. */
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
 
@@ -261,11 +263,11 @@ void qc_qcnet_release(struct qc_qcnet *m);
 // ---- memory accounting ----------------------------------------------------------------------
 
 struct qc_qcnet_mem {
-    size_t bytes_live;   /* activations + stashes held now through the hook */
+    size_t bytes_live;   /* activations, stashes and block scratch held now through the hook */
     size_t bytes_peak;   /* peak of bytes_live since creation or the last reset */
     size_t bytes_stash;  /* Σ stash-table payload of the last forward (what backward reads) */
-    size_t bytes_params; /* parameters + gradients (malloc'ed at create, not via the hook) */
-    int64_t n_allocs;    /* hook calls since creation */
+    size_t bytes_params; /* parameters + gradients (also from the hook; not in bytes_live) */
+    int64_t n_allocs;    /* successful hook calls for bytes_live since creation */
 };
 void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out);
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m);

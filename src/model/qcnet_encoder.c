@@ -10,6 +10,7 @@
  * → agent-major. Invalid steps are computed like valid ones (§9.2).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "qc_batch.h"
@@ -22,7 +23,9 @@
 static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, int64_t vocab,
                                const char *field, int64_t **out)
 {
-    QC_TRY(qcnet_ialloc(m, n, field, out));
+    char tag[96];
+    snprintf(tag, sizeof tag, "input/%s", field);
+    QC_TRY(qcnet_ialloc(m, n, tag, out));
     for (int64_t i = 0; i < n; i++) {
         if (v[i] >= vocab)
             return qc_errorf(QC_ERR_INVALID, "model forward: %s[%lld] = %u, not in [0, %lld)",

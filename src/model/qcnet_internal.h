@@ -185,8 +185,12 @@ struct qc_qcnet {
     struct qcnet_layer m2m_r;
     struct qc_mlp to_loc_p, to_scale_p, to_loc_r, to_scale_r, to_pi;
 
-    /* activation memory */
+    /* memory: every allocation goes through hook. Blocks (their mem.hook) call blk_hook, which
+     * forwards to hook and counts into bytes_live / bytes_peak / n_allocs (blocks free their
+     * scratch themselves, so it is not in bufs). */
     struct qc_qcnet_alloc hook;
+    struct qc_qcnet_alloc blk_hook; /* {model_blk_alloc, model_blk_free, m} */
+    size_t bytes_blk;               /* block scratch live now (part of bytes_live) */
     struct qcnet_buf *bufs;
     int nbufs, cap_bufs;
     size_t bytes_live, bytes_peak, bytes_stash;

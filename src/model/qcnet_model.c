@@ -4,8 +4,11 @@
  * orchestration over the encoders and the decoder (qcnet_encoder.c, qcnet_decoder.c,
  * qcnet_loss.c).
  *
- * Invariant: every activation of a forward is in m->bufs (bytes_live = Σ bytes), every stash
- * table's arena is one of them, and qc_qcnet_release returns all of them to the hook.
+ * Invariant: every activation of a forward is in m->bufs, every stash table's arena is one of
+ * them, and qc_qcnet_release returns all of them to the hook; the blocks' scratch and gradient
+ * buffers go through m->blk_hook (counted, freed by the blocks or their contexts' deinit):
+ * bytes_live = Σ bufs bytes + bytes_blk. Parameters and gradients come from the hook too
+ * (tags "params", "grads"; not in bytes_live).
  */
 #include "qc_qcnet.h"
 
@@ -19,22 +22,40 @@
 
 // ---- allocation hook ----------------------------------------------------------------------
 
-static void *hook_malloc(void *ctx, size_t bytes, const char *tag)
+static void count_live(struct qc_qcnet *m, size_t bytes)
 {
-    (void)ctx;
-    (void)tag;
-    size_t n = (bytes + 63) / 64 * 64;
-    return aligned_alloc(64, n ? n : 64);
+    m->n_allocs++;
+    m->bytes_live += bytes;
+    if (m->bytes_live > m->bytes_peak)
+        m->bytes_peak = m->bytes_live;
 }
 
-static void hook_free(void *ctx, void *p, size_t bytes)
+/* The blocks' hook: m->hook, counted. */
+static void *model_blk_alloc(void *ctx, size_t bytes, const char *tag)
 {
-    (void)ctx;
-    (void)bytes;
-    free(p);
+    struct qc_qcnet *m = ctx;
+    void *p = m->hook.alloc(m->hook.ctx, bytes, tag);
+    if (p) {
+        m->bytes_blk += bytes;
+        count_live(m, bytes);
+    }
+    return p;
 }
 
-const struct qc_qcnet_alloc qc_qcnet_alloc_malloc = {hook_malloc, hook_free, NULL};
+static void model_blk_free(void *ctx, void *p, size_t bytes)
+{
+    struct qc_qcnet *m = ctx;
+    m->hook.free(m->hook.ctx, p, bytes);
+    QC_ASSERT(m->bytes_blk >= bytes, "model: block scratch freed twice (%zu > %zu live)", bytes,
+              m->bytes_blk);
+    m->bytes_blk -= bytes;
+    m->bytes_live -= bytes;
+}
+
+static size_t params_bytes(const struct qc_qcnet *m)
+{
+    return (size_t)m->nparams * sizeof(float);
+}
 
 enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, void **out)
 {
@@ -55,10 +76,7 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
     m->bufs[m->nbufs].p = p;
     m->bufs[m->nbufs].bytes = bytes;
     m->nbufs++;
-    m->n_allocs++;
-    m->bytes_live += bytes;
-    if (m->bytes_live > m->bytes_peak)
-        m->bytes_peak = m->bytes_live;
+    count_live(m, bytes);
     *out = p;
     return QC_OK;
 }
@@ -104,10 +122,11 @@ void qcnet_free(struct qc_qcnet *m, void *p)
 
 static void free_all_bufs(struct qc_qcnet *m)
 {
-    for (int i = m->nbufs - 1; i >= 0; i--)
+    for (int i = m->nbufs - 1; i >= 0; i--) {
         m->hook.free(m->hook.ctx, m->bufs[i].p, m->bufs[i].bytes);
+        m->bytes_live -= m->bufs[i].bytes;
+    }
     m->nbufs = 0;
-    m->bytes_live = 0;
 }
 
 enum qc_status qcnet_stash_bind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
@@ -129,7 +148,42 @@ void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st)
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
+/* Parameter and gradient buffers from hook h (tags "params", "grads"); none on failure. */
+static enum qc_status params_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *h,
+                                   float **params, float **grads)
+{
+    const size_t bytes = params_bytes(m);
+    float *p = h->alloc(h->ctx, bytes, "params");
+    float *g = p ? h->alloc(h->ctx, bytes, "grads") : NULL;
+    if (!g) {
+        if (p)
+            h->free(h->ctx, p, bytes);
+        return qc_errorf(QC_ERR_NOMEM,
+                         "model: allocation of %zu bytes for %s failed (%lld parameters)\n"
+                         "hint: a larger device budget or a smaller model",
+                         bytes, p ? "grads" : "params", (long long)m->nparams);
+    }
+    *params = p;
+    *grads = g;
+    return QC_OK;
+}
+
+static void params_free(struct qc_qcnet *m, const struct qc_qcnet_alloc *h, float *params,
+                        float *grads)
+{
+    if (grads)
+        h->free(h->ctx, grads, params_bytes(m));
+    if (params)
+        h->free(h->ctx, params, params_bytes(m));
+}
+
 enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out)
+{
+    return qc_qcnet_create_with_alloc(cfg, NULL, out);
+}
+
+enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
+                                          const struct qc_qcnet_alloc *a, struct qc_qcnet **out)
 {
     QC_TRY(qc_qcnet_config_validate(cfg));
     struct qc_qcnet *m = calloc(1, sizeof *m);
@@ -145,16 +199,13 @@ enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcne
     m->NL_agent = cfg->num_agent_layers;
     m->NL_dec = cfg->num_dec_layers;
     m->head_out = cfg->num_future_steps * 2 / cfg->num_recurrent_steps;
-    m->hook = qc_qcnet_alloc_malloc;
+    m->hook = a ? *a : qc_qcnet_alloc_malloc;
+    m->blk_hook.alloc = model_blk_alloc;
+    m->blk_hook.free = model_blk_free;
+    m->blk_hook.ctx = m;
     enum qc_status s = qcnet_params_build(m);
-    if (s == QC_OK) {
-        size_t bytes = (size_t)m->nparams * sizeof(float);
-        size_t n = (bytes + 63) / 64 * 64;
-        m->params = aligned_alloc(64, n ? n : 64);
-        m->grads = aligned_alloc(64, n ? n : 64);
-        if (!m->params || !m->grads)
-            s = qc_errorf(QC_ERR_NOMEM, "model: %lld parameters", (long long)m->nparams);
-    }
+    if (s == QC_OK)
+        s = params_alloc(m, &m->hook, &m->params, &m->grads);
     if (s != QC_OK) {
         qc_qcnet_destroy(m);
         return s;
@@ -172,8 +223,7 @@ void qc_qcnet_destroy(struct qc_qcnet *m)
         return;
     qc_qcnet_release(m);
     free(m->bufs);
-    free(m->params);
-    free(m->grads);
+    params_free(m, &m->hook, m->params, m->grads);
     qcnet_params_free(m);
     free(m);
 }
@@ -183,10 +233,24 @@ const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m)
     return &m->cfg;
 }
 
-void qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a)
+enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a)
 {
-    QC_ASSERT(m->nbufs == 0, "model: allocation hook changed with %d live activations", m->nbufs);
-    m->hook = a ? *a : qc_qcnet_alloc_malloc;
+    QC_ASSERT(m->nbufs == 0 && m->bytes_blk == 0,
+              "model: allocation hook changed with %d live activations", m->nbufs);
+    const struct qc_qcnet_alloc h = a ? *a : qc_qcnet_alloc_malloc;
+    if (h.alloc == m->hook.alloc && h.free == m->hook.free && h.ctx == m->hook.ctx)
+        return QC_OK; /* same hook: nothing to re-home */
+    /* re-home the parameters and gradients: new copies from the new hook, old ones back */
+    float *p = NULL, *g = NULL;
+    QC_TRY(params_alloc(m, &h, &p, &g));
+    memcpy(p, m->params, params_bytes(m));
+    memcpy(g, m->grads, params_bytes(m));
+    params_free(m, &m->hook, m->params, m->grads);
+    m->hook = h;
+    m->params = p;
+    m->grads = g;
+    qcnet_params_bind(m);
+    return QC_OK;
 }
 
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl)
@@ -203,7 +267,7 @@ void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out)
     out->bytes_live = m->bytes_live;
     out->bytes_peak = m->bytes_peak;
     out->bytes_stash = m->bytes_stash;
-    out->bytes_params = 2 * (size_t)m->nparams * sizeof(float);
+    out->bytes_params = 2 * params_bytes(m);
     out->n_allocs = m->n_allocs;
 }
 
@@ -433,10 +497,13 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     const struct qc_edges *e = &t->batch->graph.e[set];
     struct qc_attn_edges *ed = &t->ed[set];
     enum qc_attn_impl impl = m->cfg.attention;
-    QC_TRY(qc_attn_edges_init(ed, impl, &t->g[set], fe, fe ? e->attr : NULL, cat_table, cat_idx,
-                              ncat, dcat_table));
-    t->ed_init[set] = true;
+    struct qc_block_mem mem;
     char name[96];
+    snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
+    qc_block_mem_set(&mem, &m->blk_hook, name);
+    QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? e->attr : NULL, cat_table,
+                                  cat_idx, ncat, dcat_table));
+    t->ed_init[set] = true;
     snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
     QC_TRY(qcnet_stash_bind(m, &ed->fe_stash, name));
     snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
@@ -481,9 +548,9 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     qc_stash_init(st, "fe");
     qc_fourier_stash_plan(fe, N, st);
     char name[128];
-    snprintf(name, sizeof name, "%s.stash", tag);
+    snprintf(name, sizeof name, "%s/stash", tag);
     QC_TRY(qcnet_stash_bind(m, st, name));
-    snprintf(name, sizeof name, "%s.out", tag);
+    snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * fe->D, name, out));
     return qc_fourier_forward(fe, *out, st, c, cat, N);
 }
@@ -494,9 +561,9 @@ enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, s
     qc_stash_init(st, "mlp");
     qc_mlp_stash_plan(mlp, N, st);
     char name[128];
-    snprintf(name, sizeof name, "%s.stash", tag);
+    snprintf(name, sizeof name, "%s/stash", tag);
     QC_TRY(qcnet_stash_bind(m, st, name));
-    snprintf(name, sizeof name, "%s.out", tag);
+    snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * mlp->O, name, out));
     return qc_mlp_forward(mlp, *out, st, x, N);
 }

@@ -125,6 +125,7 @@ static enum qc_status add_layer(struct qc_qcnet *m, struct qcnet_layer *L, const
                                 bool bipartite, bool has_pos)
 {
     qc_attn_init(&L->attn, m->D, m->H, bipartite, has_pos);
+    qc_block_mem_set(&L->attn.mem, &m->blk_hook, prefix);
     snprintf(L->prefix, sizeof L->prefix, "%s", prefix);
     return add_block(m, prefix, &L->attn.params, !bipartite, &L->offset);
 }
@@ -133,12 +134,14 @@ static enum qc_status add_fourier(struct qc_qcnet *m, struct qc_fourier *fe, con
                                   int64_t d)
 {
     qc_fourier_init(fe, d, m->F, m->D);
+    qc_block_mem_set(&fe->mem, &m->blk_hook, prefix);
     return add_block(m, prefix, &fe->params, false, NULL);
 }
 
 static enum qc_status add_mlp(struct qc_qcnet *m, struct qc_mlp *mlp, const char *prefix, int64_t O)
 {
     qc_mlp_init(mlp, m->D, O);
+    qc_block_mem_set(&mlp->mem, &m->blk_hook, prefix);
     return add_block(m, prefix, &mlp->params, false, NULL);
 }
 

@@ -221,12 +221,13 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         goto fail;
     struct qc_qcnet_config mc;
     qc_train_model_config(&t->cfg, &mc);
-    st = qc_qcnet_create(&mc, &t->model);
-    if (st != QC_OK)
-        goto fail;
+    /* Parameters, gradients and every activation come from the caching allocator, under
+     * device.budget. */
     struct qc_qcnet_alloc hook;
     qc_train_model_hook(t->alloc, &hook);
-    qc_qcnet_set_alloc(t->model, &hook);
+    st = qc_qcnet_create_with_alloc(&mc, &hook, &t->model);
+    if (st != QC_OK)
+        goto fail;
     const int64_t *offsets = NULL;
     const uint8_t *decay = NULL;
     int64_t ntensors = 0;
