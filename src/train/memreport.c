@@ -174,7 +174,7 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
               s->fragmentation);
     qc_format_bytes(r->bytes_params_grads, b1, sizeof b1);
     qc_format_bytes(r->bytes_peak_rss, b2, sizeof b2);
-    sb_printf(&b, "params+grads     %10s  (model buffers, outside the allocator)\n", b1);
+    sb_printf(&b, "params+grads     %10s  (in the allocator, tags \"params\" and \"grads\")\n", b1);
     sb_printf(&b, "peak RSS         %10s\n", b2);
     sb_printf(&b,
               "allocator        %" PRIu64 " allocations, %" PRIu64 " maps, %" PRIu64
