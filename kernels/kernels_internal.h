@@ -1,6 +1,7 @@
 /*
- * kernels_internal.h — helpers shared by the CPU ops (kernels/cpu) and the CUDA ops (kernels/cuda) so
- * both backends compute the very same host-side scalars. Private to kernels/.
+ * kernels_internal.h — helpers shared by the CPU ops (kernels/cpu) and the CUDA ops
+ * (kernels/cuda), so both backends compute the very same host-side scalars. Private to
+ * kernels/.
  */
 #ifndef QC_KERNELS_KERNELS_INTERNAL_H
 #define QC_KERNELS_KERNELS_INTERNAL_H
