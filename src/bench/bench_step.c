@@ -19,8 +19,8 @@
  */
 #include "qc_cli.h"
 
-#include <dirent.h>
 #include <inttypes.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,21 +72,20 @@ static uint64_t rss_peak(void)
     return (uint64_t)ru.ru_maxrss * 1024u;
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes the scratch run folder and everything the trainer wrote into it (checkpoint folders
+ * included), deepest first. */
 static void rm_run_dir(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    char p[4200];
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        if (snprintf(p, sizeof(p), "%s/%s", dir, de->d_name) < (int)sizeof(p))
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Parses "1,4" into up to max positive integers. */
