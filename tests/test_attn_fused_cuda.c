@@ -198,7 +198,8 @@ static void fstate_make(struct fstate *s, const struct fcase *fc)
     s->sptr = inew(s->Ns + 1);
     s->sperm = inew(s->E);
     qc_csr_build_cpu(s->sptr, s->sperm, s->src, s->E, s->Ns);
-    s->g = (struct qc_attn_graph){s->Ns, s->Nd, s->nb, s->Q, s->E, s->row_ptr, s->src, s->qrow};
+    s->g = (struct qc_attn_graph){s->Ns,  s->Nd,   s->nb, s->Q, s->E, s->row_ptr,
+                                  s->src, s->qrow, NULL,  NULL, NULL};
 
     qc_attn_init(&s->l, s->D, s->H, true, fc->pos);
     s->l.tile_edges = fc->tile_edges;

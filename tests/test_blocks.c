@@ -254,7 +254,8 @@ static void acase_make(struct acase *c, int64_t D, int64_t H, int64_t F, int64_t
             c->qrow[j] = t;
         }
     }
-    c->g = (struct qc_attn_graph){c->Ns, c->Nd, nb, Q, c->E, c->row_ptr, c->src, c->qrow};
+    c->g = (struct qc_attn_graph){c->Ns,  c->Nd,   nb,   Q,    c->E, c->row_ptr,
+                                  c->src, c->qrow, NULL, NULL, NULL};
     qc_attn_init(&c->l, D, H, bip, pos);
     c->w = fnew(c->l.params.numel);
     param_fill(&c->l.params, c->w);
@@ -850,7 +851,8 @@ static void acase_expand(struct acase *x, const struct acase *c)
         for (int64_t e = 0; e < E; e++)
             x->src[k * E + e] = c->src[e] + k * Ns;
     }
-    x->g = (struct qc_attn_graph){x->Ns, x->Nd, x->nb, 1, x->E, x->row_ptr, x->src, x->qrow};
+    x->g = (struct qc_attn_graph){x->Ns,  x->Nd,   x->nb, 1,    x->E, x->row_ptr,
+                                  x->src, x->qrow, NULL,  NULL, NULL};
     x->xs = fnew(x->Ns * D);
     x->feat = fnew(x->E * c->d);
     for (int64_t k = 0; k < Q; k++) {
@@ -1089,7 +1091,7 @@ static void test_tables(void)
     qc_stash_deinit(&st);
     /* a malformed graph is refused */
     int64_t rp[3] = {0, 2, 1}, src[2] = {0, 5};
-    struct qc_attn_graph g = {3, 2, 2, 1, 1, rp, src, NULL};
+    struct qc_attn_graph g = {3, 2, 2, 1, 1, rp, src, NULL, NULL, NULL, NULL};
     T_EXPECT(qc_attn_graph_check(&g) == QC_ERR_INVALID, "decreasing row_ptr accepted");
     rp[2] = 2;
     g.n_edge = 2;

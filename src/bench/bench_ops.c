@@ -126,8 +126,8 @@ static void bo_attn_setup(struct bo_attn *a, int64_t D, int64_t H, int64_t F, in
     a->n_dst = a->bipartite ? a->n_dst : a->n_bdst * a->Q;
     if (!a->bipartite)
         a->n_src = a->n_dst;
-    a->g = (struct qc_attn_graph){a->n_src, a->n_dst,   a->n_bdst, a->Q,
-                                  a->E,     a->row_ptr, a->src,    a->qrow};
+    a->g = (struct qc_attn_graph){a->n_src, a->n_dst, a->n_bdst, a->Q, a->E, a->row_ptr,
+                                  a->src,   a->qrow,  NULL,      NULL, NULL};
     qc_attn_init(&a->l, D, H, a->bipartite, a->d > 0);
     a->l.tile_edges = tile_edges;
     a->w = bo_falloc(a->l.params.numel);

@@ -124,6 +124,14 @@ enum qc_status qc_batch_build_graph(struct qc_batch *batch, struct qc_graph_buil
  * ((a1 − a0), 60, 4), using the exact fp32 operation order of the Python. */
 void qc_batch_target(const struct qc_batch *batch, int64_t a0, int64_t a1, float *target);
 
+/* A view of batch for a device: counts copied, every array pointer moved from batch's two
+ * storage blocks onto node_dev / graph_dev, which hold (or will hold once a copy completes)
+ * byte-for-byte copies of batch->node_mem (node_bytes) and batch->graph_mem (graph_bytes). The
+ * view owns nothing (its storage fields are zero: never release it). NULL arrays stay NULL; an
+ * array outside both blocks aborts (programmer error). */
+void qc_batch_rebase(const struct qc_batch *batch, void *node_dev, void *graph_dev,
+                     struct qc_batch *view);
+
 /* Gives back both blocks; NULL or an empty batch is a no-op. */
 void qc_batch_release(struct qc_batch *batch);
 

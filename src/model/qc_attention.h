@@ -96,6 +96,11 @@ struct qc_attn_graph {
     const int64_t *row_ptr;   /* (n_bdst+1) CSR over base destinations */
     const int64_t *src;       /* (E) source row of each base edge, in [0, n_src) */
     const int64_t *query_row; /* (n_bdst*Q) x_dst row of query (b,k); NULL = b*Q + k */
+    /* Host copies of the three arrays above, for the host side of the layers (graph checks,
+     * the fused tile plan, CSR builds). NULL = the arrays above are host memory (CPU backend);
+     * on a device backend (qc_exec_is_device) the caller must set row_ptr_host and src_host,
+     * and query_row_host iff query_row != NULL. */
+    const int64_t *row_ptr_host, *src_host, *query_row_host;
 };
 
 /* Checks the graph (sizes, monotone row_ptr, indices in range, no x_dst row named twice).

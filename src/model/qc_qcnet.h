@@ -1,6 +1,7 @@
 /*
  * qc_qcnet.h — the whole QCNet model (QCNET.md §2, §5, §6): map encoder, agent encoder,
- * decoder, loss and metrics, forward and backward on the CPU backend.
+ * decoder, loss and metrics, forward and backward on any backend of qc_exec.h (CPU, CUDA, and
+ * the emulated device of the tests).
  *
  * One model object is built from a struct qc_qcnet_config (any preset's sizes). It owns
  *   - one flat parameter buffer and one flat gradient buffer of qc_qcnet_num_params() floats,
@@ -50,6 +51,7 @@ extern "C" {
 struct qc_batch;       /* qc_batch.h: the collated batch with its graph (has_graph) */
 struct qc_safetensors; /* qc_safetensors.h: an open file */
 struct qc_st_writer;   /* qc_safetensors.h: a writer */
+struct qc_exec;        /* qc_exec.h: the backend ops run on */
 
 // ---- configuration ------------------------------------------------------------------------
 
@@ -98,6 +100,29 @@ enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcne
  * buffers included (tags "params", "grads"). The hook's ctx must outlive the model. */
 enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
                                           const struct qc_qcnet_alloc *a, struct qc_qcnet **out);
+/* The same on backend ex (qc_exec.h; NULL = CPU): every op of the model runs there and hook a
+ * (NULL = default, CPU only) must hand out that backend's memory (CUDA: device memory, e.g. the
+ * caching allocator on a CUDA device; EMU: the emulated arena). ex and a's ctx must outlive the
+ * model. On a device backend (qc_exec_is_device):
+ *   - qc_qcnet_params() / qc_qcnet_grads(), the views of struct qc_qcnet_output and
+ *     qc_qcnet_loss.best_mode are DEVICE pointers; host code reads and writes the parameters
+ *     through qc_qcnet_params_download / qc_qcnet_params_upload;
+ *   - init, load and save go through host buffers inside the model (same files, same bits);
+ *   - the Adam moments given to qc_qcnet_adamw_step are device buffers too;
+ *   - qc_qcnet_forward copies the batch in (or uses the caller's copy, ctx.batch_dev), prepares
+ *     the index arrays and features it derives from the batch on the host and uploads them;
+ *     qc_qcnet_loss downloads the four loss values (one synchronization per call).
+ * QC_ERR_UNSUPPORTED for CUDA in a build without it. */
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg,
+                                  const struct qc_qcnet_alloc *a, const struct qc_exec *ex,
+                                  struct qc_qcnet **out);
+/* The backend the model runs on (NULL = CPU). */
+const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m);
+/* Host copies of the parameters / gradients (qc_qcnet_num_params floats): download copies out
+ * (synchronizing), upload copies in. Work on every backend (plain copies on CPU). QC_ERR_CUDA. */
+enum qc_status qc_qcnet_params_download(const struct qc_qcnet *m, float *host);
+enum qc_status qc_qcnet_params_upload(struct qc_qcnet *m, const float *host);
+enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host);
 /* Frees everything (activations included). NULL is a no-op. */
 void qc_qcnet_destroy(struct qc_qcnet *m);
 /* The configuration the model was built with. */
@@ -210,6 +235,11 @@ struct qc_qcnet_ctx {
     uint32_t step;      /* optimizer step (dropout counter); micro-batches of one step should
                            pass distinct values of micro (below) */
     uint32_t micro;     /* micro-batch index within the step (gradient accumulation) */
+    /* Device backends only (ignored on CPU): the batch already copied to the device, as
+     * qc_batch_rebase describes (e.g. by the trainer on a copy stream, the model's stream then
+     * waiting for it), or NULL to let the forward copy it in on the model's stream. It must
+     * stay alive and unchanged until qc_qcnet_release, like the host batch. */
+    const struct qc_batch *batch_dev;
 };
 
 /* The model's outputs (QCNet's names and shapes; A agents, K modes, S = 60 future steps).

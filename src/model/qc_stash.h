@@ -44,6 +44,8 @@
 
 #include "qc_status.h"
 
+struct qc_exec; /* qc_exec.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,15 +68,23 @@ extern const struct qc_qcnet_alloc qc_qcnet_alloc_malloc;
 
 #define QC_BLOCK_NAME_MAX 96
 
-/* A block's memory: the hook its temporaries come from and the tag prefix. All zero = malloc,
- * tags "block/<tensor>". The hook is referenced, not copied: it must outlive the block's use. */
+/* A block's memory and backend: the hook its temporaries come from, the tag prefix, and where
+ * its ops run (qc_exec.h: CPU, CUDA or the emulated device; the hook then hands out memory of
+ * that backend). All zero = malloc and CPU, tags "block/<tensor>". The hook and the exec are
+ * referenced, not copied: they must outlive the block's use. */
 struct qc_block_mem {
     const struct qc_qcnet_alloc *hook; /* NULL = qc_qcnet_alloc_malloc */
     char name[QC_BLOCK_NAME_MAX];      /* tag prefix, e.g. a state_dict key prefix */
+    const struct qc_exec *ex;          /* NULL = CPU */
 };
 
-/* Sets hook (NULL = malloc) and name (NULL or "" = "block"; truncated to fit). */
+/* Sets hook (NULL = malloc) and name (NULL or "" = "block"; truncated to fit); ex unchanged. */
 void qc_block_mem_set(struct qc_block_mem *bm, const struct qc_qcnet_alloc *hook, const char *name);
+/* The backend of the block's ops (NULL = CPU). bm may be NULL. */
+static inline const struct qc_exec *qc_block_exec(const struct qc_block_mem *bm)
+{
+    return bm ? bm->ex : NULL;
+}
 /* bytes (0 is allowed: at least one byte is asked for) from the block's hook, tagged
  * "<name>/<tensor>"; NULL on failure (the caller reports QC_ERR_NOMEM). bm may be NULL. */
 void *qc_block_alloc(const struct qc_block_mem *bm, size_t bytes, const char *tensor);

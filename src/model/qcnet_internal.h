@@ -30,7 +30,7 @@
 #include "qc_stash.h"
 #include "qc_status.h"
 
-struct qc_batch;
+#include "qc_batch.h"
 
 #define QCNET_MAX_LAYERS 8   /* per layer list (map, agent, decoder) */
 #define QCNET_MAX_APPS   256 /* attention applications of one forward */
@@ -74,7 +74,12 @@ struct qcnet_tape {
     bool training; /* dropout on */
     uint64_t seed; /* dropout key */
     uint32_t step, micro;
-    const struct qc_batch *batch;
+    const struct qc_batch *batch;  /* host batch: what host code reads (index prep, features) */
+    const struct qc_batch *dbatch; /* the same batch as op arguments: == batch on CPU, a device
+                                      view (qc_batch_rebase) on device backends */
+    struct qc_batch dbatch_view;   /* storage of that view */
+    void *dbatch_node, *dbatch_graph; /* device copies the model made (NULL when the caller
+                                         passed ctx.batch_dev, or on CPU) */
     int64_t A, P, Pt, K, S;
 
     /* graph views for the attention layers */
@@ -155,6 +160,7 @@ struct qcnet_tape {
 
 struct qc_qcnet {
     struct qc_qcnet_config cfg;
+    const struct qc_exec *ex; /* backend of every op (NULL = CPU); see qc_qcnet_create_on */
     int64_t D, H, F, K, R, NL_map, NL_agent, NL_dec;
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 
@@ -214,6 +220,14 @@ enum qc_status qcnet_falloc(struct qc_qcnet *m, int64_t n, const char *tag, floa
 enum qc_status qcnet_zalloc(struct qc_qcnet *m, int64_t n, const char *tag, float **out);
 enum qc_status qcnet_ialloc(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **out);
 enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, void **out);
+/* Device backends: host data computed from the batch (indices, features, masks) copied into
+ * a fresh recorded buffer of `bytes` from the hook (tag). On CPU the same (a copy into hook
+ * memory), so callers need no branch. */
+enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
+                            void **out);
+/* Scalars and small results back to the host (synchronizing on device backends). */
+enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, size_t bytes);
+
 /* Gives one recorded buffer back early (NULL is a no-op). */
 void qcnet_free(struct qc_qcnet *m, void *p);
 /* Binds a planned stash table to hook memory (tag = its block label). */

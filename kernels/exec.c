@@ -1,0 +1,552 @@
+/*
+ * exec.c — the op dispatch of qc_exec.h: one wrapper per op of qc_kernels.h, and the memory
+ * moves. The wrappers are mechanical (generated once from qc_kernels.h's prototypes, then kept
+ * by hand like any source): CUDA calls the _cuda launcher with x->stream, EMU opens the
+ * emulated device around the _cpu op, CPU calls the _cpu op.
+ */
+#include "qc_exec.h"
+
+#include "qc_emu.h"
+
+#include <string.h>
+
+#include "qc_kernels.h"
+#include "qc_status.h"
+
+#ifdef QC_HAVE_CUDA
+#    include <cuda_runtime.h>
+
+#    include "qc_cuda_check.h"
+#    define EXEC_STREAM(x) ((cudaStream_t)(x)->stream)
+#endif
+
+const char *qc_exec_backend_str(enum qc_exec_backend b)
+{
+    switch (b) {
+    case QC_EXEC_CPU:
+        return "cpu";
+    case QC_EXEC_CUDA:
+        return "cuda";
+    case QC_EXEC_EMU:
+        return "emu";
+    default:
+        return "?";
+    }
+}
+
+static void exec_enter(const struct qc_exec *x)
+{
+    if (x && x->backend == QC_EXEC_EMU) {
+        QC_ASSERT(x->emu, "exec: EMU backend without an arena");
+        qc_emu_enter(x->emu);
+    }
+}
+
+static void exec_leave(const struct qc_exec *x)
+{
+    if (x && x->backend == QC_EXEC_EMU)
+        qc_emu_leave(x->emu);
+}
+
+/* CUDA requested in a build without it: programmer error (the trainer refuses it earlier). */
+static void exec_no_cuda(const char *op)
+{
+    QC_ASSERT(false, "exec: %s on the CUDA backend in a build without CUDA", op);
+}
+
+/* cpu_call runs on CPU (and EMU, with the arena open); cuda_call on CUDA. */
+#ifdef QC_HAVE_CUDA
+#    define QC_EXEC_OP_SPLIT(x, cpu_call, cuda_call)                                               \
+        do {                                                                                       \
+            if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
+                cuda_call;                                                                         \
+                return;                                                                            \
+            }                                                                                      \
+            exec_enter(x);                                                                         \
+            cpu_call;                                                                              \
+            exec_leave(x);                                                                         \
+        } while (0)
+#else
+#    define QC_EXEC_OP_SPLIT(x, cpu_call, cuda_call)                                               \
+        do {                                                                                       \
+            if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
+                exec_no_cuda(#cpu_call);                                                           \
+                return;                                                                            \
+            }                                                                                      \
+            exec_enter(x);                                                                         \
+            cpu_call;                                                                              \
+            exec_leave(x);                                                                         \
+        } while (0)
+#endif
+#define QC_EXEC_OP(x, op, ...)                                                                     \
+    QC_EXEC_OP_SPLIT(x, op##_cpu(__VA_ARGS__), op##_cuda(__VA_ARGS__, EXEC_STREAM(x)))
+
+// ---- memory moves -------------------------------------------------------------------------
+
+void qc_op_zero(const struct qc_exec *x, void *dst, size_t bytes)
+{
+    if (bytes == 0)
+        return;
+    QC_EXEC_OP_SPLIT(x, memset(dst, 0, bytes),
+                     QC_CUDA_ASSERT(cudaMemsetAsync(dst, 0, bytes, EXEC_STREAM(x))));
+}
+
+void qc_op_copy(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src)
+        return;
+    QC_EXEC_OP_SPLIT(
+        x, memcpy(dst, src, bytes),
+        QC_CUDA_ASSERT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, EXEC_STREAM(x))));
+}
+
+enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0)
+        return QC_OK;
+#ifdef QC_HAVE_CUDA
+    if (x && x->backend == QC_EXEC_CUDA)
+        return QC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, EXEC_STREAM(x)));
+#endif
+    if (x && x->backend == QC_EXEC_CUDA)
+        exec_no_cuda("upload");
+    exec_enter(x);
+    memcpy(dst, src, bytes);
+    exec_leave(x);
+    return QC_OK;
+}
+
+enum qc_status qc_op_download(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
+{
+#ifdef QC_HAVE_CUDA
+    if (x && x->backend == QC_EXEC_CUDA) {
+        if (bytes > 0)
+            QC_TRY(
+                QC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, EXEC_STREAM(x))));
+        return QC_CUDA(cudaStreamSynchronize(EXEC_STREAM(x)));
+    }
+#endif
+    if (x && x->backend == QC_EXEC_CUDA)
+        exec_no_cuda("download");
+    if (bytes == 0)
+        return QC_OK;
+    exec_enter(x);
+    memcpy(dst, src, bytes);
+    exec_leave(x);
+    return QC_OK;
+}
+
+enum qc_status qc_op_sync(const struct qc_exec *x)
+{
+#ifdef QC_HAVE_CUDA
+    if (x && x->backend == QC_EXEC_CUDA)
+        return QC_CUDA(cudaStreamSynchronize(EXEC_STREAM(x)));
+#endif
+    if (x && x->backend == QC_EXEC_CUDA)
+        exec_no_cuda("sync");
+    return QC_OK;
+}
+
+// ---- ops ----------------------------------------------------------------------------------
+
+void qc_op_wrap_angle_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_wrap_angle_forward, out, inp, n);
+}
+
+void qc_op_angle_between_2d_forward(const struct qc_exec *ex, float *out, const float *ctr,
+                                    const float *vec, int64_t N)
+{
+    QC_EXEC_OP(ex, qc_angle_between_2d_forward, out, ctr, vec, N);
+}
+
+void qc_op_linear_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t ldi,
+                          const float *weight, const float *bias, int64_t N, int64_t IC, int64_t OC,
+                          bool accum)
+{
+    QC_EXEC_OP(ex, qc_linear_forward, out, inp, ldi, weight, bias, N, IC, OC, accum);
+}
+
+void qc_op_linear_backward(const struct qc_exec *ex, float *dinp, int64_t lddi, float *dweight,
+                           float *dbias, const float *dout, const float *inp, int64_t ldi,
+                           const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum)
+{
+    QC_EXEC_OP(ex, qc_linear_backward, dinp, lddi, dweight, dbias, dout, inp, ldi, weight, N, IC,
+               OC, accum);
+}
+
+void qc_op_layernorm_forward(const struct qc_exec *ex, float *out, float *mean, float *rstd,
+                             const float *inp, const float *weight, const float *bias, int64_t N,
+                             int64_t C)
+{
+    QC_EXEC_OP(ex, qc_layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void qc_op_layernorm_backward(const struct qc_exec *ex, float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp, const float *mean,
+                              const float *rstd, const float *weight, int64_t N, int64_t C,
+                              bool accum)
+{
+    QC_EXEC_OP(ex, qc_layernorm_backward, dinp, dweight, dbias, dout, inp, mean, rstd, weight, N, C,
+               accum);
+}
+
+void qc_op_relu_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_relu_forward, out, inp, n);
+}
+
+void qc_op_relu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
+                         int64_t n)
+{
+    QC_EXEC_OP(ex, qc_relu_backward, dinp, dout, out, n);
+}
+
+void qc_op_elu_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_elu_forward, out, inp, n);
+}
+
+void qc_op_elu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
+                        int64_t n)
+{
+    QC_EXEC_OP(ex, qc_elu_backward, dinp, dout, out, n);
+}
+
+void qc_op_sigmoid_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_sigmoid_forward, out, inp, n);
+}
+
+void qc_op_sigmoid_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                            const float *out, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_sigmoid_backward, dinp, dout, out, n);
+}
+
+void qc_op_tanh_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_tanh_forward, out, inp, n);
+}
+
+void qc_op_tanh_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
+                         int64_t n)
+{
+    QC_EXEC_OP(ex, qc_tanh_backward, dinp, dout, out, n);
+}
+
+void qc_op_add_forward(const struct qc_exec *ex, float *out, const float *a, const float *b,
+                       int64_t n)
+{
+    QC_EXEC_OP(ex, qc_add_forward, out, a, b, n);
+}
+
+void qc_op_add_scalar_forward(const struct qc_exec *ex, float *out, const float *inp, float s,
+                              int64_t n)
+{
+    QC_EXEC_OP(ex, qc_add_scalar_forward, out, inp, s, n);
+}
+
+void qc_op_gate_update_forward(const struct qc_exec *ex, float *out, const float *u, const float *g,
+                               const float *s, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_gate_update_forward, out, u, g, s, n);
+}
+
+void qc_op_gate_update_backward(const struct qc_exec *ex, float *du, float *dg, float *ds,
+                                const float *dout, const float *u, const float *g, const float *s,
+                                int64_t n)
+{
+    QC_EXEC_OP(ex, qc_gate_update_backward, du, dg, ds, dout, u, g, s, n);
+}
+
+void qc_op_dropout_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n,
+                           const struct qc_dropout *d)
+{
+    QC_EXEC_OP(ex, qc_dropout_forward, out, inp, n, d);
+}
+
+void qc_op_dropout_backward(const struct qc_exec *ex, float *dinp, const float *dout, int64_t n,
+                            const struct qc_dropout *d)
+{
+    QC_EXEC_OP(ex, qc_dropout_backward, dinp, dout, n, d);
+}
+
+void qc_op_embedding_forward(const struct qc_exec *ex, float *out, const int64_t *idx,
+                             const float *table, int64_t N, int64_t C, int64_t V)
+{
+    QC_EXEC_OP(ex, qc_embedding_forward, out, idx, table, N, C, V);
+}
+
+void qc_op_embedding_backward(const struct qc_exec *ex, float *dtable, const float *dout,
+                              const int64_t *idx, int64_t N, int64_t C, int64_t V)
+{
+    QC_EXEC_OP(ex, qc_embedding_backward, dtable, dout, idx, N, C, V);
+}
+
+void qc_op_cumsum_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t outer,
+                          int64_t L, int64_t inner)
+{
+    QC_EXEC_OP(ex, qc_cumsum_forward, out, inp, outer, L, inner);
+}
+
+void qc_op_cumsum_backward(const struct qc_exec *ex, float *dinp, const float *dout, int64_t outer,
+                           int64_t L, int64_t inner)
+{
+    QC_EXEC_OP(ex, qc_cumsum_backward, dinp, dout, outer, L, inner);
+}
+
+void qc_op_copy2d(const struct qc_exec *ex, float *dst, int64_t ld_dst, const float *src,
+                  int64_t ld_src, int64_t rows, int64_t cols, bool accum)
+{
+    QC_EXEC_OP(ex, qc_copy2d, dst, ld_dst, src, ld_src, rows, cols, accum);
+}
+
+void qc_op_repeat_interleave_forward(const struct qc_exec *ex, float *out, const float *inp,
+                                     int64_t N, int64_t R, int64_t C)
+{
+    QC_EXEC_OP(ex, qc_repeat_interleave_forward, out, inp, N, R, C);
+}
+
+void qc_op_repeat_interleave_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                                      int64_t N, int64_t R, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_repeat_interleave_backward, dinp, dout, N, R, C, accum);
+}
+
+void qc_op_tile_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t N,
+                        int64_t R, int64_t C)
+{
+    QC_EXEC_OP(ex, qc_tile_forward, out, inp, N, R, C);
+}
+
+void qc_op_tile_backward(const struct qc_exec *ex, float *dinp, const float *dout, int64_t N,
+                         int64_t R, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_tile_backward, dinp, dout, N, R, C, accum);
+}
+
+void qc_op_transpose01_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t D0,
+                               int64_t D1, int64_t C)
+{
+    QC_EXEC_OP(ex, qc_transpose01_forward, out, inp, D0, D1, C);
+}
+
+void qc_op_transpose01_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                                int64_t D0, int64_t D1, int64_t C)
+{
+    QC_EXEC_OP(ex, qc_transpose01_backward, dinp, dout, D0, D1, C);
+}
+
+void qc_op_gather_rows_forward(const struct qc_exec *ex, float *out, const float *inp,
+                               const int64_t *idx, int64_t E, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_gather_rows_forward, out, inp, idx, E, C, accum);
+}
+
+void qc_op_gather_rows_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                                struct qc_csr csr, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_gather_rows_backward, dinp, dout, csr, C, accum);
+}
+
+void qc_op_scatter_add_forward(const struct qc_exec *ex, float *out, const float *inp,
+                               struct qc_csr csr, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_scatter_add_forward, out, inp, csr, C, accum);
+}
+
+void qc_op_scatter_add_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                                struct qc_csr csr, int64_t C, bool accum)
+{
+    QC_EXEC_OP(ex, qc_scatter_add_backward, dinp, dout, csr, C, accum);
+}
+
+void qc_op_attn_score_forward(const struct qc_exec *ex, float *score, const float *q,
+                              const float *k, struct qc_csr csr, int64_t H, int64_t Dh, float scale)
+{
+    QC_EXEC_OP(ex, qc_attn_score_forward, score, q, k, csr, H, Dh, scale);
+}
+
+void qc_op_attn_score_backward(const struct qc_exec *ex, float *dq, float *dk, const float *dscore,
+                               const float *q, const float *k, struct qc_csr csr, int64_t H,
+                               int64_t Dh, float scale, bool accum)
+{
+    QC_EXEC_OP(ex, qc_attn_score_backward, dq, dk, dscore, q, k, csr, H, Dh, scale, accum);
+}
+
+void qc_op_segment_softmax_forward(const struct qc_exec *ex, float *out, float *seg_max,
+                                   float *seg_sum, const float *score, struct qc_csr csr, int64_t H)
+{
+    QC_EXEC_OP(ex, qc_segment_softmax_forward, out, seg_max, seg_sum, score, csr, H);
+}
+
+void qc_op_segment_softmax_backward(const struct qc_exec *ex, float *dscore, const float *dout,
+                                    const float *out, struct qc_csr csr, int64_t H)
+{
+    QC_EXEC_OP(ex, qc_segment_softmax_backward, dscore, dout, out, csr, H);
+}
+
+void qc_op_attn_aggregate_forward(const struct qc_exec *ex, float *out, const float *alpha,
+                                  const float *v, struct qc_csr csr, int64_t H, int64_t Dh,
+                                  const struct qc_dropout *drop)
+{
+    QC_EXEC_OP(ex, qc_attn_aggregate_forward, out, alpha, v, csr, H, Dh, drop);
+}
+
+void qc_op_attn_aggregate_backward(const struct qc_exec *ex, float *dalpha, float *dv,
+                                   const float *dout, const float *alpha, const float *v,
+                                   struct qc_csr csr, int64_t H, int64_t Dh,
+                                   const struct qc_dropout *drop)
+{
+    QC_EXEC_OP(ex, qc_attn_aggregate_backward, dalpha, dv, dout, alpha, v, csr, H, Dh, drop);
+}
+
+void qc_op_fourier_features_forward(const struct qc_exec *ex, float *phi, const float *c,
+                                    const float *freqs, int64_t N, int64_t D, int64_t F)
+{
+    QC_EXEC_OP(ex, qc_fourier_features_forward, phi, c, freqs, N, D, F);
+}
+
+void qc_op_fourier_features_backward(const struct qc_exec *ex, float *dc, float *dfreqs,
+                                     const float *dphi, const float *c, const float *freqs,
+                                     int64_t N, int64_t D, int64_t F)
+{
+    QC_EXEC_OP(ex, qc_fourier_features_backward, dc, dfreqs, dphi, c, freqs, N, D, F);
+}
+
+void qc_op_fourier_features_backward_saved(const struct qc_exec *ex, float *dc, float *dfreqs,
+                                           const float *dphi, const float *phi, const float *c,
+                                           const float *freqs, int64_t N, int64_t D, int64_t F)
+{
+    /* CUDA recomputes cos/sin instead of reading phi (same values up to sinf/cosf ulp). */
+    QC_EXEC_OP_SPLIT(
+        ex, qc_fourier_features_backward_saved_cpu(dc, dfreqs, dphi, phi, c, freqs, N, D, F),
+        qc_fourier_features_backward_cuda(dc, dfreqs, dphi, c, freqs, N, D, F, EXEC_STREAM(ex)));
+}
+
+void qc_op_gru_cell_forward(const struct qc_exec *ex, float *h_out, float *gates, const float *x,
+                            const float *h, const float *w_ih, const float *b_ih, const float *w_hh,
+                            const float *b_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
+{
+    QC_EXEC_OP(ex, qc_gru_cell_forward, h_out, gates, x, h, w_ih, b_ih, w_hh, b_hh, N, IC, C,
+               scratch);
+}
+
+void qc_op_gru_cell_backward(const struct qc_exec *ex, float *dx, float *dh, float *dw_ih,
+                             float *db_ih, float *dw_hh, float *db_hh, const float *dh_out,
+                             const float *gates, const float *x, const float *h, const float *w_ih,
+                             const float *w_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
+{
+    QC_EXEC_OP(ex, qc_gru_cell_backward, dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates, x, h,
+               w_ih, w_hh, N, IC, C, scratch);
+}
+
+void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const float *x,
+                       const float *h0, const float *w_ih, const float *b_ih, const float *w_hh,
+                       const float *b_hh, int64_t L, int64_t N, int64_t IC, int64_t C,
+                       float *scratch)
+{
+    QC_EXEC_OP(ex, qc_gru_forward, hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C, scratch);
+}
+
+void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *dw_ih, float *db_ih,
+                        float *dw_hh, float *db_hh, const float *dh_last, const float *hs,
+                        const float *gates, const float *x, const float *w_ih, const float *w_hh,
+                        int64_t L, int64_t N, int64_t IC, int64_t C, float *scratch)
+{
+    QC_EXEC_OP(ex, qc_gru_backward, dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, x,
+               w_ih, w_hh, L, N, IC, C, scratch);
+}
+
+void qc_op_log_softmax_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t N,
+                               int64_t K)
+{
+    QC_EXEC_OP(ex, qc_log_softmax_forward, out, inp, N, K);
+}
+
+void qc_op_log_softmax_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                                const float *out, int64_t N, int64_t K)
+{
+    QC_EXEC_OP(ex, qc_log_softmax_backward, dinp, dout, out, N, K);
+}
+
+void qc_op_logsumexp_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t N,
+                             int64_t K)
+{
+    QC_EXEC_OP(ex, qc_logsumexp_forward, out, inp, N, K);
+}
+
+void qc_op_logsumexp_backward(const struct qc_exec *ex, float *dinp, const float *dout,
+                              const float *inp, const float *out, int64_t N, int64_t K)
+{
+    QC_EXEC_OP(ex, qc_logsumexp_backward, dinp, dout, inp, out, N, K);
+}
+
+void qc_op_laplace_nll_forward(const struct qc_exec *ex, float *nll, const float *mu,
+                               const float *scale, const float *y, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_laplace_nll_forward, nll, mu, scale, y, n);
+}
+
+void qc_op_laplace_nll_backward(const struct qc_exec *ex, float *dmu, float *dscale,
+                                const float *dnll, const float *mu, const float *scale,
+                                const float *y, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_laplace_nll_backward, dmu, dscale, dnll, mu, scale, y, n);
+}
+
+void qc_op_best_mode(const struct qc_exec *ex, int64_t *best, const float *loc, const float *gt,
+                     int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S)
+{
+    QC_EXEC_OP(ex, qc_best_mode, best, loc, gt, gt_stride, mask, A, K, S);
+}
+
+void qc_op_reg_loss_forward(const struct qc_exec *ex, float *loss, const float *loc,
+                            const float *scale, const int64_t *best, const float *gt,
+                            int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S,
+                            float *scratch)
+{
+    QC_EXEC_OP(ex, qc_reg_loss_forward, loss, loc, scale, best, gt, gt_stride, mask, A, K, S,
+               scratch);
+}
+
+void qc_op_reg_loss_backward(const struct qc_exec *ex, float *dloc, float *dscale,
+                             const float *dloss, const float *loc, const float *scale,
+                             const int64_t *best, const float *gt, int64_t gt_stride,
+                             const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch)
+{
+    QC_EXEC_OP(ex, qc_reg_loss_backward, dloc, dscale, dloss, loc, scale, best, gt, gt_stride, mask,
+               A, K, S, scratch);
+}
+
+void qc_op_mixture_nll_forward(const struct qc_exec *ex, float *loss, const float *pi,
+                               const float *loc, const float *scale, const float *gt,
+                               int64_t gt_stride, const uint8_t *reg_mask, const uint8_t *cls_mask,
+                               int64_t A, int64_t K, int64_t S)
+{
+    QC_EXEC_OP(ex, qc_mixture_nll_forward, loss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask,
+               A, K, S);
+}
+
+void qc_op_mixture_nll_backward(const struct qc_exec *ex, float *dpi, const float *dloss,
+                                const float *pi, const float *loc, const float *scale,
+                                const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
+                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S)
+{
+    QC_EXEC_OP(ex, qc_mixture_nll_backward, dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask,
+               cls_mask, A, K, S);
+}
+
+void qc_op_adamw_step(const struct qc_exec *ex, float *param, float *m, float *v, const float *grad,
+                      int64_t n, const struct qc_adamw_hparams *hp)
+{
+    QC_EXEC_OP(ex, qc_adamw_step, param, m, v, grad, n, hp);
+}
+
+void qc_op_adamw_step_segments(const struct qc_exec *ex, float *param, float *m, float *v,
+                               const float *grad, const int64_t *offsets, const uint8_t *decay,
+                               int64_t nseg, const struct qc_adamw_hparams *hp)
+{
+    QC_EXEC_OP(ex, qc_adamw_step_segments, param, m, v, grad, offsets, decay, nseg, hp);
+}

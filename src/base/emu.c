@@ -1,0 +1,185 @@
+/*
+ * emu.c — emulated device memory (qc_emu.h): one PROT_NONE reservation, page-granular
+ * first-fit blocks with coalescing, opened (PROT_READ|PROT_WRITE up to the high-water mark)
+ * only while an op or a memory move runs. Fresh and freed blocks are filled with 0xFF bytes
+ * (a NaN pattern), as device memory holds garbage: a read of memory nobody wrote shows up as
+ * NaN in the results rather than as a lucky zero.
+ */
+#include "qc_emu.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "qc_status.h"
+
+#define EMU_FILL 0xFF
+
+struct emu_range {
+    size_t off, len; /* bytes from base; multiples of the page size */
+};
+
+struct qc_emu {
+    unsigned char *base;
+    size_t reserve; /* bytes reserved */
+    size_t page;
+    size_t hw; /* high-water mark: [0, hw) has been handed out at some point */
+    int open;  /* nesting count of enter */
+    size_t live, peak;
+    struct emu_range *free_r; /* free ranges below hw, sorted by off, coalesced */
+    int nfree, capfree;
+    pthread_mutex_t mu;
+};
+
+static void emu_protect(struct qc_emu *e, size_t off, size_t len, int prot)
+{
+    if (len == 0)
+        return;
+    QC_ASSERT(mprotect(e->base + off, len, prot) == 0, "emu: mprotect(%zu bytes) failed", len);
+}
+
+enum qc_status qc_emu_create(size_t reserve, struct qc_emu **out)
+{
+    struct qc_emu *e = calloc(1, sizeof *e);
+    if (!e)
+        return qc_errorf(QC_ERR_NOMEM, "emu: out of host memory");
+    e->page = (size_t)sysconf(_SC_PAGESIZE);
+    e->reserve = (reserve + e->page - 1) / e->page * e->page;
+    void *p = mmap(NULL, e->reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        size_t want = e->reserve;
+        free(e);
+        return qc_errorf(QC_ERR_NOMEM, "emu: cannot reserve %zu bytes of address space", want);
+    }
+    e->base = p;
+    pthread_mutex_init(&e->mu, NULL);
+    *out = e;
+    return QC_OK;
+}
+
+void qc_emu_destroy(struct qc_emu *e)
+{
+    if (!e)
+        return;
+    munmap(e->base, e->reserve);
+    pthread_mutex_destroy(&e->mu);
+    free(e->free_r);
+    free(e);
+}
+
+static void emu_fill(struct qc_emu *e, size_t off, size_t len)
+{
+    if (!e->open)
+        emu_protect(e, off, len, PROT_READ | PROT_WRITE);
+    memset(e->base + off, EMU_FILL, len);
+    if (!e->open)
+        emu_protect(e, off, len, PROT_NONE);
+}
+
+void *qc_emu_alloc(struct qc_emu *e, size_t bytes)
+{
+    size_t len = bytes == 0 ? e->page : (bytes + e->page - 1) / e->page * e->page;
+    pthread_mutex_lock(&e->mu);
+    size_t off = SIZE_MAX;
+    for (int i = 0; i < e->nfree; i++) {
+        if (e->free_r[i].len < len)
+            continue;
+        off = e->free_r[i].off;
+        e->free_r[i].off += len;
+        e->free_r[i].len -= len;
+        if (e->free_r[i].len == 0) {
+            memmove(&e->free_r[i], &e->free_r[i + 1],
+                    (size_t)(e->nfree - i - 1) * sizeof *e->free_r);
+            e->nfree--;
+        }
+        break;
+    }
+    if (off == SIZE_MAX) {
+        if (len > e->reserve - e->hw) {
+            pthread_mutex_unlock(&e->mu);
+            return NULL;
+        }
+        off = e->hw;
+        e->hw += len;
+        if (e->open) /* the open window must cover the new pages too */
+            emu_protect(e, off, len, PROT_READ | PROT_WRITE);
+    }
+    emu_fill(e, off, len);
+    e->live += len;
+    if (e->live > e->peak)
+        e->peak = e->live;
+    pthread_mutex_unlock(&e->mu);
+    return e->base + off;
+}
+
+void qc_emu_free(struct qc_emu *e, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    unsigned char *q = p;
+    QC_ASSERT(q >= e->base && q < e->base + e->hw && (size_t)(q - e->base) % e->page == 0,
+              "emu: free of %p, not an arena block", p);
+    size_t off = (size_t)(q - e->base);
+    size_t len = bytes == 0 ? e->page : (bytes + e->page - 1) / e->page * e->page;
+    pthread_mutex_lock(&e->mu);
+    emu_fill(e, off, len);
+    if (e->nfree == e->capfree) {
+        int cap = e->capfree ? 2 * e->capfree : 64;
+        struct emu_range *r = realloc(e->free_r, (size_t)cap * sizeof *r);
+        QC_ASSERT(r, "emu: out of host memory for the free list");
+        e->free_r = r;
+        e->capfree = cap;
+    }
+    int i = 0;
+    while (i < e->nfree && e->free_r[i].off < off)
+        i++;
+    QC_ASSERT(i == e->nfree || off + len <= e->free_r[i].off, "emu: double free of %p", p);
+    QC_ASSERT(i == 0 || e->free_r[i - 1].off + e->free_r[i - 1].len <= off,
+              "emu: double free of %p", p);
+    memmove(&e->free_r[i + 1], &e->free_r[i], (size_t)(e->nfree - i) * sizeof *e->free_r);
+    e->free_r[i] = (struct emu_range){off, len};
+    e->nfree++;
+    if (i + 1 < e->nfree && e->free_r[i].off + e->free_r[i].len == e->free_r[i + 1].off) {
+        e->free_r[i].len += e->free_r[i + 1].len;
+        memmove(&e->free_r[i + 1], &e->free_r[i + 2],
+                (size_t)(e->nfree - i - 2) * sizeof *e->free_r);
+        e->nfree--;
+    }
+    if (i > 0 && e->free_r[i - 1].off + e->free_r[i - 1].len == e->free_r[i].off) {
+        e->free_r[i - 1].len += e->free_r[i].len;
+        memmove(&e->free_r[i], &e->free_r[i + 1], (size_t)(e->nfree - i - 1) * sizeof *e->free_r);
+        e->nfree--;
+    }
+    e->live -= len;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void qc_emu_enter(struct qc_emu *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->open++ == 0)
+        emu_protect(e, 0, e->hw, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void qc_emu_leave(struct qc_emu *e)
+{
+    pthread_mutex_lock(&e->mu);
+    QC_ASSERT(e->open > 0, "emu: leave without enter");
+    if (--e->open == 0)
+        emu_protect(e, 0, e->hw, PROT_NONE);
+    pthread_mutex_unlock(&e->mu);
+}
+
+size_t qc_emu_bytes_live(const struct qc_emu *e)
+{
+    return e->live;
+}
+
+size_t qc_emu_bytes_peak(const struct qc_emu *e)
+{
+    return e->peak;
+}
