@@ -53,7 +53,7 @@ struct alloc_raw_ops {
 
 struct alloc_raw {
     const struct alloc_raw_ops *ops;
-    const char *name;   /* "host" or "cuda" */
+    const char *name;   /* "host", "emu" or "cuda" */
     size_t granularity; /* commit unit of expandable segments, bytes (2 MiB on both) */
     size_t va_default;  /* reservation of one expandable segment when there is no budget */
     void *ctx;          /* backend state */
@@ -61,6 +61,10 @@ struct alloc_raw {
 
 /* Host backend: mmap with MAP_NORESERVE; reservations are PROT_NONE and commit by mprotect. */
 enum qc_status alloc_raw_host_init(struct alloc_raw *raw);
+/* Emulated-device backend (params.emu): fixed segments are blocks of the arena emu (the
+ * caller's; it must outlive the allocator). No reservations: expandable segments are served as
+ * fixed ones (qc_alloc_create turns params.expandable off). */
+enum qc_status alloc_raw_emu_init(struct alloc_raw *raw, struct qc_emu *emu);
 
 #ifdef QC_HAVE_CUDA
 /* CUDA backend for the current device: cudaMalloc/cudaFree for fixed segments, VMM

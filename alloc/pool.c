@@ -832,6 +832,11 @@ enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_para
     else
         qc_alloc_params_default(&p);
     QC_TRY(params_check(&p));
+    if (p.emu && dev && qc_device_kind_of(dev) == QC_DEVICE_CUDA)
+        return qc_errorf(QC_ERR_INVALID, "allocator: an emulated-device arena is for the host "
+                                         "backend, not a CUDA device");
+    if (p.emu)
+        p.expandable = false; /* the arena has no reserve-and-commit: plain segments */
     struct qc_alloc *a = calloc(1, sizeof *a);
     if (!a)
         return qc_errorf(QC_ERR_NOMEM, "allocator: out of host memory");
@@ -852,6 +857,8 @@ enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_para
 #else
         st = qc_errorf(QC_ERR_UNSUPPORTED, "allocator: CUDA device in a CPU-only build");
 #endif
+    } else if (p.emu) {
+        st = alloc_raw_emu_init(&a->raw, p.emu);
     } else {
         st = alloc_raw_host_init(&a->raw);
     }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "qc_device.h"
+#include "qc_emu.h"
 #include "qc_pinned.h"
 #include "qc_status.h"
 
@@ -48,6 +49,10 @@ struct qc_alloc_params {
     bool trace;             /* record events in the trace ring */
     size_t trace_capacity;  /* ring entries (65536) */
     const char *trace_file; /* NULL = ring only; else every event is also appended here */
+    struct qc_emu *emu;     /* host backend only: raw segments come from this emulated-device
+                               arena (qc_emu.h) instead of mmap, so an EMU model's memory is
+                               protected between ops; NULL = mmap. Expandable segments are then
+                               served as plain segments. */
 };
 
 /* Defaults: no budget, 512 B rounding, 1 MiB / 2 MiB / 20 MiB, no split limit, expandable
@@ -56,10 +61,11 @@ void qc_alloc_params_default(struct qc_alloc_params *p);
 /* The PyTorch-like configuration used for comparison (defaults with expandable off). */
 void qc_alloc_params_pytorch_like(struct qc_alloc_params *p);
 
-/* Creates an allocator for dev (CPU: host mmap backend; CUDA: cudaMalloc / VMM). dev may be
- * NULL: host backend, streams must then be NULL. params NULL = defaults. Returns
- * QC_ERR_INVALID for inconsistent params, QC_ERR_IO if the trace file cannot be opened,
- * QC_ERR_UNSUPPORTED for CUDA in a CPU-only build. */
+/* Creates an allocator for dev (CPU: host mmap backend, or the params.emu arena; CUDA:
+ * cudaMalloc / VMM). dev may be NULL: host backend, streams must then be NULL. params NULL =
+ * defaults. params.emu must outlive the allocator. Returns QC_ERR_INVALID for inconsistent
+ * params (params.emu with a CUDA device included), QC_ERR_IO if the trace file cannot be
+ * opened, QC_ERR_UNSUPPORTED for CUDA in a CPU-only build. */
 enum qc_status qc_alloc_create(struct qc_device *dev, const struct qc_alloc_params *params,
                                struct qc_alloc **out);
 /* Synchronizes the device, unmaps everything and frees the allocator (live blocks included).

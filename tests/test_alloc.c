@@ -2,17 +2,21 @@
  * test_alloc.c — the caching device allocator on the host backend (no streams involved):
  * rounding and reuse, splitting and coalescing, seeded property tests against a reference
  * model with the invariant checker after every operation, adversarial fragmentation sequences,
- * budget + release-and-retry + OOM report, statistics identities and the trace.
- * Stream-ordered reuse is in test_alloc_streams.c, the pinned arena in test_alloc_pinned.c.
+ * budget + release-and-retry + OOM report, statistics identities, the trace, and the
+ * allocator over an emulated-device arena (params.emu). Stream-ordered reuse is in
+ * test_alloc_streams.c, the pinned arena in test_alloc_pinned.c.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "alloc_internal.h" /* alloc_check_invariants */
 #include "qc_alloc.h"
+#include "qc_emu.h"
 #include "testutil.h"
 
 #define KiB     ((size_t)1 << 10)
@@ -270,6 +274,30 @@ static void run_model(const struct model_cfg *c, uint64_t seed)
 
 // ---- tests -----------------------------------------------------------------------------------
 
+// ---- emulated device memory --------------------------------------------------------------
+
+/* True when reading the byte at p kills a child process with SIGSEGV (p is PROT_NONE). The
+ * child restores the default action first, so a sanitizer's handler does not turn the fault
+ * into an exit code. */
+static bool touch_faults(const void *p)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        T_FATAL("fork failed");
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        signal(SIGBUS, SIG_DFL);
+        volatile const unsigned char *q = p;
+        unsigned char c = *q;
+        _exit(c == 0x5A ? 3 : 2); /* reached only when the read did not fault */
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid)
+        T_FATAL("waitpid failed");
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
 int main(void)
 {
     uint64_t seed = qc_test_seed();
@@ -345,6 +373,79 @@ int main(void)
         T_EXPECT_EQ_U64(s.n_maps, 1, "maps");
         T_EXPECT_EQ_U64(s.n_unmaps, 1, "unmaps");
         qc_alloc_destroy(a);
+    }
+
+    QC_TEST ("alloc: over an emulated-device arena: serves, splits, frees, coalesces") {
+        struct qc_emu *emu = NULL;
+        if (qc_emu_create(64 * MiB, &emu) != QC_OK)
+            T_FATAL("qc_emu_create: %s", qc_error_last());
+        struct qc_alloc_params p;
+        qc_alloc_params_default(&p); /* expandable on: served as plain segments */
+        p.emu = emu;
+        struct qc_alloc *a = NULL;
+        if (qc_alloc_create(NULL, &p, &a) != QC_OK)
+            T_FATAL("qc_alloc_create(emu): %s", qc_error_last());
+        /* Four quarters of one small segment, adjacent: the segment is one arena block. */
+        void *b[4];
+        for (int i = 0; i < 4; i++)
+            b[i] = must_alloc(a, 256 * KiB, "emu/quarter");
+        for (int i = 1; i < 4; i++)
+            T_EXPECT((char *)b[i] == (char *)b[i - 1] + 256 * KiB, "block %d not adjacent", i);
+        struct qc_alloc_stats s = stats(a);
+        T_EXPECT_EQ_U64(s.bytes_reserved, 2 * MiB, "one small segment");
+        T_EXPECT_EQ_U64(qc_emu_bytes_live(emu), 2 * MiB, "the segment came from the arena");
+        /* A large request: a fixed 20 MiB segment (no expandable reservation on the arena). */
+        void *big = must_alloc(a, 5 * MiB, "emu/big");
+        s = stats(a);
+        T_EXPECT_EQ_U64(s.bytes_reserved - s.bytes_reserved_small, 20 * MiB,
+                        "large pool: a plain 20 MiB segment");
+        T_EXPECT_EQ_U64(qc_emu_bytes_live(emu), 22 * MiB, "arena bytes = reserved bytes");
+        check_inv(a, "emu serve");
+        /* Memory is closed outside enter/leave, open inside. */
+        T_EXPECT(touch_faults(b[0]), "a read of arena memory outside enter did not fault");
+        T_EXPECT(touch_faults((char *)big + 5 * MiB - 1), "large block readable outside enter");
+        qc_emu_enter(emu);
+        memset(b[0], 0x5A, 256 * KiB);
+        T_EXPECT(((unsigned char *)b[1])[0] == 0xFF, "fresh arena memory holds 0xFF");
+        qc_emu_leave(emu);
+        T_EXPECT(touch_faults(b[0]), "closed again after leave");
+        /* Free the middle two: they coalesce and best fit takes the hole. */
+        qc_alloc_free(a, b[1], NULL);
+        qc_alloc_free(a, b[2], NULL);
+        check_inv(a, "emu free middle");
+        T_EXPECT_EQ_U64(stats(a).bytes_largest_free, 15 * MiB, "rest of the large segment");
+        void *mid = must_alloc(a, 512 * KiB, "emu/mid");
+        T_EXPECT(mid == b[1], "best fit should take the coalesced B+C hole");
+        qc_alloc_free(a, mid, NULL);
+        qc_alloc_free(a, b[3], NULL);
+        qc_alloc_free(a, b[0], NULL);
+        qc_alloc_free(a, big, NULL);
+        check_inv(a, "emu all free");
+        T_EXPECT_EQ_U64(qc_emu_bytes_live(emu), 22 * MiB, "freed blocks stay cached");
+        T_EXPECT(qc_alloc_empty_cache(a) == QC_OK, "empty");
+        s = stats(a);
+        T_EXPECT_EQ_U64(s.bytes_reserved, 0, "released");
+        T_EXPECT_EQ_U64(s.n_segments, 0, "segments");
+        T_EXPECT_EQ_U64(qc_emu_bytes_live(emu), 0, "the arena got everything back");
+        /* An exhausted arena is a clean QC_ERR_NOMEM with the report, like a full device. */
+        void *fill_up[80];
+        int n = 0;
+        while (n < 80 && qc_alloc_malloc(a, MiB, NULL, "emu/fill", &fill_up[n]) == QC_OK)
+            n++;
+        T_EXPECT_EQ_U64(n, 64, "the 64 MiB arena holds 32 small segments of two 1 MiB blocks");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "emulated device arena exhausted");
+        check_inv(a, "emu exhausted");
+        for (int i = 0; i < n; i++)
+            qc_alloc_free(a, fill_up[i], NULL);
+        qc_alloc_destroy(a);
+        T_EXPECT_EQ_U64(qc_emu_bytes_live(emu), 0, "destroy gives the arena everything back");
+        /* The arena is host memory: a CUDA device with an arena is refused. */
+        struct qc_device *dev = NULL;
+        if (qc_device_create(QC_DEVICE_CUDA, 0, &dev) == QC_OK) {
+            T_EXPECT(qc_alloc_create(dev, &p, &a) == QC_ERR_INVALID, "CUDA device + arena");
+            qc_device_destroy(dev);
+        }
+        qc_emu_destroy(emu);
     }
 
     QC_TEST ("alloc: seeded property test against a reference model") {

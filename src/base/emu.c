@@ -17,6 +17,7 @@
 #include "qc_status.h"
 
 #define EMU_FILL 0xFF
+#define EMU_HUGE ((size_t)2 << 20) /* protection granule: one transparent huge page */
 
 struct emu_range {
     size_t off, len; /* bytes from base; multiples of the page size */
@@ -34,6 +35,13 @@ struct qc_emu {
     pthread_mutex_t mu;
 };
 
+/* The used range rounded up to whole huge pages: every protection change covers [0, emu_hwp)
+ * so the kernel never splits a huge page into 4 KiB entries. */
+static size_t emu_hwp(const struct qc_emu *e)
+{
+    return (e->hw + EMU_HUGE - 1) / EMU_HUGE * EMU_HUGE;
+}
+
 static void emu_protect(struct qc_emu *e, size_t off, size_t len, int prot)
 {
     if (len == 0)
@@ -48,12 +56,27 @@ enum qc_status qc_emu_create(size_t reserve, struct qc_emu **out)
         return qc_errorf(QC_ERR_NOMEM, "emu: out of host memory");
     e->page = (size_t)sysconf(_SC_PAGESIZE);
     e->reserve = (reserve + e->page - 1) / e->page * e->page;
-    void *p = mmap(NULL, e->reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
+    /* 2 MiB aligned and advised for transparent huge pages: enter/leave mprotect the whole
+     * used range around every op, and that costs per page table entry (~20 ms per op at
+     * 220 MiB with 4 KiB pages, ~0.07 ms with 2 MiB pages). Best effort: without THP it is
+     * only slower. */
+    const size_t huge = EMU_HUGE;
+    e->reserve = (e->reserve + huge - 1) / huge * huge;
+    void *raw = mmap(NULL, e->reserve + huge, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
         size_t want = e->reserve;
         free(e);
         return qc_errorf(QC_ERR_NOMEM, "emu: cannot reserve %zu bytes of address space", want);
     }
+    unsigned char *r = raw;
+    unsigned char *p = (unsigned char *)(((uintptr_t)r + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > r)
+        munmap(r, (size_t)(p - r));
+    size_t tail = (size_t)((r + e->reserve + huge) - (p + e->reserve));
+    if (tail)
+        munmap(p + e->reserve, tail);
+    (void)madvise(p, e->reserve, MADV_HUGEPAGE);
     e->base = p;
     pthread_mutex_init(&e->mu, NULL);
     *out = e;
@@ -73,10 +96,10 @@ void qc_emu_destroy(struct qc_emu *e)
 static void emu_fill(struct qc_emu *e, size_t off, size_t len)
 {
     if (!e->open)
-        emu_protect(e, off, len, PROT_READ | PROT_WRITE);
+        emu_protect(e, 0, emu_hwp(e), PROT_READ | PROT_WRITE);
     memset(e->base + off, EMU_FILL, len);
     if (!e->open)
-        emu_protect(e, off, len, PROT_NONE);
+        emu_protect(e, 0, emu_hwp(e), PROT_NONE);
 }
 
 void *qc_emu_alloc(struct qc_emu *e, size_t bytes)
@@ -103,9 +126,10 @@ void *qc_emu_alloc(struct qc_emu *e, size_t bytes)
             return NULL;
         }
         off = e->hw;
+        size_t old = emu_hwp(e);
         e->hw += len;
-        if (e->open) /* the open window must cover the new pages too */
-            emu_protect(e, off, len, PROT_READ | PROT_WRITE);
+        if (e->open && emu_hwp(e) > old) /* the open window must cover the new pages too */
+            emu_protect(e, old, emu_hwp(e) - old, PROT_READ | PROT_WRITE);
     }
     emu_fill(e, off, len);
     e->live += len;
@@ -161,7 +185,7 @@ void qc_emu_enter(struct qc_emu *e)
 {
     pthread_mutex_lock(&e->mu);
     if (e->open++ == 0)
-        emu_protect(e, 0, e->hw, PROT_READ | PROT_WRITE);
+        emu_protect(e, 0, emu_hwp(e), PROT_READ | PROT_WRITE);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -170,7 +194,7 @@ void qc_emu_leave(struct qc_emu *e)
     pthread_mutex_lock(&e->mu);
     QC_ASSERT(e->open > 0, "emu: leave without enter");
     if (--e->open == 0)
-        emu_protect(e, 0, e->hw, PROT_NONE);
+        emu_protect(e, 0, emu_hwp(e), PROT_NONE);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -25,7 +25,9 @@ extern "C" {
 
 struct qc_emu; /* the arena (opaque) */
 
-/* Reserves `reserve` bytes of address space (PROT_NONE, not committed) for the arena.
+/* Reserves `reserve` bytes (rounded up to 2 MiB) of address space (PROT_NONE, not committed,
+ * 2 MiB aligned and advised for transparent huge pages, which keeps the protection changes
+ * around every op cheap) for the arena.
  * QC_ERR_NOMEM when the reservation fails. */
 enum qc_status qc_emu_create(size_t reserve, struct qc_emu **out);
 /* Unmaps the arena (live blocks included). NULL is a no-op. */
