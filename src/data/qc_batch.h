@@ -128,7 +128,8 @@ void qc_batch_target(const struct qc_batch *batch, int64_t a0, int64_t a1, float
  * storage blocks onto node_dev / graph_dev, which hold (or will hold once a copy completes)
  * byte-for-byte copies of batch->node_mem (node_bytes) and batch->graph_mem (graph_bytes). The
  * view owns nothing (its storage fields are zero: never release it). NULL arrays stay NULL; an
- * array outside both blocks aborts (programmer error). */
+ * empty array may point one past the end of its block; an array outside both blocks aborts
+ * (programmer error). Host-only: it computes addresses and never touches node_dev/graph_dev. */
 void qc_batch_rebase(const struct qc_batch *batch, void *node_dev, void *graph_dev,
                      struct qc_batch *view);
 

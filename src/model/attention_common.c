@@ -1,15 +1,22 @@
 /*
  * attention_common.c — what both AttentionLayer implementations share: the parameter table,
- * the graph check, the edge and source/edge contexts (their LN_src part), the stash plan of an
- * application and its node-level half (QCNET.md §3.3 steps 1, 3 (q) and 9–13), and the
- * dispatch to the implementation's edge part (attention_unfused.c / attention_fused.c).
+ * the graph check, the edge and source/edge contexts (their LN_src part and their index arrays),
+ * the stash plan of an application and its node-level half (QCNET.md §3.3 steps 1, 3 (q) and
+ * 9–13), and the dispatch to the implementation's edge part (attention_unfused.c /
+ * attention_fused.c).
+ *
+ * Every op runs through qc_exec.h on the block's backend (the layer's mem, or the edge
+ * context's for its own work); index arrays derived from the graph are computed on the host
+ * from its host copies and uploaded once per edge context (attn_index_begin / _commit).
  */
 #include "qc_attention.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blocks_internal.h"
+#include "qc_exec.h"
 #include "qc_kernels.h"
 
 // ---- parameters -------------------------------------------------------------------------
@@ -27,6 +34,7 @@ void qc_attn_init(struct qc_attn *l, int64_t D, int64_t H, bool bipartite, bool 
     l->has_pos = has_pos;
     l->scale = 1.0f / sqrtf((float)l->Dh);
     l->tile_edges = 512;
+    l->tile_edges_cuda = QC_ATTN_CUDA_TILE_EDGES;
     struct qc_param_table *t = &l->params;
     qc_param_table_init(t);
     const enum qc_param_init LW = QC_INIT_LINEAR_W, Z = QC_INIT_ZERO, ONE = QC_INIT_ONE;
@@ -83,38 +91,45 @@ void qc_attn_bind(struct qc_attn *l, const float *w, float *dw)
 
 enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g)
 {
-    if (g->n_src < 0 || g->n_dst < 0 || g->n_bdst < 0 || g->n_query < 1 || !g->row_ptr)
+    /* host copies only: on a device backend the arrays themselves are device memory */
+    const int64_t *row_ptr = attn_row_ptr_host(g), *src = attn_src_host(g);
+    const int64_t *query_row = attn_query_row_host(g);
+    if (g->n_src < 0 || g->n_dst < 0 || g->n_bdst < 0 || g->n_query < 1 || !row_ptr)
         return qc_errorf(QC_ERR_INVALID,
                          "attention graph: bad sizes (n_src %lld, n_dst %lld, "
                          "n_bdst %lld, Q %lld)",
                          (long long)g->n_src, (long long)g->n_dst, (long long)g->n_bdst,
                          (long long)g->n_query);
-    if (g->row_ptr[0] != 0 || g->row_ptr[g->n_bdst] != g->n_edge)
+    if (row_ptr[0] != 0 || row_ptr[g->n_bdst] != g->n_edge)
         return qc_errorf(QC_ERR_INVALID,
                          "attention graph: row_ptr[0] = %lld, row_ptr[%lld] = "
                          "%lld, expected 0 and n_edge %lld",
-                         (long long)g->row_ptr[0], (long long)g->n_bdst,
-                         (long long)g->row_ptr[g->n_bdst], (long long)g->n_edge);
+                         (long long)row_ptr[0], (long long)g->n_bdst, (long long)row_ptr[g->n_bdst],
+                         (long long)g->n_edge);
     for (int64_t b = 0; b < g->n_bdst; b++)
-        if (g->row_ptr[b + 1] < g->row_ptr[b])
+        if (row_ptr[b + 1] < row_ptr[b])
             return qc_errorf(QC_ERR_INVALID, "attention graph: row_ptr decreases at %lld",
                              (long long)b);
     for (int64_t e = 0; e < g->n_edge; e++)
-        if (g->src[e] < 0 || g->src[e] >= g->n_src)
+        if (src[e] < 0 || src[e] >= g->n_src)
             return qc_errorf(QC_ERR_INVALID,
                              "attention graph: edge %lld: source %lld not in "
                              "[0, %lld)",
-                             (long long)e, (long long)g->src[e], (long long)g->n_src);
+                             (long long)e, (long long)src[e], (long long)g->n_src);
+    if (!g->query_row != !query_row)
+        return qc_errorf(QC_ERR_INVALID,
+                         "attention graph: query_row_host set without query_row (or the "
+                         "reverse)");
     int64_t nq = g->n_bdst * g->n_query;
-    if (!g->query_row && nq > g->n_dst)
+    if (!query_row && nq > g->n_dst)
         return qc_errorf(QC_ERR_INVALID, "attention graph: %lld queries but %lld x_dst rows",
                          (long long)nq, (long long)g->n_dst);
-    if (g->query_row) {
+    if (query_row) {
         uint8_t *seen = calloc((size_t)(g->n_dst > 0 ? g->n_dst : 1), 1);
         if (!seen)
             return qc_errorf(QC_ERR_NOMEM, "attention graph check");
         for (int64_t i = 0; i < nq; i++) {
-            int64_t r = g->query_row[i];
+            int64_t r = query_row[i];
             if (r < 0 || r >= g->n_dst || seen[r]) {
                 free(seen);
                 return qc_errorf(QC_ERR_INVALID,
@@ -126,6 +141,99 @@ enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g)
         }
         free(seen);
     }
+    return QC_OK;
+}
+
+// ---- index arrays -----------------------------------------------------------------------
+
+enum qc_status attn_index_begin(const struct qc_block_mem *bm, int64_t n, const char *tensor,
+                                int64_t **dev, int64_t **host)
+{
+    const size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
+    int64_t *d = qc_block_alloc(bm, bytes, tensor);
+    if (!d)
+        return qc_errorf(QC_ERR_NOMEM, "%s/%s: allocation of %lld indices failed",
+                         bm && bm->name[0] ? bm->name : "block", tensor, (long long)n);
+    int64_t *h = d;
+    if (qc_exec_is_device(qc_block_exec(bm)) && !(h = malloc(bytes ? bytes : 1))) {
+        qc_block_free(bm, d, bytes);
+        return qc_errorf(QC_ERR_NOMEM, "%s/%s: host staging of %lld indices failed",
+                         bm && bm->name[0] ? bm->name : "block", tensor, (long long)n);
+    }
+    *dev = d;
+    *host = h;
+    return QC_OK;
+}
+
+enum qc_status attn_index_commit(const struct qc_block_mem *bm, int64_t n, int64_t **dev,
+                                 int64_t *host)
+{
+    if (host == *dev) /* CPU: written in place */
+        return QC_OK;
+    const size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
+    enum qc_status st = qc_op_upload(qc_block_exec(bm), *dev, host, bytes);
+    free(host);
+    if (st != QC_OK) {
+        qc_block_free(bm, *dev, bytes);
+        *dev = NULL;
+    }
+    return st;
+}
+
+/* Sizes of the owned index arrays (for the hook's free). */
+static int64_t edges_qindex_n(const struct qc_attn_graph *g)
+{
+    return g->n_query * g->n_bdst + g->n_dst + g->n_edge + 1;
+}
+
+static int64_t edges_by_src_n(const struct qc_attn_graph *g)
+{
+    return g->n_src + 1 + g->n_edge;
+}
+
+struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed)
+{
+    const struct qc_attn_graph *g = ed->g;
+    QC_ASSERT(ed->qindex, "attention edges: no query index (FUSED context, or not initialised)");
+    const int64_t QB = g->n_query * g->n_bdst;
+    struct attn_query_index x = {ed->qindex, ed->qindex + QB, ed->qindex + QB + g->n_dst};
+    return x;
+}
+
+/* UNFUSED: the query index arrays (attn_query_index) from the graph's host copies. */
+static enum qc_status edges_query_index_build(struct qc_attn_edges *ed)
+{
+    const struct qc_attn_graph *g = ed->g;
+    const int64_t nb = g->n_bdst, Q = g->n_query, QB = Q * nb, Nd = g->n_dst, E = g->n_edge;
+    const int64_t n = edges_qindex_n(g);
+    int64_t *h;
+    QC_TRY(attn_index_begin(&ed->mem, n, "edges.query_index", &ed->qindex, &h));
+    int64_t *qidx = h, *qinv = h + QB, *iota = h + QB + Nd;
+    for (int64_t i = 0; i < Nd; i++)
+        qinv[i] = QB;
+    for (int64_t k = 0; k < Q; k++)
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t r = attn_query_row(g, b, k);
+            qidx[k * nb + b] = r;
+            qinv[r] = k * nb + b;
+        }
+    for (int64_t e = 0; e <= E; e++)
+        iota[e] = e;
+    return attn_index_commit(&ed->mem, n, &ed->qindex, h);
+}
+
+enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr)
+{
+    const struct qc_attn_graph *g = ed->g;
+    const int64_t Ns = g->n_src, E = g->n_edge;
+    if (!ed->by_src) {
+        int64_t *h;
+        QC_TRY(attn_index_begin(&ed->mem, edges_by_src_n(g), "edges.csr_by_src", &ed->by_src, &h));
+        qc_csr_build_cpu(h, h + Ns + 1, attn_src_host(g), E, Ns);
+        QC_TRY(attn_index_commit(&ed->mem, edges_by_src_n(g), &ed->by_src, h));
+    }
+    struct qc_csr c = {ed->by_src, ed->by_src + Ns + 1, g->src, Ns, E};
+    *csr = c;
     return QC_OK;
 }
 
@@ -149,6 +257,12 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
     memset(ed, 0, sizeof *ed);
     if (mem)
         ed->mem = *mem;
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
+    attn_graph_require_host(g, ex);
+    QC_ASSERT(!fe || qc_exec_backend_of(qc_block_exec(&fe->mem)) == qc_exec_backend_of(ex),
+              "attention edges %s on the %s backend but its FourierEmbedding on %s",
+              ed->mem.name[0] ? ed->mem.name : "block", qc_exec_backend_str(qc_exec_backend_of(ex)),
+              qc_exec_backend_str(qc_exec_backend_of(qc_block_exec(&fe->mem))));
     QC_TRY(qc_attn_graph_check(g));
     ed->impl = impl;
     ed->g = g;
@@ -166,13 +280,20 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
                          (long long)fe->d);
     if (cat_table && !cat_idx)
         return qc_errorf(QC_ERR_INVALID, "attention edges: categorical table without indices");
-    ed->bdst = qc_block_alloc(&ed->mem, (size_t)E * sizeof *ed->bdst, "edges.bdst");
-    if (!ed->bdst)
-        return qc_errorf(QC_ERR_NOMEM, "%s/edges.bdst: allocation for %lld edges failed",
-                         ed->mem.name[0] ? ed->mem.name : "block", (long long)E);
+    /* bdst from the host CSR */
+    const int64_t *row_ptr = attn_row_ptr_host(g);
+    int64_t *h;
+    QC_TRY(attn_index_begin(&ed->mem, E, "edges.bdst", &ed->bdst, &h));
     for (int64_t b = 0; b < g->n_bdst; b++)
-        for (int64_t e = g->row_ptr[b]; e < g->row_ptr[b + 1]; e++)
-            ed->bdst[e] = b;
+        for (int64_t e = row_ptr[b]; e < row_ptr[b + 1]; e++)
+            h[e] = b;
+    enum qc_status st = attn_index_commit(&ed->mem, E, &ed->bdst, h);
+    if (st == QC_OK && impl == QC_ATTN_UNFUSED)
+        st = edges_query_index_build(ed);
+    if (st != QC_OK) {
+        qc_attn_edges_deinit(ed); /* gives back what was built */
+        return st;
+    }
     if (impl == QC_ATTN_UNFUSED && fe) {
         qc_fourier_stash_plan(fe, E, &ed->fe_stash);
         qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
@@ -186,6 +307,10 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
         return;
     const int64_t E = ed->g ? ed->g->n_edge : 0, D = ed->fe ? ed->fe->D : 0;
     blk_ffree(&ed->mem, ed->dr, E * D);
+    if (ed->g) {
+        qc_block_free(&ed->mem, ed->by_src, (size_t)edges_by_src_n(ed->g) * sizeof(int64_t));
+        qc_block_free(&ed->mem, ed->qindex, (size_t)edges_qindex_n(ed->g) * sizeof(int64_t));
+    }
     qc_block_free(&ed->mem, ed->bdst, (size_t)E * sizeof *ed->bdst);
     qc_stash_deinit(&ed->fe_stash);
     qc_stash_deinit(&ed->stash);
@@ -196,13 +321,14 @@ enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
 {
     if (ed->impl == QC_ATTN_FUSED || !ed->fe)
         return QC_OK;
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *cat = NULL;
     if (ed->cat_table) {
         cat = blk_falloc(&ed->mem, E * D, "edges_forward.cat");
         if (!cat)
             return blk_nomem(&ed->mem, "edges_forward.cat", E * D);
-        qc_embedding_forward_cpu(cat, ed->cat_idx, ed->cat_table, E, D, ed->ncat);
+        qc_op_embedding_forward(ex, cat, ed->cat_idx, ed->cat_table, E, D, ed->ncat);
     }
     enum qc_status st =
         qc_fourier_forward(ed->fe, qc_stash_f32(&ed->stash, 0), &ed->fe_stash, ed->feat, cat, E);
@@ -216,6 +342,7 @@ enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
         return QC_OK;
     if (!ed->dr) /* no layer produced a gradient */
         return QC_OK;
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *dcat = NULL;
     if (ed->cat_table && ed->dcat_table) {
@@ -225,7 +352,7 @@ enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
     }
     enum qc_status st = qc_fourier_backward(ed->fe, NULL, dcat, ed->dr, &ed->fe_stash, ed->feat, E);
     if (st == QC_OK && dcat)
-        qc_embedding_backward_cpu(ed->dcat_table, dcat, ed->cat_idx, E, D, ed->ncat);
+        qc_op_embedding_backward(ex, ed->dcat_table, dcat, ed->cat_idx, E, D, ed->ncat);
     blk_ffree(&ed->mem, dcat, dcat ? E * D : 0);
     blk_ffree(&ed->mem, ed->dr, E * D);
     ed->dr = NULL;
@@ -242,6 +369,12 @@ void qc_attn_kv_init(struct qc_attn_kv *kv, const struct qc_attn *l, struct qc_a
               (int)l->has_pos, ed->fe ? "given" : "missing");
     QC_ASSERT(!ed->fe || ed->fe->D == l->D, "attention: FE width %lld != D %lld",
               (long long)ed->fe->D, (long long)l->D);
+    QC_ASSERT(qc_exec_backend_of(qc_block_exec(&l->mem)) ==
+                  qc_exec_backend_of(qc_block_exec(&ed->mem)),
+              "attention: layer %s on the %s backend but its edge context on %s",
+              l->mem.name[0] ? l->mem.name : "block",
+              qc_exec_backend_str(qc_exec_backend_of(qc_block_exec(&l->mem))),
+              qc_exec_backend_str(qc_exec_backend_of(qc_block_exec(&ed->mem))));
     memset(kv, 0, sizeof *kv);
     kv->l = l;
     kv->ed = ed;
@@ -285,9 +418,9 @@ enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src)
     const struct qc_attn *l = kv->l;
     QC_ASSERT(l->w, "attention: parameters not bound");
     const int64_t Ns = kv->ed->g->n_src;
-    qc_layernorm_forward_cpu(qc_stash_f32(&kv->stash, KV_XHAT), qc_stash_f32(&kv->stash, KV_MEAN),
-                             qc_stash_f32(&kv->stash, KV_RSTD), x_src, l->w + l->o_ln_src_w,
-                             l->w + l->o_ln_src_b, Ns, l->D);
+    qc_op_layernorm_forward(qc_block_exec(&l->mem), qc_stash_f32(&kv->stash, KV_XHAT),
+                            qc_stash_f32(&kv->stash, KV_MEAN), qc_stash_f32(&kv->stash, KV_RSTD),
+                            x_src, l->w + l->o_ln_src_w, l->w + l->o_ln_src_b, Ns, l->D);
     if (kv->ed->impl == QC_ATTN_FUSED)
         return attn_fused_kv_forward(kv);
     return attn_unfused_kv_forward(kv);
@@ -305,10 +438,10 @@ enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const f
     enum qc_status st = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_kv_backward(kv, dxhat)
                                                       : attn_unfused_kv_backward(kv, dxhat);
     if (st == QC_OK)
-        qc_layernorm_backward_cpu(dx_src, l->dw + l->o_ln_src_w, l->dw + l->o_ln_src_b, dxhat,
-                                  x_src, qc_stash_f32(&kv->stash, KV_MEAN),
-                                  qc_stash_f32(&kv->stash, KV_RSTD), l->w + l->o_ln_src_w, Ns, D,
-                                  accum);
+        qc_op_layernorm_backward(
+            qc_block_exec(&l->mem), dx_src, l->dw + l->o_ln_src_w, l->dw + l->o_ln_src_b, dxhat,
+            x_src, qc_stash_f32(&kv->stash, KV_MEAN), qc_stash_f32(&kv->stash, KV_RSTD),
+            l->w + l->o_ln_src_w, Ns, D, accum);
     blk_ffree(&l->mem, dxhat, Ns * D);
     return st;
 }
@@ -384,17 +517,19 @@ void attn_app_index(const struct qc_stash *st, struct attn_app_idx *ix)
 void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_stash *st,
                            const struct attn_app_idx *ix, const float *x_dst, int64_t Nd)
 {
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     const int64_t D = l->D;
-    qc_layernorm_forward_cpu(SF(ix->xhat_d), SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), x_dst,
-                             w + l->o_ln_dst_w, w + l->o_ln_dst_b, Nd, D);
-    qc_linear_forward_cpu(q, SF(ix->xhat_d), D, w + l->o_wq, w + l->o_bq, Nd, D, D, false);
+    qc_op_layernorm_forward(ex, SF(ix->xhat_d), SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), x_dst,
+                            w + l->o_ln_dst_w, w + l->o_ln_dst_b, Nd, D);
+    qc_op_linear_forward(ex, q, SF(ix->xhat_d), D, w + l->o_wq, w + l->o_bq, Nd, D, D, false);
 }
 
 enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                                       const struct qc_stash *st, const struct attn_app_idx *ix,
                                       const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx)
 {
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     const int64_t D = l->D, FF = l->FF;
     if (Nd == 0)
@@ -408,28 +543,28 @@ enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
     float *g = SF(ix->g), *sres = SF(ix->sres), *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y);
     float *h1 = SF(ix->h1), *f = SF(ix->f);
     /* 9. g = σ([u ‖ x̂_d]·W_gᵀ + b_g); u' = u + g ⊙ (to_s(x̂_d) − u) */
-    qc_copy2d_cpu(cat, 2 * D, u, D, Nd, D, false);
-    qc_copy2d_cpu(cat + D, 2 * D, xhat, D, Nd, D, false);
-    qc_linear_forward_cpu(g, cat, 2 * D, w + l->o_wg, w + l->o_bg, Nd, 2 * D, D, false);
-    qc_sigmoid_forward_cpu(g, g, Nd * D);
-    qc_linear_forward_cpu(sres, xhat, D, w + l->o_ws, w + l->o_bs, Nd, D, D, false);
-    qc_gate_update_forward_cpu(up, u, g, sres, Nd * D);
+    qc_op_copy2d(ex, cat, 2 * D, u, D, Nd, D, false);
+    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, Nd, D, false);
+    qc_op_linear_forward(ex, g, cat, 2 * D, w + l->o_wg, w + l->o_bg, Nd, 2 * D, D, false);
+    qc_op_sigmoid_forward(ex, g, g, Nd * D);
+    qc_op_linear_forward(ex, sres, xhat, D, w + l->o_ws, w + l->o_bs, Nd, D, D, false);
+    qc_op_gate_update_forward(ex, up, u, g, sres, Nd * D);
     /* 10–11. a = to_out(u'); x1 = x0 + LN_post(a) */
-    qc_linear_forward_cpu(a, up, D, w + l->o_wo, w + l->o_bo, Nd, D, D, false);
-    qc_layernorm_forward_cpu(tmp, SF(ix->post_mean), SF(ix->post_rstd), a, w + l->o_ln_post_w,
-                             w + l->o_ln_post_b, Nd, D);
-    qc_add_forward_cpu(x1, x_dst, tmp, Nd * D);
+    qc_op_linear_forward(ex, a, up, D, w + l->o_wo, w + l->o_bo, Nd, D, D, false);
+    qc_op_layernorm_forward(ex, tmp, SF(ix->post_mean), SF(ix->post_rstd), a, w + l->o_ln_post_w,
+                            w + l->o_ln_post_b, Nd, D);
+    qc_op_add_forward(ex, x1, x_dst, tmp, Nd * D);
     /* 12–13. FFN with dropout, out = x1 + LN_ffpost(f) */
-    qc_layernorm_forward_cpu(y, SF(ix->ffpre_mean), SF(ix->ffpre_rstd), x1, w + l->o_ln_ffpre_w,
-                             w + l->o_ln_ffpre_b, Nd, D);
-    qc_linear_forward_cpu(h1, y, D, w + l->o_ff0w, w + l->o_ff0b, Nd, D, FF, false);
-    qc_relu_forward_cpu(h1, h1, Nd * FF);
+    qc_op_layernorm_forward(ex, y, SF(ix->ffpre_mean), SF(ix->ffpre_rstd), x1, w + l->o_ln_ffpre_w,
+                            w + l->o_ln_ffpre_b, Nd, D);
+    qc_op_linear_forward(ex, h1, y, D, w + l->o_ff0w, w + l->o_ff0b, Nd, D, FF, false);
+    qc_op_relu_forward(ex, h1, h1, Nd * FF);
     struct qc_dropout drop = attn_drop(ctx, 1);
-    qc_dropout_forward_cpu(hd, h1, Nd * FF, &drop);
-    qc_linear_forward_cpu(f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, Nd, FF, D, false);
-    qc_layernorm_forward_cpu(tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f, w + l->o_ln_ffpost_w,
-                             w + l->o_ln_ffpost_b, Nd, D);
-    qc_add_forward_cpu(out, x1, tmp, Nd * D);
+    qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
+    qc_op_linear_forward(ex, f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, Nd, FF, D, false);
+    qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f,
+                            w + l->o_ln_ffpost_w, w + l->o_ln_ffpost_b, Nd, D);
+    qc_op_add_forward(ex, out, x1, tmp, Nd * D);
     blk_ffree(&l->mem, t, n);
     return QC_OK;
 }
@@ -439,6 +574,7 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
                                        const struct attn_app_idx *ix, int64_t Nd,
                                        const struct qc_attn_ctx *ctx)
 {
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     float *dw = l->dw;
     const int64_t D = l->D, FF = l->FF;
@@ -456,43 +592,43 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
     const float *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y), *h1 = SF(ix->h1), *f = SF(ix->f);
 
     /* 13. out = x1 + LN_ffpost(f): dx1 = dout (residual, kept in dx_dst), df */
-    memcpy(dx_dst, dout, (size_t)(Nd * D) * sizeof *dx_dst);
-    qc_layernorm_backward_cpu(df, dw + l->o_ln_ffpost_w, dw + l->o_ln_ffpost_b, dout, f,
-                              SF(ix->ffpost_mean), SF(ix->ffpost_rstd), w + l->o_ln_ffpost_w, Nd, D,
-                              false);
+    qc_op_copy(ex, dx_dst, dout, (size_t)(Nd * D) * sizeof *dx_dst);
+    qc_op_layernorm_backward(ex, df, dw + l->o_ln_ffpost_w, dw + l->o_ln_ffpost_b, dout, f,
+                             SF(ix->ffpost_mean), SF(ix->ffpost_rstd), w + l->o_ln_ffpost_w, Nd, D,
+                             false);
     /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
     struct qc_dropout drop = attn_drop(ctx, 1);
-    qc_dropout_forward_cpu(hd, h1, Nd * FF, &drop);
-    qc_linear_backward_cpu(dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w, Nd,
-                           FF, D, false);
-    qc_dropout_backward_cpu(dhd, dhd, Nd * FF, &drop);
-    qc_relu_backward_cpu(dhd, dhd, h1, Nd * FF);
-    qc_linear_backward_cpu(dy, D, dw + l->o_ff0w, dw + l->o_ff0b, dhd, y, D, w + l->o_ff0w, Nd, D,
-                           FF, false);
-    qc_layernorm_backward_cpu(dx_dst, dw + l->o_ln_ffpre_w, dw + l->o_ln_ffpre_b, dy, x1,
-                              SF(ix->ffpre_mean), SF(ix->ffpre_rstd), w + l->o_ln_ffpre_w, Nd, D,
-                              true);
+    qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
+    qc_op_linear_backward(ex, dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w,
+                          Nd, FF, D, false);
+    qc_op_dropout_backward(ex, dhd, dhd, Nd * FF, &drop);
+    qc_op_relu_backward(ex, dhd, dhd, h1, Nd * FF);
+    qc_op_linear_backward(ex, dy, D, dw + l->o_ff0w, dw + l->o_ff0b, dhd, y, D, w + l->o_ff0w, Nd,
+                          D, FF, false);
+    qc_op_layernorm_backward(ex, dx_dst, dw + l->o_ln_ffpre_w, dw + l->o_ln_ffpre_b, dy, x1,
+                             SF(ix->ffpre_mean), SF(ix->ffpre_rstd), w + l->o_ln_ffpre_w, Nd, D,
+                             true);
     /* 11. x1 = x0 + LN_post(a): dx0 = dx1 (dx_dst keeps it), da */
-    qc_layernorm_backward_cpu(da, dw + l->o_ln_post_w, dw + l->o_ln_post_b, dx_dst, a,
-                              SF(ix->post_mean), SF(ix->post_rstd), w + l->o_ln_post_w, Nd, D,
-                              false);
+    qc_op_layernorm_backward(ex, da, dw + l->o_ln_post_w, dw + l->o_ln_post_b, dx_dst, a,
+                             SF(ix->post_mean), SF(ix->post_rstd), w + l->o_ln_post_w, Nd, D,
+                             false);
     /* 10. a = u'·W_oᵀ + b_o, u' recomputed from (u, g, to_s) */
-    qc_gate_update_forward_cpu(up, u, g, sres, Nd * D);
-    qc_linear_backward_cpu(dup, D, dw + l->o_wo, dw + l->o_bo, da, up, D, w + l->o_wo, Nd, D, D,
-                           false);
+    qc_op_gate_update_forward(ex, up, u, g, sres, Nd * D);
+    qc_op_linear_backward(ex, dup, D, dw + l->o_wo, dw + l->o_bo, da, up, D, w + l->o_wo, Nd, D, D,
+                          false);
     /* 9. gate */
     float *dsres = up; /* u' is no longer needed */
-    qc_gate_update_backward_cpu(du, dg, dsres, dup, u, g, sres, Nd * D);
-    qc_linear_backward_cpu(dxhat, D, dw + l->o_ws, dw + l->o_bs, dsres, xhat, D, w + l->o_ws, Nd, D,
-                           D, false);
-    qc_sigmoid_backward_cpu(dg, dg, g, Nd * D);
-    qc_copy2d_cpu(cat, 2 * D, u, D, Nd, D, false);
-    qc_copy2d_cpu(cat + D, 2 * D, xhat, D, Nd, D, false);
+    qc_op_gate_update_backward(ex, du, dg, dsres, dup, u, g, sres, Nd * D);
+    qc_op_linear_backward(ex, dxhat, D, dw + l->o_ws, dw + l->o_bs, dsres, xhat, D, w + l->o_ws, Nd,
+                          D, D, false);
+    qc_op_sigmoid_backward(ex, dg, dg, g, Nd * D);
+    qc_op_copy2d(ex, cat, 2 * D, u, D, Nd, D, false);
+    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, Nd, D, false);
     float *dcat2 = dy; /* dy (Nd,D) and da (Nd,D) are adjacent and free: (Nd,2D) */
-    qc_linear_backward_cpu(dcat2, 2 * D, dw + l->o_wg, dw + l->o_bg, dg, cat, 2 * D, w + l->o_wg,
-                           Nd, 2 * D, D, false);
-    qc_copy2d_cpu(du, D, dcat2, 2 * D, Nd, D, true);
-    qc_copy2d_cpu(dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
+    qc_op_linear_backward(ex, dcat2, 2 * D, dw + l->o_wg, dw + l->o_bg, dg, cat, 2 * D, w + l->o_wg,
+                          Nd, 2 * D, D, false);
+    qc_op_copy2d(ex, du, D, dcat2, 2 * D, Nd, D, true);
+    qc_op_copy2d(ex, dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
     blk_ffree(&l->mem, t, n);
     return QC_OK;
 }
@@ -501,16 +637,17 @@ void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat
                             const struct qc_stash *st, const struct attn_app_idx *ix,
                             const float *x_dst, int64_t Nd)
 {
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     float *dw = l->dw;
     const int64_t D = l->D;
     if (Nd == 0)
         return;
-    qc_linear_backward_cpu(dxhat, D, dw + l->o_wq, dw + l->o_bq, dq, SF(ix->xhat_d), D, w + l->o_wq,
-                           Nd, D, D, true);
-    qc_layernorm_backward_cpu(dx_dst, dw + l->o_ln_dst_w, dw + l->o_ln_dst_b, dxhat, x_dst,
-                              SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), w + l->o_ln_dst_w, Nd, D,
-                              true);
+    qc_op_linear_backward(ex, dxhat, D, dw + l->o_wq, dw + l->o_bq, dq, SF(ix->xhat_d), D,
+                          w + l->o_wq, Nd, D, D, true);
+    qc_op_layernorm_backward(ex, dx_dst, dw + l->o_ln_dst_w, dw + l->o_ln_dst_b, dxhat, x_dst,
+                             SF(ix->ln_dst_mean), SF(ix->ln_dst_rstd), w + l->o_ln_dst_w, Nd, D,
+                             true);
 }
 
 // ---- application: dispatch ----------------------------------------------------------------

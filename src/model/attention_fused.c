@@ -24,15 +24,33 @@
  * gradient lanes (dk, dv, dW_kr, dW_vr, LN_r, FE parameters, categorical table), which are then
  * summed in lane order: the result is bit-reproducible for a given thread count. Transient
  * memory: about (threads × tile_edges × (F(d) + 8·D·4)) bytes plus the lanes.
+ *
+ * Backends. The kv half (k, v per source) is plain ops on the layer's backend. The edge part
+ * above is CPU code that reads the tensors itself inside its OpenMP loops (it IS the op):
+ * on the CPU it runs as is, on the emulated device it runs with the arena open
+ * (qc_emu_enter/leave around the whole pass: the same bits as the CPU), and on CUDA the
+ * launchers of kernels/qc_attn_fused_cuda.h replace it (same stash, same dropout keying, the
+ * CPU fused path as their oracle; tiles of tile_edges_cuda base edges, the by-source CSR and
+ * the tile plan built on the host from the graph's host copies).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <omp.h>
 
 #include "blocks_internal.h"
+#include "qc_emu.h"
+#include "qc_exec.h"
 #include "qc_kernels.h"
+
+#ifdef QC_HAVE_CUDA
+#    include "qc_attn_fused_cuda.h"
+
+_Static_assert(QC_ATTN_CUDA_TILE_EDGES == QC_ATTN_FUSED_CUDA_TILE_EDGES,
+               "the layer's default CUDA tile is the launchers' suggested tile");
+#endif
 
 /* OpenBLAS's thread control (libopenblas, linked through qckernels). Inside the tile loop every
  * thread runs its own GEMMs, so BLAS must not start threads of its own.
@@ -47,12 +65,14 @@ enum { KV_XHAT = 0, KV_MEAN, KV_RSTD, KV_K, KV_V };
 enum qc_status attn_fused_kv_forward(struct qc_attn_kv *kv)
 {
     const struct qc_attn *l = kv->l;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
     const struct qc_stash *st = &kv->stash;
     const float *xhat = qc_stash_f32(st, KV_XHAT);
-    qc_linear_forward_cpu(qc_stash_f32(st, KV_K), xhat, D, l->w + l->o_wk, NULL, Ns, D, D, false);
-    qc_linear_forward_cpu(qc_stash_f32(st, KV_V), xhat, D, l->w + l->o_wv, l->w + l->o_bv, Ns, D, D,
-                          false);
+    qc_op_linear_forward(ex, qc_stash_f32(st, KV_K), xhat, D, l->w + l->o_wk, NULL, Ns, D, D,
+                         false);
+    qc_op_linear_forward(ex, qc_stash_f32(st, KV_V), xhat, D, l->w + l->o_wv, l->w + l->o_bv, Ns, D,
+                         D, false);
     return QC_OK;
 }
 
@@ -79,11 +99,12 @@ enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
     if (!kv->dk && (s = kv_grads_alloc(kv)) != QC_OK) /* no application ran backward */
         return s;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *xhat = qc_stash_f32(&kv->stash, KV_XHAT);
-    qc_linear_backward_cpu(dxhat_s, D, l->dw + l->o_wk, NULL, kv->dk, xhat, D, l->w + l->o_wk, Ns,
-                           D, D, false);
-    qc_linear_backward_cpu(dxhat_s, D, l->dw + l->o_wv, l->dw + l->o_bv, kv->dv, xhat, D,
-                           l->w + l->o_wv, Ns, D, D, true);
+    qc_op_linear_backward(ex, dxhat_s, D, l->dw + l->o_wk, NULL, kv->dk, xhat, D, l->w + l->o_wk,
+                          Ns, D, D, false);
+    qc_op_linear_backward(ex, dxhat_s, D, l->dw + l->o_wv, l->dw + l->o_bv, kv->dv, xhat, D,
+                          l->w + l->o_wv, Ns, D, D, true);
     blk_ffree(&l->mem, kv->dv, Ns * D);
     blk_ffree(&l->mem, kv->dk, Ns * D);
     kv->dk = kv->dv = NULL;
@@ -161,6 +182,7 @@ static enum qc_status ftile_make(struct ftile *t, const struct qc_attn_kv *kv, b
     const struct qc_attn_graph *g = ed->g;
     const int64_t D = l->D, H = l->H, nb = g->n_bdst, Ns = g->n_src;
     const int64_t want = l->tile_edges > 0 ? l->tile_edges : 1;
+    const int64_t *row_ptr = attn_row_ptr_host(g);
     memset(t, 0, sizeof *t);
     t->bm = &l->mem;
     t->b0 = malloc((size_t)(nb + 2) * sizeof *t->b0);
@@ -169,13 +191,13 @@ static enum qc_status ftile_make(struct ftile *t, const struct qc_attn_kv *kv, b
     int64_t b = 0;
     while (b < nb) {
         t->b0[t->ntile++] = b;
-        int64_t e0 = g->row_ptr[b];
-        while (b < nb && g->row_ptr[b] - e0 < want) {
-            int64_t deg = g->row_ptr[b + 1] - g->row_ptr[b];
+        int64_t e0 = row_ptr[b];
+        while (b < nb && row_ptr[b] - e0 < want) {
+            int64_t deg = row_ptr[b + 1] - row_ptr[b];
             t->max_deg = deg > t->max_deg ? deg : t->max_deg;
             b++;
         }
-        int64_t te = g->row_ptr[b] - e0;
+        int64_t te = row_ptr[b] - e0;
         t->cap = te > t->cap ? te : t->cap;
     }
     t->b0[t->ntile] = nb;
@@ -411,12 +433,14 @@ static void fused_row_backward(float *dq, float *dkt, float *dvt, const float *d
 
 // ---- application ------------------------------------------------------------------------
 
-enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float *q,
-                                       const struct qc_stash *st, const struct attn_app_idx *ix,
-                                       const struct qc_attn_ctx *ctx)
+/* The CPU edge forward (CPU, and EMU with the arena open). */
+static enum qc_status fused_forward_cpu(const struct qc_attn_kv *kv, const float *q,
+                                        const struct qc_stash *st, const struct attn_app_idx *ix,
+                                        const struct qc_attn_ctx *ctx)
 {
     const struct qc_attn *l = kv->l;
     const struct qc_attn_graph *g = kv->ed->g;
+    const int64_t *row_ptr = attn_row_ptr_host(g);
     const int64_t E = g->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = g->n_query;
     float *u = qc_stash_f32(st, ix->u), *M = qc_stash_f32(st, ix->smax);
     float *S = qc_stash_f32(st, ix->ssum);
@@ -436,14 +460,14 @@ enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(t.nthreads)
         for (int64_t ti = 0; ti < t.ntile; ti++) {
             struct ftile_ws *ws = &t.ws[omp_get_thread_num()];
-            const int64_t b0 = t.b0[ti], b1 = t.b0[ti + 1], e0 = g->row_ptr[b0];
-            enum qc_status ts = ftile_edges(ws, kv, e0, g->row_ptr[b1] - e0);
+            const int64_t b0 = t.b0[ti], b1 = t.b0[ti + 1], e0 = row_ptr[b0];
+            enum qc_status ts = ftile_edges(ws, kv, e0, row_ptr[b1] - e0);
             if (ts != QC_OK) {
                 ftile_fail(&s, msg, sizeof msg, ts);
                 continue;
             }
             for (int64_t b = b0; b < b1; b++) {
-                const int64_t eb = g->row_ptr[b], n = g->row_ptr[b + 1] - eb;
+                const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
                 for (int64_t k = 0; k < Q; k++) {
                     const int64_t i = attn_query_row(g, b, k);
                     fused_row_forward(u + i * D, M + i * H, S + i * H, q + i * D,
@@ -495,13 +519,15 @@ static float *lane_dcat(const struct ftile_lane *ln)
     return ln->dcat;
 }
 
-enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
-                                        const struct qc_stash *st, const struct attn_app_idx *ix,
-                                        const struct qc_attn_ctx *ctx)
+/* The CPU edge backward (CPU, and EMU with the arena open). */
+static enum qc_status fused_backward_cpu(struct qc_attn_kv *kv, float *dq, const float *du,
+                                         const struct qc_stash *st, const struct attn_app_idx *ix,
+                                         const struct qc_attn_ctx *ctx)
 {
     const struct qc_attn *l = kv->l;
     const struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
+    const int64_t *row_ptr = attn_row_ptr_host(g), *src = attn_src_host(g);
     const float *w = l->w;
     const int64_t E = g->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = g->n_query;
     const int64_t Ns = g->n_src;
@@ -524,8 +550,8 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
             const int tid = omp_get_thread_num();
             struct ftile_ws *ws = &t.ws[tid];
             struct ftile_lane *ln = &t.lane[tid];
-            const int64_t b0 = t.b0[ti], b1 = t.b0[ti + 1], e0 = g->row_ptr[b0];
-            const int64_t te = g->row_ptr[b1] - e0;
+            const int64_t b0 = t.b0[ti], b1 = t.b0[ti + 1], e0 = row_ptr[b0];
+            const int64_t te = row_ptr[b1] - e0;
             enum qc_status ts = ftile_edges(ws, kv, e0, te);
             if (ts != QC_OK) {
                 ftile_fail(&s, msg, sizeof msg, ts);
@@ -534,7 +560,7 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
             memset(ws->dkt, 0, (size_t)(te * D) * sizeof *ws->dkt);
             memset(ws->dvt, 0, (size_t)(te * D) * sizeof *ws->dvt);
             for (int64_t b = b0; b < b1; b++) {
-                const int64_t eb = g->row_ptr[b], n = g->row_ptr[b + 1] - eb;
+                const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
                 for (int64_t k = 0; k < Q; k++) {
                     const int64_t i = attn_query_row(g, b, k);
                     fused_row_backward(dq + i * D, ws->dkt + (eb - e0) * D, ws->dvt + (eb - e0) * D,
@@ -568,7 +594,7 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
             }
             /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
             for (int64_t e = 0; e < te; e++) {
-                float *dkj = ln->dk + g->src[e0 + e] * D, *dvj = ln->dv + g->src[e0 + e] * D;
+                float *dkj = ln->dk + src[e0 + e] * D, *dvj = ln->dv + src[e0 + e] * D;
                 const float *a = ws->dkt + e * D, *c = ws->dvt + e * D;
                 for (int64_t x = 0; x < D; x++) {
                     dkj[x] += a[x];
@@ -596,5 +622,198 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
     ftile_free(&t);
     if (s != QC_OK && msg[0])
         return qc_errorf(s, "%s", msg);
+    return s;
+}
+
+// ---- CUDA -----------------------------------------------------------------------------------
+
+#ifdef QC_HAVE_CUDA
+/* One launcher call's descriptors (kernels/qc_attn_fused_cuda.h): the layer slice, FE and edge
+ * set with device pointers, the host tile plan and the scratch. ed.fe points into the struct:
+ * do not copy it. */
+struct fused_cuda {
+    struct qc_attn_fused_cuda_layer l;
+    struct qc_attn_fused_cuda_fe fe;
+    struct qc_attn_fused_cuda_edges ed;
+    struct qc_attn_fused_cuda_tiles tiles;
+    float *scratch_mem; /* scratch_n floats from the layer's hook */
+    int64_t scratch_n;
+    float *scratch; /* scratch_mem rounded up to 256 bytes (the launchers' alignment) */
+};
+
+static void fused_cuda_free(struct fused_cuda *c, const struct qc_attn *l)
+{
+    blk_ffree(&l->mem, c->scratch_mem, c->scratch_n);
+    qc_attn_fused_cuda_tiles_deinit(&c->tiles);
+}
+
+static enum qc_status fused_cuda_make(struct fused_cuda *c, const struct qc_attn_kv *kv,
+                                      bool backward)
+{
+    const struct qc_attn *l = kv->l;
+    struct qc_attn_edges *ed = kv->ed;
+    const struct qc_attn_graph *g = ed->g;
+    const struct qc_fourier *fe = l->has_pos ? ed->fe : NULL;
+    memset(c, 0, sizeof *c);
+    QC_ASSERT(l->Dh <= QC_ATTN_FUSED_CUDA_MAX_DH, "attention %s: Dh %lld > %d on CUDA", l->mem.name,
+              (long long)l->Dh, QC_ATTN_FUSED_CUDA_MAX_DH);
+    c->l.D = l->D;
+    c->l.H = l->H;
+    c->l.Dh = l->Dh;
+    c->l.scale = l->scale;
+    c->l.has_pos = l->has_pos;
+    if (l->has_pos) {
+        c->l.w_kr = l->w + l->o_wkr;
+        c->l.w_vr = l->w + l->o_wvr;
+        c->l.b_vr = l->w + l->o_bvr;
+        c->l.ln_r_w = l->w + l->o_ln_r_w;
+        c->l.ln_r_b = l->w + l->o_ln_r_b;
+        if (backward) {
+            c->l.dw_kr = l->dw + l->o_wkr;
+            c->l.dw_vr = l->dw + l->o_wvr;
+            c->l.db_vr = l->dw + l->o_bvr;
+            c->l.dln_r_w = l->dw + l->o_ln_r_w;
+            c->l.dln_r_b = l->dw + l->o_ln_r_b;
+        }
+    }
+    if (fe) { /* the CPU block's offsets, one to one */
+        QC_ASSERT(fe->d <= QC_ATTN_FUSED_CUDA_FE_MAX_D, "attention %s: FE(%lld) on CUDA",
+                  l->mem.name, (long long)fe->d);
+        c->fe.D = fe->D;
+        c->fe.F = fe->F;
+        c->fe.d = fe->d;
+        c->fe.o_freqs = fe->o_freqs;
+        for (int64_t i = 0; i < fe->d; i++) {
+            c->fe.o_w1[i] = fe->o_w1[i];
+            c->fe.o_b1[i] = fe->o_b1[i];
+            c->fe.o_lnw[i] = fe->o_lnw[i];
+            c->fe.o_lnb[i] = fe->o_lnb[i];
+            c->fe.o_w2[i] = fe->o_w2[i];
+            c->fe.o_b2[i] = fe->o_b2[i];
+        }
+        c->fe.o_out_lnw = fe->o_out_lnw;
+        c->fe.o_out_lnb = fe->o_out_lnb;
+        c->fe.o_out_w = fe->o_out_w;
+        c->fe.o_out_b = fe->o_out_b;
+        c->fe.w = fe->w;
+        c->fe.dw = backward ? fe->dw : NULL;
+    }
+    c->ed.n_src = g->n_src;
+    c->ed.n_dst = g->n_dst;
+    c->ed.n_bdst = g->n_bdst;
+    c->ed.n_query = g->n_query;
+    c->ed.n_edge = g->n_edge;
+    c->ed.row_ptr = g->row_ptr;
+    c->ed.src = g->src;
+    c->ed.query_row = g->query_row;
+    c->ed.fe = fe ? &c->fe : NULL;
+    c->ed.feat = fe && fe->d > 0 ? ed->feat : NULL;
+    c->ed.cat_table = fe ? ed->cat_table : NULL;
+    c->ed.cat_idx = fe && ed->cat_table ? ed->cat_idx : NULL;
+    c->ed.ncat = fe && ed->cat_table ? ed->ncat : 0;
+    c->ed.dcat_table = backward && fe && ed->cat_table ? ed->dcat_table : NULL;
+    if (backward) /* built once per edge context, shared by its layers */
+        QC_TRY(attn_edges_by_src(ed, &c->ed.by_src));
+    const int64_t tile = l->tile_edges_cuda > 0 ? l->tile_edges_cuda : QC_ATTN_CUDA_TILE_EDGES;
+    QC_TRY(qc_attn_fused_cuda_tiles_init(&c->tiles, attn_row_ptr_host(g), g->n_bdst, tile));
+    c->ed.tiles = &c->tiles;
+    /* + 64 floats: room to round the hook's (64-byte aligned) block up to 256 bytes */
+    const int64_t need = qc_attn_fused_cuda_scratch_numel(&c->l, &c->ed, backward);
+    c->scratch_n = need + 64;
+    c->scratch_mem = blk_falloc(&l->mem, c->scratch_n, "fused_tile.cuda_scratch");
+    if (!c->scratch_mem) {
+        enum qc_status s = blk_nomem(&l->mem, "fused_tile.cuda_scratch", c->scratch_n);
+        qc_attn_fused_cuda_tiles_deinit(&c->tiles);
+        c->scratch_n = 0;
+        return s;
+    }
+    c->scratch = (float *)(((uintptr_t)c->scratch_mem + 255) & ~(uintptr_t)255);
+    return QC_OK;
+}
+
+static enum qc_status fused_forward_cuda(const struct qc_attn_kv *kv, const float *q,
+                                         const struct qc_stash *st, const struct attn_app_idx *ix,
+                                         const struct qc_attn_ctx *ctx)
+{
+    const struct qc_attn *l = kv->l;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
+    struct fused_cuda c;
+    QC_TRY(fused_cuda_make(&c, kv, false));
+    const struct qc_dropout drop = attn_drop(ctx, 0);
+    qc_attn_fused_forward_cuda(qc_stash_f32(st, ix->u), qc_stash_f32(st, ix->smax),
+                               qc_stash_f32(st, ix->ssum), q, qc_stash_f32(&kv->stash, KV_K),
+                               qc_stash_f32(&kv->stash, KV_V), &c.l, &c.ed, &drop, c.scratch,
+                               (cudaStream_t)ex->stream);
+    fused_cuda_free(&c, l); /* stream-ordered: the hook frees on the stream */
+    return QC_OK;
+}
+
+static enum qc_status fused_backward_cuda(struct qc_attn_kv *kv, float *dq, const float *du,
+                                          const struct qc_stash *st, const struct attn_app_idx *ix,
+                                          const struct qc_attn_ctx *ctx)
+{
+    const struct qc_attn *l = kv->l;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
+    if (!kv->dk) /* first application's backward: the kv gradients start at zero */
+        QC_TRY(kv_grads_alloc(kv));
+    struct fused_cuda c;
+    QC_TRY(fused_cuda_make(&c, kv, true));
+    const struct qc_dropout drop = attn_drop(ctx, 0);
+    qc_attn_fused_backward_cuda(dq, kv->dk, kv->dv, du, qc_stash_f32(st, ix->smax),
+                                qc_stash_f32(st, ix->ssum), qc_stash_f32(st, ix->q),
+                                qc_stash_f32(&kv->stash, KV_K), qc_stash_f32(&kv->stash, KV_V),
+                                &c.l, &c.ed, &drop, c.scratch, (cudaStream_t)ex->stream);
+    fused_cuda_free(&c, l);
+    return QC_OK;
+}
+#endif
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+/* The arena of an EMU backend (NULL otherwise): the CPU edge part runs with it open. */
+static struct qc_emu *fused_emu(const struct qc_exec *ex)
+{
+    return qc_exec_backend_of(ex) == QC_EXEC_EMU ? ex->emu : NULL;
+}
+
+enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float *q,
+                                       const struct qc_stash *st, const struct attn_app_idx *ix,
+                                       const struct qc_attn_ctx *ctx)
+{
+    const struct qc_exec *ex = qc_block_exec(&kv->l->mem);
+    if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
+#ifdef QC_HAVE_CUDA
+        return fused_forward_cuda(kv, q, st, ix, ctx);
+#else
+        QC_ASSERT(false, "attention %s: the CUDA backend in a build without CUDA", kv->l->mem.name);
+#endif
+    }
+    struct qc_emu *emu = fused_emu(ex);
+    if (emu)
+        qc_emu_enter(emu);
+    enum qc_status s = fused_forward_cpu(kv, q, st, ix, ctx);
+    if (emu)
+        qc_emu_leave(emu);
+    return s;
+}
+
+enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
+                                        const struct qc_stash *st, const struct attn_app_idx *ix,
+                                        const struct qc_attn_ctx *ctx)
+{
+    const struct qc_exec *ex = qc_block_exec(&kv->l->mem);
+    if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
+#ifdef QC_HAVE_CUDA
+        return fused_backward_cuda(kv, dq, du, st, ix, ctx);
+#else
+        QC_ASSERT(false, "attention %s: the CUDA backend in a build without CUDA", kv->l->mem.name);
+#endif
+    }
+    struct qc_emu *emu = fused_emu(ex);
+    if (emu)
+        qc_emu_enter(emu);
+    enum qc_status s = fused_backward_cpu(kv, dq, du, st, ix, ctx);
+    if (emu)
+        qc_emu_leave(emu);
     return s;
 }

@@ -9,10 +9,15 @@
  *   q_i = q[query(bdst(e), k)]          stashed (Q·E, D), as PyTorch's index_select keeps it
  *   s   = (q_i · k̃) · Dh^-0.5, α = segment softmax over each query's edges   α stashed (Q·E, H)
  *   u   = Σ_e dropout(α)·ṽ               the dropout mask is redrawn from Philox in backward
+ *
+ * Every step is an op of qc_exec.h on the layer's backend, so the same code runs on the CPU,
+ * on CUDA and on the emulated device. Rows move between x_dst order and the per-mode buffers
+ * (row k·n_bdst + b for query (b,k)) by row gathers over the edge context's query index
+ * arrays (attn_edges_query_index): the gathers copy rows exactly, so the results are those
+ * of the former per-row copies bit for bit.
  */
-#include <string.h>
-
 #include "blocks_internal.h"
+#include "qc_exec.h"
 #include "qc_kernels.h"
 
 enum { KV_XHAT = 0 };
@@ -34,6 +39,7 @@ enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
 {
     const struct qc_attn *l = kv->l;
     const struct qc_attn_graph *g = kv->ed->g;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     const int64_t Ns = g->n_src, E = g->n_edge, D = l->D;
     const struct qc_stash *st = &kv->stash;
@@ -44,42 +50,52 @@ enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
     if (!k)
         return blk_nomem(&l->mem, "kv_forward.k_v", 2 * Ns * D);
     float *v = k + Ns * D;
-    qc_linear_forward_cpu(k, xhat, D, w + l->o_wk, NULL, Ns, D, D, false);
-    qc_linear_forward_cpu(v, xhat, D, w + l->o_wv, w + l->o_bv, Ns, D, D, false);
-    qc_gather_rows_forward_cpu(kt, k, g->src, E, D, false);
-    qc_gather_rows_forward_cpu(vt, v, g->src, E, D, false);
+    qc_op_linear_forward(ex, k, xhat, D, w + l->o_wk, NULL, Ns, D, D, false);
+    qc_op_linear_forward(ex, v, xhat, D, w + l->o_wv, w + l->o_bv, Ns, D, D, false);
+    qc_op_gather_rows_forward(ex, kt, k, g->src, E, D, false);
+    qc_op_gather_rows_forward(ex, vt, v, g->src, E, D, false);
     blk_ffree(&l->mem, k, 2 * Ns * D);
     if (l->has_pos) {
         const float *r = qc_stash_f32(&kv->ed->stash, 0);
         float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
-        qc_layernorm_forward_cpu(rhat, qc_stash_f32(st, qc_stash_find(st, "ln_r.mean")),
-                                 qc_stash_f32(st, qc_stash_find(st, "ln_r.rstd")), r,
-                                 w + l->o_ln_r_w, w + l->o_ln_r_b, E, D);
-        qc_linear_forward_cpu(kt, rhat, D, w + l->o_wkr, NULL, E, D, D, true);
-        qc_linear_forward_cpu(vt, rhat, D, w + l->o_wvr, w + l->o_bvr, E, D, D, true);
+        qc_op_layernorm_forward(ex, rhat, qc_stash_f32(st, qc_stash_find(st, "ln_r.mean")),
+                                qc_stash_f32(st, qc_stash_find(st, "ln_r.rstd")), r,
+                                w + l->o_ln_r_w, w + l->o_ln_r_b, E, D);
+        qc_op_linear_forward(ex, kt, rhat, D, w + l->o_wkr, NULL, E, D, D, true);
+        qc_op_linear_forward(ex, vt, rhat, D, w + l->o_wvr, w + l->o_bvr, E, D, D, true);
+    }
+    return QC_OK;
+}
+
+/* kv->dkt, kv->dvt (E,D) zeroed, from the layer's hook. */
+static enum qc_status kv_edge_grads_alloc(struct qc_attn_kv *kv)
+{
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const int64_t n = kv->ed->g->n_edge * kv->l->D;
+    kv->dkt = blk_fcalloc(bm, n, "kv.dkt");
+    if (kv->dkt)
+        kv->dvt = blk_fcalloc(bm, n, "kv.dvt");
+    if (!kv->dvt) {
+        blk_ffree(bm, kv->dkt, n);
+        kv->dkt = NULL;
+        return blk_nomem(bm, "kv.dkt_dvt", 2 * n);
     }
     return QC_OK;
 }
 
 enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
 {
+    enum qc_status s;
     const struct qc_attn *l = kv->l;
     struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     float *dw = l->dw;
     const int64_t Ns = g->n_src, E = g->n_edge, D = l->D;
     const struct qc_stash *st = &kv->stash;
-    if (!kv->dkt) { /* no application ran backward: zero gradients */
-        kv->dkt = blk_fcalloc(&l->mem, E * D, "kv.dkt");
-        if (kv->dkt)
-            kv->dvt = blk_fcalloc(&l->mem, E * D, "kv.dvt");
-        if (!kv->dvt) {
-            blk_ffree(&l->mem, kv->dkt, E * D);
-            kv->dkt = NULL;
-            return blk_nomem(&l->mem, "kv.dkt_dvt", 2 * E * D);
-        }
-    }
+    if (!kv->dkt && (s = kv_edge_grads_alloc(kv)) != QC_OK) /* no application ran backward */
+        return s;
     if (l->has_pos) {
         const float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
         if (!ed->dr && !(ed->dr = blk_fcalloc(&ed->mem, E * D, "edges.dr")))
@@ -87,39 +103,31 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
         float *drhat = blk_falloc(&l->mem, E * D, "kv_backward.drhat");
         if (!drhat)
             return blk_nomem(&l->mem, "kv_backward.drhat", E * D);
-        qc_linear_backward_cpu(drhat, D, dw + l->o_wkr, NULL, kv->dkt, rhat, D, w + l->o_wkr, E, D,
-                               D, false);
-        qc_linear_backward_cpu(drhat, D, dw + l->o_wvr, dw + l->o_bvr, kv->dvt, rhat, D,
-                               w + l->o_wvr, E, D, D, true);
-        qc_layernorm_backward_cpu(
-            ed->dr, dw + l->o_ln_r_w, dw + l->o_ln_r_b, drhat, qc_stash_f32(&ed->stash, 0),
+        qc_op_linear_backward(ex, drhat, D, dw + l->o_wkr, NULL, kv->dkt, rhat, D, w + l->o_wkr, E,
+                              D, D, false);
+        qc_op_linear_backward(ex, drhat, D, dw + l->o_wvr, dw + l->o_bvr, kv->dvt, rhat, D,
+                              w + l->o_wvr, E, D, D, true);
+        qc_op_layernorm_backward(
+            ex, ed->dr, dw + l->o_ln_r_w, dw + l->o_ln_r_b, drhat, qc_stash_f32(&ed->stash, 0),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.mean")),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.rstd")), w + l->o_ln_r_w, E, D, true);
         blk_ffree(&l->mem, drhat, E * D);
     }
     /* k̃ and ṽ read k[src], v[src]: sum their gradients per source in CSR-by-source order */
-    const size_t ptr_bytes = (size_t)(Ns + 1 + E) * sizeof(int64_t);
-    int64_t *ptr = qc_block_alloc(&l->mem, ptr_bytes, "kv_backward.csr_by_src");
-    if (!ptr)
-        return blk_nomem(&l->mem, "kv_backward.csr_by_src", (int64_t)(ptr_bytes / 4));
+    struct qc_csr by_src;
+    QC_TRY(attn_edges_by_src(ed, &by_src));
     float *dk = blk_falloc(&l->mem, 2 * Ns * D, "kv_backward.dk_dv");
-    if (!dk) {
-        qc_block_free(&l->mem, ptr, ptr_bytes);
+    if (!dk)
         return blk_nomem(&l->mem, "kv_backward.dk_dv", 2 * Ns * D);
-    }
     float *dv = dk + Ns * D;
-    int64_t *perm = ptr + Ns + 1;
-    qc_csr_build_cpu(ptr, perm, g->src, E, Ns);
-    struct qc_csr by_src = {ptr, perm, g->src, Ns, E};
-    qc_gather_rows_backward_cpu(dk, kv->dkt, by_src, D, false);
-    qc_gather_rows_backward_cpu(dv, kv->dvt, by_src, D, false);
+    qc_op_gather_rows_backward(ex, dk, kv->dkt, by_src, D, false);
+    qc_op_gather_rows_backward(ex, dv, kv->dvt, by_src, D, false);
     const float *xhat = qc_stash_f32(st, KV_XHAT);
-    qc_linear_backward_cpu(dxhat_s, D, dw + l->o_wk, NULL, dk, xhat, D, w + l->o_wk, Ns, D, D,
-                           false);
-    qc_linear_backward_cpu(dxhat_s, D, dw + l->o_wv, dw + l->o_bv, dv, xhat, D, w + l->o_wv, Ns, D,
-                           D, true);
+    qc_op_linear_backward(ex, dxhat_s, D, dw + l->o_wk, NULL, dk, xhat, D, w + l->o_wk, Ns, D, D,
+                          false);
+    qc_op_linear_backward(ex, dxhat_s, D, dw + l->o_wv, dw + l->o_bv, dv, xhat, D, w + l->o_wv, Ns,
+                          D, D, true);
     blk_ffree(&l->mem, dk, 2 * Ns * D);
-    qc_block_free(&l->mem, ptr, ptr_bytes);
     blk_ffree(&l->mem, kv->dvt, E * D);
     blk_ffree(&l->mem, kv->dkt, E * D);
     kv->dkt = kv->dvt = NULL;
@@ -135,101 +143,88 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
     const struct qc_attn *l = kv->l;
     const struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const int64_t E = g->n_edge, D = l->D, H = l->H, nb = g->n_bdst, Q = g->n_query;
+    const int64_t QB = Q * nb;
     const float *kt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "kt"));
     const float *vt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "vt"));
-    float *u = qc_stash_f32(st, ix->u);
-    memset(u, 0, (size_t)(g->n_dst * D) * sizeof *u);
-    float *qseg = blk_falloc(&l->mem, 2 * nb * D, "unfused_forward.qseg_useg");
+    const struct attn_query_index qx = attn_edges_query_index(ed);
+    /* qseg (QB,D): q of query (b,k) at row k·nb + b; useg (QB+1,D): its aggregation, and a
+     * last row of zeros for the x_dst rows no query names */
+    const int64_t n = (2 * QB + 1) * D;
+    float *qseg = blk_falloc(&l->mem, n, "unfused_forward.qseg_useg");
     if (!qseg)
-        return blk_nomem(&l->mem, "unfused_forward.qseg_useg", 2 * nb * D);
-    float *useg = qseg + nb * D;
+        return blk_nomem(&l->mem, "unfused_forward.qseg_useg", n);
+    float *useg = qseg + QB * D;
+    qc_op_gather_rows_forward(ex, qseg, q, qx.qidx, QB, D, false);
+    qc_op_zero(ex, useg + QB * D, (size_t)D * sizeof *useg);
     struct qc_csr csr = unfused_csr(ed);
     for (int64_t k = 0; k < Q; k++) {
-        for (int64_t b = 0; b < nb; b++)
-            memcpy(qseg + b * D, q + attn_query_row(g, b, k) * D, (size_t)D * sizeof *q);
+        const float *qk = qseg + k * nb * D;
         float *qi = qc_stash_f32(st, ix->qi) + k * E * D;
         float *alpha = qc_stash_f32(st, ix->alpha) + k * E * H;
-        qc_gather_rows_forward_cpu(qi, qseg, ed->bdst, E, D, false);
-        qc_attn_score_forward_cpu(alpha, qseg, kt, csr, H, l->Dh, l->scale);
-        qc_segment_softmax_forward_cpu(alpha, NULL, NULL, alpha, csr, H);
+        qc_op_gather_rows_forward(ex, qi, qk, ed->bdst, E, D, false);
+        qc_op_attn_score_forward(ex, alpha, qk, kt, csr, H, l->Dh, l->scale);
+        qc_op_segment_softmax_forward(ex, alpha, NULL, NULL, alpha, csr, H);
         struct qc_dropout drop = attn_drop(ctx, 0);
         drop.index_base = k * E * H;
-        qc_attn_aggregate_forward_cpu(useg, alpha, vt, csr, H, l->Dh, &drop);
-        for (int64_t b = 0; b < nb; b++)
-            memcpy(u + attn_query_row(g, b, k) * D, useg + b * D, (size_t)D * sizeof *u);
+        qc_op_attn_aggregate_forward(ex, useg + k * nb * D, alpha, vt, csr, H, l->Dh, &drop);
     }
-    blk_ffree(&l->mem, qseg, 2 * nb * D);
+    /* u (n_dst,D) OVERWRITE: every row, from its query's aggregation or the zero row */
+    qc_op_gather_rows_forward(ex, qc_stash_f32(st, ix->u), useg, qx.qinv, g->n_dst, D, false);
+    blk_ffree(&l->mem, qseg, n);
     return QC_OK;
-}
-
-/* dkt[e,h,:] += (dscore[e,h]·scale)·q_i[e,h,:] — the key gradient read from the stashed q_i,
- * accumulated over modes (ascending k). */
-static void unfused_dk_accum(float *dkt, const float *dscore, const float *qi, int64_t E, int64_t H,
-                             int64_t Dh, float scale)
-{
-    const int64_t D = H * Dh;
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t h = 0; h < H; h++) {
-            float gs = dscore[e * H + h] * scale;
-            for (int64_t c = 0; c < Dh; c++)
-                dkt[e * D + h * Dh + c] += gs * qi[e * D + h * Dh + c];
-        }
 }
 
 enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                           const struct qc_stash *st, const struct attn_app_idx *ix,
                                           const struct qc_attn_ctx *ctx)
 {
+    enum qc_status s;
     const struct qc_attn *l = kv->l;
     const struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const int64_t E = g->n_edge, D = l->D, H = l->H, nb = g->n_bdst, Q = g->n_query;
+    const int64_t QB = Q * nb;
     const float *kt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "kt"));
     const float *vt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "vt"));
-    if (!kv->dkt) { /* first application's backward: the kv gradients start at zero */
-        kv->dkt = blk_fcalloc(&l->mem, E * D, "kv.dkt");
-        if (kv->dkt)
-            kv->dvt = blk_fcalloc(&l->mem, E * D, "kv.dvt");
-        if (!kv->dvt) {
-            blk_ffree(&l->mem, kv->dkt, E * D);
-            kv->dkt = NULL;
-            return blk_nomem(&l->mem, "kv.dkt_dvt", 2 * E * D);
-        }
-    }
-    memset(dq, 0, (size_t)(g->n_dst * D) * sizeof *dq);
-    int64_t n = 3 * nb * D + E * H + E * D;
+    /* first application's backward: the kv gradients start at zero */
+    if (!kv->dkt && (s = kv_edge_grads_alloc(kv)) != QC_OK)
+        return s;
+    const struct attn_query_index qx = attn_edges_query_index(ed);
+    /* duseg (QB,D), dqseg (QB+1,D) per query as in forward (last row: zeros), dalpha (E,H),
+     * dtmp (E,D) one mode's dṽ, then its dk̃ */
+    const int64_t n = (2 * QB + 1) * D + E * H + E * D;
     float *t = blk_falloc(&l->mem, n, "unfused_backward.scratch");
     if (!t)
         return blk_nomem(&l->mem, "unfused_backward.scratch", n);
-    float *qseg = t, *duseg = t + nb * D, *dqseg = t + 2 * nb * D;
-    float *dalpha = t + 3 * nb * D, *dv = t + 3 * nb * D + E * H;
+    float *duseg = t, *dqseg = t + QB * D, *dalpha = t + (2 * QB + 1) * D;
+    float *dtmp = dalpha + E * H;
+    qc_op_gather_rows_forward(ex, duseg, du, qx.qidx, QB, D, false);
+    qc_op_zero(ex, dqseg + QB * D, (size_t)D * sizeof *dqseg);
     struct qc_csr csr = unfused_csr(ed);
+    /* the identity CSR over base edges: the score backward's dk with q_i per edge */
+    const struct qc_csr by_edge = {qx.iota, NULL, qx.iota, E, E};
     for (int64_t k = 0; k < Q; k++) {
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t i = attn_query_row(g, b, k);
-            memcpy(duseg + b * D, du + i * D, (size_t)D * sizeof *du);
-            /* q per segment, recovered from the stashed q_i (the score op's q argument) */
-            int64_t e0 = g->row_ptr[b];
-            if (e0 < g->row_ptr[b + 1])
-                memcpy(qseg + b * D, qc_stash_f32(st, ix->qi) + (k * E + e0) * D,
-                       (size_t)D * sizeof *qseg);
-            else
-                memset(qseg + b * D, 0, (size_t)D * sizeof *qseg);
-        }
         const float *qi = qc_stash_f32(st, ix->qi) + k * E * D;
         const float *alpha = qc_stash_f32(st, ix->alpha) + k * E * H;
         struct qc_dropout drop = attn_drop(ctx, 0);
         drop.index_base = k * E * H;
-        qc_attn_aggregate_backward_cpu(dalpha, dv, duseg, alpha, vt, csr, H, l->Dh, &drop);
-        qc_add_forward_cpu(kv->dvt, kv->dvt, dv, E * D);
-        qc_segment_softmax_backward_cpu(dalpha, dalpha, alpha, csr, H);
-        qc_attn_score_backward_cpu(dqseg, NULL, dalpha, qseg, kt, csr, H, l->Dh, l->scale, false);
-        unfused_dk_accum(kv->dkt, dalpha, qi, E, H, l->Dh, l->scale);
-        for (int64_t b = 0; b < nb; b++)
-            memcpy(dq + attn_query_row(g, b, k) * D, dqseg + b * D, (size_t)D * sizeof *dq);
+        qc_op_attn_aggregate_backward(ex, dalpha, dtmp, duseg + k * nb * D, alpha, vt, csr, H,
+                                      l->Dh, &drop);
+        qc_op_add_forward(ex, kv->dvt, kv->dvt, dtmp, E * D);
+        qc_op_segment_softmax_backward(ex, dalpha, dalpha, alpha, csr, H);
+        /* dq of the mode's queries (the score op reads q only for dk) */
+        qc_op_attn_score_backward(ex, dqseg + k * nb * D, NULL, dalpha, NULL, kt, csr, H, l->Dh,
+                                  l->scale, false);
+        /* dk̃ += (dscore·scale)·q_i, accumulated over modes in ascending k */
+        qc_op_attn_score_backward(ex, NULL, dtmp, dalpha, qi, kt, by_edge, H, l->Dh, l->scale,
+                                  false);
+        qc_op_add_forward(ex, kv->dkt, kv->dkt, dtmp, E * D);
     }
+    /* dq (n_dst,D) OVERWRITE: every row, from its query or the zero row */
+    qc_op_gather_rows_forward(ex, dq, dqseg, qx.qinv, g->n_dst, D, false);
     blk_ffree(&l->mem, t, n);
     return QC_OK;
 }

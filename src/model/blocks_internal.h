@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "qc_attention.h"
+#include "qc_exec.h"
 #include "qc_fourier.h"
 #include "qc_kernels.h"
 #include "qc_stash.h"
@@ -21,7 +22,7 @@
 /* n floats (n may be 0) from the block's hook (qc_block_alloc, tag "<block>/<tensor>"),
  * 64-byte aligned, uninitialised; NULL on failure. Give back with blk_ffree(bm, p, n). */
 float *blk_falloc(const struct qc_block_mem *bm, int64_t n, const char *tensor);
-/* Same, zero-filled. */
+/* Same, zero-filled (with qc_op_zero on the block's backend). */
 float *blk_fcalloc(const struct qc_block_mem *bm, int64_t n, const char *tensor);
 /* Gives back n floats from blk_falloc / blk_fcalloc (NULL is a no-op). */
 void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n);
@@ -76,11 +77,69 @@ void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat
                             const struct qc_stash *st, const struct attn_app_idx *ix,
                             const float *x_dst, int64_t Nd);
 
-/* x_dst row of query (b,k). */
+// ---- attention: the graph on the host -----------------------------------------------------
+
+/* Host copies of the graph's index arrays: the mirror where set, else the array itself (which
+ * is then host memory: CPU backend). Host code reads only these. */
+static inline const int64_t *attn_row_ptr_host(const struct qc_attn_graph *g)
+{
+    return g->row_ptr_host ? g->row_ptr_host : g->row_ptr;
+}
+static inline const int64_t *attn_src_host(const struct qc_attn_graph *g)
+{
+    return g->src_host ? g->src_host : g->src;
+}
+static inline const int64_t *attn_query_row_host(const struct qc_attn_graph *g)
+{
+    return g->query_row_host ? g->query_row_host : g->query_row;
+}
+
+/* A graph used on backend ex must have the host mirrors its host side reads (programmer
+ * error otherwise: the layers would read device memory on the host). */
+static inline void attn_graph_require_host(const struct qc_attn_graph *g, const struct qc_exec *ex)
+{
+    if (!qc_exec_is_device(ex))
+        return;
+    QC_ASSERT(g->row_ptr_host && (g->n_edge == 0 || g->src_host) &&
+                  (!g->query_row || g->query_row_host),
+              "attention graph on the %s backend without its host mirrors (row_ptr_host %s, "
+              "src_host %s, query_row_host %s): set them to host copies of the index arrays",
+              qc_exec_backend_str(qc_exec_backend_of(ex)), g->row_ptr_host ? "set" : "missing",
+              g->src_host ? "set" : "missing",
+              g->query_row_host ? "set" : (g->query_row ? "missing" : "not needed"));
+}
+
+/* x_dst row of query (b,k), from the host copy. */
 static inline int64_t attn_query_row(const struct qc_attn_graph *g, int64_t b, int64_t k)
 {
-    return g->query_row ? g->query_row[b * g->n_query + k] : b * g->n_query + k;
+    const int64_t *qr = attn_query_row_host(g);
+    return qr ? qr[b * g->n_query + k] : b * g->n_query + k;
 }
+
+/* n int64 values that host code computes and the ops read, in hook memory of bm: *dev is that
+ * memory, *host where the host code writes them (dev itself on the CPU backend; a malloc'ed
+ * staging copy on a device backend). Fill host[0 .. n), then attn_index_commit. QC_ERR_NOMEM
+ * (nothing held, *dev untouched). */
+enum qc_status attn_index_begin(const struct qc_block_mem *bm, int64_t n, const char *tensor,
+                                int64_t **dev, int64_t **host);
+/* Uploads the staging copy (device backends) and frees it. On failure *dev is given back and
+ * set to NULL. */
+enum qc_status attn_index_commit(const struct qc_block_mem *bm, int64_t n, int64_t **dev,
+                                 int64_t *host);
+
+/* UNFUSED: the query index arrays of an edge context (ed->qindex), built at edges_init. */
+struct attn_query_index {
+    const int64_t *qidx; /* (Q*n_bdst) x_dst row of query (b,k) at k*n_bdst + b (mode-major) */
+    const int64_t *qinv; /* (n_dst) k*n_bdst + b for the row of query (b,k); Q*n_bdst (the zero
+                            row that follows the per-query buffers) for rows no query names */
+    const int64_t *iota; /* (E+1) 0, 1, .., E: ptr and seg of the identity CSR over base edges */
+};
+struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
+
+/* The base edges grouped by source (csr.seg = g->src, nseg = n_src, nitem = E; device memory
+ * on a device backend), built on the host and uploaded by the first call, kept in ed until
+ * edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA (upload). */
+enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr);
 
 /* The attention dropout of the application (p = 0 when not training). */
 static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_t site_offset)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "blocks_internal.h"
+#include "qc_exec.h" /* every op and memory move on the block's backend (fe->mem.ex) */
 #include "qc_kernels.h"
 
 // ---- scratch helpers (blocks_internal.h) ---------------------------------------------------
@@ -26,7 +27,7 @@ float *blk_fcalloc(const struct qc_block_mem *bm, int64_t n, const char *tensor)
 {
     float *p = blk_falloc(bm, n, tensor);
     if (p)
-        memset(p, 0, blk_bytes(n));
+        qc_op_zero(qc_block_exec(bm), p, blk_bytes(n)); /* hook memory: the block's backend */
     return p;
 }
 
@@ -159,6 +160,7 @@ enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struc
 {
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
     const float *w = fe->w;
+    const struct qc_exec *ex = qc_block_exec(&fe->mem);
     QC_ASSERT(w, "FE: parameters not bound");
     QC_ASSERT(d > 0 || cat, "FE(0) needs categorical embeddings");
     struct fe_idx ix = fe_index(fe);
@@ -170,33 +172,34 @@ enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struc
     float *h = d > 1 ? ws : NULL; /* (N,D) h_i for i >= 1 */
     if (d > 0) {
         float *phi = qc_stash_f32(st, ix.phi);
-        qc_fourier_features_forward_cpu(phi, c, w + fe->o_freqs, N, d, F);
+        qc_op_fourier_features_forward(ex, phi, c, w + fe->o_freqs, N, d, F);
         for (int64_t i = 0; i < d; i++) {
             float *z = qc_stash_f32(st, ix.z[i]);
             float *a = qc_stash_f32(st, ix.relu[i]);
-            qc_linear_forward_cpu(z, phi + i * P, d * P, w + fe->o_w1[i], w + fe->o_b1[i], N, P, D,
-                                  false);
-            qc_layernorm_forward_cpu(a, qc_stash_f32(st, ix.mean[i]), qc_stash_f32(st, ix.rstd[i]),
-                                     z, w + fe->o_lnw[i], w + fe->o_lnb[i], N, D);
-            qc_relu_forward_cpu(a, a, N * D);
+            qc_op_linear_forward(ex, z, phi + i * P, d * P, w + fe->o_w1[i], w + fe->o_b1[i], N, P,
+                                 D, false);
+            qc_op_layernorm_forward(ex, a, qc_stash_f32(st, ix.mean[i]),
+                                    qc_stash_f32(st, ix.rstd[i]), z, w + fe->o_lnw[i],
+                                    w + fe->o_lnb[i], N, D);
+            qc_op_relu_forward(ex, a, a, N * D);
             /* s = h_0 + h_1 + … in ascending i (PyTorch: stack + sum over dim 0) */
             if (i == 0) {
-                qc_linear_forward_cpu(s, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
+                qc_op_linear_forward(ex, s, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
             } else {
-                qc_linear_forward_cpu(h, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
-                qc_add_forward_cpu(s, s, h, N * D);
+                qc_op_linear_forward(ex, h, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
+                qc_op_add_forward(ex, s, s, h, N * D);
             }
         }
         if (cat)
-            qc_add_forward_cpu(s, s, cat, N * D);
+            qc_op_add_forward(ex, s, s, cat, N * D);
     } else {
-        memcpy(s, cat, (size_t)(N * D) * sizeof *s);
+        qc_op_copy(ex, s, cat, (size_t)(N * D) * sizeof *s);
     }
     float *o = qc_stash_f32(st, ix.o);
-    qc_layernorm_forward_cpu(o, qc_stash_f32(st, ix.s_mean), qc_stash_f32(st, ix.s_rstd), s,
-                             w + fe->o_out_lnw, w + fe->o_out_lnb, N, D);
-    qc_relu_forward_cpu(o, o, N * D);
-    qc_linear_forward_cpu(out, o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
+    qc_op_layernorm_forward(ex, o, qc_stash_f32(st, ix.s_mean), qc_stash_f32(st, ix.s_rstd), s,
+                            w + fe->o_out_lnw, w + fe->o_out_lnb, N, D);
+    qc_op_relu_forward(ex, o, o, N * D);
+    qc_op_linear_forward(ex, out, o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
     return QC_OK;
 }
 
@@ -220,6 +223,7 @@ enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
     const float *w = fe->w;
     float *dw = fe->dw;
+    const struct qc_exec *ex = qc_block_exec(&fe->mem);
     QC_ASSERT(w && dw, "FE: parameters or gradients not bound");
     struct fe_idx ix = fe_index(fe);
     QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
@@ -231,31 +235,32 @@ enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float
 
     /* out = o·W_oᵀ + b_o, o = ReLU(LN_o(s)) */
     const float *o = qc_stash_f32(st, ix.o);
-    qc_linear_backward_cpu(dho, D, dw + fe->o_out_w, dw + fe->o_out_b, dout, o, D, w + fe->o_out_w,
-                           N, D, D, false);
-    qc_relu_backward_cpu(dho, dho, o, N * D);
-    qc_layernorm_backward_cpu(ds, dw + fe->o_out_lnw, dw + fe->o_out_lnb, dho,
-                              qc_stash_f32(st, ix.s), qc_stash_f32(st, ix.s_mean),
-                              qc_stash_f32(st, ix.s_rstd), w + fe->o_out_lnw, N, D, false);
+    qc_op_linear_backward(ex, dho, D, dw + fe->o_out_w, dw + fe->o_out_b, dout, o, D,
+                          w + fe->o_out_w, N, D, D, false);
+    qc_op_relu_backward(ex, dho, dho, o, N * D);
+    qc_op_layernorm_backward(ex, ds, dw + fe->o_out_lnw, dw + fe->o_out_lnb, dho,
+                             qc_stash_f32(st, ix.s), qc_stash_f32(st, ix.s_mean),
+                             qc_stash_f32(st, ix.s_rstd), w + fe->o_out_lnw, N, D, false);
     if (dcat)
-        memcpy(dcat, ds, (size_t)(N * D) * sizeof *ds);
+        qc_op_copy(ex, dcat, ds, (size_t)(N * D) * sizeof *ds);
 
     if (d > 0) {
         const float *phi = qc_stash_f32(st, ix.phi);
         for (int64_t i = 0; i < d; i++) {
             const float *a = qc_stash_f32(st, ix.relu[i]);
             /* h_i = a·W2ᵀ + b2 receives ds; a = ReLU(LN_i(z)) */
-            qc_linear_backward_cpu(da, D, dw + fe->o_w2[i], dw + fe->o_b2[i], ds, a, D,
-                                   w + fe->o_w2[i], N, D, D, false);
-            qc_relu_backward_cpu(da, da, a, N * D);
-            qc_layernorm_backward_cpu(dho, dw + fe->o_lnw[i], dw + fe->o_lnb[i], da,
-                                      qc_stash_f32(st, ix.z[i]), qc_stash_f32(st, ix.mean[i]),
-                                      qc_stash_f32(st, ix.rstd[i]), w + fe->o_lnw[i], N, D, false);
+            qc_op_linear_backward(ex, da, D, dw + fe->o_w2[i], dw + fe->o_b2[i], ds, a, D,
+                                  w + fe->o_w2[i], N, D, D, false);
+            qc_op_relu_backward(ex, da, da, a, N * D);
+            qc_op_layernorm_backward(ex, dho, dw + fe->o_lnw[i], dw + fe->o_lnb[i], da,
+                                     qc_stash_f32(st, ix.z[i]), qc_stash_f32(st, ix.mean[i]),
+                                     qc_stash_f32(st, ix.rstd[i]), w + fe->o_lnw[i], N, D, false);
             /* z = φ_i·W1ᵀ + b1 with φ_i a strided view (row stride d·(2F+1)) */
-            qc_linear_backward_cpu(dphi + i * P, d * P, dw + fe->o_w1[i], dw + fe->o_b1[i], dho,
-                                   phi + i * P, d * P, w + fe->o_w1[i], N, P, D, false);
+            qc_op_linear_backward(ex, dphi + i * P, d * P, dw + fe->o_w1[i], dw + fe->o_b1[i], dho,
+                                  phi + i * P, d * P, w + fe->o_w1[i], N, P, D, false);
         }
-        qc_fourier_features_backward_cpu(dc, dw + fe->o_freqs, dphi, c, w + fe->o_freqs, N, d, F);
+        qc_op_fourier_features_backward(ex, dc, dw + fe->o_freqs, dphi, c, w + fe->o_freqs, N, d,
+                                        F);
     }
     return QC_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "blocks_internal.h"
+#include "qc_exec.h" /* every op on the block's backend (m->mem.ex) */
 #include "qc_kernels.h"
 
 enum { MLP_LN_IN = 0, MLP_LN_MEAN, MLP_LN_RSTD, MLP_RELU, MLP_NSTASH };
@@ -52,16 +53,17 @@ enum qc_status qc_mlp_forward(const struct qc_mlp *m, float *out, struct qc_stas
 {
     const int64_t D = m->D, O = m->O;
     const float *w = m->w;
+    const struct qc_exec *ex = qc_block_exec(&m->mem);
     QC_ASSERT(w, "MLP: parameters not bound");
     mlp_check_stash(m, st, N);
     if (N == 0)
         return QC_OK;
     float *z = qc_stash_f32(st, MLP_LN_IN), *a = qc_stash_f32(st, MLP_RELU);
-    qc_linear_forward_cpu(z, x, D, w + m->o_w1, w + m->o_b1, N, D, D, false);
-    qc_layernorm_forward_cpu(a, qc_stash_f32(st, MLP_LN_MEAN), qc_stash_f32(st, MLP_LN_RSTD), z,
-                             w + m->o_lnw, w + m->o_lnb, N, D);
-    qc_relu_forward_cpu(a, a, N * D);
-    qc_linear_forward_cpu(out, a, D, w + m->o_w2, w + m->o_b2, N, D, O, false);
+    qc_op_linear_forward(ex, z, x, D, w + m->o_w1, w + m->o_b1, N, D, D, false);
+    qc_op_layernorm_forward(ex, a, qc_stash_f32(st, MLP_LN_MEAN), qc_stash_f32(st, MLP_LN_RSTD), z,
+                            w + m->o_lnw, w + m->o_lnb, N, D);
+    qc_op_relu_forward(ex, a, a, N * D);
+    qc_op_linear_forward(ex, out, a, D, w + m->o_w2, w + m->o_b2, N, D, O, false);
     return QC_OK;
 }
 
@@ -71,6 +73,7 @@ enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *d
     const int64_t D = m->D, O = m->O;
     const float *w = m->w;
     float *dw = m->dw;
+    const struct qc_exec *ex = qc_block_exec(&m->mem);
     QC_ASSERT(w && dw, "MLP: parameters or gradients not bound");
     mlp_check_stash(m, st, N);
     if (N == 0)
@@ -80,14 +83,14 @@ enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *d
         return blk_nomem(&m->mem, "mlp_backward.scratch", 2 * N * D);
     float *da = t, *dz = t + N * D;
     const float *a = qc_stash_f32(st, MLP_RELU);
-    qc_linear_backward_cpu(da, D, dw + m->o_w2, dw + m->o_b2, dout, a, D, w + m->o_w2, N, D, O,
-                           false);
-    qc_relu_backward_cpu(da, da, a, N * D);
-    qc_layernorm_backward_cpu(dz, dw + m->o_lnw, dw + m->o_lnb, da, qc_stash_f32(st, MLP_LN_IN),
-                              qc_stash_f32(st, MLP_LN_MEAN), qc_stash_f32(st, MLP_LN_RSTD),
-                              w + m->o_lnw, N, D, false);
-    qc_linear_backward_cpu(dx, D, dw + m->o_w1, dw + m->o_b1, dz, x, D, w + m->o_w1, N, D, D,
-                           false);
+    qc_op_linear_backward(ex, da, D, dw + m->o_w2, dw + m->o_b2, dout, a, D, w + m->o_w2, N, D, O,
+                          false);
+    qc_op_relu_backward(ex, da, da, a, N * D);
+    qc_op_layernorm_backward(ex, dz, dw + m->o_lnw, dw + m->o_lnb, da, qc_stash_f32(st, MLP_LN_IN),
+                             qc_stash_f32(st, MLP_LN_MEAN), qc_stash_f32(st, MLP_LN_RSTD),
+                             w + m->o_lnw, N, D, false);
+    qc_op_linear_backward(ex, dx, D, dw + m->o_w1, dw + m->o_b1, dz, x, D, w + m->o_w1, N, D, D,
+                          false);
     blk_ffree(&m->mem, t, 2 * N * D);
     return QC_OK;
 }

@@ -43,6 +43,17 @@
  * Gradients: parameter gradients (layer->dw, fe->dw, dcat_table) ACCUMULATE; activation
  * gradients (dx_dst, dx_src) OVERWRITE unless stated. Reductions follow fixed orders (CSR,
  * ascending edge, ascending mode), so results are deterministic for a fixed thread count.
+ *
+ * Backends (kernels/qc_exec.h). A layer runs its ops on the backend of its mem
+ * (qc_block_exec(&layer->mem)), an edge context on that of its own mem, and the FourierEmbedding
+ * on that of fe->mem; all three must name the same backend. On a device backend (CUDA, EMU)
+ * every tensor argument (x, out, gradients, feat, cat_*, stash memory, parameters) and the
+ * graph's three index arrays are device memory, and the graph must carry host mirrors of its
+ * index arrays (row_ptr_host, src_host, query_row_host): the host side of the layers (graph
+ * check, CSR builds, the tile plan) reads only those and uploads what it derives (through the
+ * hook). EMU gives the CPU's bits; CUDA agrees with the CPU within tolerance (both checked by
+ * tests/test_attn_device.c). FUSED on CUDA runs qc_attn_fused_forward_cuda / _backward_cuda
+ * (kernels/qc_attn_fused_cuda.h) with tiles of tile_edges_cuda base edges.
  */
 #ifndef QC_MODEL_QC_ATTENTION_H
 #define QC_MODEL_QC_ATTENTION_H
@@ -60,6 +71,12 @@ extern "C" {
 
 enum qc_attn_impl { QC_ATTN_UNFUSED = 0, QC_ATTN_FUSED };
 
+/* Default tile of the CUDA fused path (= QC_ATTN_FUSED_CUDA_TILE_EDGES of
+ * kernels/qc_attn_fused_cuda.h). The CPU's 512 edges would cut a batch into hundreds of tiles
+ * of a few small GEMMs and kernel launches each; 8192 keeps the scratch near 110 MB at D 128,
+ * d 4 (backward) while every launch has work for the whole device. */
+#define QC_ATTN_CUDA_TILE_EDGES 8192
+
 /* ---- the layer (parameters) ------------------------------------------------------------- */
 
 struct qc_attn {
@@ -75,9 +92,13 @@ struct qc_attn {
     int64_t o_ln_post_w, o_ln_post_b, o_ln_ffpre_w, o_ln_ffpre_b, o_ln_ffpost_w, o_ln_ffpost_b;
     const float *w;          /* parameters (params.numel), bound by the caller */
     float *dw;               /* gradients, same layout; ACCUMULATED */
-    int64_t tile_edges;      /* FUSED: minimum base edges per tile (whole rows per tile), 512 */
-    struct qc_block_mem mem; /* hook of the layer's scratch, tiles and kv gradient buffers
-                                (dk, dv, dkt, dvt); zero after init = malloc */
+    int64_t tile_edges;      /* FUSED on CPU/EMU: minimum base edges per tile (whole rows per
+                                tile), 512: one OpenMP thread's working set */
+    int64_t tile_edges_cuda; /* FUSED on CUDA: the same for the device launchers,
+                                QC_ATTN_CUDA_TILE_EDGES (<= 0: that default) */
+    struct qc_block_mem mem; /* backend of the layer's ops, hook of its scratch, tiles and kv
+                                gradient buffers (dk, dv, dkt, dvt); zero after init = malloc,
+                                CPU */
 };
 
 /* Builds the parameter table (state_dict suffixes and order of QCNET.md §2.1; for a
@@ -103,7 +124,8 @@ struct qc_attn_graph {
     const int64_t *row_ptr_host, *src_host, *query_row_host;
 };
 
-/* Checks the graph (sizes, monotone row_ptr, indices in range, no x_dst row named twice).
+/* Checks the graph (sizes, monotone row_ptr, indices in range, no x_dst row named twice) on
+ * its host copies (the *_host mirrors where set, else the arrays themselves).
  * QC_ERR_INVALID with the offending index on failure. */
 enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g);
 
@@ -118,12 +140,17 @@ struct qc_attn_edges {
     const int64_t *cat_idx; /* (E) categories in [0,ncat) */
     int64_t ncat;
     float *dcat_table; /* (ncat,D) ACCUM, may be NULL */
-    /* owned */
+    /* owned; index arrays are built on the host from the graph's host copies and uploaded */
     int64_t *bdst;            /* (E) base destination of each base edge (CSR segment array) */
+    int64_t *qindex;          /* UNFUSED: (Q*n_bdst + n_dst + E + 1) the query index arrays of
+                                 attn_edges_query_index (blocks_internal.h) */
+    int64_t *by_src;          /* (n_src + 1 + E) ptr then perm of the base edges grouped by
+                                 source (qc_csr_build_cpu order), built by the first backward
+                                 that needs it; NULL until then */
     struct qc_stash fe_stash; /* UNFUSED: FE's stash over E rows (empty when FUSED) */
     struct qc_stash stash;    /* UNFUSED: "r" (E,D) (empty when FUSED) */
     float *dr;                /* UNFUSED: (E,D) dL/dr summed over layers, live during backward */
-    struct qc_block_mem mem;  /* hook of bdst, dr and the edge scratch */
+    struct qc_block_mem mem;  /* hook and backend of the arrays above and the edge scratch */
 };
 
 /* Sets up the context and plans its stash tables (bind them before edges_forward; both are
@@ -133,7 +160,8 @@ enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl im
                                   const struct qc_attn_graph *g, const struct qc_fourier *fe,
                                   const float *feat, const float *cat_table, const int64_t *cat_idx,
                                   int64_t ncat, float *dcat_table);
-/* The same with the context's memory (bdst, dr, scratch) from mem (NULL = malloc). */
+/* The same with the context's memory (index arrays, dr, scratch) and backend from mem (NULL =
+ * malloc, CPU). On a device backend the graph must carry its host mirrors (an assertion). */
 enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
                                       enum qc_attn_impl impl, const struct qc_attn_graph *g,
                                       const struct qc_fourier *fe, const float *feat,

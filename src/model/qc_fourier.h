@@ -13,6 +13,12 @@
  * to_out.2.bias), in state_dict order. The stash keeps φ, every per-dimension LayerNorm input
  * with its statistics and ReLU output, and the same for the output part: F(d) = 1,548·d + 1,032
  * bytes per row at D = 128, F = 64 (PyTorch also keeps θ: 1,808·d + 1,032, QCNET.md §8.3).
+ *
+ * Backend: every op and memory move runs on fe->mem.ex (qc_exec.h; NULL = CPU), and every
+ * tensor the block is given or binds (w, dw, the stash, c, cat, out and their gradients) is
+ * memory of that backend; on a device backend the block never dereferences one on the host.
+ * Its scratch comes from fe->mem's hook, which must hand out the same backend's memory. The
+ * same calls give the same bits on CPU and on the emulated device (same ops, same order).
  */
 #ifndef QC_MODEL_QC_FOURIER_H
 #define QC_MODEL_QC_FOURIER_H
@@ -41,11 +47,13 @@ struct qc_fourier {
     int64_t o_out_lnw, o_out_lnb, o_out_w, o_out_b;           /* (D), (D), (D,D), (D) */
     const float *w;          /* parameters (params.numel), bound by the caller */
     float *dw;               /* gradients, same layout; backward ACCUMULATES into it */
-    struct qc_block_mem mem; /* scratch hook and tag prefix (zero after init = malloc) */
+    struct qc_block_mem mem; /* scratch hook, tag prefix and backend (zero after init =
+                                malloc + CPU; set mem.ex after qc_fourier_init) */
 };
 
 /* Sets the shape and builds the parameter table; w/dw start NULL (bind them before use); mem
- * starts as malloc (qc_block_mem_set(&fe->mem, hook, name) to route the scratch elsewhere). */
+ * starts as malloc and CPU (qc_block_mem_set(&fe->mem, hook, name) to route the scratch
+ * elsewhere, fe->mem.ex = ex to run on another backend). */
 void qc_fourier_init(struct qc_fourier *fe, int64_t d, int64_t F, int64_t D);
 /* Points the block at its parameter and gradient buffers (params.numel floats each; dw may be
  * NULL for forward-only use). The caller owns both. */

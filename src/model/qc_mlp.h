@@ -3,6 +3,11 @@
  * W1: D→D and W2: D→O. Parameters mlp.0.weight/bias, mlp.1.weight/bias (LayerNorm),
  * mlp.3.weight/bias. The decoder heads (to_loc_*, to_scale_*, to_pi) are MLP layers.
  * Stash per row: the LayerNorm input and statistics and the ReLU output (1,032 B at D = 128).
+ *
+ * Backend: every op runs on m->mem.ex (qc_exec.h; NULL = CPU), and w, dw, the stash, x, out
+ * and the gradients are memory of that backend (never dereferenced on the host); the scratch
+ * hook of m->mem must hand out the same backend's memory. CPU and the emulated device give the
+ * same bits.
  */
 #ifndef QC_MODEL_QC_MLP_H
 #define QC_MODEL_QC_MLP_H
@@ -23,7 +28,8 @@ struct qc_mlp {
     int64_t o_w1, o_b1, o_lnw, o_lnb, o_w2, o_b2; /* element offsets */
     const float *w;                               /* parameters, bound by the caller */
     float *dw;                                    /* gradients; backward ACCUMULATES */
-    struct qc_block_mem mem; /* scratch hook and tag prefix (zero after init = malloc) */
+    struct qc_block_mem mem; /* scratch hook, tag prefix and backend (zero after init =
+                                malloc + CPU; set mem.ex after qc_mlp_init) */
 };
 
 void qc_mlp_init(struct qc_mlp *m, int64_t D, int64_t O);

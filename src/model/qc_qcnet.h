@@ -112,10 +112,12 @@ enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
  *   - qc_qcnet_forward copies the batch in (or uses the caller's copy, ctx.batch_dev), prepares
  *     the index arrays and features it derives from the batch on the host and uploads them;
  *     qc_qcnet_loss downloads the four loss values (one synchronization per call).
- * QC_ERR_UNSUPPORTED for CUDA in a build without it. */
-enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg,
-                                  const struct qc_qcnet_alloc *a, const struct qc_exec *ex,
-                                  struct qc_qcnet **out);
+ * Device backends also get the AdamW segment arrays from the hook (tag "params/groups") and a
+ * host mirror of the parameters (qc_qcnet_add_to_writer). QC_ERR_UNSUPPORTED for CUDA in a
+ * build without it; QC_ERR_INVALID for a device backend without a hook (or EMU without its
+ * arena). */
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struct qc_qcnet_alloc *a,
+                                  const struct qc_exec *ex, struct qc_qcnet **out);
 /* The backend the model runs on (NULL = CPU). */
 const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m);
 /* Host copies of the parameters / gradients (qc_qcnet_num_params floats): download copies out
@@ -132,7 +134,9 @@ const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
  * buffers back to the old hook, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
  * The same hook again (same functions and ctx) is a no-op. QC_ERR_NOMEM when the new hook
  * cannot hold them (the model keeps the old hook and buffers). The old hook's ctx must stay
- * alive until this returns; the new one's until the model is destroyed or re-homed again. */
+ * alive until this returns; the new one's until the model is destroyed or re-homed again. On a
+ * device backend the new hook hands out the same backend's memory: the copies are device to
+ * device (qc_op_copy), synchronized before the old buffers are freed. */
 enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
 /* Switches the attention implementation (the parameters are the same). Only between steps. */
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
@@ -166,7 +170,8 @@ struct qc_qcnet_key {
 
 /* Total distinct parameters (7,660,673 for the AV2 config). */
 int64_t qc_qcnet_num_params(const struct qc_qcnet *m);
-/* The flat buffers (qc_qcnet_num_params floats each). grads are ACCUMULATED by backward. */
+/* The flat buffers (qc_qcnet_num_params floats each; device pointers on device backends). grads
+ * are ACCUMULATED by backward; zero_grad clears them (an op on the model's backend). */
 float *qc_qcnet_params(struct qc_qcnet *m);
 float *qc_qcnet_grads(struct qc_qcnet *m);
 void qc_qcnet_zero_grad(struct qc_qcnet *m);
@@ -179,12 +184,15 @@ int qc_qcnet_key_find(const struct qc_qcnet *m, const char *name);
 
 /* The AdamW parameter groups as segments of the flat buffer: tensor s (distinct tensors only,
  * in state_dict order) covers [offsets[s], offsets[s+1]) and is in the decay group iff
- * decay[s]. Arrays owned by the model; the shape of qc_adamw_step_segments_cpu's arguments. */
+ * decay[s]. Host arrays owned by the model on every backend (qc_qcnet_adamw_step uses device
+ * copies of its own); the shape of qc_adamw_step_segments_cpu's arguments. */
 void qc_qcnet_param_groups(const struct qc_qcnet *m, const int64_t **offsets, const uint8_t **decay,
                            int64_t *num_tensors);
 
 /* Initialises every parameter by QCNet's rules (QCNET.md §2.4) from seed (a splitmix/Box-Muller
- * stream in key order: the distributions of PyTorch, not its values). Deterministic. */
+ * stream in key order: the distributions of PyTorch, not its values). Deterministic; the same
+ * bits on every backend (generated on the host, then uploaded on device backends, where a
+ * failed upload aborts). */
 void qc_qcnet_init_params(struct qc_qcnet *m, uint64_t seed);
 
 /* Loads every parameter from an open safetensors file whose names are QCNet's state_dict keys
@@ -194,7 +202,8 @@ void qc_qcnet_init_params(struct qc_qcnet *m, uint64_t seed);
  * missing key; shape mismatch (both shapes, "checkpoint [128,129] vs model [32,17]"); wrong
  * dtype; and a key under "<prefix>encoder." / "<prefix>decoder." that this model does not have
  * (a checkpoint of a deeper configuration). Other tensors are ignored (optimizer state). The
- * parameters are unchanged on error. */
+ * parameters are unchanged on error (every check runs before the first copy; on device backends
+ * the tensors are uploaded from the file's host data, QC_ERR_CUDA if that fails). */
 enum qc_status qc_qcnet_load_st(struct qc_qcnet *m, const struct qc_safetensors *st,
                                 const char *prefix);
 /* qc_qcnet_load_st on the file at path (opened and closed here), prefix "". */
@@ -203,14 +212,17 @@ enum qc_status qc_qcnet_load(struct qc_qcnet *m, const char *path);
 /* Adds the parameters to a writer under prefix + key (prefix may be NULL): every distinct
  * tensor, and the alias keys as copies when with_aliases (PyTorch's load_state_dict needs them
  * in strict mode). The data are referenced, not copied: keep the model unchanged until the
- * writer has written. */
+ * writer has written. On device backends the writer references a host mirror owned by the
+ * model, downloaded by this call (QC_ERR_CUDA): valid until the next call or destroy. */
 enum qc_status qc_qcnet_add_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
                                       const char *prefix, bool with_aliases);
 /* Adds a float buffer laid out like the parameters (gradients, Adam moments) under
- * prefix + key for every distinct tensor. */
+ * prefix + key for every distinct tensor. buf is HOST memory on every backend (download device
+ * buffers first, e.g. qc_qcnet_grads_download); referenced until the writer has written. */
 enum qc_status qc_qcnet_add_buffer_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
                                              const char *prefix, const float *buf);
-/* Reads such a buffer back (every distinct key under prefix, F32, the model's shapes). */
+/* Reads such a buffer back (every distinct key under prefix, F32, the model's shapes) into buf,
+ * HOST memory on every backend (upload it to the device afterwards). */
 enum qc_status qc_qcnet_read_buffer(const struct qc_qcnet *m, const struct qc_safetensors *st,
                                     const char *prefix, float *buf);
 /* Writes the parameters (with alias copies) plus metadata "format" = "pt" and "qcnet_config"
@@ -221,8 +233,9 @@ enum qc_status qc_qcnet_save(const struct qc_qcnet *m, const char *path);
  * checkpoint metadata. Writes at most n bytes (NUL included); returns the length needed. */
 size_t qc_qcnet_config_json(const struct qc_qcnet_config *cfg, char *buf, size_t n);
 
-/* One AdamW step over the whole model (qc_adamw_step_segments_cpu with the two groups):
- * params updated from grads; adam_m, adam_v (num_params each) the moments, updated. */
+/* One AdamW step over the whole model (qc_adamw_step_segments with the two groups, on the
+ * model's backend): params updated from grads; adam_m, adam_v (num_params each) the moments,
+ * updated: memory of the model's backend (device buffers on device backends). */
 void qc_qcnet_adamw_step(struct qc_qcnet *m, float *adam_m, float *adam_v, double lr,
                          double weight_decay, double beta1, double beta2, double eps, int64_t step);
 

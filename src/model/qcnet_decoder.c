@@ -12,10 +12,13 @@
  * Sources: x_t = the agent encoder output (50A rows, agent-major), X_pl = the map encoder
  * output (P rows: the Python's K-fold repeat is the graph's base-edge sharing), X_a = x_a[:,49]
  * (A rows).
+ * Backend (qc_qcnet_create_on): every op and every move of rows between tensors runs on m->ex;
+ * the decoder reads nothing of the batch and never dereferences a tensor on the host.
  */
-#include <string.h>
+#include <stdio.h>
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
 #include "qc_qcnet.h"
@@ -36,14 +39,14 @@ static enum qc_status group_forward(struct qc_qcnet *m, const struct qcnet_layer
     QC_TRY(qcnet_attn_apply(m, t2m, kv_t2m, false, q, t->x_a, t2m->prefix, &x));
     snprintf(tag, sizeof tag, "%s/mode_major", t2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xm));
-    qc_transpose01_forward_cpu(xm, x, A, K, D); /* [A,K,D] → [K,A,D] */
+    qc_op_transpose01_forward(m->ex, xm, x, A, K, D); /* [A,K,D] → [K,A,D] */
     *app_pl2m = t->n_app;
     QC_TRY(qcnet_attn_apply(m, pl2m, kv_pl2m, false, xm, t->x_pl, pl2m->prefix, &x));
     *app_a2m = t->n_app;
     QC_TRY(qcnet_attn_apply(m, a2m, kv_a2m, false, x, t->xa49, a2m->prefix, &x));
     snprintf(tag, sizeof tag, "%s/agent_major", a2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xa));
-    qc_transpose01_forward_cpu(xa, x, K, A, D); /* [K,A,D] → [A,K,D] */
+    qc_op_transpose01_forward(m->ex, xa, x, K, A, D); /* [K,A,D] → [A,K,D] */
     *out = xa;
     return QC_OK;
 }
@@ -54,10 +57,10 @@ static enum qc_status group_backward(struct qc_qcnet *m, int app_t2m, int app_pl
                                      float *din, const float *dout, float *w1, float *w2)
 {
     const int64_t A = m->tape.A, K = m->tape.K, D = m->D;
-    qc_transpose01_backward_cpu(w1, dout, K, A, D);
+    qc_op_transpose01_backward(m->ex, w1, dout, K, A, D);
     QC_TRY(qcnet_attn_app_backward(m, app_a2m, w2, w1));
     QC_TRY(qcnet_attn_app_backward(m, app_pl2m, w1, w2));
-    qc_transpose01_backward_cpu(w2, w1, A, K, D);
+    qc_op_transpose01_backward(m->ex, w2, w1, A, K, D);
     return qcnet_attn_app_backward(m, app_t2m, din, w2);
 }
 
@@ -81,11 +84,10 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     t->R = R;
     /* X_a = x_a[:, 49] */
     QC_TRY(qcnet_falloc(m, A * D, "decoder/x_a_last", &t->xa49));
-    for (int64_t a = 0; a < A; a++)
-        memcpy(t->xa49 + a * D, t->x_a + (a * T + T - 1) * D, (size_t)D * sizeof(float));
+    qc_op_copy2d(m->ex, t->xa49, D, t->x_a + (T - 1) * D, T * D, A, D, false);
     /* m0[a·K + k] = mode_emb[k] */
     QC_TRY(qcnet_falloc(m, KA * D, "decoder/m0", &t->m0));
-    qc_tile_forward_cpu(t->m0, m->params + m->o_mode_emb, K, A, D);
+    qc_op_tile_forward(m->ex, t->m0, m->params + m->o_mode_emb, K, A, D);
 
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_T2M, &m->r_t2m_emb, NULL, NULL, 0, NULL));
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2M, &m->r_pl2m_emb, NULL, NULL, 0, NULL));
@@ -117,39 +119,39 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
         float *h;
         snprintf(tag, sizeof tag, "decoder.to_loc_propose_pos/step%lld", (long long)r);
         QC_TRY(qcnet_mlp_forward(m, &m->to_loc_p, &t->st_loc_p[r], tag, q, KA, &h));
-        qc_copy2d_cpu(t->lp_cat + r * O, S2, h, O, KA, O, false);
+        qc_op_copy2d(m->ex, t->lp_cat + r * O, S2, h, O, KA, O, false);
         qcnet_free(m, h);
         snprintf(tag, sizeof tag, "decoder.to_scale_propose_pos/step%lld", (long long)r);
         QC_TRY(qcnet_mlp_forward(m, &m->to_scale_p, &t->st_scale_p[r], tag, q, KA, &h));
-        qc_copy2d_cpu(sp_cat + r * O, S2, h, O, KA, O, false);
+        qc_op_copy2d(m->ex, sp_cat + r * O, S2, h, O, KA, O, false);
         qcnet_free(m, h);
     }
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/loc_propose_pos", &t->loc_propose));
-    qc_cumsum_forward_cpu(t->loc_propose, t->lp_cat, KA, S, 2);
-    qc_elu_forward_cpu(t->sp_elu, sp_cat, KA * S2);
+    qc_op_cumsum_forward(m->ex, t->loc_propose, t->lp_cat, KA, S, 2);
+    qc_op_elu_forward(m->ex, t->sp_elu, sp_cat, KA * S2);
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_propose_pos", &t->scale_propose));
-    qc_add_scalar_forward_cpu(t->scale_propose, t->sp_elu, 1.0f, KA * S2);
-    qc_cumsum_forward_cpu(t->scale_propose, t->scale_propose, KA, S, 2);
-    qc_add_scalar_forward_cpu(t->scale_propose, t->scale_propose, 0.1f, KA * S2);
+    qc_op_add_scalar_forward(m->ex, t->scale_propose, t->sp_elu, 1.0f, KA * S2);
+    qc_op_cumsum_forward(m->ex, t->scale_propose, t->scale_propose, KA, S, 2);
+    qc_op_add_scalar_forward(m->ex, t->scale_propose, t->scale_propose, 0.1f, KA * S2);
 
     // ---- refinement: GRU over the embedded (detached) proposal
     QC_TRY(qcnet_fe_forward(m, &m->y_emb, &t->st_y, "decoder.y_emb", t->loc_propose, NULL, KA * S,
                             &t->y));
     QC_TRY(qcnet_falloc(m, S * KA * D, "decoder/traj_emb.input", &t->y_tm));
-    qc_transpose01_forward_cpu(t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
+    qc_op_transpose01_forward(m->ex, t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
     if (!t->need_backward) {
         qcnet_free(m, t->y);
         t->y = NULL;
     }
     float *h0, *scratch;
     QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.h0", &h0));
-    qc_tile_forward_cpu(h0, m->params + m->o_h0, 1, KA, D);
+    qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, KA, D);
     QC_TRY(qcnet_falloc(m, (S + 1) * KA * D, "decoder/traj_emb.hs", &t->gru_hs));
     QC_TRY(qcnet_falloc(m, S * KA * 4 * D, "decoder/traj_emb.gates", &t->gru_gates));
     QC_TRY(qcnet_falloc(m, qc_gru_forward_scratch_numel(S, KA, D), "scratch/gru", &scratch));
     const float *w = m->params;
-    qc_gru_forward_cpu(t->gru_hs, t->gru_gates, t->y_tm, h0, w + m->o_gru_wih, w + m->o_gru_bih,
-                       w + m->o_gru_whh, w + m->o_gru_bhh, S, KA, D, D, scratch);
+    qc_op_gru_forward(m->ex, t->gru_hs, t->gru_gates, t->y_tm, h0, w + m->o_gru_wih,
+                      w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, S, KA, D, D, scratch);
     qcnet_free(m, scratch);
     qcnet_free(m, h0);
     t->m_ref_in = t->gru_hs + S * KA * D;
@@ -169,13 +171,13 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     // ---- refinement heads
     QC_TRY(qcnet_mlp_forward(m, &m->to_loc_r, &t->st_loc_r, "decoder.to_loc_refine_pos", t->m_ref,
                              KA, &t->loc_refine));
-    qc_add_forward_cpu(t->loc_refine, t->loc_refine, t->loc_propose, KA * S2);
+    qc_op_add_forward(m->ex, t->loc_refine, t->loc_refine, t->loc_propose, KA * S2);
     QC_TRY(qcnet_mlp_forward(m, &m->to_scale_r, &t->st_scale_r, "decoder.to_scale_refine_pos",
                              t->m_ref, KA, &t->sr_elu));
-    qc_elu_forward_cpu(t->sr_elu, t->sr_elu, KA * S2);
+    qc_op_elu_forward(m->ex, t->sr_elu, t->sr_elu, KA * S2);
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_refine_pos", &t->scale_refine));
-    qc_add_scalar_forward_cpu(t->scale_refine, t->sr_elu, 1.0f, KA * S2);
-    qc_add_scalar_forward_cpu(t->scale_refine, t->scale_refine, 0.1f, KA * S2);
+    qc_op_add_scalar_forward(m->ex, t->scale_refine, t->sr_elu, 1.0f, KA * S2);
+    qc_op_add_scalar_forward(m->ex, t->scale_refine, t->scale_refine, 0.1f, KA * S2);
     QC_TRY(qcnet_mlp_forward(m, &m->to_pi, &t->st_pi, "decoder.to_pi", t->m_ref, KA, &t->pi));
     return QC_OK;
 }
@@ -186,7 +188,7 @@ static enum qc_status head_backward(struct qc_qcnet *m, const struct qc_mlp *mlp
                                     float *dq, float *tmp, int64_t N)
 {
     QC_TRY(qc_mlp_backward(mlp, tmp, dout, st, x, N));
-    qc_add_forward_cpu(dq, dq, tmp, N * m->D);
+    qc_op_add_forward(m->ex, dq, dq, tmp, N * m->D);
     qcnet_stash_free(m, st);
     return QC_OK;
 }
@@ -211,7 +213,7 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     QC_TRY(qc_mlp_backward(&m->to_pi, dq, dpi, &t->st_pi, t->m_ref, KA));
     qcnet_stash_free(m, &t->st_pi);
     QC_TRY(head_backward(m, &m->to_loc_r, &t->st_loc_r, t->m_ref, dloc_r, dq, tmp, KA));
-    qc_elu_backward_cpu(dh, dscale_r, t->sr_elu, KA * S2); /* the +1 and +0.1 pass through */
+    qc_op_elu_backward(m->ex, dh, dscale_r, t->sr_elu, KA * S2); /* +1 and +0.1 pass through */
     QC_TRY(head_backward(m, &m->to_scale_r, &t->st_scale_r, t->m_ref, dh, dq, tmp, KA));
 
     // ---- refine layers
@@ -234,15 +236,15 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
                             &scratch));
         float *g = m->grads;
         const float *w = m->params;
-        qc_gru_backward_cpu(dy_tm, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
-                            g + m->o_gru_bhh, tmp, t->gru_hs, t->gru_gates, t->y_tm,
-                            w + m->o_gru_wih, w + m->o_gru_whh, S, KA, D, D, scratch);
+        qc_op_gru_backward(m->ex, dy_tm, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
+                           g + m->o_gru_bhh, tmp, t->gru_hs, t->gru_gates, t->y_tm,
+                           w + m->o_gru_wih, w + m->o_gru_whh, S, KA, D, D, scratch);
         qcnet_free(m, scratch);
-        qc_tile_backward_cpu(g + m->o_h0, dh0, 1, KA, D, true);
+        qc_op_tile_backward(m->ex, g + m->o_h0, dh0, 1, KA, D, true);
         qcnet_free(m, dh0);
         float *dy;
         QC_TRY(qcnet_falloc(m, KA * S * D, "grad/decoder.y_emb", &dy));
-        qc_transpose01_backward_cpu(dy, dy_tm, KA, S, D);
+        qc_op_transpose01_backward(m->ex, dy, dy_tm, KA, S, D);
         qcnet_free(m, dy_tm);
         QC_TRY(qc_fourier_backward(&m->y_emb, NULL, NULL, dy, &t->st_y, t->loc_propose, KA * S));
         qcnet_stash_free(m, &t->st_y);
@@ -253,28 +255,28 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     float *dlp, *dsp;
     QC_TRY(qcnet_falloc(m, KA * S2, "grad/decoder.loc_propose_increments", &dlp));
     QC_TRY(qcnet_falloc(m, KA * S2, "grad/decoder.scale_propose", &dsp));
-    qc_cumsum_backward_cpu(dlp, dloc_p, KA, S, 2);
-    qc_cumsum_backward_cpu(dsp, dscale_p, KA, S, 2);
-    qc_elu_backward_cpu(dsp, dsp, t->sp_elu, KA * S2);
+    qc_op_cumsum_backward(m->ex, dlp, dloc_p, KA, S, 2);
+    qc_op_cumsum_backward(m->ex, dsp, dscale_p, KA, S, 2);
+    qc_op_elu_backward(m->ex, dsp, dsp, t->sp_elu, KA * S2);
     float *dho;
     QC_TRY(qcnet_falloc(m, KA * O, "grad/decoder.propose_head", &dho));
-    memset(dq, 0, (size_t)(KA * D) * sizeof *dq); /* the last proposal state feeds only heads */
+    qc_op_zero(m->ex, dq, (size_t)(KA * D) * sizeof *dq); /* the last proposal state: heads only */
     for (int64_t r = R - 1; r >= 0; r--) {
         const float *qr = t->m_prop_out[r];
-        qc_copy2d_cpu(dho, O, dlp + r * O, S2, KA, O, false);
+        qc_op_copy2d(m->ex, dho, O, dlp + r * O, S2, KA, O, false);
         QC_TRY(head_backward(m, &m->to_loc_p, &t->st_loc_p[r], qr, dho, dq, tmp, KA));
-        qc_copy2d_cpu(dho, O, dsp + r * O, S2, KA, O, false);
+        qc_op_copy2d(m->ex, dho, O, dsp + r * O, S2, KA, O, false);
         QC_TRY(head_backward(m, &m->to_scale_p, &t->st_scale_p[r], qr, dho, dq, tmp, KA));
         QC_TRY(qcnet_attn_app_backward(m, t->app_m2m_p[r], tmp, dq));
         for (int64_t i = m->NL_dec - 1; i >= 0; i--)
             QC_TRY(group_backward(m, t->app_t2m_p[r][i], t->app_pl2m_p[r][i], t->app_a2m_p[r][i],
                                   tmp, tmp, w1, w2));
-        memcpy(dq, tmp, (size_t)(KA * D) * sizeof *dq);
+        qc_op_copy(m->ex, dq, tmp, (size_t)(KA * D) * sizeof *dq);
     }
     qcnet_free(m, dho);
     qcnet_free(m, dlp);
     qcnet_free(m, dsp);
-    qc_tile_backward_cpu(m->grads + m->o_mode_emb, dq, K, A, D, true);
+    qc_op_tile_backward(m->ex, m->grads + m->o_mode_emb, dq, K, A, D, true);
     for (int64_t i = 0; i < m->NL_dec; i++) {
         QC_TRY(qcnet_kv_backward(m, &t->kv_t2m_p[i], dx_a, t->x_a));
         QC_TRY(qcnet_kv_backward(m, &t->kv_pl2m_p[i], dx_pl, t->x_pl));
@@ -284,12 +286,8 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2M));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2M));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_M2M));
-    for (int64_t a = 0; a < A; a++) { /* X_a = x_a[:, 49] */
-        float *d = dx_a + (a * T + T - 1) * D;
-        const float *s = dxa49 + a * D;
-        for (int64_t c = 0; c < D; c++)
-            d[c] += s[c];
-    }
+    /* X_a = x_a[:, 49]: dx_a[a, 49] += dxa49[a] */
+    qc_op_copy2d(m->ex, dx_a + (T - 1) * D, T * D, dxa49, D, A, D, true);
     qcnet_free(m, dq);
     qcnet_free(m, w1);
     qcnet_free(m, w2);

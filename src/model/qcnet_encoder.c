@@ -8,30 +8,46 @@
  * Agent encoder: x_a = FE(4)(agent-step features, type) over all 50A agent-steps
  * (agent-major); per layer t (self, agent-major) → time-major → pl2a (bipartite) → a2a (self)
  * → agent-major. Invalid steps are computed like valid ones (§9.2).
+ *
+ * Backend (qc_qcnet_create_on): every op runs on m->ex. What the encoders derive from the batch
+ * (embedding indices from the uint8 fields, the agent-step features) is computed on the host
+ * from the HOST batch (tape.batch) into a temporary and uploaded into hook memory; op arguments
+ * taken from the batch itself come from its device view (tape.dbatch).
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
 #include "qc_qcnet.h"
 #include "qcnet_internal.h"
 
-/* Categorical values as int64 embedding indices, checked against the vocabulary. */
+/* Categorical values v (n, host) as int64 embedding indices, checked against the vocabulary,
+ * in hook memory. */
 static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, int64_t vocab,
                                const char *field, int64_t **out)
 {
     char tag[96];
     snprintf(tag, sizeof tag, "input/%s", field);
-    QC_TRY(qcnet_ialloc(m, n, tag, out));
+    const size_t bytes = (size_t)n * sizeof(int64_t);
+    int64_t *h = qcnet_host_tmp(bytes, tag);
+    if (!h)
+        return QC_ERR_NOMEM;
     for (int64_t i = 0; i < n; i++) {
-        if (v[i] >= vocab)
+        if (v[i] >= vocab) {
+            free(h);
             return qc_errorf(QC_ERR_INVALID, "model forward: %s[%lld] = %u, not in [0, %lld)",
                              field, (long long)i, (unsigned)v[i], (long long)vocab);
-        (*out)[i] = v[i];
+        }
+        h[i] = v[i];
     }
+    void *p = NULL;
+    QC_TRY(qcnet_upload_tmp(m, h, bytes, tag, &p));
+    *out = p;
     return QC_OK;
 }
 
@@ -40,14 +56,14 @@ static enum qc_status embed_sum(struct qc_qcnet *m, float *out, int n_tab, const
                                 const int64_t *vocab, int64_t *const *idx, int64_t N)
 {
     const int64_t D = m->D;
-    qc_embedding_forward_cpu(out, idx[0], m->params + o_tab[0], N, D, vocab[0]);
+    qc_op_embedding_forward(m->ex, out, idx[0], m->params + o_tab[0], N, D, vocab[0]);
     if (n_tab == 1)
         return QC_OK;
     float *tmp;
     QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
     for (int j = 1; j < n_tab; j++) {
-        qc_embedding_forward_cpu(tmp, idx[j], m->params + o_tab[j], N, D, vocab[j]);
-        qc_add_forward_cpu(out, out, tmp, N * D);
+        qc_op_embedding_forward(m->ex, tmp, idx[j], m->params + o_tab[j], N, D, vocab[j]);
+        qc_op_add_forward(m->ex, out, out, tmp, N * D);
     }
     qcnet_free(m, tmp);
     return QC_OK;
@@ -58,16 +74,13 @@ static enum qc_status embed_sum(struct qc_qcnet *m, float *out, int n_tab, const
 enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_batch *b = t->batch;
+    const struct qc_batch *b = t->batch, *db = qcnet_op_batch(m);
     const int64_t Pt = t->Pt, P = t->P, D = m->D;
     QC_TRY(to_index(m, b->pt_type, Pt, 17, "map_point.type", &t->idx_pt_type));
     QC_TRY(to_index(m, b->pt_side, Pt, 3, "map_point.side", &t->idx_pt_side));
     QC_TRY(to_index(m, b->pl_type, P, 4, "map_polygon.type", &t->idx_pl_type));
     QC_TRY(to_index(m, b->pl_is_intersection, P, 3, "map_polygon.is_intersection", &t->idx_pl_int));
-    for (int64_t e = 0; e < b->graph.e[QC_EDGE_PL2PL].num_edges; e++)
-        if (t->pl2pl_type[e] < 0 || t->pl2pl_type[e] >= 5)
-            return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",
-                             (long long)e, (long long)t->pl2pl_type[e]);
+    /* the pl2pl edge types are checked where the tape's copy is made (qcnet_model.c) */
 
     /* node embeddings */
     float *cat;
@@ -78,7 +91,7 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
         QC_TRY(embed_sum(m, cat, 2, o, v, ix, Pt));
     }
     QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, &t->st_x_pt, "encoder.map_encoder.x_pt_emb",
-                            b->pt_magnitude, cat, Pt, &t->x_pt));
+                            db->pt_magnitude, cat, Pt, &t->x_pt));
     qcnet_free(m, cat);
     QC_TRY(qcnet_falloc(m, P * D, "map/x_pl_emb.cat", &cat));
     {
@@ -111,7 +124,7 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_batch *b = t->batch;
+    const struct qc_batch *db = qcnet_op_batch(m);
     const int64_t Pt = t->Pt, P = t->P, D = m->D;
     float *d1, *dx_pt;
     QC_TRY(qcnet_falloc(m, P * D, "grad/map.x_pl", &d1));
@@ -128,16 +141,16 @@ enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PT2PL));
     /* x_pl0 = FE(0)(type_pl + int_pl): dcat → both tables */
     QC_TRY(qc_fourier_backward(&m->x_pl_emb, NULL, d1, dx, &t->st_x_pl, NULL, P));
-    qc_embedding_backward_cpu(m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
-    qc_embedding_backward_cpu(m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
+    qc_op_embedding_backward(m->ex, m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
+    qc_op_embedding_backward(m->ex, m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
     qcnet_stash_free(m, &t->st_x_pl);
     qcnet_free(m, d1);
     /* x_pt = FE(1)(magnitude, type_pt + side_pt) */
     float *dcat;
     QC_TRY(qcnet_falloc(m, Pt * D, "grad/map.x_pt_cat", &dcat));
-    QC_TRY(qc_fourier_backward(&m->x_pt_emb, NULL, dcat, dx_pt, &t->st_x_pt, b->pt_magnitude, Pt));
-    qc_embedding_backward_cpu(m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
-    qc_embedding_backward_cpu(m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
+    QC_TRY(qc_fourier_backward(&m->x_pt_emb, NULL, dcat, dx_pt, &t->st_x_pt, db->pt_magnitude, Pt));
+    qc_op_embedding_backward(m->ex, m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
+    qc_op_embedding_backward(m->ex, m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
     qcnet_stash_free(m, &t->st_x_pt);
     qcnet_free(m, dcat);
     qcnet_free(m, dx_pt);
@@ -154,7 +167,8 @@ static float norm2f(float v0, float v1)
     return sqrtf(a + b);
 }
 
-/* c_a[(a·T + t)·4 + ·] = [‖d‖, ∠(h, d), ‖v‖, ∠(h, v)], d the motion vector (0 at t = 0). */
+/* c_a[(a·T + t)·4 + ·] = [‖d‖, ∠(h, d), ‖v‖, ∠(h, v)], d the motion vector (0 at t = 0).
+ * Host code: b is the host batch, c a host buffer. */
 static void agent_features(const struct qc_batch *b, float *c, int64_t A)
 {
     const int64_t T = QCNET_T, ST = QCNET_STEPS;
@@ -184,21 +198,38 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     struct qcnet_tape *t = &m->tape;
     const struct qc_batch *b = t->batch;
     const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
-    QC_TRY(qcnet_falloc(m, N * 4, "agent/x_a_emb.c", &t->c_a));
-    agent_features(b, t->c_a, A);
-    QC_TRY(qcnet_ialloc(m, N, "agent/type_index", &t->idx_a_type));
-    for (int64_t a = 0; a < A; a++) {
-        if (b->agent_type[a] >= 10)
-            return qc_errorf(QC_ERR_INVALID,
-                             "model forward: agent.type[%lld] = %u, not in "
-                             "[0, 10)",
-                             (long long)a, (unsigned)b->agent_type[a]);
-        for (int64_t s = 0; s < T; s++)
-            t->idx_a_type[a * T + s] = b->agent_type[a]; /* repeat_interleave over the steps */
+    void *p = NULL;
+    {
+        const size_t bytes = (size_t)(N * 4) * sizeof(float);
+        float *h = qcnet_host_tmp(bytes, "agent/x_a_emb.c");
+        if (!h)
+            return QC_ERR_NOMEM;
+        agent_features(b, h, A);
+        QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/x_a_emb.c", &p));
+        t->c_a = p;
+    }
+    {
+        const size_t bytes = (size_t)N * sizeof(int64_t);
+        int64_t *h = qcnet_host_tmp(bytes, "agent/type_index");
+        if (!h)
+            return QC_ERR_NOMEM;
+        for (int64_t a = 0; a < A; a++) {
+            if (b->agent_type[a] >= 10) {
+                free(h);
+                return qc_errorf(QC_ERR_INVALID,
+                                 "model forward: agent.type[%lld] = %u, not in "
+                                 "[0, 10)",
+                                 (long long)a, (unsigned)b->agent_type[a]);
+            }
+            for (int64_t s = 0; s < T; s++)
+                h[a * T + s] = b->agent_type[a]; /* repeat_interleave over the steps */
+        }
+        QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/type_index", &p));
+        t->idx_a_type = p;
     }
     float *cat;
     QC_TRY(qcnet_falloc(m, N * D, "agent/x_a_emb.cat", &cat));
-    qc_embedding_forward_cpu(cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
+    qc_op_embedding_forward(m->ex, cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
     QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, &t->st_x_a, "encoder.agent_encoder.x_a_emb", t->c_a,
                             cat, N, &t->x_a0));
     qcnet_free(m, cat);
@@ -215,7 +246,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         float *xt;
         snprintf(tag, sizeof tag, "%s/time_major", m->t_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xt));
-        qc_transpose01_forward_cpu(xt, x, A, T, D);
+        qc_op_transpose01_forward(m->ex, xt, x, A, T, D);
         const struct qcnet_layer *L = &m->pl2a_attn[i];
         QC_TRY(qcnet_kv_setup(m, &t->kv_pl2a[i], L, QC_EDGE_PL2A, t->x_pl));
         t->app_pl2a[i] = t->n_app;
@@ -230,7 +261,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         float *xa;
         snprintf(tag, sizeof tag, "%s/agent_major", m->a2a_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xa));
-        qc_transpose01_forward_cpu(xa, x, T, A, D);
+        qc_op_transpose01_forward(m->ex, xa, x, T, A, D);
         x = xa;
     }
     t->x_a = x;
@@ -246,18 +277,18 @@ enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_p
     QC_TRY(qcnet_falloc(m, N * D, "grad/agent.2", &d2));
     float *dx = dx_a; /* gradient of the current layer output, agent-major */
     for (int64_t i = m->NL_agent - 1; i >= 0; i--) {
-        qc_transpose01_backward_cpu(d1, dx, T, A, D); /* → time-major */
+        qc_op_transpose01_backward(m->ex, d1, dx, T, A, D); /* → time-major */
         QC_TRY(qcnet_attn_app_backward(m, t->app_a2a[i], d2, d1));
         QC_TRY(qcnet_attn_app_backward(m, t->app_pl2a[i], d1, d2));
         QC_TRY(qcnet_kv_backward(m, &t->kv_pl2a[i], dx_pl, t->x_pl));
-        qc_transpose01_backward_cpu(d2, d1, A, T, D); /* → agent-major */
+        qc_op_transpose01_backward(m->ex, d2, d1, A, T, D); /* → agent-major */
         QC_TRY(qcnet_attn_app_backward(m, t->app_t[i], dx, d2));
     }
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_T));
     QC_TRY(qc_fourier_backward(&m->x_a_emb, NULL, d1, dx, &t->st_x_a, t->c_a, N));
-    qc_embedding_backward_cpu(m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
+    qc_op_embedding_backward(m->ex, m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
     qcnet_stash_free(m, &t->st_x_a);
     qcnet_free(m, d1);
     qcnet_free(m, d2);

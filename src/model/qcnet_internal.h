@@ -74,21 +74,27 @@ struct qcnet_tape {
     bool training; /* dropout on */
     uint64_t seed; /* dropout key */
     uint32_t step, micro;
-    const struct qc_batch *batch;  /* host batch: what host code reads (index prep, features) */
-    const struct qc_batch *dbatch; /* the same batch as op arguments: == batch on CPU, a device
-                                      view (qc_batch_rebase) on device backends */
-    struct qc_batch dbatch_view;   /* storage of that view */
+    const struct qc_batch *batch;     /* host batch: what host code reads (index prep, features) */
+    const struct qc_batch *dbatch;    /* the same batch as op arguments: == batch on CPU, a device
+                                         view (qc_batch_rebase) on device backends */
+    struct qc_batch dbatch_view;      /* storage of that view */
     void *dbatch_node, *dbatch_graph; /* device copies the model made (NULL when the caller
                                          passed ctx.batch_dev, or on CPU) */
     int64_t A, P, Pt, K, S;
 
-    /* graph views for the attention layers */
+    /* graph views for the attention layers: the arrays of dbatch->graph (op arguments), with
+     * host mirrors (qc_attn_graph *_host) at batch->graph's on device backends */
     struct qc_attn_graph g[NSET];
     struct qc_attn_edges ed[NSET];
     bool ed_init[NSET];
+    /* index arrays the model derives from the graph on the host (op arguments: device memory
+     * on device backends, from the hook, recorded in bufs) ... */
     int64_t *pl2a_src;   /* (E_pl2a) polygon of each pl2a source: src mod P */
     int64_t *pl2m_query; /* (A*K) mode-major query rows k*A + a */
-    int64_t *pl2pl_type; /* (E_pl2pl) int64 copies of the edge types */
+    int64_t *pl2pl_type; /* (E_pl2pl) int64 copies of the edge types, checked in [0, 5) */
+    /* ... and their host copies, for host code on EVERY backend: == the arrays above on CPU,
+     * malloc'ed mirrors on device backends (freed by release) */
+    int64_t *pl2a_src_host, *pl2m_query_host, *pl2pl_type_host;
 
     /* kv contexts of bipartite layers: one per layer (sources fixed in the forward) */
     struct qc_attn_kv kv_pt2pl[QCNET_MAX_LAYERS];
@@ -165,13 +171,20 @@ struct qc_qcnet {
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 
     /* parameters */
-    float *params, *grads;
+    float *params, *grads; /* (nparams) each, from hook: device memory on device backends */
     int64_t nparams;
     struct qc_qcnet_key *keys;
     int nkeys, cap_keys;
-    int64_t *seg_off; /* (nseg+1) */
+    int64_t *seg_off; /* (nseg+1) host */
     uint8_t *seg_decay;
     int64_t nseg;
+    /* device backends only (NULL on CPU): copies of seg_off / seg_decay from the hook (tag
+     * "params/groups", bytes seg_dev_bytes) for qc_op_adamw_step_segments, and a host mirror of
+     * the parameters (nparams floats, malloc) that qc_qcnet_add_to_writer downloads into */
+    int64_t *seg_off_dev;
+    uint8_t *seg_decay_dev; /* inside the seg_off_dev block */
+    size_t seg_dev_bytes;
+    float *params_host;
 
     /* map encoder */
     int64_t o_type_pt, o_side_pt, o_type_pl, o_int_pl, o_type_pl2pl; /* Embedding offsets */
@@ -225,6 +238,15 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
  * memory), so callers need no branch. */
 enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
                             void **out);
+/* The batch as op arguments: tape.dbatch (asserts it is set on device backends), else the
+ * host batch. */
+const struct qc_batch *qcnet_op_batch(const struct qc_qcnet *m);
+/* A host temporary of bytes (at least one byte) for data derived from the batch; NULL with
+ * QC_ERR_NOMEM set (naming what) on failure. */
+void *qcnet_host_tmp(size_t bytes, const char *what);
+/* qcnet_upload of a qcnet_host_tmp buffer, which is freed either way. */
+enum qc_status qcnet_upload_tmp(struct qc_qcnet *m, void *host, size_t bytes, const char *tag,
+                                void **out);
 /* Scalars and small results back to the host (synchronizing on device backends). */
 enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, size_t bytes);
 

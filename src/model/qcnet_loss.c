@@ -6,11 +6,19 @@
  * 60 steps), and the mixture NLL of the refined endpoint through pi only (the trajectory is
  * detached). Metrics: focal agents (category 3) with a valid future step; the mode is chosen by
  * FDE at the last valid step.
+ *
+ * Backend (qc_qcnet_create_on): the loss runs as ops on m->ex. The targets (when the batch has
+ * none) and the masks are computed on the host from the HOST batch and uploaded; the best mode
+ * stays in device memory; the four loss values are computed into device scalars and come back
+ * in one download (one synchronization per qc_qcnet_loss). The metrics download the refined
+ * locations, the logits and (when the host batch has none) the targets, then run on the host.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_kernels.h"
 #include "qc_qcnet.h"
 #include "qcnet_internal.h"
@@ -22,11 +30,18 @@ enum qc_status qcnet_targets(struct qc_qcnet *m)
         return QC_OK;
     const struct qc_batch *b = t->batch;
     if (b->target) {
-        t->target = b->target;
+        t->target = qcnet_op_batch(m)->target;
         return QC_OK;
     }
-    QC_TRY(qcnet_falloc(m, t->A * QCNET_S * 4, "loss/target", &t->target_own));
-    qc_batch_target(b, 0, t->A, t->target_own);
+    /* TargetBuilder on the host batch, uploaded */
+    const size_t bytes = (size_t)(t->A * QCNET_S * 4) * sizeof(float);
+    float *h = qcnet_host_tmp(bytes, "loss/target");
+    if (!h)
+        return QC_ERR_NOMEM;
+    qc_batch_target(b, 0, t->A, h);
+    void *p = NULL;
+    QC_TRY(qcnet_upload_tmp(m, h, bytes, "loss/target", &p));
+    t->target_own = p;
     t->target = t->target_own;
     return QC_OK;
 }
@@ -37,18 +52,29 @@ static enum qc_status loss_masks(struct qc_qcnet *m)
     if (t->reg_mask)
         return QC_OK;
     const int64_t A = t->A, S = QCNET_S;
-    void *p = NULL;
-    QC_TRY(qcnet_balloc(m, (size_t)(A * S), "loss/reg_mask", &p));
-    t->reg_mask = p;
-    QC_TRY(qcnet_balloc(m, (size_t)A, "loss/cls_mask", &p));
-    t->cls_mask = p;
+    /* host: reg (A,S) then cls (A), from the host batch's predict_mask */
+    uint8_t *h = qcnet_host_tmp((size_t)(A * S + A), "loss/masks");
+    if (!h)
+        return QC_ERR_NOMEM;
+    uint8_t *reg = h, *cls = h + A * S;
     const uint8_t *pm = t->batch->predict_mask;
     for (int64_t a = 0; a < A; a++) {
         for (int64_t s = 0; s < S; s++)
-            t->reg_mask[a * S + s] = pm[a * QCNET_STEPS + QCNET_T + s] ? 1 : 0;
-        t->cls_mask[a] = pm[a * QCNET_STEPS + QCNET_STEPS - 1] ? 1 : 0;
+            reg[a * S + s] = pm[a * QCNET_STEPS + QCNET_T + s] ? 1 : 0;
+        cls[a] = pm[a * QCNET_STEPS + QCNET_STEPS - 1] ? 1 : 0;
     }
-    return QC_OK;
+    void *p = NULL;
+    enum qc_status st = qcnet_upload(m, reg, (size_t)(A * S), "loss/reg_mask", &p);
+    if (st == QC_OK) {
+        t->reg_mask = p;
+        st = qcnet_upload(m, cls, (size_t)A, "loss/cls_mask", &p);
+    }
+    if (st == QC_OK)
+        t->cls_mask = p;
+    else
+        t->reg_mask = NULL; /* made again by the next call (the buffer is released with the tape) */
+    free(h);
+    return st;
 }
 
 enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out)
@@ -61,20 +87,30 @@ enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out)
     QC_TRY(loss_masks(m));
     if (!t->best_mode)
         QC_TRY(qcnet_ialloc(m, A, "loss/best_mode", &t->best_mode));
-    qc_best_mode_cpu(t->best_mode, t->loc_propose, t->target, 4, t->reg_mask, A, K, S);
-    float *scratch;
+    qc_op_best_mode(m->ex, t->best_mode, t->loc_propose, t->target, 4, t->reg_mask, A, K, S);
+    /* v = [loss, reg_loss_propose, reg_loss_refine, cls_loss] (device scalars) */
+    float *v, *scratch;
+    QC_TRY(qcnet_falloc(m, 4, "loss/values", &v));
     QC_TRY(qcnet_falloc(m, qc_reg_loss_scratch_numel(A, S), "scratch/reg_loss", &scratch));
+    qc_op_reg_loss_forward(m->ex, v + 1, t->loc_propose, t->scale_propose, t->best_mode, t->target,
+                           4, t->reg_mask, A, K, S, scratch);
+    qc_op_reg_loss_forward(m->ex, v + 2, t->loc_refine, t->scale_refine, t->best_mode, t->target, 4,
+                           t->reg_mask, A, K, S, scratch);
+    qcnet_free(m, scratch);
+    qc_op_mixture_nll_forward(m->ex, v + 3, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
+                              t->reg_mask, t->cls_mask, A, K, S);
+    qc_op_add_forward(m->ex, v, v + 1, v + 2, 1); /* (propose + refine) + cls, as PyTorch */
+    qc_op_add_forward(m->ex, v, v, v + 3, 1);
+    float hv[4];
+    enum qc_status st = qcnet_download(m, hv, v, sizeof hv);
+    qcnet_free(m, v);
+    QC_TRY(st);
     struct qc_qcnet_loss *l = &t->loss;
     memset(l, 0, sizeof *l);
-    qc_reg_loss_forward_cpu(&l->reg_loss_propose, t->loc_propose, t->scale_propose, t->best_mode,
-                            t->target, 4, t->reg_mask, A, K, S, scratch);
-    qc_reg_loss_forward_cpu(&l->reg_loss_refine, t->loc_refine, t->scale_refine, t->best_mode,
-                            t->target, 4, t->reg_mask, A, K, S, scratch);
-    qcnet_free(m, scratch);
-    qc_mixture_nll_forward_cpu(&l->cls_loss, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
-                               t->reg_mask, t->cls_mask, A, K, S);
-    l->loss = l->reg_loss_propose + l->reg_loss_refine;
-    l->loss = l->loss + l->cls_loss;
+    l->loss = hv[0];
+    l->reg_loss_propose = hv[1];
+    l->reg_loss_refine = hv[2];
+    l->cls_loss = hv[3];
     l->best_mode = t->best_mode;
     l->num_agents = A;
     t->has_loss = true;
@@ -88,16 +124,21 @@ enum qc_status qcnet_loss_backward(struct qc_qcnet *m, float dloss_scale, float 
 {
     struct qcnet_tape *t = &m->tape;
     const int64_t A = t->A, K = t->K, S = QCNET_S;
+    /* the upstream gradient of the scalar loss, a device scalar */
+    const float hdl = dloss_scale;
+    void *p = NULL;
+    QC_TRY(qcnet_upload(m, &hdl, sizeof hdl, "loss/dloss", &p));
+    const float *dl = p;
     float *scratch;
     QC_TRY(qcnet_falloc(m, qc_reg_loss_scratch_numel(A, S), "scratch/reg_loss", &scratch));
-    const float dl = dloss_scale;
-    qc_reg_loss_backward_cpu(dloc_p, dscale_p, &dl, t->loc_propose, t->scale_propose, t->best_mode,
-                             t->target, 4, t->reg_mask, A, K, S, scratch);
-    qc_reg_loss_backward_cpu(dloc_r, dscale_r, &dl, t->loc_refine, t->scale_refine, t->best_mode,
-                             t->target, 4, t->reg_mask, A, K, S, scratch);
+    qc_op_reg_loss_backward(m->ex, dloc_p, dscale_p, dl, t->loc_propose, t->scale_propose,
+                            t->best_mode, t->target, 4, t->reg_mask, A, K, S, scratch);
+    qc_op_reg_loss_backward(m->ex, dloc_r, dscale_r, dl, t->loc_refine, t->scale_refine,
+                            t->best_mode, t->target, 4, t->reg_mask, A, K, S, scratch);
     qcnet_free(m, scratch);
-    qc_mixture_nll_backward_cpu(dpi, &dl, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
-                                t->reg_mask, t->cls_mask, A, K, S);
+    qc_op_mixture_nll_backward(m->ex, dpi, dl, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
+                               t->reg_mask, t->cls_mask, A, K, S);
+    qcnet_free(m, p);
     return QC_OK;
 }
 
@@ -166,9 +207,26 @@ enum qc_status qc_qcnet_metrics_update_model(struct qc_qcnet_metrics *mt, struct
     if (!t->active)
         return qc_errorf(QC_ERR_INVALID, "model metrics: no forward");
     QC_TRY(qcnet_targets(m));
-    qc_qcnet_metrics_update(mt, t->loc_refine, t->pi, t->target, t->batch->predict_mask,
-                            t->batch->agent_category, t->A, t->K, QCNET_T, QCNET_S);
-    return QC_OK;
+    /* host copies of what the host code reads (the targets: the host batch's when it has them) */
+    const int64_t A = t->A, K = t->K, S = QCNET_S;
+    const size_t loc_bytes = (size_t)(A * K * S * 2) * sizeof(float);
+    const size_t pi_bytes = (size_t)(A * K) * sizeof(float);
+    const size_t tgt_bytes = t->batch->target ? 0 : (size_t)(A * S * 4) * sizeof(float);
+    float *h = malloc(loc_bytes + pi_bytes + tgt_bytes);
+    if (!h)
+        return qc_errorf(QC_ERR_NOMEM, "model metrics: host buffer of %zu bytes",
+                         loc_bytes + pi_bytes + tgt_bytes);
+    float *loc = h, *pi = h + A * K * S * 2, *tgt = pi + A * K;
+    enum qc_status st = qcnet_download(m, loc, t->loc_refine, loc_bytes);
+    if (st == QC_OK)
+        st = qcnet_download(m, pi, t->pi, pi_bytes);
+    if (st == QC_OK && tgt_bytes)
+        st = qcnet_download(m, tgt, t->target, tgt_bytes);
+    if (st == QC_OK)
+        qc_qcnet_metrics_update(mt, loc, pi, tgt_bytes ? tgt : t->batch->target,
+                                t->batch->predict_mask, t->batch->agent_category, A, K, QCNET_T, S);
+    free(h);
+    return st;
 }
 
 void qc_qcnet_metrics_merge(struct qc_qcnet_metrics *dst, const struct qc_qcnet_metrics *src)

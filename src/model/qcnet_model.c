@@ -8,7 +8,13 @@
  * them, and qc_qcnet_release returns all of them to the hook; the blocks' scratch and gradient
  * buffers go through m->blk_hook (counted, freed by the blocks or their contexts' deinit):
  * bytes_live = Σ bufs bytes + bytes_blk. Parameters and gradients come from the hook too
- * (tags "params", "grads"; not in bytes_live).
+ * (tags "params", "grads"; not in bytes_live), and on device backends the AdamW segment arrays
+ * ("params/groups").
+ *
+ * Backends (qc_exec.h): every op runs on m->ex and every block's qc_block_mem carries it. On a
+ * device backend the host reads only the host batch (tape.batch) and host mirrors; the ops get
+ * tape.dbatch (the caller's device copy, or the model's copy "batch/nodes" + "batch/graph"
+ * rebased with qc_batch_rebase) and the index arrays derived on the host, uploaded.
  */
 #include "qc_qcnet.h"
 
@@ -16,6 +22,7 @@
 #include <string.h>
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
 #include "qcnet_internal.h"
@@ -93,7 +100,7 @@ enum qc_status qcnet_zalloc(struct qc_qcnet *m, int64_t n, const char *tag, floa
 {
     QC_TRY(qcnet_falloc(m, n, tag, out));
     if (n > 0)
-        memset(*out, 0, (size_t)n * sizeof(float));
+        qc_op_zero(m->ex, *out, (size_t)n * sizeof(float));
     return QC_OK;
 }
 
@@ -103,6 +110,48 @@ enum qc_status qcnet_ialloc(struct qc_qcnet *m, int64_t n, const char *tag, int6
     QC_TRY(qcnet_balloc(m, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &p));
     *out = p;
     return QC_OK;
+}
+
+enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
+                            void **out)
+{
+    void *p = NULL;
+    QC_TRY(qcnet_balloc(m, bytes, tag, &p));
+    enum qc_status st = qc_op_upload(m->ex, p, host, bytes);
+    if (st != QC_OK) {
+        qcnet_free(m, p);
+        return st;
+    }
+    *out = p;
+    return QC_OK;
+}
+
+const struct qc_batch *qcnet_op_batch(const struct qc_qcnet *m)
+{
+    const struct qcnet_tape *t = &m->tape;
+    QC_ASSERT(t->dbatch || !qc_exec_is_device(m->ex), "model: no device view of the batch");
+    return t->dbatch ? t->dbatch : t->batch;
+}
+
+void *qcnet_host_tmp(size_t bytes, const char *what)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        (void)qc_errorf(QC_ERR_NOMEM, "model: host buffer of %zu bytes for %s", bytes, what);
+    return p;
+}
+
+enum qc_status qcnet_upload_tmp(struct qc_qcnet *m, void *host, size_t bytes, const char *tag,
+                                void **out)
+{
+    enum qc_status s = qcnet_upload(m, host, bytes, tag, out);
+    free(host);
+    return s;
+}
+
+enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, size_t bytes)
+{
+    return qc_op_download(m->ex, host, dev, bytes);
 }
 
 void qcnet_free(struct qc_qcnet *m, void *p)
@@ -177,19 +226,89 @@ static void params_free(struct qc_qcnet *m, const struct qc_qcnet_alloc *h, floa
         h->free(h->ctx, params, params_bytes(m));
 }
 
+/* Bytes of the device copy of the AdamW segments: offsets (nseg+1) int64, then at the next
+ * 64-byte boundary the decay flags (nseg). */
+static size_t groups_decay_offset(const struct qc_qcnet *m)
+{
+    return ((size_t)(m->nseg + 1) * sizeof(int64_t) + 63) / 64 * 64;
+}
+
+/* Device backends: the AdamW segment arrays in one block from hook h ("params/groups"),
+ * uploaded from seg_off / seg_decay. */
+static enum qc_status groups_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *h,
+                                   int64_t **out)
+{
+    const size_t off = groups_decay_offset(m), bytes = off + (size_t)m->nseg;
+    unsigned char *p = h->alloc(h->ctx, bytes, "params/groups");
+    if (!p)
+        return qc_errorf(QC_ERR_NOMEM, "model: allocation of %zu bytes for params/groups failed",
+                         bytes);
+    enum qc_status s = qc_op_upload(m->ex, p, m->seg_off, (size_t)(m->nseg + 1) * sizeof(int64_t));
+    if (s == QC_OK)
+        s = qc_op_upload(m->ex, p + off, m->seg_decay, (size_t)m->nseg);
+    if (s != QC_OK) {
+        h->free(h->ctx, p, bytes);
+        return s;
+    }
+    m->seg_dev_bytes = bytes;
+    *out = (int64_t *)(void *)p;
+    return QC_OK;
+}
+
+static void groups_free(struct qc_qcnet *m, const struct qc_qcnet_alloc *h, int64_t *p)
+{
+    if (p)
+        h->free(h->ctx, p, m->seg_dev_bytes);
+}
+
+static void groups_set(struct qc_qcnet *m, int64_t *p)
+{
+    m->seg_off_dev = p;
+    m->seg_decay_dev = p ? (uint8_t *)(void *)p + groups_decay_offset(m) : NULL;
+}
+
+/* The backend and the hook can serve a model. */
+static enum qc_status check_exec(const struct qc_exec *ex, const struct qc_qcnet_alloc *a)
+{
+    const enum qc_exec_backend b = qc_exec_backend_of(ex);
+    if ((int)b < 0 || b >= QC_EXEC_BACKEND_COUNT)
+        return qc_errorf(QC_ERR_INVALID, "model: backend %d is not cpu|cuda|emu", (int)b);
+#ifndef QC_HAVE_CUDA
+    if (b == QC_EXEC_CUDA)
+        return qc_errorf(QC_ERR_UNSUPPORTED, "model: the CUDA backend in a build without CUDA\n"
+                                             "hint: rebuild with -DQC_CUDA=ON, or run on the CPU");
+#endif
+    if (b == QC_EXEC_EMU && !ex->emu)
+        return qc_errorf(QC_ERR_INVALID, "model: the emu backend without its arena");
+    if (qc_exec_is_device(ex) && !a)
+        return qc_errorf(QC_ERR_INVALID,
+                         "model: the %s backend needs an allocation hook of its memory (the "
+                         "default hook is host malloc)",
+                         qc_exec_backend_str(b));
+    return QC_OK;
+}
+
 enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out)
 {
-    return qc_qcnet_create_with_alloc(cfg, NULL, out);
+    return qc_qcnet_create_on(cfg, NULL, NULL, out);
 }
 
 enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
                                           const struct qc_qcnet_alloc *a, struct qc_qcnet **out)
 {
+    return qc_qcnet_create_on(cfg, a, NULL, out);
+}
+
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struct qc_qcnet_alloc *a,
+                                  const struct qc_exec *ex, struct qc_qcnet **out)
+{
     QC_TRY(qc_qcnet_config_validate(cfg));
+    QC_TRY(check_exec(ex, a));
     struct qc_qcnet *m = calloc(1, sizeof *m);
     if (!m)
         return qc_errorf(QC_ERR_NOMEM, "model: %zu bytes", sizeof *m);
     m->cfg = *cfg;
+    m->ex = ex; /* before the blocks are built: their qc_block_mem take it */
     m->D = cfg->hidden_dim;
     m->H = cfg->num_heads;
     m->F = cfg->num_freq_bands;
@@ -206,15 +325,30 @@ enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
     enum qc_status s = qcnet_params_build(m);
     if (s == QC_OK)
         s = params_alloc(m, &m->hook, &m->params, &m->grads);
+    if (s == QC_OK && qc_exec_is_device(ex)) {
+        int64_t *g = NULL;
+        s = groups_alloc(m, &m->hook, &g);
+        groups_set(m, g);
+        if (s == QC_OK) {
+            m->params_host = malloc(params_bytes(m) > 0 ? params_bytes(m) : 1);
+            if (!m->params_host)
+                s = qc_errorf(QC_ERR_NOMEM, "model: host mirror of %zu bytes", params_bytes(m));
+        }
+    }
     if (s != QC_OK) {
         qc_qcnet_destroy(m);
         return s;
     }
-    memset(m->params, 0, (size_t)m->nparams * sizeof(float));
-    memset(m->grads, 0, (size_t)m->nparams * sizeof(float));
+    qc_op_zero(ex, m->params, params_bytes(m));
+    qc_op_zero(ex, m->grads, params_bytes(m));
     qcnet_params_bind(m);
     *out = m;
     return QC_OK;
+}
+
+const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m)
+{
+    return m->ex;
 }
 
 void qc_qcnet_destroy(struct qc_qcnet *m)
@@ -224,6 +358,8 @@ void qc_qcnet_destroy(struct qc_qcnet *m)
     qc_qcnet_release(m);
     free(m->bufs);
     params_free(m, &m->hook, m->params, m->grads);
+    groups_free(m, &m->hook, m->seg_off_dev);
+    free(m->params_host);
     qcnet_params_free(m);
     free(m);
 }
@@ -240,15 +376,33 @@ enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_allo
     const struct qc_qcnet_alloc h = a ? *a : qc_qcnet_alloc_malloc;
     if (h.alloc == m->hook.alloc && h.free == m->hook.free && h.ctx == m->hook.ctx)
         return QC_OK; /* same hook: nothing to re-home */
-    /* re-home the parameters and gradients: new copies from the new hook, old ones back */
+    /* re-home the parameters and gradients (and the device AdamW segments): new copies from
+     * the new hook, old ones back */
     float *p = NULL, *g = NULL;
+    int64_t *seg = NULL;
     QC_TRY(params_alloc(m, &h, &p, &g));
-    memcpy(p, m->params, params_bytes(m));
-    memcpy(g, m->grads, params_bytes(m));
+    if (m->seg_off_dev) {
+        enum qc_status s = groups_alloc(m, &h, &seg);
+        if (s != QC_OK) {
+            params_free(m, &h, p, g);
+            return s;
+        }
+    }
+    qc_op_copy(m->ex, p, m->params, params_bytes(m));
+    qc_op_copy(m->ex, g, m->grads, params_bytes(m));
+    /* the old buffers go back to the old hook only once the copies have read them */
+    enum qc_status s = qc_op_sync(m->ex);
+    if (s != QC_OK) {
+        groups_free(m, &h, seg);
+        params_free(m, &h, p, g);
+        return s;
+    }
     params_free(m, &m->hook, m->params, m->grads);
+    groups_free(m, &m->hook, m->seg_off_dev);
     m->hook = h;
     m->params = p;
     m->grads = g;
+    groups_set(m, seg);
     qcnet_params_bind(m);
     return QC_OK;
 }
@@ -433,24 +587,63 @@ static enum qc_status check_set(const struct qc_graph *g, enum qc_edge_set s, in
     return QC_OK;
 }
 
-static void view(struct qc_attn_graph *v, const struct qc_edges *e, int64_t n_src, int64_t n_dst,
-                 int64_t n_bdst, int64_t Q, const int64_t *src, const int64_t *query_row)
+/* The attention graph of edge set s: arrays of the device graph (op arguments) and, on device
+ * backends, host mirrors from the host graph. src / query_row replace the set's source rows /
+ * give the query rows (NULL: the set's own / b*Q + k), with their host copies. */
+static void view(const struct qc_qcnet *m, struct qc_attn_graph *v, enum qc_edge_set s,
+                 int64_t n_src, int64_t n_dst, int64_t n_bdst, int64_t Q, const int64_t *src,
+                 const int64_t *src_host, const int64_t *query_row, const int64_t *query_row_host)
 {
+    const struct qcnet_tape *t = &m->tape;
+    const struct qc_edges *he = &t->batch->graph.e[s], *de = &t->dbatch->graph.e[s];
     memset(v, 0, sizeof *v);
     v->n_src = n_src;
     v->n_dst = n_dst;
     v->n_bdst = n_bdst;
     v->n_query = Q;
-    v->n_edge = e->num_edges;
-    v->row_ptr = e->dst_ptr;
-    v->src = src ? src : e->src;
+    v->n_edge = he->num_edges;
+    v->row_ptr = de->dst_ptr;
+    v->src = src ? src : de->src;
     v->query_row = query_row;
+    if (qc_exec_is_device(m->ex)) {
+        v->row_ptr_host = he->dst_ptr;
+        v->src_host = src ? src_host : he->src;
+        v->query_row_host = query_row ? query_row_host : NULL;
+    }
+}
+
+/* n int64 the host computes for the ops: on CPU straight into hook memory (tag), which is
+ * also the host copy; on a device backend a malloc'ed host buffer (*host, the mirror, freed by
+ * release) that index_commit uploads into hook memory (same tag and bytes). */
+static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
+                                 int64_t **host)
+{
+    if (!qc_exec_is_device(m->ex)) {
+        QC_TRY(qcnet_ialloc(m, n, tag, dev));
+        *host = *dev;
+        return QC_OK;
+    }
+    *host = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (!*host)
+        return qc_errorf(QC_ERR_NOMEM, "model: host copy of %s (%lld entries)", tag, (long long)n);
+    return QC_OK;
+}
+
+static enum qc_status index_commit(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
+                                   const int64_t *host)
+{
+    if (!qc_exec_is_device(m->ex))
+        return QC_OK;
+    void *p = NULL;
+    QC_TRY(qcnet_upload(m, host, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &p));
+    *dev = p;
+    return QC_OK;
 }
 
 static enum qc_status tape_graphs(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_graph *g = &t->batch->graph;
+    const struct qc_graph *g = &t->batch->graph; /* host: counts and the arrays read here */
     const int64_t A = t->A, P = t->P, Pt = t->Pt, K = t->K, T = QCNET_T;
     QC_TRY(check_set(g, QC_EDGE_PT2PL, Pt, P));
     QC_TRY(check_set(g, QC_EDGE_PL2PL, P, P));
@@ -464,28 +657,77 @@ static enum qc_status tape_graphs(struct qc_qcnet *m)
     /* pl2a sources are polygon-steps t·P + p whose features are x_pl[p] at every t: read the
      * polygon row directly (QCNET.md §8.8 polygon time-broadcast) */
     const struct qc_edges *pl2a = &g->e[QC_EDGE_PL2A];
-    QC_TRY(qcnet_ialloc(m, pl2a->num_edges, "graph/pl2a.src_polygon", &t->pl2a_src));
+    const char *tag = "graph/pl2a.src_polygon";
+    QC_TRY(index_host(m, pl2a->num_edges, tag, &t->pl2a_src, &t->pl2a_src_host));
     for (int64_t e = 0; e < pl2a->num_edges; e++)
-        t->pl2a_src[e] = pl2a->src[e] % P;
+        t->pl2a_src_host[e] = pl2a->src[e] % P;
+    QC_TRY(index_commit(m, pl2a->num_edges, tag, &t->pl2a_src, t->pl2a_src_host));
     /* pl2m and a2m queries are mode-major rows k·A + a */
-    QC_TRY(qcnet_ialloc(m, A * K, "graph/mode_major_query", &t->pl2m_query));
+    tag = "graph/mode_major_query";
+    QC_TRY(index_host(m, A * K, tag, &t->pl2m_query, &t->pl2m_query_host));
     for (int64_t a = 0; a < A; a++)
         for (int64_t k = 0; k < K; k++)
-            t->pl2m_query[a * K + k] = k * A + a;
+            t->pl2m_query_host[a * K + k] = k * A + a;
+    QC_TRY(index_commit(m, A * K, tag, &t->pl2m_query, t->pl2m_query_host));
     const struct qc_edges *pl2pl = &g->e[QC_EDGE_PL2PL];
-    QC_TRY(qcnet_ialloc(m, pl2pl->num_edges, "graph/pl2pl.type", &t->pl2pl_type));
-    for (int64_t e = 0; e < pl2pl->num_edges; e++)
-        t->pl2pl_type[e] = pl2pl->type ? (int64_t)pl2pl->type[e] : 0;
+    tag = "graph/pl2pl.type";
+    QC_TRY(index_host(m, pl2pl->num_edges, tag, &t->pl2pl_type, &t->pl2pl_type_host));
+    for (int64_t e = 0; e < pl2pl->num_edges; e++) {
+        const int64_t ty = pl2pl->type ? (int64_t)pl2pl->type[e] : 0;
+        if (ty < 0 || ty >= 5) /* the type_pl2pl_emb vocabulary */
+            return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",
+                             (long long)e, (long long)ty);
+        t->pl2pl_type_host[e] = ty;
+    }
+    QC_TRY(index_commit(m, pl2pl->num_edges, tag, &t->pl2pl_type, t->pl2pl_type_host));
 
-    view(&t->g[QC_EDGE_PT2PL], &g->e[QC_EDGE_PT2PL], Pt, P, P, 1, NULL, NULL);
-    view(&t->g[QC_EDGE_PL2PL], pl2pl, P, P, P, 1, NULL, NULL);
-    view(&t->g[QC_EDGE_T], &g->e[QC_EDGE_T], T * A, T * A, T * A, 1, NULL, NULL);
-    view(&t->g[QC_EDGE_PL2A], pl2a, P, T * A, T * A, 1, t->pl2a_src, NULL);
-    view(&t->g[QC_EDGE_A2A], &g->e[QC_EDGE_A2A], T * A, T * A, T * A, 1, NULL, NULL);
-    view(&t->g[QC_EDGE_T2M], &g->e[QC_EDGE_T2M], T * A, K * A, A, K, NULL, NULL);
-    view(&t->g[QC_EDGE_PL2M], &g->e[QC_EDGE_PL2M], P, K * A, A, K, NULL, t->pl2m_query);
-    view(&t->g[QC_EDGE_A2M], &g->e[QC_EDGE_A2M], A, K * A, A, K, NULL, t->pl2m_query);
-    view(&t->g[QC_EDGE_M2M], &g->e[QC_EDGE_M2M], K * A, K * A, K * A, 1, NULL, NULL);
+    view(m, &t->g[QC_EDGE_PT2PL], QC_EDGE_PT2PL, Pt, P, P, 1, NULL, NULL, NULL, NULL);
+    view(m, &t->g[QC_EDGE_PL2PL], QC_EDGE_PL2PL, P, P, P, 1, NULL, NULL, NULL, NULL);
+    view(m, &t->g[QC_EDGE_T], QC_EDGE_T, T * A, T * A, T * A, 1, NULL, NULL, NULL, NULL);
+    view(m, &t->g[QC_EDGE_PL2A], QC_EDGE_PL2A, P, T * A, T * A, 1, t->pl2a_src, t->pl2a_src_host,
+         NULL, NULL);
+    view(m, &t->g[QC_EDGE_A2A], QC_EDGE_A2A, T * A, T * A, T * A, 1, NULL, NULL, NULL, NULL);
+    view(m, &t->g[QC_EDGE_T2M], QC_EDGE_T2M, T * A, K * A, A, K, NULL, NULL, NULL, NULL);
+    view(m, &t->g[QC_EDGE_PL2M], QC_EDGE_PL2M, P, K * A, A, K, NULL, NULL, t->pl2m_query,
+         t->pl2m_query_host);
+    view(m, &t->g[QC_EDGE_A2M], QC_EDGE_A2M, A, K * A, A, K, NULL, NULL, t->pl2m_query,
+         t->pl2m_query_host);
+    view(m, &t->g[QC_EDGE_M2M], QC_EDGE_M2M, K * A, K * A, K * A, 1, NULL, NULL, NULL, NULL);
+    return QC_OK;
+}
+
+/* The batch as op arguments (tape.dbatch): the host batch on CPU; on a device backend the
+ * caller's device copy, or copies of the batch's two blocks made here and rebased. */
+static enum qc_status tape_batch(struct qc_qcnet *m, const struct qc_batch *batch,
+                                 const struct qc_qcnet_ctx *ctx)
+{
+    struct qcnet_tape *t = &m->tape;
+    t->batch = batch;
+    if (!qc_exec_is_device(m->ex)) {
+        t->dbatch = batch;
+        return QC_OK;
+    }
+    if (ctx && ctx->batch_dev) {
+        const struct qc_batch *d = ctx->batch_dev;
+        if (d->num_agents != batch->num_agents || d->num_polygons != batch->num_polygons ||
+            d->num_points != batch->num_points || d->has_graph != batch->has_graph)
+            return qc_errorf(QC_ERR_INVALID,
+                             "model forward: ctx.batch_dev is not a copy of the batch (%lld "
+                             "agents, %lld polygons vs %lld, %lld)",
+                             (long long)d->num_agents, (long long)d->num_polygons,
+                             (long long)batch->num_agents, (long long)batch->num_polygons);
+        t->dbatch = d;
+        return QC_OK;
+    }
+    void *nodes = NULL, *graph = NULL;
+    if (batch->node_mem)
+        QC_TRY(qcnet_upload(m, batch->node_mem, batch->node_bytes, "batch/nodes", &nodes));
+    t->dbatch_node = nodes;
+    if (batch->graph_mem)
+        QC_TRY(qcnet_upload(m, batch->graph_mem, batch->graph_bytes, "batch/graph", &graph));
+    t->dbatch_graph = graph;
+    qc_batch_rebase(batch, nodes, graph, &t->dbatch_view);
+    t->dbatch = &t->dbatch_view;
     return QC_OK;
 }
 
@@ -494,13 +736,15 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
                                  float *dcat_table)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_edges *e = &t->batch->graph.e[set];
+    const struct qc_edges *e = &t->dbatch->graph.e[set]; /* attr: an op argument */
     struct qc_attn_edges *ed = &t->ed[set];
     enum qc_attn_impl impl = m->cfg.attention;
     struct qc_block_mem mem;
+    memset(&mem, 0, sizeof mem);
     char name[96];
     snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
     qc_block_mem_set(&mem, &m->blk_hook, name);
+    mem.ex = m->ex;
     QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? e->attr : NULL, cat_table,
                                   cat_idx, ncat, dcat_table));
     t->ed_init[set] = true;
@@ -574,8 +818,13 @@ void qc_qcnet_release(struct qc_qcnet *m)
 {
     qcnet_tape_free_contexts(m);
     free_all_bufs(m);
-    /* the stash tables' arenas were in the buffers: forget them */
+    /* the stash tables' arenas (and the device batch) were in the buffers: forget them */
     struct qcnet_tape *t = &m->tape;
+    if (qc_exec_is_device(m->ex)) { /* the host mirrors of the index arrays */
+        free(t->pl2a_src_host);
+        free(t->pl2m_query_host);
+        free(t->pl2pl_type_host);
+    }
     memset(t, 0, sizeof *t);
 }
 
@@ -594,7 +843,6 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
         return qc_errorf(QC_ERR_INVALID, "model forward: the batch has no agents");
     struct qcnet_tape *t = &m->tape;
     t->active = true;
-    t->batch = batch;
     t->A = batch->num_agents;
     t->P = batch->num_polygons;
     t->Pt = batch->num_points;
@@ -606,7 +854,9 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
     t->step = ctx ? ctx->step : 0;
     t->micro = ctx ? ctx->micro : 0;
     m->bytes_stash = 0;
-    enum qc_status s = tape_graphs(m);
+    enum qc_status s = tape_batch(m, batch, ctx);
+    if (s == QC_OK)
+        s = tape_graphs(m);
     if (s == QC_OK)
         s = qcnet_map_forward(m);
     if (s == QC_OK)

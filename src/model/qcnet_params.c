@@ -7,12 +7,17 @@
  * Invariants: keys without alias_of are the distinct tensors, in state_dict order, and tile the
  * flat buffer: offset(key i+1) = offset(key i) + numel(key i); alias keys repeat the offset of
  * the key they alias. seg_off/seg_decay list the distinct tensors (the AdamW segments).
+ *
+ * Backends: m->params / m->grads are device memory on device backends (qc_exec.h). The host
+ * side of this file (initialisation, checkpoints) then works on host data and moves it with
+ * qc_op_upload / qc_op_download; nothing here dereferences the flat buffers except on CPU.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qc_exec.h"
 #include "qc_kernels.h"
 #include "qc_qcnet.h"
 #include "qc_safetensors.h"
@@ -121,11 +126,18 @@ static enum qc_status add_block(struct qc_qcnet *m, const char *prefix,
     return QC_OK;
 }
 
+/* A block's memory: the model's counted hook, the block's tag prefix and the model's backend. */
+static void block_mem(struct qc_qcnet *m, struct qc_block_mem *bm, const char *prefix)
+{
+    qc_block_mem_set(bm, &m->blk_hook, prefix);
+    bm->ex = m->ex;
+}
+
 static enum qc_status add_layer(struct qc_qcnet *m, struct qcnet_layer *L, const char *prefix,
                                 bool bipartite, bool has_pos)
 {
     qc_attn_init(&L->attn, m->D, m->H, bipartite, has_pos);
-    qc_block_mem_set(&L->attn.mem, &m->blk_hook, prefix);
+    block_mem(m, &L->attn.mem, prefix);
     snprintf(L->prefix, sizeof L->prefix, "%s", prefix);
     return add_block(m, prefix, &L->attn.params, !bipartite, &L->offset);
 }
@@ -134,14 +146,14 @@ static enum qc_status add_fourier(struct qc_qcnet *m, struct qc_fourier *fe, con
                                   int64_t d)
 {
     qc_fourier_init(fe, d, m->F, m->D);
-    qc_block_mem_set(&fe->mem, &m->blk_hook, prefix);
+    block_mem(m, &fe->mem, prefix);
     return add_block(m, prefix, &fe->params, false, NULL);
 }
 
 static enum qc_status add_mlp(struct qc_qcnet *m, struct qc_mlp *mlp, const char *prefix, int64_t O)
 {
     qc_mlp_init(mlp, m->D, O);
-    qc_block_mem_set(&mlp->mem, &m->blk_hook, prefix);
+    block_mem(m, &mlp->mem, prefix);
     return add_block(m, prefix, &mlp->params, false, NULL);
 }
 
@@ -354,7 +366,25 @@ float *qc_qcnet_grads(struct qc_qcnet *m)
 
 void qc_qcnet_zero_grad(struct qc_qcnet *m)
 {
-    memset(m->grads, 0, (size_t)m->nparams * sizeof *m->grads);
+    qc_op_zero(m->ex, m->grads, (size_t)m->nparams * sizeof *m->grads);
+}
+
+enum qc_status qc_qcnet_params_download(const struct qc_qcnet *m, float *host)
+{
+    return qc_op_download(m->ex, host, m->params, (size_t)m->nparams * sizeof(float));
+}
+
+enum qc_status qc_qcnet_params_upload(struct qc_qcnet *m, const float *host)
+{
+    QC_TRY(qc_op_upload(m->ex, m->params, host, (size_t)m->nparams * sizeof(float)));
+    /* pageable sources are staged by the upload, but a pinned one must not change before the
+     * copy has run: make host reusable on return on every backend */
+    return qc_op_sync(m->ex);
+}
+
+enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host)
+{
+    return qc_op_download(m->ex, host, m->grads, (size_t)m->nparams * sizeof(float));
 }
 
 int qc_qcnet_num_keys(const struct qc_qcnet *m)
@@ -395,8 +425,10 @@ void qc_qcnet_adamw_step(struct qc_qcnet *m, float *adam_m, float *adam_v, doubl
     hp.eps = eps;
     hp.weight_decay = weight_decay;
     hp.step = step;
-    qc_adamw_step_segments_cpu(m->params, adam_m, adam_v, m->grads, m->seg_off, m->seg_decay,
-                               m->nseg, &hp);
+    /* the segment arrays where the op reads them: host on CPU, the device copies otherwise */
+    const int64_t *off = m->seg_off_dev ? m->seg_off_dev : m->seg_off;
+    const uint8_t *dec = m->seg_decay_dev ? m->seg_decay_dev : m->seg_decay;
+    qc_op_adamw_step_segments(m->ex, m->params, adam_m, adam_v, m->grads, off, dec, m->nseg, &hp);
 }
 
 // ---- initialisation ---------------------------------------------------------------------
@@ -452,12 +484,18 @@ void qc_qcnet_init_params(struct qc_qcnet *m, uint64_t seed)
 {
     uint64_t s = seed ^ 0x9c7e2023u;
     const int64_t D = m->D;
+    const size_t bytes = (size_t)m->nparams * sizeof(float);
     double *scratch = NULL;
+    /* generated on the host: into the parameters on CPU, else into a host buffer (the distinct
+     * tensors tile the flat buffer, so every element is written) that is uploaded */
+    const bool device = qc_exec_is_device(m->ex);
+    float *base = device ? malloc(bytes > 0 ? bytes : 1) : m->params;
+    QC_ASSERT(base, "model init: out of memory (%zu bytes of host staging)", bytes);
     for (int i = 0; i < m->nkeys; i++) {
         const struct qc_qcnet_key *k = &m->keys[i];
         if (k->alias_of >= 0)
             continue;
-        float *x = m->params + k->offset;
+        float *x = base + k->offset;
         switch (k->init) {
         case QC_QCNET_INIT_XAVIER: {
             double a = sqrt(6.0 / (double)(k->shape[0] + k->shape[1]));
@@ -492,6 +530,13 @@ void qc_qcnet_init_params(struct qc_qcnet *m, uint64_t seed)
         }
     }
     free(scratch);
+    if (device) {
+        enum qc_status st = qc_op_upload(m->ex, m->params, base, bytes);
+        if (st == QC_OK)
+            st = qc_op_sync(m->ex);
+        QC_ASSERT(st == QC_OK, "model init: upload of the parameters failed: %s", qc_error_last());
+        free(base);
+    }
 }
 
 // ---- safetensors ------------------------------------------------------------------------
@@ -569,16 +614,19 @@ enum qc_status qc_qcnet_load_st(struct qc_qcnet *m, const struct qc_safetensors 
                              "or other heads",
                              qc_safetensors_path(st), name);
     }
-    /* pass 3: copy */
+    /* pass 3: copy (everything is checked: the parameters change only now). On device
+     * backends each tensor is uploaded from the file's host data. */
     for (int i = 0; i < m->nkeys; i++) {
         const struct qc_qcnet_key *k = &m->keys[i];
         if (k->alias_of >= 0)
             continue;
         const struct qc_st_tensor *t;
         QC_TRY(check_key(st, prefix, k, &t));
-        memcpy(m->params + k->offset, t->data, (size_t)k->numel * sizeof(float));
+        QC_TRY(
+            qc_op_upload(m->ex, m->params + k->offset, t->data, (size_t)k->numel * sizeof(float)));
     }
-    return QC_OK;
+    /* the file's data may be unmapped once this returns */
+    return qc_op_sync(m->ex);
 }
 
 enum qc_status qc_qcnet_load(struct qc_qcnet *m, const char *path)
@@ -609,7 +657,11 @@ static enum qc_status add_keys(const struct qc_qcnet *m, struct qc_st_writer *w,
 enum qc_status qc_qcnet_add_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
                                       const char *prefix, bool with_aliases)
 {
-    return add_keys(m, w, prefix, m->params, with_aliases);
+    if (!qc_exec_is_device(m->ex))
+        return add_keys(m, w, prefix, m->params, with_aliases);
+    /* the writer references host data: the model's host mirror, refreshed now */
+    QC_TRY(qc_qcnet_params_download(m, m->params_host));
+    return add_keys(m, w, prefix, m->params_host, with_aliases);
 }
 
 enum qc_status qc_qcnet_add_buffer_to_writer(const struct qc_qcnet *m, struct qc_st_writer *w,
