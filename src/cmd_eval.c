@@ -9,7 +9,6 @@
 
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "qc_progress.h"
 #include "qc_train.h"
@@ -23,7 +22,8 @@ static const char eval_summary[] =
     "shuffling): with --batch-size N the first batch "
     "is the first N scenes, and --dump writes its outputs (loc_propose_pos, scale_propose_pos, "
     "loc_refine_pos, scale_refine_pos, pi). Without --data: synthetic scenes (--scenes, "
-    "--synthetic-seed). Without --weights: the untrained model of the seed.";
+    "--synthetic-seed). Without --weights: the untrained model of the seed. Runs on the global "
+    "--device: cpu, cuda, or emu (CPU ops on emulated device memory, for tests and debugging).";
 
 enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
 {
@@ -60,27 +60,10 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
                         &npos, &help));
     if (help)
         return QC_OK;
-    for (int i = 0; i < npos; i++) {
-        if (data.n == 0)
-            return qc_errorf(QC_ERR_INVALID,
-                             "eval: unexpected argument '%s'\nhint: data files go after --data",
-                             pos[i]);
-        if (data.n >= QC_CLI_STRINGS_MAX)
-            return qc_errorf(QC_ERR_INVALID, "eval: more than %d data files", QC_CLI_STRINGS_MAX);
-        data.v[data.n++] = pos[i];
-    }
+    QC_TRY(qc_train_cli_finish("eval", pos, npos, &data, attention, &cfg));
     if (batch_size < 1 || max_batches < 0 || scenes < 0)
         return qc_errorf(QC_ERR_INVALID, "eval: --batch-size must be >= 1, --max-batches and "
                                          "--scenes >= 0");
-    if (attention) {
-        if (strcmp(attention, "fused") == 0)
-            cfg.attention = QC_ATTENTION_FUSED;
-        else if (strcmp(attention, "unfused") == 0)
-            cfg.attention = QC_ATTENTION_UNFUSED;
-        else
-            return qc_errorf(QC_ERR_INVALID, "eval: --attention '%s': expected fused or unfused",
-                             attention);
-    }
     const struct qc_eval_opts eo = {
         .cfg = &cfg,
         .data = data.v,

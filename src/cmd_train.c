@@ -4,13 +4,13 @@
  *
  * With no --data it trains on synthetic scenes generated on the fly (data.synthetic_scenes
  * per epoch, data.synthetic_profile sizes, seeded by train.seed). DIR receives metrics.jsonl
- * and one checkpoint folder per save, ckpt-<step>/ (docs/CHECKPOINTS.md).
+ * and one checkpoint folder per save, ckpt-<step>/ (docs/CHECKPOINTS.md). The backend is the
+ * global --device (device.kind: cpu | cuda | emu), set up by the trainer (src/train/backend.c).
  */
 #include "qc_cli.h"
 
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "qc_train.h"
 
@@ -21,7 +21,9 @@ static const char train_summary[] =
     "Trains QCNet: on qcshard files (--data) or, without them, on synthetic scenes generated on "
     "the fly. Shows progress (loss, samples/s, device memory in use and peak), writes "
     "DIR/metrics.jsonl and checkpoints DIR/ckpt-<step>/ (QCNet state_dict keys, loadable by "
-    "PyTorch). A fixed seed gives the same bits; --resume continues bit for bit.";
+    "PyTorch). A fixed seed gives the same bits; --resume continues bit for bit. Runs on the "
+    "global --device: cpu, cuda, or emu (CPU ops on emulated device memory, for tests and "
+    "debugging); checkpoints are the same files whatever the device.";
 
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
 {
@@ -72,16 +74,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
                         &npos, &help));
     if (help)
         return QC_OK;
-    /* `--data a.qcshard b.qcshard`: the files after the first arrive as positionals */
-    for (int i = 0; i < npos; i++) {
-        if (data.n == 0)
-            return qc_errorf(QC_ERR_INVALID,
-                             "train: unexpected argument '%s'\nhint: data files go after --data",
-                             pos[i]);
-        if (data.n >= QC_CLI_STRINGS_MAX)
-            return qc_errorf(QC_ERR_INVALID, "train: more than %d data files", QC_CLI_STRINGS_MAX);
-        data.v[data.n++] = pos[i];
-    }
+    QC_TRY(qc_train_cli_finish("train", pos, npos, &data, attention, &cfg));
     if (steps < 0 || epochs < 0 || save_every < 0 || eval_every < 0 || batch_size < 1 ||
         grad_accum < 1 || val_scenes < 1)
         return qc_errorf(QC_ERR_INVALID,
@@ -95,15 +88,6 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
     cfg.batch_size = batch_size;
     cfg.grad_accum = grad_accum;
     cfg.seed = seed;
-    if (attention) {
-        if (strcmp(attention, "fused") == 0)
-            cfg.attention = QC_ATTENTION_FUSED;
-        else if (strcmp(attention, "unfused") == 0)
-            cfg.attention = QC_ATTENTION_UNFUSED;
-        else
-            return qc_errorf(QC_ERR_INVALID, "train: --attention '%s': expected fused or unfused",
-                             attention);
-    }
     if (out)
         snprintf(cfg.out_dir, sizeof(cfg.out_dir), "%s", out);
     QC_TRY(qc_config_validate(&cfg));

@@ -28,7 +28,9 @@ static const struct global_opt global_opts[] = {
     {"preset", "NAME|PATH", "none", "apply profiles/NAME.json or a .json file; repeatable"},
     {"set", "key=value", "none", "set a configuration key; repeatable, after presets"},
     {"config-dump", NULL, "off", "print the effective configuration as JSON, exit"},
-    {"device", "cpu|cuda", "cpu", "backend: sets device.kind over presets and --set"},
+    {"device", "cpu|cuda|emu", "cpu",
+     "backend: sets device.kind over presets and --set (emu: CPU ops on emulated device memory, "
+     "for tests and debugging)"},
     {"log-level", "LEVEL", "info", "error, warn, info or debug: sets log.level"},
     {"quiet", NULL, "off", "no progress output: sets log.quiet"},
 };

@@ -432,7 +432,7 @@ int main(void)
         run_free(&r);
         r = RUN("--device", "gpu", "--config-dump");
         T_EXPECT_EQ_I64(r.rc, 2, "bad --device");
-        T_EXPECT_STR_CONTAINS(r.err, "expected one of cpu, cuda, got \"gpu\"");
+        T_EXPECT_STR_CONTAINS(r.err, "expected one of cpu, cuda, emu, got \"gpu\"");
         run_free(&r);
         r = RUN("--set", "model.hidden_dim=64", "--config-dump");
         T_EXPECT_EQ_I64(r.rc, 2, "inconsistent model");

@@ -559,7 +559,7 @@ int main(void)
                           "4096, got -1\nhint: units are B, KiB, MiB, GiB, TiB (powers of "
                           "1024) or KB, MB, GB, TB (powers of 1000)");
         expect_file_error("choice.json", "{\"device.kind\": \"cudaa\"}",
-                          "key 'device.kind': expected one of cpu, cuda, got \"cudaa\"\nhint: did "
+                          "key 'device.kind': expected one of cpu, cuda, emu, got \"cudaa\"\nhint: did "
                           "you mean 'cuda'?");
         expect_file_error("choice_far.json", "{\"model.attention\": \"flash\"}",
                           "key 'model.attention': expected one of fused, unfused, got \"flash\"");

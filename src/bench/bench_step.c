@@ -1,21 +1,27 @@
 /*
- * bench_step.c — `qctrain bench step [--preset qcnet-av2] [--json] [--quick]`: whole training
- * steps (loader → forward → loss → backward → AdamW) on synthetic scenes, for batches of 1 and
- * 4 typical and dense scenes and both attention implementations: samples/s, the allocator's
- * peak (activations, stashes and AdamW state: "device" memory on the CPU backend) and the
- * process's peak RSS. A benchmark, never a test: it prints figures and gates nothing.
+ * bench_step.c — `qctrain bench step [--preset qcnet-av2] [--device cpu|cuda|emu] [--json]
+ * [--quick]`: whole training steps (loader → forward → loss → backward → AdamW) on synthetic
+ * scenes, for batches of 1 and 4 typical and dense scenes and both attention implementations:
+ * samples/s, the allocator's peak (parameters, activations, stashes and AdamW state: device
+ * memory on cuda, host RAM standing in for it on cpu) and the process's peak RSS. A benchmark,
+ * never a test: it prints figures and gates nothing.
  *
- * Each configuration is a fresh training run (qc_trainer, the code path of `qctrain train`)
- * in a temporary folder: `--warmup` untimed steps, then `--repeats` timed ones. At AV2 size a
+ * Each configuration is a fresh training run (qc_trainer, the code path of `qctrain train`,
+ * on the backend of --device / device.kind) in a temporary folder: `--warmup` untimed steps,
+ * then `--repeats` timed ones. On cuda a timed step is the wall time of qc_trainer_step up to
+ * the end of its device work (the model's stream synchronized after the step); emu runs the
+ * device path on the CPU ops for checking, not for figures. At AV2 size a
  * step takes many seconds on a small CPU, so the repeat counts are small (default 1 + 2;
  * --quick: 0 + 1); treat the figures as one sample each. peak_rss_bytes is the process's high
  * water mark since the configuration started (reset through /proc/self/clear_refs where the
  * kernel allows it, else the process-wide maximum, flagged "rss_reset": false).
  *
- * "Device" memory is host RAM on the CPU backend, so the allocator runs under a budget
- * (--budget; default device.budget, or half the physical RAM): a configuration that does not
- * fit is reported as {"error": "out of memory under the budget"} and the bench goes on. Under
- * --json the per-configuration lines go to stderr as they complete, the object to stdout.
+ * "Device" memory is host RAM on the cpu and emu backends, so the allocator runs under a
+ * budget (--budget; default device.budget, or half the physical RAM); on cuda the default is
+ * device.budget (0 = the whole device). A configuration that does not fit is reported as
+ * {"error": "out of memory under the budget"} and the bench goes on. Under --json the
+ * per-configuration lines go to stderr as they complete, the object to stdout; the object's
+ * "device" names the backend (and "gpu" the CUDA device).
  */
 #include "qc_cli.h"
 
@@ -25,21 +31,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "qc_alloc.h"
+#include "qc_config.h"
+#include "qc_device.h"
+#include "qc_exec.h"
 #include "qc_progress.h"
 #include "qc_train.h"
 
 static const char step_usage[] =
-    "[--json] [--quick] [--repeats N] [--warmup N] [--batch-sizes 1,4] "
+    "[--device cpu|cuda|emu] [--json] [--quick] [--repeats N] [--warmup N] [--batch-sizes 1,4] "
     "[--profiles typical,dense] [--attention fused,unfused]";
 static const char step_summary[] =
     "Whole training steps on synthetic scenes: samples/s, allocator peak and peak RSS for each "
     "batch size x scene profile x attention implementation (use --preset qcnet-av2 for AV2 "
-    "size).";
+    "size) on the backend of --device.";
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Resets the kernel's peak-RSS counter (VmHWM); false when not possible. */
 static bool rss_reset(void)
@@ -160,12 +177,18 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_scene_prof
     for (int64_t i = 0; st == QC_OK && i < warmup; i++)
         st = qc_trainer_step(t, NULL);
     double secs = 0, loss = 0;
+    const struct qc_exec *ex = st == QC_OK ? qc_qcnet_exec(qc_trainer_model(t)) : NULL;
+    if (st == QC_OK && qc_exec_is_device(ex))
+        st = qc_op_sync(ex); /* the warm-up's device work is not timed */
     for (int64_t i = 0; st == QC_OK && i < repeats; i++) {
         struct qc_step_metrics m;
+        const double t0 = wall_s();
         st = qc_trainer_step(t, &m);
+        if (st == QC_OK && qc_exec_is_device(ex))
+            st = qc_op_sync(ex); /* up to the end of the step's device work (AdamW included) */
         if (st != QC_OK)
             break;
-        secs += m.step_s;
+        secs += qc_exec_is_device(ex) ? wall_s() - t0 : m.step_s;
         loss = m.loss;
         r->peak_device_bytes =
             m.peak_device_bytes > r->peak_device_bytes ? m.peak_device_bytes : r->peak_device_bytes;
@@ -188,8 +211,9 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_scene_prof
 enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
 {
     bool json = false, quick = false;
+    const bool cuda = cli->cfg.device_kind == QC_CONFIG_DEVICE_CUDA;
     uint64_t budget = cli->cfg.device_budget;
-    if (budget == 0) /* "device" memory is host RAM here: keep the machine alive */
+    if (budget == 0 && !cuda) /* "device" memory is host RAM here: keep the machine alive */
         budget = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 2;
     int64_t repeats = 2, warmup = 1;
     const char *bs_list = "1,4", *prof_list = "typical,dense", *attn_list = "fused,unfused";
@@ -201,7 +225,7 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
         {"batch-sizes", QC_CLI_STRING, &bs_list, "1,4", "scenes per batch, comma-separated"},
         {"profiles", QC_CLI_STRING, &prof_list, "typical,dense", "scene profiles"},
         {"attention", QC_CLI_STRING, &attn_list, "fused,unfused", "attention implementations"},
-        {"budget", QC_CLI_SIZE, &budget, "device.budget, or half the RAM",
+        {"budget", QC_CLI_SIZE, &budget, "device.budget, or half the RAM on cpu/emu",
          "allocator budget; a configuration that does not fit is reported as out of memory"},
     };
     bool help = false;
@@ -228,6 +252,21 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "step");
     cJSON_AddStringToObject(root, "preset", cli->preset ? cli->preset : "(defaults)");
+    cJSON_AddStringToObject(root, "device", qc_train_device_str(cli->cfg.device_kind));
+    if (cuda) { /* which GPU the figures are of */
+        struct qc_device *dev = NULL;
+        struct qc_device_props props;
+        enum qc_status dst = qc_device_create(QC_DEVICE_CUDA, (int)cli->cfg.device_ordinal, &dev);
+        if (dst == QC_OK)
+            dst = qc_device_props_get(dev, &props);
+        qc_device_destroy(dev);
+        if (dst != QC_OK) {
+            cJSON_Delete(root);
+            return dst;
+        }
+        cJSON_AddStringToObject(root, "gpu", props.name);
+        cJSON_AddNumberToObject(root, "gpu_bytes", (double)props.total_bytes);
+    }
     cJSON_AddNumberToObject(root, "hidden_dim", (double)cli->cfg.hidden_dim);
     cJSON_AddNumberToObject(root, "cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
     cJSON_AddNumberToObject(root, "warmup", (double)warmup);
@@ -253,7 +292,10 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
                 if (st == QC_ERR_NOMEM) {
                     /* does not fit the budget: a figure too, not a failure of the bench */
                     char b[32];
-                    qc_format_bytes(budget, b, sizeof(b));
+                    if (budget)
+                        qc_format_bytes(budget, b, sizeof(b));
+                    else
+                        snprintf(b, sizeof(b), "device's");
                     cJSON_AddStringToObject(j, "error", "out of memory under the budget");
                     cJSON_AddItemToArray(arr, j);
                     fprintf(json ? stderr : stdout,

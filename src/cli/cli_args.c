@@ -77,7 +77,7 @@ static void print_help(FILE *out, const char *cmd, const char *usage, const char
     }
     fprintf(out, "  %-26s %s\n", "-h, --help", "show this help and exit");
     fprintf(out, "\nglobal options, before or after the command (see `qctrain --help`):\n"
-                 "  --preset NAME|PATH, --set key=value, --config-dump, --device cpu|cuda,\n"
+                 "  --preset NAME|PATH, --set key=value, --config-dump, --device cpu|cuda|emu,\n"
                  "  --log-level error|warn|info|debug, --quiet\n");
 }
 

@@ -65,7 +65,7 @@
 static const char *const attention_names[] = {"fused", "unfused", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
 static const char *const balance_names[] = {"none", "cost", NULL};
-static const char *const device_kind_names[] = {"cpu", "cuda", NULL};
+static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
@@ -75,6 +75,9 @@ _Static_assert(QC_SCENE_TYPICAL == 0 && QC_SCENE_DENSE == 1 && QC_SCENE_MIXED ==
                "scene_profile_names order");
 _Static_assert(QC_BALANCE_NONE == 0 && QC_BALANCE_COST == 1, "balance_names order");
 _Static_assert(QC_DEVICE_CPU == 0 && QC_DEVICE_CUDA == 1, "device_kind_names order");
+_Static_assert(QC_CONFIG_DEVICE_CPU == (int)QC_DEVICE_CPU &&
+                   QC_CONFIG_DEVICE_CUDA == (int)QC_DEVICE_CUDA && QC_CONFIG_DEVICE_EMU == 2,
+               "device.kind values extend enum qc_device_kind");
 _Static_assert(QC_PLACE_AUTO == 0 && QC_PLACE_HOST == 1 && QC_PLACE_NVME == 2,
                "placement_names order");
 _Static_assert(QC_PLAN_AUTO == 0 && QC_PLAN_KEEP == 1 && QC_PLAN_OFFLOAD == 2 &&
@@ -156,7 +159,9 @@ static const struct qc_config_option options[] = {
                "sampler: none, or cost (similar edge counts on every rank)"),
 
     /* device.* */
-    OPT_CHOICE("device.kind", device_kind, "cpu", device_kind_names, "backend"),
+    OPT_CHOICE("device.kind", device_kind, "cpu", device_kind_names,
+               "backend: cpu, cuda, or emu (for tests and debugging: CPU ops on emulated device "
+               "memory that faults on host access)"),
     OPT_INT("device.ordinal", device_ordinal, "0", 0, 1023, "",
             "device index (CUDA; with MPI, relative to the rank's node share)"),
     OPT_SIZE("device.budget", device_budget, "0", 0, 4 * PIB,

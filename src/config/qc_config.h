@@ -33,6 +33,14 @@ enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
 enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST };
+/* device.kind: the device layer's kinds (qc_device.h: cpu = 0, cuda = 1) plus the emulated
+ * device of the tests (kernels/qc_exec.h backend EMU: CPU ops on protected host memory). */
+enum qc_config_device {
+    QC_CONFIG_DEVICE_CPU = 0,
+    QC_CONFIG_DEVICE_CUDA,
+    QC_CONFIG_DEVICE_EMU,
+    QC_CONFIG_DEVICE_COUNT
+};
 
 struct qc_config {
     /* model.* — QCNet hyper-parameters (QCNET.md §1) */
@@ -80,7 +88,7 @@ struct qc_config {
     enum qc_balance balance;  /* none | cost */
 
     /* device.* */
-    int64_t device_kind;    /* enum qc_device_kind: cpu | cuda */
+    int64_t device_kind;    /* enum qc_config_device: cpu | cuda | emu */
     int64_t device_ordinal; /* 0 */
     uint64_t device_budget; /* bytes; hard cap on reserved device memory; 0 = the device's */
     bool tf32;              /* TF32 GEMMs on CUDA, false (QCNet trained fp32 matmuls) */

@@ -9,6 +9,12 @@
  * configuration. Both files are written by the atomic safetensors writer into
  * ckpt-<step>.tmp/, which is then renamed to ckpt-<step>/ and the run folder fsynced: a
  * checkpoint folder under its final name is always complete.
+ *
+ * Device independence: the files are the same bytes whatever device.kind ran the model. On a
+ * device backend the parameters (inside the model) and the moments (here) travel through host
+ * buffers: downloaded to save, read then uploaded to load. The saved configuration has
+ * device.kind and device.ordinal at their defaults (cpu, 0): where a run executed is not part
+ * of what it computed, and a checkpoint resumes on any device.
  */
 #include "qc_train.h"
 
@@ -22,6 +28,7 @@
 #include <unistd.h>
 
 #include "qc_config.h"
+#include "qc_exec.h"
 #include "qc_qcnet.h"
 #include "qc_safetensors.h"
 
@@ -194,16 +201,53 @@ static enum qc_status write_model_file(const struct qc_qcnet *m, const struct qc
     return st;
 }
 
+/* Host buffers holding the moments: the optimizer's own on CPU, downloaded copies (*owned, to
+ * free) on a device backend. */
+static enum qc_status moments_host(struct qc_optim *o, const float **m, const float **v,
+                                   float **owned)
+{
+    *owned = NULL;
+    if (!qc_exec_is_device(qc_optim_exec(o))) {
+        *m = qc_optim_exp_avg(o);
+        *v = qc_optim_exp_avg_sq(o);
+        return QC_OK;
+    }
+    const int64_t n = qc_optim_numel(o);
+    float *buf = malloc((size_t)(2 * n > 0 ? 2 * n : 1) * sizeof(float));
+    if (!buf)
+        return qc_errorf(QC_ERR_NOMEM,
+                         "checkpoint: out of host memory for the AdamW moments "
+                         "(%lld floats)",
+                         (long long)(2 * n));
+    const enum qc_status st = qc_optim_moments_download(o, buf, buf + n);
+    if (st != QC_OK) {
+        free(buf);
+        return st;
+    }
+    *m = buf;
+    *v = buf + n;
+    *owned = buf;
+    return QC_OK;
+}
+
 static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o,
                                        const struct qc_train_state *s, const struct qc_config *cfg,
                                        const char *path)
 {
+    const float *hm = NULL, *hv = NULL;
+    float *owned = NULL;
+    QC_TRY(moments_host(o, &hm, &hv, &owned));
     struct qc_st_writer *w = NULL;
-    QC_TRY(qc_st_writer_create(&w));
+    enum qc_status st = qc_st_writer_create(&w);
+    if (st != QC_OK) {
+        free(owned);
+        return st;
+    }
     char *cfgjson = NULL;
-    enum qc_status st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg.", qc_optim_exp_avg(o));
+    /* the writer references the buffers: they live until it has written */
+    st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg.", hm);
     if (st == QC_OK)
-        st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg_sq.", qc_optim_exp_avg_sq(o));
+        st = qc_qcnet_add_buffer_to_writer(m, w, "exp_avg_sq.", hv);
     if (st == QC_OK)
         st = qc_st_writer_set_metadata(w, "format", CKPT_FORMAT);
     if (st == QC_OK)
@@ -219,7 +263,11 @@ static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o,
     if (st == QC_OK)
         st = meta_i64(w, "seed", (int64_t)s->seed);
     if (st == QC_OK && cfg) {
-        st = qc_config_to_json(cfg, &cfgjson);
+        /* the device section's "where" keys at their defaults (module comment) */
+        struct qc_config saved = *cfg;
+        saved.device_kind = QC_CONFIG_DEVICE_CPU;
+        saved.device_ordinal = 0;
+        st = qc_config_to_json(&saved, &cfgjson);
         if (st == QC_OK)
             st = qc_st_writer_set_metadata(w, "config", cfgjson);
     }
@@ -227,6 +275,7 @@ static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o,
         st = qc_st_writer_write(w, path);
     free(cfgjson);
     qc_st_writer_destroy(w);
+    free(owned);
     return st;
 }
 
@@ -362,12 +411,32 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
     if (rc != QC_OK)
         return rc;
     if (o) {
-        QC_TRY(path_join(p, sizeof(p), ckpt_dir, CKPT_OPTIM_FILE));
-        QC_TRY(qc_safetensors_open(p, &st));
-        rc = qc_qcnet_read_buffer(m, st, "exp_avg.", qc_optim_exp_avg(o));
+        /* into host buffers: the optimizer's own on CPU, temporaries uploaded on a device */
+        const bool device = qc_exec_is_device(qc_optim_exec(o));
+        const int64_t n = qc_optim_numel(o);
+        float *buf = NULL;
+        if (device) {
+            buf = malloc((size_t)(2 * n > 0 ? 2 * n : 1) * sizeof(float));
+            if (!buf)
+                return qc_errorf(QC_ERR_NOMEM,
+                                 "checkpoint: out of host memory for the AdamW moments "
+                                 "(%lld floats)",
+                                 (long long)(2 * n));
+        }
+        float *hm = device ? buf : qc_optim_exp_avg(o);
+        float *hv = device ? buf + n : qc_optim_exp_avg_sq(o);
+        rc = path_join(p, sizeof(p), ckpt_dir, CKPT_OPTIM_FILE);
         if (rc == QC_OK)
-            rc = qc_qcnet_read_buffer(m, st, "exp_avg_sq.", qc_optim_exp_avg_sq(o));
-        qc_safetensors_close(st);
+            rc = qc_safetensors_open(p, &st);
+        if (rc == QC_OK) {
+            rc = qc_qcnet_read_buffer(m, st, "exp_avg.", hm);
+            if (rc == QC_OK)
+                rc = qc_qcnet_read_buffer(m, st, "exp_avg_sq.", hv);
+            qc_safetensors_close(st);
+        }
+        if (rc == QC_OK && device)
+            rc = qc_optim_moments_upload(o, hm, hv);
+        free(buf);
         if (rc != QC_OK)
             return rc;
         qc_optim_set_steps(o, t.adam_step);

@@ -8,6 +8,12 @@
  * Next to the model's metrics it reports a constant-velocity baseline (cv_minADE, cv_minFDE,
  * cv_MR): each focal agent keeps its velocity at t = 49 for the 60 future steps, one mode, on
  * the same agents, masks and targets. A model that does not beat it has learned no motion.
+ *
+ * Backends: the model runs where it was built (device.kind; qc_eval_run sets up the backend as
+ * training does, qc_train_backend_create). On a device backend the forward copies each batch in
+ * on the model's stream (ctx.batch_dev NULL: evaluation has no step to overlap with), the loss
+ * and the metrics' inputs come back through the model's downloads, and --dump downloads the
+ * outputs into host buffers before writing them.
  */
 #include "qc_train.h"
 
@@ -20,6 +26,7 @@
 #include "qc_alloc.h"
 #include "qc_batch.h"
 #include "qc_config.h"
+#include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_safetensors.h"
 
@@ -82,9 +89,11 @@ enum qc_status qc_eval_cv_update(struct qc_qcnet_metrics *mt, const struct qc_ba
 
 // ---- dump ---------------------------------------------------------------------------------------
 
-/* Writes the outputs of one forward as QCNet names them (pred dict keys). */
-static enum qc_status eval_dump(const struct qc_qcnet_output *o, const struct qc_qcnet_loss *l,
-                                const struct qc_batch *b, const char *path)
+/* Writes the outputs of one forward as QCNet names them (pred dict keys): o's views, host
+ * memory (eval_dump downloads them first on a device backend). */
+static enum qc_status eval_dump_write(const struct qc_qcnet_output *o,
+                                      const struct qc_qcnet_loss *l, const struct qc_batch *b,
+                                      const char *path)
 {
     struct qc_st_writer *w = NULL;
     QC_TRY(qc_st_writer_create(&w));
@@ -134,6 +143,40 @@ static enum qc_status eval_dump(const struct qc_qcnet_output *o, const struct qc
     return st;
 }
 
+/* --dump of the forward of model m on batch b (host batch). */
+static enum qc_status eval_dump(const struct qc_qcnet *m, const struct qc_qcnet_output *o,
+                                const struct qc_qcnet_loss *l, const struct qc_batch *b,
+                                const char *path)
+{
+    const struct qc_exec *ex = qc_qcnet_exec(m);
+    if (!qc_exec_is_device(ex))
+        return eval_dump_write(o, l, b, path);
+    /* device views: download the five outputs into one host buffer */
+    const size_t ntraj = (size_t)(o->A * o->K * o->S * 2), npi = (size_t)(o->A * o->K);
+    float *h = malloc((4 * ntraj + npi + 1) * sizeof(float));
+    if (!h)
+        return qc_errorf(QC_ERR_NOMEM, "dump: out of memory (%zu floats)", 4 * ntraj + npi);
+    struct qc_qcnet_output ho = *o;
+    const float *src[5] = {o->loc_propose_pos, o->scale_propose_pos, o->loc_refine_pos,
+                           o->scale_refine_pos, o->pi};
+    const size_t off[5] = {0, ntraj, 2 * ntraj, 3 * ntraj, 4 * ntraj};
+    const size_t num[5] = {ntraj, ntraj, ntraj, ntraj, npi};
+    enum qc_status st = QC_OK;
+    for (int i = 0; i < 5 && st == QC_OK; i++)
+        if (num[i] > 0)
+            st = qc_op_download(ex, h + off[i], src[i], num[i] * sizeof(float));
+    ho.loc_propose_pos = h + off[0];
+    ho.scale_propose_pos = h + off[1];
+    ho.loc_refine_pos = h + off[2];
+    ho.scale_refine_pos = h + off[3];
+    ho.pi = h + off[4];
+    ho.x_pt = ho.x_pl = ho.x_a = NULL; /* not dumped */
+    if (st == QC_OK)
+        st = eval_dump_write(&ho, l, b, path);
+    free(h);
+    return st;
+}
+
 enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
                              const struct qc_eval_opts *opts, struct qc_eval_result *out)
 {
@@ -179,7 +222,7 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
         if (st == QC_OK)
             st = qc_eval_cv_update(&cv, b);
         if (st == QC_OK && r.batches == 0 && opts->dump)
-            st = eval_dump(&o, &l, b, opts->dump);
+            st = eval_dump(m, &o, &l, b, opts->dump);
         if (st == QC_OK) {
             sum_loss += (double)l.loss;
             sum_rp += (double)l.reg_loss_propose;
@@ -216,12 +259,10 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
 
 enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out)
 {
-    struct qc_alloc *a = NULL;
-    QC_TRY(qc_train_alloc_create(opts->cfg, &a));
-    struct qc_qcnet_config mc;
-    qc_train_model_config(opts->cfg, &mc);
+    struct qc_train_backend *be = NULL;
+    QC_TRY(qc_train_backend_create(opts->cfg, &be));
     struct qc_qcnet *m = NULL;
-    enum qc_status st = qc_qcnet_create(&mc, &m);
+    enum qc_status st = qc_train_backend_model(be, opts->cfg, &m);
     if (st == QC_OK) {
         if (opts->weights) {
             char p[4096];
@@ -233,9 +274,9 @@ enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_resul
         }
     }
     if (st == QC_OK)
-        st = qc_eval_model(m, a, opts, out);
+        st = qc_eval_model(m, qc_train_backend_alloc(be), opts, out);
     qc_qcnet_destroy(m);
-    qc_alloc_destroy(a);
+    qc_train_backend_destroy(be);
     return st;
 }
 

@@ -13,13 +13,23 @@
  * consumed (they are built and dropped: resume costs that much loader time, once). Dropout
  * is keyed by (seed, step, group), so the resumed run draws the same masks.
  *
- * Memory: activations and stashes go through the model's allocation hook to the caching
- * allocator, and so do the AdamW moments; the allocator's budget (device.budget) caps them.
- * Parameters and gradients are the model's own buffers (reported as params_bytes). Each step's
- * allocated / reserved peaks are kept in memory, and RUN/memory.json + RUN/memory.txt
- * (qc_memreport.h) are rewritten at every checkpoint and at the end of the run.
+ * Backend (device.kind, backend.c): the model, the AdamW step and their memory live on cpu,
+ * cuda or emu. On a device backend each group's batch is staged into allocator memory
+ * (train_internal.h: a copy stream on CUDA) and given to the model as ctx.batch_dev; the next
+ * batch of the epoch is staged as soon as the current group's work is enqueued, so on CUDA its
+ * copy overlaps the backward pass. The host never reads device memory here: the losses come
+ * back from the model (qc_qcnet_loss downloads them), and the step ends with one
+ * synchronization (qc_op_sync) so step_s is the step's device time and an asynchronous error
+ * surfaces at the step that caused it.
+ *
+ * Memory: parameters, gradients, activations, stashes, staged batches and the AdamW moments go
+ * through the model's allocation hook (or the optimizer) to the caching allocator; the
+ * allocator's budget (device.budget) caps them. Each step's allocated / reserved peaks are kept
+ * in memory, and RUN/memory.json + RUN/memory.txt (qc_memreport.h) are rewritten at every
+ * checkpoint and at the end of the run.
  */
 #include "qc_train.h"
+#include "train_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -30,7 +40,7 @@
 
 #include "qc_alloc.h"
 #include "qc_config.h"
-#include "qc_device.h"
+#include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
 #include "qc_progress.h"
@@ -38,12 +48,15 @@
 struct qc_trainer {
     struct qc_config cfg;
     char out_dir[4096];
-    struct qc_alloc *alloc;
+    struct qc_train_backend *be; /* device, allocator, exec */
+    struct qc_alloc *alloc;      /* be's allocator */
     struct qc_qcnet *model;
     struct qc_optim *optim;
     struct qc_loader *loader;
     struct qc_metrics_log *log;
     struct qc_progress *prog;
+    struct train_stage cur;  /* the batch of the group being computed */
+    struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
     struct qc_train_state st;
     int64_t nb;            /* batches per epoch */
     int64_t G;             /* groups per step (grad_accum) */
@@ -106,27 +119,6 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->num_dec_layers = cfg->num_dec_layers;
     out->dropout = cfg->dropout;
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
-}
-
-enum qc_status qc_train_alloc_create(const struct qc_config *cfg, struct qc_alloc **out)
-{
-    if (cfg->device_kind != QC_DEVICE_CPU)
-        return qc_errorf(QC_ERR_UNSUPPORTED,
-                         "training runs on the CPU backend only in this build (device.kind = "
-                         "%s)\nhint: --device cpu",
-                         qc_device_kind_str((enum qc_device_kind)cfg->device_kind));
-    struct qc_alloc_params p;
-    qc_alloc_params_default(&p);
-    p.budget = (size_t)cfg->device_budget;
-    p.round = (size_t)cfg->alloc_round;
-    p.small_max = (size_t)cfg->alloc_small_max;
-    p.small_segment = (size_t)cfg->alloc_small_segment;
-    p.large_segment = (size_t)cfg->alloc_large_segment;
-    p.split_limit = (size_t)cfg->alloc_split_limit;
-    p.expandable = cfg->alloc_expandable;
-    p.trace = cfg->alloc_trace;
-    p.trace_file = cfg->alloc_trace_file[0] ? cfg->alloc_trace_file : NULL;
-    return qc_alloc_create(NULL, &p, out);
 }
 
 void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
@@ -215,17 +207,12 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
             goto fail;
     }
 
-    /* allocator, model, optimizer */
-    st = qc_train_alloc_create(&t->cfg, &t->alloc);
+    /* backend (device, allocator), model, optimizer */
+    st = qc_train_backend_create(&t->cfg, &t->be);
     if (st != QC_OK)
         goto fail;
-    struct qc_qcnet_config mc;
-    qc_train_model_config(&t->cfg, &mc);
-    /* Parameters, gradients and every activation come from the caching allocator, under
-     * device.budget. */
-    struct qc_qcnet_alloc hook;
-    qc_train_model_hook(t->alloc, &hook);
-    st = qc_qcnet_create_with_alloc(&mc, &hook, &t->model);
+    t->alloc = qc_train_backend_alloc(t->be);
+    st = qc_train_backend_model(t->be, &t->cfg, &t->model);
     if (st != QC_OK)
         goto fail;
     const int64_t *offsets = NULL;
@@ -236,8 +223,8 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     qc_optim_params_default(&op);
     op.lr = t->cfg.lr;
     op.weight_decay = t->cfg.weight_decay;
-    st = qc_optim_create(t->alloc, qc_qcnet_num_params(t->model), offsets, decay, ntensors, &op,
-                         &t->optim);
+    st = qc_optim_create_on(t->alloc, qc_train_backend_exec(t->be), qc_qcnet_num_params(t->model),
+                            offsets, decay, ntensors, &op, &t->optim);
     if (st != QC_OK)
         goto fail;
 
@@ -256,7 +243,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
 
     /* data */
     struct qc_loader_opts lo;
-    qc_train_loader_opts(&t->cfg, &lo);
+    qc_train_backend_loader_opts(t->be, &t->cfg, &lo);
     st = qc_loader_create(opts->data, opts->ndata, &lo, &t->loader);
     if (st != QC_OK)
         goto fail;
@@ -320,12 +307,18 @@ void qc_trainer_destroy(struct qc_trainer *t)
         return;
     qc_progress_destroy(t->prog);
     qc_metrics_close(t->log);
-    qc_loader_destroy(t->loader);
     if (t->model)
         qc_qcnet_release(t->model);
+    if (t->be) {
+        qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
+        qc_loader_release(t->loader, train_stage_drop(t->be, &t->next));
+    }
+    train_stage_deinit(&t->cur);
+    train_stage_deinit(&t->next);
+    qc_loader_destroy(t->loader);
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
-    qc_alloc_destroy(t->alloc);
+    qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
     free(t->val_paths);
     free(t->mem_steps);
     free(t);
@@ -352,6 +345,20 @@ static enum qc_status ensure_epoch(struct qc_trainer *t)
     return QC_OK;
 }
 
+/* Takes the loader's next batch of the epoch and stages it into s (left empty at the end of
+ * the epoch). */
+static enum qc_status stage_next(struct qc_trainer *t, struct train_stage *s)
+{
+    struct qc_batch *b = NULL;
+    QC_TRY(qc_loader_next(t->loader, &b));
+    if (!b)
+        return QC_OK;
+    const enum qc_status st = train_stage_put(t->be, s, b);
+    if (st != QC_OK)
+        qc_loader_release(t->loader, b);
+    return st;
+}
+
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
 {
     if (t->st.batch_in_epoch >= t->nb) { /* defensive: the epoch is used up */
@@ -372,14 +379,20 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
     int64_t scenes = 0;
     for (int64_t g = 0; g < groups; g++) {
-        struct qc_batch *b = NULL;
-        QC_TRY(qc_loader_next(t->loader, &b));
-        if (!b)
-            return qc_errorf(QC_ERR_INVALID,
-                             "train: epoch %" PRId64 " ended after %" PRId64 " batches, %" PRId64
-                             " planned",
-                             t->st.epoch, t->st.batch_in_epoch + g, t->nb);
-        const struct qc_qcnet_ctx ctx = {
+        if (t->next.host) { /* staged ahead during the previous group */
+            const struct train_stage tmp = t->cur;
+            t->cur = t->next;
+            t->next = tmp;
+        } else {
+            QC_TRY(stage_next(t, &t->cur));
+            if (!t->cur.host)
+                return qc_errorf(QC_ERR_INVALID,
+                                 "train: epoch %" PRId64 " ended after %" PRId64
+                                 " batches, %" PRId64 " planned",
+                                 t->st.epoch, t->st.batch_in_epoch + g, t->nb);
+        }
+        const struct qc_batch *b = t->cur.host;
+        struct qc_qcnet_ctx ctx = {
             .training = true,
             .need_backward = true,
             .seed = t->st.seed,
@@ -388,14 +401,21 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         };
         struct qc_qcnet_output o;
         struct qc_qcnet_loss l;
-        enum qc_status st = qc_qcnet_forward(t->model, b, &ctx, &o);
+        enum qc_status st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
+        if (st == QC_OK)
+            st = qc_qcnet_forward(t->model, b, &ctx, &o);
         if (st == QC_OK)
             st = qc_qcnet_loss(t->model, &l);
         if (st == QC_OK)
             st = qc_qcnet_backward(t->model, 1.0f / (float)groups);
         qc_qcnet_release(t->model);
         scenes += b->num_scenes;
-        qc_loader_release(t->loader, b);
+        qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
+        /* device backends: stage the next batch of the epoch while this one's work runs (its
+         * blocks may reuse the ones just freed, in stream order) */
+        if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
+            t->st.batch_in_epoch + g + 1 < t->nb)
+            st = stage_next(t, &t->next);
         if (st != QC_OK)
             return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1, g);
         sum_loss += (double)l.loss;
@@ -404,6 +424,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         sum_cls += (double)l.cls_loss;
     }
     qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+    /* the step's device work done (and any asynchronous error reported) before it is timed */
+    QC_TRY(qc_op_sync(qc_train_backend_exec(t->be)));
 
     const int64_t epoch_of_step = t->st.epoch;
     t->st.step++;
@@ -476,7 +498,7 @@ static uint64_t peak_rss_bytes(void)
 enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, size_t n)
 {
     struct qc_memreport r = {0};
-    r.device = qc_device_kind_str((enum qc_device_kind)t->cfg.device_kind);
+    r.device = qc_train_backend_name(t->be);
     r.step = t->st.step;
     r.total_steps = t->total_steps;
     qc_memreport_from_alloc(t->alloc, &r);

@@ -3,10 +3,13 @@
  * with QCNet's two parameter groups (QCNET.md §1, §2.5).
  *
  * The groups are segments of the flat buffer (one per distinct parameter tensor) flagged decay
- * or no_decay; the update itself is the kernels op qc_adamw_step_segments_cpu, which applies
- * decoupled decay only to decay segments. PyTorch orders the groups by sorted name, which
- * affects only where each tensor's state lives, not the values: every element's update is
- * independent of every other.
+ * or no_decay; the update itself is the kernels op qc_adamw_step_segments, dispatched on the
+ * optimizer's backend (qc_exec.h: the CPU op, the CUDA launcher, or the CPU op on the emulated
+ * device), which applies decoupled decay only to decay segments. On a device backend the
+ * moments and the op's copies of the segment arrays are device memory; host code (checkpoints)
+ * moves the moments through qc_optim_moments_download / _upload. PyTorch orders the groups by
+ * sorted name, which affects only where each tensor's state lives, not the values: every element's
+ * update is independent of every other.
  */
 #include "qc_train.h"
 
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "qc_alloc.h"
+#include "qc_exec.h"
 #include "qc_kernels.h"
 
 // ---- schedule --------------------------------------------------------------------------------
@@ -44,15 +48,18 @@ double qc_lr_cosine(double base_lr, int64_t t_max, int64_t epoch)
 // ---- AdamW -----------------------------------------------------------------------------------
 
 struct qc_optim {
-    struct qc_alloc *alloc; /* NULL: moments from malloc */
+    struct qc_alloc *alloc;   /* NULL: moments from malloc (CPU only) */
+    const struct qc_exec *ex; /* backend of the step (NULL = CPU) */
     struct qc_optim_params hp;
-    int64_t numel;    /* floats in the flat buffer */
-    int64_t nseg;     /* tensors */
-    int64_t *offsets; /* (nseg+1) */
-    uint8_t *decay;   /* (nseg) */
-    float *m;         /* (numel) exp_avg */
-    float *v;         /* (numel) exp_avg_sq */
-    int64_t steps;    /* state['step'] */
+    int64_t numel;      /* floats in the flat buffer */
+    int64_t nseg;       /* tensors */
+    int64_t *offsets;   /* (nseg+1) host */
+    uint8_t *decay;     /* (nseg) host */
+    int64_t *d_offsets; /* (nseg+1) device copy on a device backend, else NULL */
+    uint8_t *d_decay;   /* (nseg) device copy on a device backend, else NULL */
+    float *m;           /* (numel) exp_avg, backend memory */
+    float *v;           /* (numel) exp_avg_sq, backend memory */
+    int64_t steps;      /* state['step'] */
 };
 
 void qc_optim_params_default(struct qc_optim_params *p)
@@ -64,9 +71,9 @@ void qc_optim_params_default(struct qc_optim_params *p)
     p->weight_decay = 1e-4;
 }
 
-static enum qc_status optim_buffer(struct qc_optim *o, const char *tag, float **out)
+/* bytes of backend memory (tag) from the allocator, or malloc without one. */
+static enum qc_status optim_alloc(struct qc_optim *o, size_t bytes, const char *tag, void **out)
 {
-    const size_t bytes = (size_t)o->numel * sizeof(float);
     void *p = NULL;
     if (o->alloc) {
         QC_TRY(qc_alloc_malloc(o->alloc, bytes, NULL, tag, &p));
@@ -76,7 +83,40 @@ static enum qc_status optim_buffer(struct qc_optim *o, const char *tag, float **
             return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory for %s (%zu bytes)", tag,
                              bytes);
     }
-    memset(p, 0, bytes);
+    *out = p;
+    return QC_OK;
+}
+
+static void optim_free(struct qc_optim *o, void *p)
+{
+    if (o->alloc)
+        qc_alloc_free(o->alloc, p, NULL);
+    else
+        free(p);
+}
+
+/* A zeroed moment buffer. */
+static enum qc_status optim_buffer(struct qc_optim *o, const char *tag, float **out)
+{
+    const size_t bytes = (size_t)o->numel * sizeof(float);
+    void *p = NULL;
+    QC_TRY(optim_alloc(o, bytes, tag, &p));
+    qc_op_zero(o->ex, p, bytes);
+    *out = p;
+    return QC_OK;
+}
+
+/* A device copy of a host array (device backends). */
+static enum qc_status optim_upload(struct qc_optim *o, const void *host, size_t bytes,
+                                   const char *tag, void **out)
+{
+    void *p = NULL;
+    QC_TRY(optim_alloc(o, bytes, tag, &p));
+    const enum qc_status st = qc_op_upload(o->ex, p, host, bytes);
+    if (st != QC_OK) {
+        optim_free(o, p);
+        return st;
+    }
     *out = p;
     return QC_OK;
 }
@@ -84,6 +124,13 @@ static enum qc_status optim_buffer(struct qc_optim *o, const char *tag, float **
 enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int64_t *offsets,
                                const uint8_t *decay, int64_t nseg,
                                const struct qc_optim_params *params, struct qc_optim **out)
+{
+    return qc_optim_create_on(alloc, NULL, numel, offsets, decay, nseg, params, out);
+}
+
+enum qc_status qc_optim_create_on(struct qc_alloc *alloc, const struct qc_exec *ex, int64_t numel,
+                                  const int64_t *offsets, const uint8_t *decay, int64_t nseg,
+                                  const struct qc_optim_params *params, struct qc_optim **out)
 {
     if (numel < 0 || nseg < 0 || !offsets || (nseg > 0 && !decay) || offsets[0] != 0 ||
         offsets[nseg] != numel)
@@ -95,10 +142,16 @@ enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int6
         if (offsets[s + 1] < offsets[s])
             return qc_errorf(QC_ERR_INVALID, "optimizer: segment %lld has negative size",
                              (long long)s);
+    const bool device = qc_exec_is_device(ex);
+    if (device && !alloc)
+        return qc_errorf(QC_ERR_INVALID,
+                         "optimizer: the %s backend needs an allocator of its memory",
+                         qc_exec_backend_str(qc_exec_backend_of(ex)));
     struct qc_optim *o = calloc(1, sizeof(*o));
     if (!o)
         return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory");
     o->alloc = alloc;
+    o->ex = device ? ex : NULL;
     if (params)
         o->hp = *params;
     else
@@ -106,7 +159,7 @@ enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int6
     o->numel = numel;
     o->nseg = nseg;
     o->offsets = malloc((size_t)(nseg + 1) * sizeof(int64_t));
-    o->decay = malloc((size_t)(nseg > 0 ? nseg : 1));
+    o->decay = calloc((size_t)(nseg > 0 ? nseg : 1), 1);
     if (!o->offsets || !o->decay) {
         qc_optim_destroy(o);
         return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory");
@@ -117,6 +170,16 @@ enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int6
     enum qc_status st = optim_buffer(o, "optim/exp_avg", &o->m);
     if (st == QC_OK)
         st = optim_buffer(o, "optim/exp_avg_sq", &o->v);
+    if (st == QC_OK && device) {
+        void *p = NULL;
+        st = optim_upload(o, o->offsets, (size_t)(nseg + 1) * sizeof(int64_t), "optim/offsets", &p);
+        o->d_offsets = p;
+        if (st == QC_OK) {
+            p = NULL;
+            st = optim_upload(o, o->decay, (size_t)(nseg > 0 ? nseg : 1), "optim/decay", &p);
+            o->d_decay = p;
+        }
+    }
     if (st != QC_OK) {
         qc_optim_destroy(o);
         return st;
@@ -129,13 +192,14 @@ void qc_optim_destroy(struct qc_optim *o)
 {
     if (!o)
         return;
-    if (o->alloc) {
-        qc_alloc_free(o->alloc, o->m, NULL);
-        qc_alloc_free(o->alloc, o->v, NULL);
-    } else {
-        free(o->m);
-        free(o->v);
-    }
+    if (o->m)
+        optim_free(o, o->m);
+    if (o->v)
+        optim_free(o, o->v);
+    if (o->d_offsets)
+        optim_free(o, o->d_offsets);
+    if (o->d_decay)
+        optim_free(o, o->d_decay);
     free(o->offsets);
     free(o->decay);
     free(o);
@@ -152,7 +216,10 @@ void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double l
         .weight_decay = o->hp.weight_decay,
         .step = o->steps,
     };
-    qc_adamw_step_segments_cpu(param, o->m, o->v, grad, o->offsets, o->decay, o->nseg, &hp);
+    /* the op reads the segment arrays as tensors: the device copies on a device backend */
+    const int64_t *offsets = o->d_offsets ? o->d_offsets : o->offsets;
+    const uint8_t *decay = o->d_decay ? o->d_decay : o->decay;
+    qc_op_adamw_step_segments(o->ex, param, o->m, o->v, grad, offsets, decay, o->nseg, &hp);
 }
 
 int64_t qc_optim_steps(const struct qc_optim *o)
@@ -174,6 +241,34 @@ float *qc_optim_exp_avg(struct qc_optim *o)
 float *qc_optim_exp_avg_sq(struct qc_optim *o)
 {
     return o->v;
+}
+
+enum qc_status qc_optim_moments_download(const struct qc_optim *o, float *exp_avg,
+                                         float *exp_avg_sq)
+{
+    const size_t bytes = (size_t)o->numel * sizeof(float);
+    if (exp_avg)
+        QC_TRY(qc_op_download(o->ex, exp_avg, o->m, bytes));
+    if (exp_avg_sq)
+        QC_TRY(qc_op_download(o->ex, exp_avg_sq, o->v, bytes));
+    return QC_OK;
+}
+
+enum qc_status qc_optim_moments_upload(struct qc_optim *o, const float *exp_avg,
+                                       const float *exp_avg_sq)
+{
+    const size_t bytes = (size_t)o->numel * sizeof(float);
+    if (exp_avg)
+        QC_TRY(qc_op_upload(o->ex, o->m, exp_avg, bytes));
+    if (exp_avg_sq)
+        QC_TRY(qc_op_upload(o->ex, o->v, exp_avg_sq, bytes));
+    /* the sources may be pageable temporaries the caller frees next: let the copies land */
+    return qc_op_sync(o->ex);
+}
+
+const struct qc_exec *qc_optim_exec(const struct qc_optim *o)
+{
+    return o->ex;
 }
 
 int64_t qc_optim_numel(const struct qc_optim *o)

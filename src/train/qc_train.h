@@ -16,6 +16,11 @@
  * every reduction has a fixed order. So two runs with the same seed give the same bits, and a
  * run resumed from a checkpoint continues with the same bits as the uninterrupted one.
  *
+ * Backends (device.kind, qc_train_backend_create): cpu, cuda, and emu (the emulated device of
+ * the tests). The model, its memory and the AdamW step live on the backend; host code here
+ * reaches device memory only through downloads and uploads. emu gives the bits of cpu; cuda
+ * agrees within fp32 tolerance and is itself deterministic (tests/test_train_device.c).
+ *
  * Checkpoints (docs/CHECKPOINTS.md): a folder DIR/ckpt-<step, 6+ digits>/ holding
  *   model.safetensors  the weights, tensor names exactly QCNet's state_dict keys (all 949 of
  *                      the AV2 model, the 14 aliased LayerNorm keys written as copies), so
@@ -23,7 +28,8 @@
  *   optim.safetensors  AdamW state: "exp_avg.<key>" and "exp_avg_sq.<key>" per distinct
  *                      parameter; metadata: format, step, epoch, batch position in the epoch,
  *                      seed, samples seen, the effective config (JSON).
- * Both files are written atomically (temp + fsync + rename); the folder is assembled as
+ * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0). Both
+ * files are written atomically (temp + fsync + rename); the folder is assembled as
  * ckpt-<step>.tmp/ and renamed into place, so a crash never leaves a half checkpoint under the
  * final name.
  */
@@ -44,6 +50,8 @@ extern "C" {
 
 struct qc_alloc;
 struct qc_config;
+struct qc_device;
+struct qc_exec;
 struct qc_loader_opts;
 
 // ---- learning-rate schedule (optim.c) --------------------------------------------------------
@@ -74,26 +82,46 @@ struct qc_optim; /* AdamW state over one flat parameter buffer (opaque) */
  * covers [offsets[s], offsets[s+1]) and is in the decay group when decay[s] != 0 (QCNET.md
  * §2.5). offsets (nseg+1, ascending, offsets[nseg] == numel) and decay (nseg) are copied. The
  * moments exp_avg and exp_avg_sq (numel floats each, zero) come from `alloc` (tags
- * "optim/exp_avg", "optim/exp_avg_sq") or from malloc when alloc is NULL. QC_ERR_NOMEM,
- * QC_ERR_INVALID for inconsistent segments. */
+ * "optim/exp_avg", "optim/exp_avg_sq") or from malloc when alloc is NULL. The CPU backend;
+ * qc_optim_create_on for another. QC_ERR_NOMEM, QC_ERR_INVALID for inconsistent segments. */
 enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int64_t *offsets,
                                const uint8_t *decay, int64_t nseg,
                                const struct qc_optim_params *params, struct qc_optim **out);
+/* The same with the step on backend ex (qc_exec.h; NULL = CPU, as qc_optim_create). On a
+ * device backend (qc_exec_is_device) alloc is required and must hand out that backend's memory
+ * (the model's allocator): the moments are device buffers zeroed with qc_op_zero, device copies
+ * of offsets and decay are uploaded (tags "optim/offsets", "optim/decay"), and host code reaches
+ * the moments only through qc_optim_moments_download / _upload. ex must outlive the optimizer.
+ * QC_ERR_INVALID for a device backend without alloc. */
+enum qc_status qc_optim_create_on(struct qc_alloc *alloc, const struct qc_exec *ex, int64_t numel,
+                                  const int64_t *offsets, const uint8_t *decay, int64_t nseg,
+                                  const struct qc_optim_params *params, struct qc_optim **out);
 /* NULL is a no-op. */
 void qc_optim_destroy(struct qc_optim *o);
 
 /* One AdamW step at learning rate lr (PyTorch 2.0 order, QCNET.md §1): increments the step
  * count n, then for every element p ← p·(1 − lr·wd); m, v updated; p ← p − lr/(1−β1ⁿ) ·
- * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold numel floats. */
+ * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold numel floats, in the optimizer's
+ * backend memory (the model's qc_qcnet_params / qc_qcnet_grads). One op,
+ * qc_op_adamw_step_segments, on every backend (asynchronous on CUDA). */
 void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double lr);
 
 /* Steps taken so far (PyTorch's state['step']). */
 int64_t qc_optim_steps(const struct qc_optim *o);
 /* Restores the step count (checkpoint load). */
 void qc_optim_set_steps(struct qc_optim *o, int64_t steps);
-/* The moments, numel floats each (for checkpoints and tests); writable. */
+/* The moments, numel floats each; writable. DEVICE pointers on a device backend (host code
+ * uses qc_optim_moments_download / _upload there). */
 float *qc_optim_exp_avg(struct qc_optim *o);
 float *qc_optim_exp_avg_sq(struct qc_optim *o);
+/* Host copies of the moments (numel floats each; either may be NULL to skip it): download
+ * copies out (synchronizing), upload copies in. Plain copies on CPU. QC_ERR_CUDA. */
+enum qc_status qc_optim_moments_download(const struct qc_optim *o, float *exp_avg,
+                                         float *exp_avg_sq);
+enum qc_status qc_optim_moments_upload(struct qc_optim *o, const float *exp_avg,
+                                       const float *exp_avg_sq);
+/* The backend the step runs on (NULL = CPU). */
+const struct qc_exec *qc_optim_exec(const struct qc_optim *o);
 int64_t qc_optim_numel(const struct qc_optim *o);
 /* Elements in the decay group (Σ of decay segments' sizes) and number of decay segments. */
 int64_t qc_optim_decay_numel(const struct qc_optim *o, int64_t *nseg_decay);
@@ -201,11 +229,17 @@ struct qc_train_opts {
 
 struct qc_trainer; /* one training run (opaque) */
 
-/* Sets up a run: the caching allocator (host backend under cfg->device_budget; every
- * activation, stash and optimizer byte comes from it), the model (initialised, --init-from or
- * resumed), AdamW, the loader, the run folder and its metrics.jsonl. Errors name the thing at
- * fault (data file, checkpoint, out folder) and leave nothing half-written.
- * QC_ERR_UNSUPPORTED for device.kind cuda (the CPU backend only, for now). */
+/* Sets up a run: the backend of device.kind (qc_train_backend_create: the caching allocator
+ * under device.budget, from which every parameter, gradient, activation, stash and optimizer
+ * byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader, the
+ * run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
+ * folder, device) and leave nothing half-written. QC_ERR_UNSUPPORTED (with a hint) for cuda in
+ * a CPU-only build or without a GPU. The trainer must then be used from the thread that
+ * created it (the CUDA op context is per thread).
+ * On a device backend (cuda, emu) each batch is copied into allocator memory and handed to the
+ * model as ctx.batch_dev (train_internal.h), the next one while the current one computes; the
+ * losses come back from the model; checkpoints go through host buffers and are byte-identical
+ * whatever the device. */
 enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_trainer **out);
 /* NULL is a no-op. Does not save. */
 void qc_trainer_destroy(struct qc_trainer *t);
@@ -242,8 +276,56 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
  * max_num_neighbors), synthetic scenes (profile, count, seeded by train.seed), target and
  * graph built. */
 void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o);
-/* Creates the caching allocator of a run from cfg (device.budget, alloc.*), host backend. */
-enum qc_status qc_train_alloc_create(const struct qc_config *cfg, struct qc_alloc **out);
+
+// ---- the backend of a run (backend.c) -------------------------------------------------------
+
+struct qc_train_backend; /* where a run's model executes (opaque) */
+
+/* "cpu" / "cuda" / "emu" for a device.kind value (enum qc_config_device); "?" otherwise. */
+const char *qc_train_device_str(int64_t kind);
+/* Sets up the backend of cfg->device_kind, shared by train, eval and the benches:
+ *   cpu   the caching allocator's host backend (device.budget, alloc.*); ops inline;
+ *   cuda  device device.ordinal and its caching allocator (device.budget, alloc.* with
+ *         expandable segments per alloc.expandable_segments), the ops' context
+ *         (qc_kernels_cuda: TF32 per device.tf32, a reduction workspace from the allocator)
+ *         made current for the CALLING thread, ops on the device's compute stream, a copy
+ *         stream for batches and a pinned host allocator for the loader;
+ *   emu   for tests and debugging: a CPU device and an emulated-device arena (qc_emu.h) under
+ *         the allocator; ops are the CPU ops with the arena opened around each, so host code
+ *         that dereferences device memory faults; results equal cpu bit for bit.
+ * Use the backend (and every model on it) from the creating thread. QC_ERR_UNSUPPORTED with a
+ * hint for cuda in a CPU-only build or without a GPU; QC_ERR_NOMEM; QC_ERR_CUDA. */
+enum qc_status qc_train_backend_create(const struct qc_config *cfg, struct qc_train_backend **out);
+/* Frees everything (the allocator with it: destroy models and optimizers first). NULL is a
+ * no-op. */
+void qc_train_backend_destroy(struct qc_train_backend *b);
+/* The exec of the model's ops: NULL on cpu (the model's CPU), else the device backend's. */
+const struct qc_exec *qc_train_backend_exec(const struct qc_train_backend *b);
+/* The caching allocator (device memory on cuda, the arena on emu, host memory on cpu). */
+struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b);
+/* The device (NULL on cpu; a CPU device on emu). */
+struct qc_device *qc_train_backend_device(struct qc_train_backend *b);
+/* "cpu" / "cuda" / "emu". */
+const char *qc_train_backend_name(const struct qc_train_backend *b);
+/* The model of cfg (model.*) on b: every allocation from b's allocator (qc_train_model_hook),
+ * ops on b's exec (qc_qcnet_create_on). Parameters are zero: initialise or load them. */
+enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct qc_config *cfg,
+                                      struct qc_qcnet **out);
+/* qc_train_loader_opts, with the batches in b's pinned host memory on cuda. */
+void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,
+                                  struct qc_loader_opts *o);
+
+// ---- command line (train_cli.c) -------------------------------------------------------------
+
+struct qc_cli_strings; /* qc_cli.h */
+
+/* What `qctrain train` and `qctrain eval` do after qc_cli_parse: the data files after the first
+ * --data arrive as positionals and are appended to data (a positional without --data is an
+ * error); attention ("fused" | "unfused", NULL = unchanged) sets cfg->attention. QC_ERR_INVALID
+ * naming cmd, with a hint. */
+enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int npos,
+                                   struct qc_cli_strings *data, const char *attention,
+                                   struct qc_config *cfg);
 
 // ---- evaluation (eval.c) ----------------------------------------------------------------------
 

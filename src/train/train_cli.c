@@ -1,0 +1,39 @@
+/*
+ * train_cli.c — the option handling `qctrain train` and `qctrain eval` share after
+ * qc_cli_parse (src/cmd_train.c, src/cmd_eval.c): data files given after the first --data, and
+ * --attention. The device is the global --device (device.kind), set up by the trainer and by
+ * qc_eval_run through qc_train_backend_create.
+ */
+#include "qc_train.h"
+
+#include <string.h>
+
+#include "qc_cli.h"
+#include "qc_config.h"
+
+enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int npos,
+                                   struct qc_cli_strings *data, const char *attention,
+                                   struct qc_config *cfg)
+{
+    /* `--data a.qcshard b.qcshard`: the files after the first arrive as positionals */
+    for (int i = 0; i < npos; i++) {
+        if (data->n == 0)
+            return qc_errorf(QC_ERR_INVALID,
+                             "%s: unexpected argument '%s'\nhint: data files go after --data", cmd,
+                             pos[i]);
+        if (data->n >= QC_CLI_STRINGS_MAX)
+            return qc_errorf(QC_ERR_INVALID, "%s: more than %d data files", cmd,
+                             QC_CLI_STRINGS_MAX);
+        data->v[data->n++] = pos[i];
+    }
+    if (attention) {
+        if (strcmp(attention, "fused") == 0)
+            cfg->attention = QC_ATTENTION_FUSED;
+        else if (strcmp(attention, "unfused") == 0)
+            cfg->attention = QC_ATTENTION_UNFUSED;
+        else
+            return qc_errorf(QC_ERR_INVALID, "%s: --attention '%s': expected fused or unfused", cmd,
+                             attention);
+    }
+    return QC_OK;
+}

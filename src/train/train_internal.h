@@ -1,0 +1,74 @@
+/*
+ * train_internal.h — shared inside src/train: the backend object (backend.c) and the staging of
+ * loader batches into device memory for the training loop.
+ *
+ * A staged batch is a host batch from the loader plus, on a device backend, byte copies of its
+ * two storage blocks (node_mem, graph_mem) in allocator memory and the view of them that
+ * qc_batch_rebase gives (what the model takes as ctx.batch_dev):
+ *   CUDA  the blocks are allocated on the copy stream and copied there asynchronously
+ *         (qc_memcpy_async H2D from the loader's pinned batch), an event marks the end of the
+ *         copies; the compute stream waits for it before the model's first op on the batch
+ *         (train_stage_use); the blocks are also recorded on the compute stream, so their
+ *         stream-ordered free (train_stage_drop, on the copy stream) waits for the model's work.
+ *   EMU   the CPU device's copy stream is a worker thread whose plain memcpy would fault on the
+ *         protected arena, so the blocks are allocated on the compute stream and filled with
+ *         qc_op_upload on the model's exec (immediate); the rest is the CUDA path, so the
+ *         trainer's batch_dev path is what the EMU tests run.
+ *   CPU   nothing is copied: the model reads the host batch (batch_dev NULL).
+ * The host batch stays held (it is what the model's host code reads, and the CUDA copy's
+ * source) until the stage is dropped, after qc_qcnet_release.
+ */
+#ifndef QC_TRAIN_TRAIN_INTERNAL_H
+#define QC_TRAIN_TRAIN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "qc_alloc.h"
+#include "qc_batch.h"
+#include "qc_config.h"
+#include "qc_device.h"
+#include "qc_emu.h"
+#include "qc_exec.h"
+#include "qc_pinned.h"
+#include "qc_train.h"
+
+struct qc_kernels_cuda; /* qc_kernels_cuda.h (CUDA builds only) */
+
+struct qc_train_backend {
+    enum qc_config_device kind;   /* device.kind */
+    struct qc_device *dev;        /* CUDA device, or a CPU device (EMU); NULL on CPU */
+    struct qc_stream *copy;       /* CUDA: the batch copy stream; NULL otherwise */
+    struct qc_emu *emu;           /* EMU: the arena under the allocator; NULL otherwise */
+    struct qc_alloc *alloc;       /* the caching allocator of every model and optimizer byte */
+    struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
+    void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
+    struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */
+    struct qc_exec exec;          /* the backend of every op (backend CPU on CPU) */
+};
+
+/* One batch staged for the model (module comment). Zero-initialise; the event is created on
+ * first use and kept across stagings (train_stage_deinit destroys it). */
+struct train_stage {
+    struct qc_batch *host;      /* from the loader; NULL: the stage is empty */
+    struct qc_batch view;       /* device view of the copies (device backends) */
+    void *node_dev, *graph_dev; /* allocator blocks holding node_mem / graph_mem copies */
+    struct qc_event *ev;        /* CUDA: recorded on the copy stream after the copies */
+};
+
+/* Stages host batch b (taken over: the stage holds it until train_stage_drop) on backend be.
+ * On failure the stage is left empty and b is NOT taken (the caller releases it).
+ * QC_ERR_NOMEM from the allocator, QC_ERR_CUDA. */
+enum qc_status train_stage_put(struct qc_train_backend *be, struct train_stage *s,
+                               struct qc_batch *b);
+/* The device view to pass as ctx.batch_dev (NULL on CPU); on CUDA the compute stream waits for
+ * the copies first. */
+enum qc_status train_stage_use(struct qc_train_backend *be, struct train_stage *s,
+                               const struct qc_batch **batch_dev);
+/* Frees the device copies (stream-ordered) and returns the host batch, leaving the stage empty
+ * (the event is kept). Call after qc_qcnet_release. An empty stage gives NULL. */
+struct qc_batch *train_stage_drop(struct qc_train_backend *be, struct train_stage *s);
+/* Destroys the stage's event; the stage must be empty. */
+void train_stage_deinit(struct train_stage *s);
+
+#endif /* QC_TRAIN_TRAIN_INTERNAL_H */
