@@ -93,6 +93,14 @@ struct qc_adamw_hparams {
     int64_t step;        /* 1-based step count n used in the bias corrections */
 };
 
+/* ---- CPU backend: BLAS threading -------------------------------------------------------- */
+
+/* The thread count of the BLAS library behind the CPU GEMMs (OpenBLAS), and setting it (n >= 1).
+ * Code that runs GEMMs from inside its own parallel region (the fused attention tiles) sets 1
+ * around that region, so BLAS does not start threads of its own, then restores the old value. */
+int qc_kernels_cpu_blas_threads(void);
+void qc_kernels_cpu_set_blas_threads(int n);
+
 /* ---- geometry helpers (QCNET.md §3.0): forward only, exact fp32 order -------------------- */
 
 /* wrap_angle(a) = -π_f + rem(a + π_f, 2π_f), rem = PyTorch remainder (sign of the divisor).

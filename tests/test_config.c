@@ -558,9 +558,10 @@ int main(void)
                           "key 'device.budget': expected a size such as 24GiB, 512MiB, 1e9 or "
                           "4096, got -1\nhint: units are B, KiB, MiB, GiB, TiB (powers of "
                           "1024) or KB, MB, GB, TB (powers of 1000)");
-        expect_file_error("choice.json", "{\"device.kind\": \"cudaa\"}",
-                          "key 'device.kind': expected one of cpu, cuda, emu, got \"cudaa\"\nhint: did "
-                          "you mean 'cuda'?");
+        expect_file_error(
+            "choice.json", "{\"device.kind\": \"cudaa\"}",
+            "key 'device.kind': expected one of cpu, cuda, emu, got \"cudaa\"\nhint: did "
+            "you mean 'cuda'?");
         expect_file_error("choice_far.json", "{\"model.attention\": \"flash\"}",
                           "key 'model.attention': expected one of fused, unfused, got \"flash\"");
         expect_file_error("malformed.json", "{\"model\": {\"hidden_dim\": 1,}",

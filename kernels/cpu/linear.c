@@ -9,12 +9,23 @@
 #include <limits.h>
 #include <string.h>
 
-#include <cblas.h> /* cblas_sgemm (OpenBLAS) */
+#include <cblas.h> /* cblas_sgemm, openblas_{get,set}_num_threads (OpenBLAS) */
 
 #include "qc_status.h"
 
 /* Columns per OpenMP work item in column reductions: a cache line of floats. */
 #define LINEAR_COL_CHUNK 16
+
+int qc_kernels_cpu_blas_threads(void)
+{
+    return openblas_get_num_threads();
+}
+
+void qc_kernels_cpu_set_blas_threads(int n)
+{
+    QC_ASSERT(n >= 1, "BLAS threads %d", n);
+    openblas_set_num_threads(n);
+}
 
 static void check_blas_dims(int64_t a, int64_t b, int64_t c, int64_t ld)
 {

@@ -52,12 +52,6 @@ _Static_assert(QC_ATTN_CUDA_TILE_EDGES == QC_ATTN_FUSED_CUDA_TILE_EDGES,
                "the layer's default CUDA tile is the launchers' suggested tile");
 #endif
 
-/* OpenBLAS's thread control (libopenblas, linked through qckernels). Inside the tile loop every
- * thread runs its own GEMMs, so BLAS must not start threads of its own.
- * TODO(lead): a qc_kernels.h seam for this (#6). */
-void openblas_set_num_threads(int n);
-int openblas_get_num_threads(void);
-
 enum { KV_XHAT = 0, KV_MEAN, KV_RSTD, KV_K, KV_V };
 
 // ---- source/edge context ----------------------------------------------------------------
@@ -453,8 +447,8 @@ static enum qc_status fused_forward_cpu(const struct qc_attn_kv *kv, const float
     enum qc_status s = ftile_make(&t, kv, false);
     const struct qc_dropout drop = attn_drop(ctx, 0);
     char msg[512] = "";
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    const int blas_threads = qc_kernels_cpu_blas_threads();
+    qc_kernels_cpu_set_blas_threads(1);
     if (s == QC_OK) {
         /* tiles write disjoint query rows: any schedule gives the same bits */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(t.nthreads)
@@ -477,7 +471,7 @@ static enum qc_status fused_forward_cpu(const struct qc_attn_kv *kv, const float
             }
         }
     }
-    openblas_set_num_threads(blas_threads);
+    qc_kernels_cpu_set_blas_threads(blas_threads);
     ftile_free(&t);
     if (s != QC_OK && msg[0])
         return qc_errorf(s, "%s", msg);
@@ -540,8 +534,8 @@ static enum qc_status fused_backward_cpu(struct qc_attn_kv *kv, float *dq, const
     enum qc_status s = ftile_make(&t, kv, true);
     const struct qc_dropout drop = attn_drop(ctx, 0);
     char msg[512] = "";
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    const int blas_threads = qc_kernels_cpu_blas_threads();
+    qc_kernels_cpu_set_blas_threads(1);
     if (s == QC_OK) {
         /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order,
          * so every lane sum has a fixed order */
@@ -603,7 +597,7 @@ static enum qc_status fused_backward_cpu(struct qc_attn_kv *kv, float *dq, const
             }
         }
     }
-    openblas_set_num_threads(blas_threads);
+    qc_kernels_cpu_set_blas_threads(blas_threads);
     if (s == QC_OK) {
         lanes_reduce(kv->dk, &t, lane_dk, 0, Ns * D);
         lanes_reduce(kv->dv, &t, lane_dv, 0, Ns * D);
