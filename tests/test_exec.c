@@ -116,6 +116,26 @@ static void test_emu_arena(void)
         qc_emu_destroy(NULL);
     }
 
+    QC_TEST ("emu: a free range at the high-water mark returns to the reservation") {
+        struct qc_emu *e = NULL;
+        const size_t res = (size_t)2 << 20, npg = res / pg;
+        if (qc_emu_create(res, &e) != QC_OK)
+            T_FATAL("qc_emu_create: %s", qc_error_last());
+        unsigned char *a = qc_emu_alloc(e, pg), *b = qc_emu_alloc(e, 2 * pg);
+        T_EXPECT(a && b == a + pg, "two adjacent blocks");
+        qc_emu_free(e, b, 2 * pg); /* the tail first, then the rest: nothing left below hw */
+        qc_emu_free(e, a, pg);
+        /* Without the merge into the tail the 3-page hole could not serve the whole arena. */
+        unsigned char *all = qc_emu_alloc(e, npg * pg);
+        T_EXPECT(all == a, "the whole reservation after freeing the top: %p vs %p", (void *)all,
+                 (void *)a);
+        qc_emu_enter(e);
+        T_EXPECT(all && all_bytes(all, npg * pg, 0xFF), "the whole arena holds 0xFF");
+        qc_emu_leave(e);
+        qc_emu_free(e, all, npg * pg);
+        qc_emu_destroy(e);
+    }
+
     QC_TEST ("emu: freed neighbours coalesce; exhaustion returns NULL") {
         struct qc_emu *e = NULL;
         /* The reservation is rounded up to whole 2 MiB huge pages: ask for exactly one. */

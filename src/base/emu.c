@@ -177,6 +177,15 @@ void qc_emu_free(struct qc_emu *e, void *p, size_t bytes)
         memmove(&e->free_r[i], &e->free_r[i + 1], (size_t)(e->nfree - i - 1) * sizeof *e->free_r);
         e->nfree--;
     }
+    /* A free range that reaches the high-water mark goes back to the untouched tail, so a later
+     * request larger than any hole still fits the reservation. Whole huge pages above the new
+     * mark are closed even while the arena is open: nobody owns them. */
+    if (e->nfree > 0 && e->free_r[e->nfree - 1].off + e->free_r[e->nfree - 1].len == e->hw) {
+        size_t old = emu_hwp(e);
+        e->hw = e->free_r[--e->nfree].off;
+        if (emu_hwp(e) < old)
+            emu_protect(e, emu_hwp(e), old - emu_hwp(e), PROT_NONE);
+    }
     e->live -= len;
     pthread_mutex_unlock(&e->mu);
 }
