@@ -15,7 +15,6 @@
  * below the constant-velocity ADE. The figures are recorded in docs/BENCHMARKS.md
  * ("Learnability").
  */
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,19 +49,6 @@
 #define LEARN_FDE_MARGIN 0.85 /* minFDE < 0.85 x cv FDE (observed 0.73) */
 
 // ---- helpers -----------------------------------------------------------------------------------
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static char tmp_root[256];
 
@@ -372,6 +358,6 @@ int main(int argc, char **argv)
         test_baseline();
         test_eval_reports();
     }
-    rm_rf(tmp_root);
+    t_rm_rf(tmp_root);
     return qc_test_summary();
 }

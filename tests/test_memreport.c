@@ -13,7 +13,6 @@
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +28,6 @@
 #include "testutil.h"
 
 // ---- helpers -----------------------------------------------------------------------------------
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static char *read_all(const char *path)
 {
@@ -335,6 +321,6 @@ int main(void)
     }
     test_format(root);
     test_training(root);
-    rm_rf(root);
+    t_rm_rf(root);
     return qc_test_summary();
 }

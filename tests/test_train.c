@@ -13,7 +13,6 @@
  * minADE on held-out scenes improves clearly over the untrained model.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,26 +35,13 @@
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static char tmp_root[256];
 
 /* A fresh folder under the test's temporary root. */
 static void tmp_dir(char *out, size_t n, const char *name)
 {
     snprintf(out, n, "%s/%s", tmp_root, name);
-    rm_rf(out);
+    t_rm_rf(out);
 }
 
 /* The tiny configuration: cpu-smoke's model sizes, 1 scene per group, 2 groups per step,
@@ -623,7 +609,7 @@ static void test_training(void)
         char src[600], dst_dir[600], dst[700];
         snprintf(src, sizeof(src), "%s/ckpt-000004", dir_a);
         snprintf(dst_dir, sizeof(dst_dir), "%s/corrupt/ckpt-000004", tmp_root);
-        rm_rf(dst_dir);
+        t_rm_rf(dst_dir);
         T_EXPECT(qc_train_mkdir(dst_dir) == QC_OK, "%s", qc_error_last());
         /* copy both files, then damage the model file's header */
         const char *files[2] = {"model.safetensors", "optim.safetensors"};
@@ -895,6 +881,6 @@ int main(int argc, char **argv)
         test_accum();
         test_eval();
     }
-    rm_rf(tmp_root);
+    t_rm_rf(tmp_root);
     return qc_test_summary();
 }

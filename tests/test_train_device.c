@@ -16,7 +16,6 @@
  * GPU): cpu vs cuda losses over 3 steps within a stated tolerance, and two cuda runs
  * bit-identical (losses and checkpoint bytes).
  */
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,19 +33,6 @@
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static char tmp_root[256];
 
 /* A fresh folder path under the test's temporary root. */
@@ -54,7 +40,7 @@ static void tmp_dir(char *out, size_t n, const char *name)
 {
     if ((size_t)snprintf(out, n, "%s/%.64s", tmp_root, name) >= n)
         T_FATAL("path too long: %s/%s", tmp_root, name);
-    rm_rf(out);
+    t_rm_rf(out);
 }
 
 /* The tiny configuration of test_train.c: cpu-smoke's model sizes, 1 scene per group, 2 groups
@@ -427,6 +413,6 @@ int main(int argc, char **argv)
         test_emu_train();
         test_emu_eval();
     }
-    rm_rf(tmp_root);
+    t_rm_rf(tmp_root);
     return qc_test_summary();
 }

@@ -17,6 +17,7 @@
 #ifndef QC_TESTS_TESTUTIL_H
 #define QC_TESTS_TESTUTIL_H
 
+#include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct qc_test_state {
     const char *name;
@@ -173,6 +175,21 @@ static inline uint64_t qc_test_rand(uint64_t *state)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+static inline int qc_test_rm_entry(const char *path, const struct stat *sb, int flag,
+                                   struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* rm -rf path (a test's temporary folder); missing paths are fine. */
+static inline void t_rm_rf(const char *path)
+{
+    nftw(path, qc_test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif /* QC_TESTS_TESTUTIL_H */
