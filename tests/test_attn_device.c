@@ -45,6 +45,7 @@
 #include "qc_fourier.h"
 #include "qc_stash.h"
 #include "qc_status.h"
+#include "device_testlib.h"
 #include "testutil.h"
 
 #ifdef QC_HAVE_CUDA
@@ -249,119 +250,7 @@ static void hcase_free(struct hcase *h)
         free(h->dout[a]);
 }
 
-// ---- backends -------------------------------------------------------------------------------
-
-/* Where one run's memory comes from and where its ops run. */
-struct backend {
-    enum qc_exec_backend kind;
-    struct qc_exec ex;
-    const struct qc_exec *exp; /* NULL on the CPU */
-    struct qc_qcnet_alloc hook;
-    struct qc_emu *emu; /* EMU */
-#ifdef QC_HAVE_CUDA
-    struct qc_device *dev; /* CUDA */
-    struct qc_alloc *alloc;
-    struct qc_kernels_cuda *kctx;
-    void *ws;
-#endif
-};
-
-static void *emu_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    (void)tag;
-    return qc_emu_alloc(ctx, bytes);
-}
-
-static void emu_hook_free(void *ctx, void *p, size_t bytes)
-{
-    qc_emu_free(ctx, p, bytes);
-}
-
-#ifdef QC_HAVE_CUDA
-static void *cuda_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    void *p = NULL;
-    return qc_alloc_malloc(ctx, bytes, NULL, tag, &p) == QC_OK ? p : NULL;
-}
-
-static void cuda_hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)bytes;
-    qc_alloc_free(ctx, p, NULL); /* stream-ordered on the compute stream, as the ops */
-}
-#endif
-
-static void backend_cpu(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->kind = QC_EXEC_CPU;
-    b->hook = qc_qcnet_alloc_malloc;
-}
-
-static void backend_emu(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->kind = QC_EXEC_EMU;
-    if (qc_emu_create((size_t)1 << 32, &b->emu) != QC_OK)
-        T_FATAL("emu arena: %s", qc_error_last());
-    b->ex = (struct qc_exec){QC_EXEC_EMU, NULL, b->emu};
-    b->exp = &b->ex;
-    b->hook = (struct qc_qcnet_alloc){emu_hook_alloc, emu_hook_free, b->emu};
-}
-
-/* CUDA device 0 with its allocator and op context; false (skip) without a usable GPU. */
-static bool backend_cuda(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->kind = QC_EXEC_CUDA;
-#ifdef QC_HAVE_CUDA
-    if (qc_device_cuda_count() < 1) {
-        printf("skip: no CUDA device\n");
-        return false;
-    }
-    if (qc_device_create(QC_DEVICE_CUDA, 0, &b->dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return false;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    if (qc_alloc_create(b->dev, &ap, &b->alloc) != QC_OK)
-        T_FATAL("allocator: %s", qc_error_last());
-    if (qc_alloc_malloc(b->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &b->ws) != QC_OK)
-        T_FATAL("workspace: %s", qc_error_last());
-    /* TF32 off: the CPU reference is exact fp32 GEMM */
-    struct qc_kernels_cuda_params kp = {0, false, b->ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &b->kctx) != QC_OK)
-        T_FATAL("op context: %s", qc_error_last());
-    qc_kernels_cuda_set_current(b->kctx);
-    b->ex =
-        (struct qc_exec){QC_EXEC_CUDA, qc_stream_native(qc_device_compute_stream(b->dev)), NULL};
-    b->exp = &b->ex;
-    b->hook = (struct qc_qcnet_alloc){cuda_hook_alloc, cuda_hook_free, b->alloc};
-    return true;
-#else
-    printf("skip: a CPU-only build has no CUDA backend\n");
-    return false;
-#endif
-}
-
-static void backend_destroy(struct backend *b)
-{
-    qc_emu_destroy(b->emu);
-#ifdef QC_HAVE_CUDA
-    if (b->kctx) {
-        qc_kernels_cuda_set_current(NULL);
-        qc_kernels_cuda_destroy(b->kctx);
-    }
-    if (b->alloc) {
-        qc_alloc_free(b->alloc, b->ws, NULL);
-        qc_alloc_destroy(b->alloc);
-    }
-    qc_device_destroy(b->dev);
-#endif
-    memset(b, 0, sizeof *b);
-}
+// ---- backends: tests/device_testlib.h ---------------------------------------------------
 
 // ---- one run --------------------------------------------------------------------------------
 
@@ -377,7 +266,7 @@ struct result {
 
 /* The device side of a run: hook allocations, freed together at the end. */
 struct dmem {
-    const struct backend *b;
+    const struct qc_test_backend *b;
     int n;
     void *p[MAX_BUFS];
     size_t bytes[MAX_BUFS];
@@ -396,20 +285,20 @@ static void *dput(struct dmem *m, const void *host, size_t bytes, bool poison)
     if (bytes == 0)
         return p;
     if (host) {
-        if (qc_op_upload(m->b->exp, p, host, bytes) != QC_OK)
+        if (qc_op_upload(qc_test_backend_exec(m->b), p, host, bytes) != QC_OK)
             T_FATAL("upload: %s", qc_error_last());
     } else if (poison) {
         unsigned char *ff = malloc(bytes);
         if (!ff)
             T_FATAL("out of host memory");
         memset(ff, 0xFF, bytes);
-        if (qc_op_upload(m->b->exp, p, ff, bytes) != QC_OK)
+        if (qc_op_upload(qc_test_backend_exec(m->b), p, ff, bytes) != QC_OK)
             T_FATAL("upload: %s", qc_error_last());
-        if (qc_op_sync(m->b->exp) != QC_OK)
+        if (qc_op_sync(qc_test_backend_exec(m->b)) != QC_OK)
             T_FATAL("sync: %s", qc_error_last());
         free(ff);
     } else {
-        qc_op_zero(m->b->exp, p, bytes);
+        qc_op_zero(qc_test_backend_exec(m->b), p, bytes);
     }
     return p;
 }
@@ -421,10 +310,11 @@ static void dmem_free(struct dmem *m)
     m->n = 0;
 }
 
-static float *fget(const struct backend *b, const float *dev, int64_t n)
+static float *fget(const struct qc_test_backend *b, const float *dev, int64_t n)
 {
     float *h = fnew(n);
-    if (n > 0 && qc_op_download(b->exp, h, dev, (size_t)n * sizeof(float)) != QC_OK)
+    if (n > 0 &&
+        qc_op_download(qc_test_backend_exec(b), h, dev, (size_t)n * sizeof(float)) != QC_OK)
         T_FATAL("download: %s", qc_error_last());
     return h;
 }
@@ -437,7 +327,7 @@ static void stash_bind(struct dmem *m, struct qc_stash *st)
 }
 
 /* The entries' payloads, downloaded one after another; plan keeps the table. */
-static unsigned char *stash_get(const struct backend *b, const struct qc_stash *st,
+static unsigned char *stash_get(const struct qc_test_backend *b, const struct qc_stash *st,
                                 struct qc_stash *plan)
 {
     *plan = *st;
@@ -446,14 +336,15 @@ static unsigned char *stash_get(const struct backend *b, const struct qc_stash *
     unsigned char *h = xcalloc(qc_stash_bytes(st), 1), *p = h;
     for (int i = 0; i < st->n; i++) {
         plan->e[i].data = NULL;
-        if (st->e[i].bytes > 0 && qc_op_download(b->exp, p, st->e[i].data, st->e[i].bytes) != QC_OK)
+        if (st->e[i].bytes > 0 &&
+            qc_op_download(qc_test_backend_exec(b), p, st->e[i].data, st->e[i].bytes) != QC_OK)
             T_FATAL("download: %s", qc_error_last());
         p += st->e[i].bytes;
     }
     return h;
 }
 
-static void run(const struct hcase *h, const struct backend *b, struct result *r)
+static void run(const struct hcase *h, const struct qc_test_backend *b, struct result *r)
 {
     const struct tcase *tc = h->tc;
     const int64_t D = h->D, Nd = h->Nd, Ns = h->Ns, E = h->E;
@@ -475,7 +366,7 @@ static void run(const struct hcase *h, const struct backend *b, struct result *r
     /* blocks, parameters, inputs */
     struct qc_attn l = h->l;
     qc_block_mem_set(&l.mem, &b->hook, "test.attn");
-    l.mem.ex = b->exp;
+    l.mem.ex = qc_test_backend_exec(b);
     l.tile_edges = tc->tile_edges;
     if (tc->tile_cuda)
         l.tile_edges_cuda = tc->tile_edges;
@@ -487,7 +378,7 @@ static void run(const struct hcase *h, const struct backend *b, struct result *r
     float *dcat = NULL;
     if (tc->pos) {
         qc_block_mem_set(&fe.mem, &b->hook, "test.fe");
-        fe.mem.ex = b->exp;
+        fe.mem.ex = qc_test_backend_exec(b);
         const int64_t nf = fe.params.numel;
         qc_fourier_bind(&fe, dput(&m, h->few, FB(nf), false), dput(&m, NULL, FB(nf), false));
         feat = tc->d > 0 ? dput(&m, h->feat, FB(E * tc->d), false) : NULL;
@@ -512,7 +403,7 @@ static void run(const struct hcase *h, const struct backend *b, struct result *r
     struct qc_block_mem emem;
     memset(&emem, 0, sizeof emem);
     qc_block_mem_set(&emem, &b->hook, "edges.test");
-    emem.ex = b->exp;
+    emem.ex = qc_test_backend_exec(b);
     struct qc_attn_edges ed;
     if (qc_attn_edges_init_mem(&ed, &emem, tc->impl, &g, tc->pos ? &fe : NULL, feat, cat_table,
                                cat_idx, h->ncat, dcat) != QC_OK)
@@ -552,7 +443,7 @@ static void run(const struct hcase *h, const struct backend *b, struct result *r
     r->dw = fget(b, l.dw, np);
     r->fedw = tc->pos ? fget(b, fe.dw, fe.params.numel) : NULL;
     r->dcat = dcat ? fget(b, dcat, h->ncat * D) : NULL;
-    if (qc_op_sync(b->exp) != QC_OK)
+    if (qc_op_sync(qc_test_backend_exec(b)) != QC_OK)
         T_FATAL("sync: %s", qc_error_last());
 
     for (int64_t a = tc->apps - 1; a >= 0; a--)
@@ -676,7 +567,8 @@ static void compare(const struct hcase *h, const struct result *got, const struc
     T_EXPECT(s > 0.0 && isfinite(s), "reference layer gradient |dw|₁ = %g", s);
 }
 
-static void test_case(const struct tcase *tc, const struct backend *cpu, const struct backend *b)
+static void test_case(const struct tcase *tc, const struct qc_test_backend *cpu,
+                      const struct qc_test_backend *b)
 {
     struct hcase h;
     hcase_make(&h, tc);
@@ -696,13 +588,16 @@ int main(int argc, char **argv)
 {
     const bool cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     g_rng = qc_test_seed();
-    struct backend cpu, dev;
-    backend_cpu(&cpu);
+    struct qc_test_backend cpu, dev;
+    qc_test_backend_cpu(&cpu);
     if (cuda) {
-        if (!backend_cuda(&dev))
-            return 77;
-    } else {
-        backend_emu(&dev);
+        const int rc = qc_test_backend_cuda(&dev);
+        if (rc != 0) {
+            qc_test_backend_destroy(&dev);
+            return rc;
+        }
+    } else if (!qc_test_backend_emu(&dev, (size_t)1 << 32)) {
+        return 1;
     }
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < ncases; i++) {
@@ -713,6 +608,6 @@ int main(int argc, char **argv)
             test_case(&cases[i], &cpu, &dev);
         }
     }
-    backend_destroy(&dev);
+    qc_test_backend_destroy(&dev);
     return qc_test_summary();
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_testlib.h"
 #include "testutil.h"
 
 #include "qc_emu.h"
@@ -46,114 +47,10 @@
  * an input, so the bound keeps a 100x margin. */
 #define TOL_CUDA 1e-4
 
-// ---- backends -------------------------------------------------------------------------------
-
-struct backend {
-    const char *name;
-    struct qc_exec ex;
-    struct qc_qcnet_alloc hook; /* memory of the backend, for the blocks and the test */
-    struct qc_emu *emu;         /* EMU */
-#ifdef QC_HAVE_CUDA
-    struct qc_device *dev; /* CUDA */
-    struct qc_alloc *alloc;
-    void *ws;
-    struct qc_kernels_cuda *kctx;
-#endif
-};
-
-static void *emu_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    (void)tag;
-    return qc_emu_alloc(ctx, bytes);
-}
-
-static void emu_hook_free(void *ctx, void *p, size_t bytes)
-{
-    qc_emu_free(ctx, p, bytes);
-}
-
-static bool backend_cpu(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->name = "cpu";
-    b->ex.backend = QC_EXEC_CPU;
-    b->hook = qc_qcnet_alloc_malloc;
-    return true;
-}
-
-static bool backend_emu(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->name = "emu";
-    if (qc_emu_create((size_t)1 << 30, &b->emu) != QC_OK)
-        return false;
-    b->ex.backend = QC_EXEC_EMU;
-    b->ex.emu = b->emu;
-    b->hook.alloc = emu_hook_alloc;
-    b->hook.free = emu_hook_free;
-    b->hook.ctx = b->emu;
-    return true;
-}
-
-#ifdef QC_HAVE_CUDA
-static void *cuda_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    void *p = NULL;
-    return qc_alloc_malloc(ctx, bytes, NULL, tag, &p) == QC_OK ? p : NULL;
-}
-
-static void cuda_hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)bytes;
-    qc_alloc_free(ctx, p, NULL);
-}
-
-/* false with a message when no GPU can be used (the caller skips). */
-static bool backend_cuda(struct backend *b)
-{
-    memset(b, 0, sizeof *b);
-    b->name = "cuda";
-    if (qc_device_cuda_count() < 1 || qc_device_create(QC_DEVICE_CUDA, 0, &b->dev) != QC_OK) {
-        printf("skip: no CUDA device\n");
-        return false;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    if (qc_alloc_create(b->dev, &ap, &b->alloc) != QC_OK)
-        T_FATAL("allocator: %s", qc_error_last());
-    if (qc_alloc_malloc(b->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &b->ws) != QC_OK)
-        T_FATAL("workspace: %s", qc_error_last());
-    struct qc_kernels_cuda_params kp = {0, false, b->ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &b->kctx) != QC_OK)
-        T_FATAL("kernels context: %s", qc_error_last());
-    qc_kernels_cuda_set_current(b->kctx);
-    b->ex.backend = QC_EXEC_CUDA;
-    b->ex.stream = qc_stream_native(qc_device_compute_stream(b->dev));
-    b->hook.alloc = cuda_hook_alloc;
-    b->hook.free = cuda_hook_free;
-    b->hook.ctx = b->alloc;
-    return true;
-}
-#endif
-
-static void backend_destroy(struct backend *b)
-{
-#ifdef QC_HAVE_CUDA
-    if (b->kctx) {
-        qc_kernels_cuda_set_current(NULL);
-        qc_kernels_cuda_destroy(b->kctx);
-        qc_alloc_free(b->alloc, b->ws, NULL);
-        qc_alloc_destroy(b->alloc);
-        qc_device_destroy(b->dev);
-    }
-#endif
-    qc_emu_destroy(b->emu);
-    memset(b, 0, sizeof *b);
-}
+// ---- backends: tests/device_testlib.h ---------------------------------------------------
 
 /* Backend memory of bytes holding host (bytes), or 0xFF bytes when host is NULL. */
-static void *dev_new(struct backend *b, const void *host, size_t bytes, const char *tag)
+static void *dev_new(struct qc_test_backend *b, const void *host, size_t bytes, const char *tag)
 {
     void *p = b->hook.alloc(b->hook.ctx, bytes ? bytes : 1, tag);
     if (!p)
@@ -172,14 +69,14 @@ static void *dev_new(struct backend *b, const void *host, size_t bytes, const ch
     return p;
 }
 
-static void dev_free(struct backend *b, void *p, size_t bytes)
+static void dev_free(struct qc_test_backend *b, void *p, size_t bytes)
 {
     if (p)
         b->hook.free(b->hook.ctx, p, bytes ? bytes : 1);
 }
 
 /* A fresh host copy of n floats of backend memory p (NULL when p is). */
-static float *dev_get(struct backend *b, const void *p, int64_t n)
+static float *dev_get(struct qc_test_backend *b, const void *p, int64_t n)
 {
     if (!p)
         return NULL;
@@ -253,7 +150,7 @@ static void result_add(struct result *r, const char *name, float *x, int64_t num
 }
 
 /* Every entry of a (float-only) stash, concatenated. */
-static float *stash_get(struct backend *b, const struct qc_stash *st, int64_t *numel)
+static float *stash_get(struct qc_test_backend *b, const struct qc_stash *st, int64_t *numel)
 {
     int64_t n = 0;
     for (int i = 0; i < st->n; i++)
@@ -327,7 +224,8 @@ struct fe_case {
 };
 
 /* One forward + backward of FE(c->d) on backend b from seed; host copies into r. */
-static void fe_run(struct backend *b, const struct fe_case *c, uint64_t seed, struct result *r)
+static void fe_run(struct qc_test_backend *b, const struct fe_case *c, uint64_t seed,
+                   struct result *r)
 {
     const int64_t N = c->N, D = c->D, d = c->d;
     struct qc_fourier fe;
@@ -397,7 +295,8 @@ struct mlp_case {
     bool dx;
 };
 
-static void mlp_run(struct backend *b, const struct mlp_case *c, uint64_t seed, struct result *r)
+static void mlp_run(struct qc_test_backend *b, const struct mlp_case *c, uint64_t seed,
+                    struct result *r)
 {
     const int64_t N = c->N, D = c->D, O = c->O;
     struct qc_mlp m;
@@ -476,10 +375,10 @@ static const struct mlp_case mlp_cases[] = {
 #define NCASES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Runs every case on b and compares with CPU: identical (EMU) or close (CUDA). */
-static void run_all(struct backend *b)
+static void run_all(struct qc_test_backend *b)
 {
-    struct backend cpu;
-    backend_cpu(&cpu);
+    struct qc_test_backend cpu;
+    qc_test_backend_cpu(&cpu);
     const bool exact = b->ex.backend == QC_EXEC_EMU;
     const uint64_t seed = qc_test_seed();
     char name[160];
@@ -523,28 +422,23 @@ static void run_all(struct backend *b)
             result_free(&got);
         }
     }
-    backend_destroy(&cpu);
+    qc_test_backend_destroy(&cpu);
 }
 
 int main(int argc, char **argv)
 {
     const bool cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
-    struct backend b;
+    struct qc_test_backend b;
     if (cuda) {
-#ifdef QC_HAVE_CUDA
-        if (!backend_cuda(&b))
-            return 77;
-#else
-        printf("skip: CPU-only build (configure with -DQC_CUDA=ON)\n");
-        return 77;
-#endif
-    } else {
-        if (!backend_emu(&b)) {
-            printf("FATAL: emulated device arena: %s\n", qc_error_last());
-            return 1;
+        const int rc = qc_test_backend_cuda(&b);
+        if (rc != 0) {
+            qc_test_backend_destroy(&b);
+            return rc;
         }
+    } else if (!qc_test_backend_emu(&b, (size_t)1 << 30)) {
+        return 1;
     }
     run_all(&b);
-    backend_destroy(&b);
+    qc_test_backend_destroy(&b);
     return qc_test_summary();
 }

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device_testlib.h"
 #include "testutil.h"
 
 #include "qc_batch.h"
@@ -123,21 +124,9 @@ static bool synth_batch(void)
 /* Counting hook of one backend's memory; fails every allocation from the fail_at-th on
  * (1-based over `calls`; 0 = never). */
 struct dev_hook {
-    struct backend *be;
+    struct qc_test_backend *be;
     int64_t live, calls, fail_at;
     size_t bytes;
-};
-
-struct backend {
-    enum qc_exec_backend kind;
-    struct qc_exec ex;
-    struct qc_emu *emu; /* EMU */
-#ifdef QC_HAVE_CUDA
-    struct qc_device *dev; /* CUDA */
-    struct qc_alloc *alloc;
-    struct qc_kernels_cuda *kctx;
-    void *ws;
-#endif
 };
 
 static void *dev_alloc(void *ctx, size_t bytes, const char *tag)
@@ -189,91 +178,13 @@ static void dev_free(void *ctx, void *p, size_t bytes)
     h->bytes -= bytes;
 }
 
-static void hook_init(struct dev_hook *h, struct backend *be, struct qc_qcnet_alloc *a)
+static void hook_init(struct dev_hook *h, struct qc_test_backend *be, struct qc_qcnet_alloc *a)
 {
     memset(h, 0, sizeof *h);
     h->be = be;
     a->alloc = dev_alloc;
     a->free = dev_free;
     a->ctx = h;
-}
-
-/* The exec of a backend: NULL for CPU, as the trainer passes it. */
-static const struct qc_exec *be_exec(const struct backend *be)
-{
-    return be->kind == QC_EXEC_CPU ? NULL : &be->ex;
-}
-
-static bool be_open_emu(struct backend *be)
-{
-    memset(be, 0, sizeof *be);
-    be->kind = QC_EXEC_EMU;
-    if (qc_emu_create(EMU_RESERVE, &be->emu) != QC_OK) {
-        printf("  emu arena: %s\n", qc_error_last());
-        return false;
-    }
-    be->ex.backend = QC_EXEC_EMU;
-    be->ex.emu = be->emu;
-    return true;
-}
-
-/* 77 = no GPU (or a CPU-only build), 1 = failure, 0 = ready. */
-static int be_open_cuda(struct backend *be)
-{
-    memset(be, 0, sizeof *be);
-    be->kind = QC_EXEC_CUDA;
-#ifdef QC_HAVE_CUDA
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
-    if (qc_device_create(QC_DEVICE_CUDA, 0, &be->dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return 77;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    if (qc_alloc_create(be->dev, &ap, &be->alloc) != QC_OK) {
-        printf("FATAL: allocator: %s\n", qc_error_last());
-        return 1;
-    }
-    if (qc_alloc_malloc(be->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &be->ws) != QC_OK) {
-        printf("FATAL: workspace: %s\n", qc_error_last());
-        return 1;
-    }
-    /* TF32 off: the CPU reference is exact fp32 GEMM */
-    struct qc_kernels_cuda_params kp = {0, false, be->ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &be->kctx) != QC_OK) {
-        printf("FATAL: ops context: %s\n", qc_error_last());
-        return 1;
-    }
-    qc_kernels_cuda_set_current(be->kctx);
-    be->ex.backend = QC_EXEC_CUDA;
-    be->ex.stream = qc_stream_native(qc_device_compute_stream(be->dev));
-    return 0;
-#else
-    printf("skip: a build without CUDA\n");
-    return 77;
-#endif
-}
-
-static void be_close(struct backend *be)
-{
-    qc_emu_destroy(be->emu);
-#ifdef QC_HAVE_CUDA
-    if (be->kctx) {
-        qc_kernels_cuda_set_current(NULL);
-        qc_kernels_cuda_destroy(be->kctx);
-    }
-    if (be->ws)
-        qc_alloc_free(be->alloc, be->ws, NULL);
-    qc_alloc_destroy(be->alloc);
-    qc_device_destroy(be->dev);
-#endif
-    memset(be, 0, sizeof *be);
 }
 
 // ---- one training step on a backend ---------------------------------------------------------
@@ -440,7 +351,8 @@ static enum qc_status adamw(struct qc_qcnet *m, const struct qc_qcnet_alloc *a, 
 }
 
 /* A whole case on backend be: create, parameters, step, AdamW, destroy. */
-static bool run_case(struct backend *be, const struct tcase *c, bool use_dbatch, struct result *r)
+static bool run_case(struct qc_test_backend *be, const struct tcase *c, bool use_dbatch,
+                     struct result *r)
 {
     memset(r, 0, sizeof *r);
     struct qc_qcnet_config cfg;
@@ -449,7 +361,7 @@ static bool run_case(struct backend *be, const struct tcase *c, bool use_dbatch,
     struct qc_qcnet_alloc a;
     hook_init(&h, be, &a);
     struct qc_qcnet *m = NULL;
-    enum qc_status rc = qc_qcnet_create_on(&cfg, &a, be_exec(be), &m);
+    enum qc_status rc = qc_qcnet_create_on(&cfg, &a, qc_test_backend_exec(be), &m);
     if (rc != QC_OK) {
         T_FAIL_AT("%s: create on %s: %s", c->name, qc_exec_backend_str(be->kind), qc_error_last());
         return false;
@@ -463,8 +375,8 @@ static bool run_case(struct backend *be, const struct tcase *c, bool use_dbatch,
         gd = a.alloc(a.ctx, b->graph_bytes, "test/batch.graph");
         if (!nd || !gd)
             T_FATAL("device batch: out of memory");
-        if (qc_op_upload(be_exec(be), nd, b->node_mem, b->node_bytes) != QC_OK ||
-            qc_op_upload(be_exec(be), gd, b->graph_mem, b->graph_bytes) != QC_OK)
+        if (qc_op_upload(qc_test_backend_exec(be), nd, b->node_mem, b->node_bytes) != QC_OK ||
+            qc_op_upload(qc_test_backend_exec(be), gd, b->graph_mem, b->graph_bytes) != QC_OK)
             T_FATAL("device batch: %s", qc_error_last());
         qc_batch_rebase(b, nd, gd, &view);
     }
@@ -618,8 +530,8 @@ static void test_emu_case(const struct tcase *c, bool second_run)
 {
     if (!case_batch_ok(c))
         return;
-    struct backend cpu = {.kind = QC_EXEC_CPU}, emu;
-    if (!be_open_emu(&emu)) {
+    struct qc_test_backend cpu = {.kind = QC_EXEC_CPU}, emu;
+    if (!qc_test_backend_emu(&emu, EMU_RESERVE)) {
         T_FAIL_AT("emu arena");
         return;
     }
@@ -643,15 +555,15 @@ static void test_emu_case(const struct tcase *c, bool second_run)
         result_free(&r1);
     if (ok2)
         result_free(&r2);
-    be_close(&emu);
+    qc_test_backend_destroy(&emu);
 }
 
 /* Host access on EMU: init_params, params download/upload, a checkpoint written from EMU and
  * loaded on the CPU, set_alloc onto another hook of the arena, zero_grad. */
 static void test_emu_host_access(void)
 {
-    struct backend emu;
-    if (!be_open_emu(&emu)) {
+    struct qc_test_backend emu;
+    if (!qc_test_backend_emu(&emu, EMU_RESERVE)) {
         T_FAIL_AT("emu arena");
         return;
     }
@@ -732,7 +644,7 @@ out:
     qc_qcnet_destroy(mc);
     T_EXPECT_EQ_I64(h2.live, 0, "hook after destroy");
     T_EXPECT_EQ_U64(qc_emu_bytes_live(emu.emu), 0, "arena bytes after destroy");
-    be_close(&emu);
+    qc_test_backend_destroy(&emu);
 }
 
 /* The k-th allocation of a step fails on EMU: QC_ERR_NOMEM, nothing left but the model's own
@@ -741,8 +653,8 @@ static void test_emu_failures(const struct tcase *c)
 {
     if (!case_batch_ok(c))
         return;
-    struct backend emu;
-    if (!be_open_emu(&emu)) {
+    struct qc_test_backend emu;
+    if (!qc_test_backend_emu(&emu, EMU_RESERVE)) {
         T_FAIL_AT("emu arena");
         return;
     }
@@ -754,7 +666,7 @@ static void test_emu_failures(const struct tcase *c)
     struct qc_qcnet *m = NULL;
     T_EXPECT(qc_qcnet_create_on(&cfg, &a, &emu.ex, &m) == QC_OK, "%s", qc_error_last());
     if (!m) {
-        be_close(&emu);
+        qc_test_backend_destroy(&emu);
         return;
     }
     T_EXPECT(case_params(c, m) == QC_OK, "%s", qc_error_last());
@@ -805,7 +717,7 @@ static void test_emu_failures(const struct tcase *c)
     qc_qcnet_destroy(m);
     T_EXPECT_EQ_I64(h.live, 0, "hook allocations after destroy");
     T_EXPECT_EQ_U64(qc_emu_bytes_live(emu.emu), 0, "arena bytes after destroy");
-    be_close(&emu);
+    qc_test_backend_destroy(&emu);
 }
 
 /* Refusals of create_on. */
@@ -815,8 +727,8 @@ static void test_create_on_errors(void)
     qc_qcnet_config_parity_tiny(&cfg);
     struct qc_qcnet *m = NULL;
     struct qc_exec emu_no_arena = {QC_EXEC_EMU, NULL, NULL};
-    struct backend be;
-    if (!be_open_emu(&be)) {
+    struct qc_test_backend be;
+    if (!qc_test_backend_emu(&be, EMU_RESERVE)) {
         T_FAIL_AT("emu arena");
         return;
     }
@@ -836,15 +748,15 @@ static void test_create_on_errors(void)
 #endif
     T_EXPECT(m == NULL, "no model on refusal");
     T_EXPECT_EQ_I64(h.live, 0, "nothing allocated by refusals");
-    be_close(&be);
+    qc_test_backend_destroy(&be);
 }
 
 /* CUDA vs CPU within tolerance, and two CUDA runs bit-identical. */
-static void test_cuda_case(struct backend *gpu, const struct tcase *c)
+static void test_cuda_case(struct qc_test_backend *gpu, const struct tcase *c)
 {
     if (!case_batch_ok(c))
         return;
-    struct backend cpu = {.kind = QC_EXEC_CPU};
+    struct qc_test_backend cpu = {.kind = QC_EXEC_CPU};
     struct result r0, r1, r2;
     bool ok0 = run_case(&cpu, c, false, &r0);
     bool ok1 = ok0 && run_case(gpu, c, false, &r1);
@@ -885,10 +797,10 @@ int main(int argc, char **argv)
         QC_TEST ("model device: EMU allocation failures release everything (synthetic, fused)")
             test_emu_failures(&g_cases[3]);
     } else {
-        struct backend gpu;
-        int rc = be_open_cuda(&gpu);
+        struct qc_test_backend gpu;
+        int rc = qc_test_backend_cuda(&gpu);
         if (rc != 0) {
-            be_close(&gpu);
+            qc_test_backend_destroy(&gpu);
             return rc;
         }
         for (int i = 0; i < NCASES; i++) {
@@ -898,7 +810,7 @@ int main(int argc, char **argv)
             QC_TEST (name)
                 test_cuda_case(&gpu, &g_cases[i]);
         }
-        be_close(&gpu);
+        qc_test_backend_destroy(&gpu);
     }
     if (g_parity_ok)
         qc_batch_release(&g_parity);

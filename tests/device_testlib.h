@@ -1,0 +1,152 @@
+/*
+ * device_testlib.h — the backends of the device tests (test_*_device.c): where one run's
+ * memory comes from and where its ops run. CPU (malloc, NULL exec), EMU (an emulated-device
+ * arena, src/base/qc_emu.h, with a hook straight over it) and CUDA (device 0, the caching
+ * allocator, a reduction workspace and this thread's op context; TF32 off, since the CPU
+ * reference is exact fp32). Header-only, for tests.
+ */
+#ifndef QC_TESTS_DEVICE_TESTLIB_H
+#define QC_TESTS_DEVICE_TESTLIB_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qc_emu.h"
+#include "qc_exec.h"
+#include "qc_stash.h" /* struct qc_qcnet_alloc */
+#include "qc_status.h"
+#ifdef QC_HAVE_CUDA
+#    include "qc_alloc.h"
+#    include "qc_device.h"
+#    include "qc_kernels.h"
+#endif
+
+struct qc_test_backend {
+    const char *name; /* "cpu", "emu", "cuda" */
+    enum qc_exec_backend kind;
+    struct qc_exec ex;
+    struct qc_qcnet_alloc hook; /* memory of the backend */
+    struct qc_emu *emu;         /* EMU */
+#ifdef QC_HAVE_CUDA
+    struct qc_device *dev; /* CUDA */
+    struct qc_alloc *alloc;
+    struct qc_kernels_cuda *kctx;
+    void *ws;
+#endif
+};
+
+/* The exec a caller passes: NULL on the CPU, as the trainer does. */
+static inline const struct qc_exec *qc_test_backend_exec(const struct qc_test_backend *b)
+{
+    return b->kind == QC_EXEC_CPU ? NULL : &b->ex;
+}
+
+static inline void *qc_test_emu_hook_alloc(void *ctx, size_t bytes, const char *tag)
+{
+    (void)tag;
+    return qc_emu_alloc(ctx, bytes);
+}
+
+static inline void qc_test_emu_hook_free(void *ctx, void *p, size_t bytes)
+{
+    qc_emu_free(ctx, p, bytes);
+}
+
+static inline void qc_test_backend_cpu(struct qc_test_backend *b)
+{
+    memset(b, 0, sizeof *b);
+    b->name = "cpu";
+    b->kind = QC_EXEC_CPU;
+    b->hook = qc_qcnet_alloc_malloc;
+}
+
+/* An arena of `reserve` bytes of address space; false (with a message) when it cannot be had. */
+static inline bool qc_test_backend_emu(struct qc_test_backend *b, size_t reserve)
+{
+    memset(b, 0, sizeof *b);
+    b->name = "emu";
+    b->kind = QC_EXEC_EMU;
+    if (qc_emu_create(reserve, &b->emu) != QC_OK) {
+        printf("  emu arena: %s\n", qc_error_last());
+        return false;
+    }
+    b->ex = (struct qc_exec){QC_EXEC_EMU, NULL, b->emu};
+    b->hook = (struct qc_qcnet_alloc){qc_test_emu_hook_alloc, qc_test_emu_hook_free, b->emu};
+    return true;
+}
+
+#ifdef QC_HAVE_CUDA
+static inline void *qc_test_cuda_hook_alloc(void *ctx, size_t bytes, const char *tag)
+{
+    void *p = NULL;
+    return qc_alloc_malloc(ctx, bytes, NULL, tag, &p) == QC_OK ? p : NULL;
+}
+
+static inline void qc_test_cuda_hook_free(void *ctx, void *p, size_t bytes)
+{
+    (void)bytes;
+    qc_alloc_free(ctx, p, NULL); /* stream-ordered on the compute stream, as the ops */
+}
+#endif
+
+/* CUDA device 0 ready for ops: 0; 77 (skip, message printed) without a usable GPU or in a
+ * CPU-only build; 1 (message printed) when the setup fails on a GPU. */
+static inline int qc_test_backend_cuda(struct qc_test_backend *b)
+{
+    memset(b, 0, sizeof *b);
+    b->name = "cuda";
+    b->kind = QC_EXEC_CUDA;
+#ifdef QC_HAVE_CUDA
+    if (qc_device_cuda_count() < 1) {
+        printf("skip: no CUDA device\n");
+        return 77;
+    }
+    if (qc_device_create(QC_DEVICE_CUDA, 0, &b->dev) != QC_OK) {
+        printf("skip: %s\n", qc_error_last());
+        return 77;
+    }
+    struct qc_alloc_params ap;
+    qc_alloc_params_default(&ap);
+    if (qc_alloc_create(b->dev, &ap, &b->alloc) != QC_OK) {
+        printf("FATAL: allocator: %s\n", qc_error_last());
+        return 1;
+    }
+    if (qc_alloc_malloc(b->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
+                        &b->ws) != QC_OK) {
+        printf("FATAL: workspace: %s\n", qc_error_last());
+        return 1;
+    }
+    struct qc_kernels_cuda_params kp = {0, false, b->ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    if (qc_kernels_cuda_create(&kp, &b->kctx) != QC_OK) {
+        printf("FATAL: op context: %s\n", qc_error_last());
+        return 1;
+    }
+    qc_kernels_cuda_set_current(b->kctx);
+    b->ex =
+        (struct qc_exec){QC_EXEC_CUDA, qc_stream_native(qc_device_compute_stream(b->dev)), NULL};
+    b->hook = (struct qc_qcnet_alloc){qc_test_cuda_hook_alloc, qc_test_cuda_hook_free, b->alloc};
+    return 0;
+#else
+    printf("skip: a CPU-only build has no CUDA backend\n");
+    return 77;
+#endif
+}
+
+static inline void qc_test_backend_destroy(struct qc_test_backend *b)
+{
+    qc_emu_destroy(b->emu);
+#ifdef QC_HAVE_CUDA
+    if (b->kctx) {
+        qc_kernels_cuda_set_current(NULL);
+        qc_kernels_cuda_destroy(b->kctx);
+    }
+    if (b->ws)
+        qc_alloc_free(b->alloc, b->ws, NULL);
+    qc_alloc_destroy(b->alloc);
+    qc_device_destroy(b->dev);
+#endif
+    memset(b, 0, sizeof *b);
+}
+
+#endif /* QC_TESTS_DEVICE_TESTLIB_H */
