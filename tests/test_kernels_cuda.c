@@ -32,6 +32,7 @@
 #include "qc_kernels.h"
 #include "qc_kernels_cuda.h"
 #include "qc_status.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define GUARD     4096 /* bytes of byte pattern before and after every device buffer */
@@ -860,7 +861,7 @@ static void run_gru_cudnn(struct tctx *x, const struct tcase *tc)
 {
     int64_t N = tc->n, L = tc->d1, C = tc->d2, IC = C;
     struct qc_gru_cudnn *g = NULL;
-    if (qc_gru_cudnn_create(L, N, IC, C, &g) != QC_OK) {
+    if (qc_gru_cudnn_create(L, N, IC, C, x->s, &g) != QC_OK) {
         case_fail(x, "qc_gru_cudnn_create", qc_error_last());
         return;
     }
@@ -1138,20 +1139,17 @@ static const struct tcase cases[] = {
 
 int main(int argc, char **argv)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
+    const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+    if (probe != 0)
+        return probe;
     const char *filter = argc > 1 ? argv[1] : NULL;
     struct tctx x;
     memset(&x, 0, sizeof(x));
     for (int i = 0; i < GUARD; i++)
         x.pattern[i] = (unsigned char)(0xA5 ^ (i * 37 + 11));
     if (qc_device_create(QC_DEVICE_CUDA, 0, &x.dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return 77;
+        printf("FATAL: device: %s\n", qc_error_last());
+        return 1;
     }
     struct qc_alloc_params ap;
     qc_alloc_params_default(&ap);
@@ -1167,7 +1165,10 @@ int main(int argc, char **argv)
         printf("FATAL: workspace: %s\n", qc_error_last());
         return 1;
     }
-    struct qc_kernels_cuda_params kp = {0, false, x.ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    struct qc_kernels_cuda_params kp = {.device = 0,
+                                        .tf32 = false,
+                                        .workspace = x.ws,
+                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
     if (qc_kernels_cuda_create(&kp, &x.kctx) != QC_OK) {
         printf("FATAL: context: %s\n", qc_error_last());
         return 1;
@@ -1192,7 +1193,7 @@ int main(int argc, char **argv)
     }
 
     QC_TEST ("cuda: context rejects a missing workspace") {
-        struct qc_kernels_cuda_params bad = {0, false, NULL, 0};
+        struct qc_kernels_cuda_params bad = {.device = 0, .tf32 = false, .workspace = NULL};
         struct qc_kernels_cuda *k = NULL;
         T_EXPECT(qc_kernels_cuda_create(&bad, &k) == QC_ERR_INVALID && k == NULL,
                  "create without workspace must fail");
