@@ -148,6 +148,25 @@ static void log_free(struct pin_log *l)
     free(l);
 }
 
+/* A pinned arena over the logging seam. */
+static struct qc_pinned *seam_arena(struct pin_log *l)
+{
+    const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
+    struct qc_pinned *p = NULL;
+    if (alloc_pinned_create_with(&ops, 0, &p) != QC_OK)
+        T_FATAL("pinned arena over the seam: %s", qc_error_last());
+    return p;
+}
+
+/* Destroys p (every pin must be undone, once) and the log. */
+static void seam_close(struct qc_pinned *p, struct pin_log *l)
+{
+    qc_pinned_destroy(p);
+    T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
+    T_EXPECT_EQ_I64(l->bad_unpin, 0, "unpins of ranges never pinned");
+    log_free(l);
+}
+
 struct pin_thr {
     struct qc_pinned *p;
     struct pin_log *log;
@@ -181,9 +200,7 @@ static void test_pin_seam(void)
 {
     QC_TEST ("pinned: extents are pinned once, outside the hooks, before their memory is used") {
         struct pin_log *l = log_new();
-        const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
-        struct qc_pinned *p = NULL;
-        T_EXPECT(alloc_pinned_create_with(&ops, 0, &p) == QC_OK, "%s", qc_error_last());
+        struct qc_pinned *p = seam_arena(l);
         const size_t sizes[] = {1, 100, 4096, MiB, 10 * MiB + 3, 64 * MiB, 200, 3 * MiB};
         void *q[8];
         for (int i = 0; i < 8; i++) {
@@ -208,17 +225,12 @@ static void test_pin_seam(void)
         T_EXPECT_EQ_I64(l->pins, pins, "pins when reusing cached extents");
         for (int i = 0; i < 8; i++)
             qc_pinned_free(p, q[i]);
-        qc_pinned_destroy(p);
-        T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
-        T_EXPECT_EQ_I64(l->bad_unpin, 0, "unpins of ranges never pinned");
-        log_free(l);
+        seam_close(p, l);
     }
 
     QC_TEST ("pinned: a failed pin fails the allocation; the extent is pinned by a later one") {
         struct pin_log *l = log_new();
-        const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
-        struct qc_pinned *p = NULL;
-        T_EXPECT(alloc_pinned_create_with(&ops, 0, &p) == QC_OK, "%s", qc_error_last());
+        struct qc_pinned *p = seam_arena(l);
         void *q = NULL;
         l->fail_next = 1;
         enum qc_status st = qc_pinned_malloc(p, 32 * MiB, 0, "stage", &q);
@@ -236,17 +248,12 @@ static void test_pin_seam(void)
         T_EXPECT_EQ_U64(s.bytes_pinned, s.bytes_reserved, "everything pinned after the retry");
         T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
         qc_pinned_free(p, q);
-        qc_pinned_destroy(p);
-        T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
-        T_EXPECT_EQ_I64(l->bad_unpin, 0, "unpins of ranges never pinned");
-        log_free(l);
+        seam_close(p, l);
     }
 
     QC_TEST ("pinned: concurrent threads only ever get pinned memory") {
         struct pin_log *l = log_new();
-        const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
-        struct qc_pinned *p = NULL;
-        T_EXPECT(alloc_pinned_create_with(&ops, 0, &p) == QC_OK, "%s", qc_error_last());
+        struct qc_pinned *p = seam_arena(l);
         enum { NT = 4 };
         pthread_t th[NT];
         struct pin_thr a[NT];
@@ -262,9 +269,7 @@ static void test_pin_seam(void)
         struct qc_pinned_stats s = pstats(p);
         T_EXPECT_EQ_U64(l->pins, s.n_extents, "one pin per extent");
         T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
-        qc_pinned_destroy(p);
-        T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
-        log_free(l);
+        seam_close(p, l);
     }
 }
 
