@@ -27,6 +27,7 @@
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_train.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define STEPS 3
@@ -407,6 +408,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+        if (probe != 0) {
+            t_rm_rf(tmp_root);
+            return probe;
+        }
         test_cuda();
     } else {
         test_cuda_unavailable();

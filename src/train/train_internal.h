@@ -43,6 +43,7 @@ struct qc_train_backend {
     struct qc_alloc *alloc;       /* the caching allocator of every model and optimizer byte */
     struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
+    void *staging;                /* CUDA: the ops' upload staging ring (from pinned) */
     struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */
     struct qc_exec exec;          /* the backend of every op (backend CPU on CPU) */
 };
