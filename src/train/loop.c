@@ -523,11 +523,14 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
     QC_TRY(qc_metrics_write_raw(t->log, line));
     if (!t->quiet) {
         qc_progress_clear(t->prog);
+        char b[4][16];
         fprintf(t->out,
-                "eval @ step %" PRId64 ": val_loss %.4f minADE %.3f minFDE %.3f MR %.3f "
-                "brier-minFDE %.3f (%" PRId64 " scenes)\n",
-                t->st.step, r.loss, r.metrics.min_ade, r.metrics.min_fde, r.metrics.miss_rate,
-                r.metrics.brier_min_fde, r.scenes);
+                "eval @ step %" PRId64 ": val_loss %.4f minADE %s minFDE %s MR %s "
+                "brier-minFDE %s (%" PRId64 " scenes)\n",
+                t->st.step, r.loss, qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]),
+                qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]),
+                qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]),
+                qc_eval_format_metric(r.metrics.brier_min_fde, b[3], sizeof b[3]), r.scenes);
     }
     return QC_OK;
 }

@@ -147,20 +147,25 @@ struct qc_step_metrics {
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
 
-/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), lines
- * whose "step" is greater are first dropped (the file is rewritten atomically), so a resumed
- * run's log equals the uninterrupted one's; keep_through_step < 0 truncates the file (a new
+/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), the
+ * file is first rewritten atomically keeping only complete records (a whole line of valid
+ * JSON) whose "step" is not greater, so a resumed run's log equals the uninterrupted one's and
+ * a torn last line (crash, full disk) is gone; keep_through_step < 0 truncates the file (a new
  * run). QC_ERR_IO naming the path. */
 enum qc_status qc_metrics_open(const char *dir, int64_t keep_through_step,
                                struct qc_metrics_log **out);
-/* Appends one line and flushes it. QC_ERR_IO (disk full) naming the file. */
+/* Appends one line, newline included, in one write() (a crash can only cut the last line).
+ * QC_ERR_IO (disk full) naming the file. */
 enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s);
 /* Appends an arbitrary JSON object line (e.g. {"eval": ...}); `json` is one line, no newline. */
 enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json);
+/* fsyncs the log (a graceful stop flushes it before exiting). QC_ERR_IO. */
+enum qc_status qc_metrics_sync(struct qc_metrics_log *m);
 /* Closes (fsyncs) the log; NULL is a no-op. */
 void qc_metrics_close(struct qc_metrics_log *m);
 /* Formats one step as the JSON line written to the log (no newline) into buf (cap bytes);
- * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g. */
+ * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g; a
+ * non-finite value is null (qc_json.h). */
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap);
 
 // ---- checkpoints (checkpoint.c) --------------------------------------------------------------
@@ -347,7 +352,8 @@ struct qc_eval_result {
     int64_t batches, scenes;
     double loss; /* validation loss: mean over batches (as in training, §6.1) */
     double reg_loss_propose, reg_loss_refine, cls_loss;
-    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6) */
+    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6);
+                                              NAN (not available) when metrics.count == 0 */
     double seconds;
     uint64_t peak_device_bytes;       /* allocator peak during the evaluation */
     struct qc_qcnet_metric_values cv; /* constant-velocity baseline on the same focal agents
@@ -363,8 +369,11 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
                              const struct qc_eval_opts *opts, struct qc_eval_result *out);
 /* Builds the model from opts->cfg, loads opts->weights (or initialises it), evaluates. */
 enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out);
-/* One line of JSON with the result (no newline), for metrics.jsonl and --json. */
+/* One line of JSON with the result (no newline), for metrics.jsonl and --json. Metrics that
+ * are not available (no focal agent evaluated: agents 0) and any non-finite figure are null. */
 size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap);
+/* A metric for text output: "%.4f", or "n/a" when it is not available (NAN). Returns buf. */
+const char *qc_eval_format_metric(double v, char *buf, size_t cap);
 
 /* The constant-velocity baseline of one agent (QCNET.md §6.2 agents, §7.4 frame): for future
  * step s (0..59) the prediction is o + (s+1)·0.1 s·v with o = position[49], v = velocity[49],
