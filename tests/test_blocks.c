@@ -772,6 +772,50 @@ static void test_attention_grad(enum qc_attn_impl impl)
     acase_free(&c);
 }
 
+/* An empty edge set (E = 0: no edge features, as a zero-byte allocation gives NULL), as a scene
+ * without map polygons or without predicted agents makes them (issue 17): the layer is its
+ * residual path alone (QCNET.md §3.3 step 8: u = 0, steps 9-13 run), checked against the double
+ * reference with its gradients; the edge-only parameters get exactly zero gradient. */
+static void test_attention_empty(enum qc_attn_impl impl)
+{
+    const char *nm = impl == QC_ATTN_FUSED ? "fused" : "unfused";
+    struct acase c;
+    for (int shape = 0; shape < 3; shape++) {
+        /* 0: bipartite FE(3) (pl2a), 1: self FE(3)+cat (pl2pl), 2: bipartite modes FE(4) (t2m) */
+        if (shape == 0)
+            acase_make(&c, 8, 2, 3, 3, true, true, false, 1, 9, 5, 5, true);
+        else if (shape == 1)
+            acase_make(&c, 8, 2, 3, 3, false, true, true, 1, 8, 0, 4, true);
+        else
+            acase_make(&c, 8, 2, 3, 4, true, true, false, 3, 6, 4, 4, true);
+        for (int64_t b = 0; b <= c.nb; b++)
+            c.row_ptr[b] = 0;
+        c.E = 0;
+        c.g.n_edge = 0;
+        free(c.feat);
+        c.feat = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "%s empty edge set, shape %d", nm, shape);
+        attn_gradcheck(what, &c, impl);
+        const struct qc_attn *l = &c.l;
+        const int64_t D = c.D;
+        const int64_t zero_w[] = {l->o_wk, l->o_wv, l->o_wkr, l->o_wvr}; /* D x D each */
+        const int64_t zero_b[] = {l->o_bv, l->o_bvr, l->o_ln_r_w, l->o_ln_r_b};
+        int64_t nonzero = 0;
+        for (int i = 0; i < 4; i++) {
+            for (int64_t j = 0; j < D * D; j++)
+                nonzero += c.dw[zero_w[i] + j] != 0.0f;
+            for (int64_t j = 0; j < D; j++)
+                nonzero += c.dw[zero_b[i] + j] != 0.0f;
+        }
+        for (int64_t j = 0; j < c.fe.params.numel; j++)
+            nonzero += c.fedw[j] != 0.0f;
+        T_EXPECT(nonzero == 0, "%s: %lld nonzero gradients of edge-only parameters", what,
+                 (long long)nonzero);
+        acase_free(&c);
+    }
+}
+
 // ---- fused vs unfused ----------------------------------------------------------------------
 
 static void compare_runs(const char *what, struct acase *c)
@@ -1120,6 +1164,10 @@ int main(void)
     }
     QC_TEST ("blocks: fused attention gradient check (dropout off/on, self, modes)") {
         test_attention_grad(QC_ATTN_FUSED);
+    }
+    QC_TEST ("blocks: attention over an empty edge set is its residual path (both)") {
+        test_attention_empty(QC_ATTN_UNFUSED);
+        test_attention_empty(QC_ATTN_FUSED);
     }
     QC_TEST ("blocks: fused == unfused (outputs and gradients)") {
         test_fused_vs_unfused();
