@@ -8,10 +8,11 @@
  *   metrics.jsonl (src/train/metrics.c), eval --json and the "eval" lines (src/train/eval.c),
  *   memory.json (src/train/memreport.c), the model config metadata of checkpoints
  *   (src/model/qcnet_config.c), bench alloc / offload --json (src/bench/).
- * Documents built with cJSON (bench step / ops / loader --json, inspect --json, config dump)
- * follow the same rule through cJSON's printer, which writes null for NaN and ±Inf;
- * tests/test_json.c holds both the helper and the installed cJSON to it. docs/RELIABILITY.md
- * states the promise.
+ * Documents built with cJSON (bench step / ops / loader --json, inspect --json) follow the
+ * same rule through cJSON's printer, which writes null for NaN and ±Inf; tests/test_json.c
+ * holds both the helper and the installed cJSON to it. The configuration dump writes a
+ * non-finite float key as null too (src/config/config_value.c). docs/RELIABILITY.md states the
+ * promise.
  */
 #ifndef QC_BASE_QC_JSON_H
 #define QC_BASE_QC_JSON_H

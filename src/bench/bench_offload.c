@@ -30,6 +30,7 @@
 
 #include "qc_alloc.h"
 #include "qc_device.h"
+#include "qc_json.h"
 #include "qc_offload.h"
 
 #define MIB       ((size_t)1 << 20)
@@ -406,22 +407,27 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
         printf("{\"bench\": \"offload\", \"device\": \"%s\", \"dir\": %s, \"rung\": \"%s\", "
                "\"registered\": %s, \"block_bytes\": %zu, \"queue_depth\": %" PRId64
                ", \"size_bytes\": %" PRIu64 ", \"tensor_bytes\": %zu, "
-               "\"write_gibps\": %.3f, \"read_gibps\": %.3f, \"read_stalls\": %" PRIu64 ", "
-               "\"host_write_gibps\": %.3f, \"host_read_gibps\": %.3f, \"sweep\": [",
+               "\"write_gibps\": %s, \"read_gibps\": %s, \"read_stalls\": %" PRIu64 ", "
+               "\"host_write_gibps\": %s, \"host_read_gibps\": %s, \"sweep\": [",
                qc_device_kind_str(kind), jdir, qc_offload_rung_str(main_bw.rung),
                main_bw.registered ? "true" : "false", e.block, qd, size, e.tensor,
-               main_bw.write_gibps, main_bw.read_gibps, main_bw.stalls, host_bw.write_gibps,
-               host_bw.read_gibps);
+               QC_JSON_NUM("%.3f", main_bw.write_gibps), QC_JSON_NUM("%.3f", main_bw.read_gibps),
+               main_bw.stalls, QC_JSON_NUM("%.3f", host_bw.write_gibps),
+               QC_JSON_NUM("%.3f", host_bw.read_gibps));
         for (int i = 0; i < nsweep; i++)
-            printf("%s{\"queue_depth\": %d, \"write_gibps\": %.3f, \"read_gibps\": %.3f}",
-                   i ? ", " : "", qds[i], sw[i].write_gibps, sw[i].read_gibps);
-        printf("], \"roundtrip_bytes\": %" PRIu64 ", \"roundtrip_ms\": %.1f, "
-               "\"roundtrip_gibps\": %.3f, \"roundtrip_check\": \"%s\"",
-               rt_size, rt_ms, rt_gibps, rt_ok ? "ok" : "MISMATCH");
+            printf("%s{\"queue_depth\": %d, \"write_gibps\": %s, \"read_gibps\": %s}",
+                   i ? ", " : "", qds[i], QC_JSON_NUM("%.3f", sw[i].write_gibps),
+                   QC_JSON_NUM("%.3f", sw[i].read_gibps));
+        printf("], \"roundtrip_bytes\": %" PRIu64 ", \"roundtrip_ms\": %s, "
+               "\"roundtrip_gibps\": %s, \"roundtrip_check\": \"%s\"",
+               rt_size, QC_JSON_NUM("%.1f", rt_ms), QC_JSON_NUM("%.3f", rt_gibps),
+               rt_ok ? "ok" : "MISMATCH");
         if (fio_w > 0 && fio_r > 0)
-            printf(", \"fio_write_gibps\": %.3f, \"fio_read_gibps\": %.3f, "
-                   "\"write_vs_fio\": %.3f, \"read_vs_fio\": %.3f",
-                   fio_w, fio_r, main_bw.write_gibps / fio_w, main_bw.read_gibps / fio_r);
+            printf(", \"fio_write_gibps\": %s, \"fio_read_gibps\": %s, "
+                   "\"write_vs_fio\": %s, \"read_vs_fio\": %s",
+                   QC_JSON_NUM("%.3f", fio_w), QC_JSON_NUM("%.3f", fio_r),
+                   QC_JSON_NUM("%.3f", main_bw.write_gibps / fio_w),
+                   QC_JSON_NUM("%.3f", main_bw.read_gibps / fio_r));
         else
             printf(", \"fio\": \"%s\"", have_fio ? "failed" : "not run");
         printf("}\n");
