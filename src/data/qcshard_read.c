@@ -22,6 +22,7 @@
 
 #include <xxhash.h> /* XXH3_64bits */
 
+#include "qc_file.h"
 #include "qcshard_internal.h"
 
 struct qc_qcshard_reader {
@@ -188,29 +189,22 @@ enum qc_status qc_qcshard_reader_create(const char *path, struct qc_qcshard_read
 {
     struct qc_qcshard_reader *r = NULL;
     QC_TRY(reader_new(path, &r));
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
+    int fd = -1;
+    uint64_t size = 0;
+    const enum qc_status ost = qc_file_open_regular(path, "qcshard", &fd, &size);
+    if (ost != QC_OK) {
         qc_qcshard_reader_destroy(r);
-        return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+        return ost;
     }
-    struct stat sb;
-    const int stat_err = fstat(fd, &sb) != 0 ? errno : 0; /* sb is undefined when fstat fails */
-    if (stat_err || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        qc_qcshard_reader_destroy(r);
-        return qc_errorf(QC_ERR_IO, "%s: %s", path,
-                         stat_err ? strerror(stat_err) : "not a regular file");
-    }
-    r->size = (uint64_t)sb.st_size;
+    r->size = size;
     if (r->size >= QC_QCSHARD_HEADER_SIZE) {
         void *m = mmap(NULL, (size_t)r->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             const int err = errno;
             close(fd);
             qc_qcshard_reader_destroy(r);
-            return qc_errorf(QC_ERR_IO, "%s: cannot map %" PRIu64 " bytes: %s", path,
-                             (uint64_t)sb.st_size, strerror(err));
+            return qc_errorf(QC_ERR_IO, "%s: cannot map %" PRIu64 " bytes: %s", path, size,
+                             strerror(err));
         }
         r->map = m;
         r->data = m;
