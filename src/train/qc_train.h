@@ -143,6 +143,7 @@ struct qc_step_metrics {
     uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+    bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
 };
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
@@ -211,6 +212,23 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
  * QC_ERR_INVALID naming the first differing key and both values, with a hint. */
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir);
+
+// ---- the run folder (run_dir.c) --------------------------------------------------------------
+
+struct qc_run_lock; /* the one-writer lock of a run folder (opaque) */
+
+/* Takes RUN's lock: an exclusive flock on RUN/.lock (created; RUN must exist), the caller's PID
+ * written into it, held until qc_run_lock_release or the end of the process (kill -9
+ * included). Fails at once when another holder has it, in this process or another:
+ * QC_ERR_INVALID naming RUN and the holder's PID, with a hint; QC_ERR_IO when the file cannot
+ * be opened or locked. */
+enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out);
+/* Drops the lock; NULL is a no-op. */
+void qc_run_lock_release(struct qc_run_lock *l);
+/* With RUN's lock held: removes what an interrupted writer left (ckpt-<step>.tmp/ folders
+ * whole, *.tmp and *.tmp.XXXXXX files) and puts back a ckpt-<step>.old/ whose replacement never
+ * arrived. *recovered (may be NULL) counts the entries handled. QC_ERR_IO. */
+enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered);
 
 // ---- the training loop (loop.c) ---------------------------------------------------------------
 
