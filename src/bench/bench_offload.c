@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "qc_device.h"
 #include "qc_json.h"
 #include "qc_offload.h"
+#include "qc_progress.h" /* qc_format_bytes */
 
 #define MIB       ((size_t)1 << 20)
 #define GIB_D     (1024.0 * 1024.0 * 1024.0)
@@ -54,6 +56,7 @@ struct bench_env {
     void *src; /* device, tensor bytes */
     void *dst;
     size_t tensor;
+    bool direct; /* offload.direct: try O_DIRECT on the spill file */
 };
 
 struct bw {
@@ -76,6 +79,7 @@ static enum qc_status measure(struct bench_env *e, size_t total, int qd,
     p.max_inflight = (size_t)qd * e->block * 2 > 64 * MIB ? (size_t)qd * e->block * 2 : 64 * MIB;
     p.prefetch_window = p.max_inflight;
     p.force_rung = e->rung;
+    p.direct = e->direct;
     if (place == QC_OFFLOAD_PLACE_HOST) {
         p.host_capacity = total + MIB;
         p.nvme_dir = NULL;
@@ -163,6 +167,7 @@ static enum qc_status roundtrip(struct bench_env *e, size_t bytes, double *ms, b
     p.nvme_dir = e->dir;
     p.nvme_capacity = bytes + 64 * MIB;
     p.force_rung = e->rung;
+    p.direct = e->direct;
     struct qc_offload *o = NULL;
     if (st == QC_OK)
         st = qc_offload_create(e->dev, &p, &o);
@@ -289,6 +294,26 @@ static enum qc_status parse_rung(const char *s, enum qc_offload_rung *out)
                      s);
 }
 
+/* The engine's errors name the trainer's options (offload.nvme_dir, offload.nvme_capacity);
+ * here the folder is --dir and the bytes are --size / --roundtrip / --sweep-size: rewrite the
+ * last error's option names to the bench's own. Returns st. */
+static enum qc_status bench_own_options(enum qc_status st)
+{
+    static const char *const from[] = {"offload.nvme_dir", "offload.nvme_capacity"};
+    static const char *const to[] = {"--dir", "--size (and --roundtrip, --sweep-size)"};
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", qc_error_last());
+    for (int k = 0; k < 2; k++) {
+        char *at;
+        while ((at = strstr(msg, from[k])) != NULL) {
+            char rest[4096];
+            snprintf(rest, sizeof rest, "%s", at + strlen(from[k]));
+            snprintf(at, sizeof msg - (size_t)(at - msg), "%s%s", to[k], rest);
+        }
+    }
+    return qc_errorf(st, "bench offload: %s", msg);
+}
+
 enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
 {
     bool json = false, no_fio = false;
@@ -352,6 +377,26 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
     struct bench_env e;
     memset(&e, 0, sizeof e);
     QC_TRY(parse_rung(rung_s, &e.rung));
+    e.direct = cli->cfg.offload_direct;
+    if (!e.direct && e.rung == QC_OFFLOAD_RUNG_URING_DIRECT)
+        return qc_errorf(QC_ERR_INVALID, "bench offload: --rung uring-direct with "
+                                         "offload.direct=false\nhint: drop one of the two");
+    {
+        /* the largest spill file the bench makes, before any is made: a full folder is an
+         * error naming --dir, not a failure half-way */
+        uint64_t need = size > sweep_size ? size : sweep_size;
+        need = (need > rt_size ? need : rt_size) + 64 * MIB;
+        struct statvfs vfs;
+        if (statvfs(dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+            char have_s[32], need_s[32];
+            qc_format_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, have_s, sizeof have_s);
+            qc_format_bytes(need, need_s, sizeof need_s);
+            return qc_errorf(QC_ERR_IO,
+                             "bench offload: --dir %s has %s free, the benchmark needs %s\nhint: "
+                             "free space there, give another --dir, or lower --size",
+                             dir, have_s, need_s);
+        }
+    }
     e.dir = dir;
     e.block = (size_t)block;
     e.tensor = (size_t)tensor;
@@ -394,7 +439,8 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
         qc_alloc_free(e.alloc, e.dst, e.cs);
     qc_alloc_destroy(e.alloc);
     qc_device_destroy(e.dev);
-    QC_TRY(st);
+    if (st != QC_OK)
+        return bench_own_options(st);
 
     double rt_gibps = (double)rt_size / (rt_ms / 1e3) / GIB_D;
     if (json) {
