@@ -9,8 +9,9 @@
  *   - every metrics.jsonl line valid JSON, the steps 1..STEPS once each, in order;
  *   - no *.tmp, *.tmp.XXXXXX or *.old leftover, and at least MIN_IN_SAVE kills that left a
  *     checkpoint half-written (ckpt-<step>.tmp/) behind.
- * Each kill lands within two steps of the last complete checkpoint, so the run cannot finish
- * before the kills are done.
+ * The kills follow a schedule of steps (during the start of the process, inside the save of
+ * step s, or just after step s's metrics line, s rising with the kill's number), so the run
+ * progresses between kills and cannot finish before they are done.
  */
 #include <dirent.h>
 #include <inttypes.h>
@@ -23,7 +24,7 @@
 #include "qc_json.h"
 #include "testutil.h"
 
-#define STEPS       22 /* the run's length: > 2 * KILLS, so the kills all land */
+#define STEPS       12 /* the run's length: > KILLS + 1, so the kills all land */
 #define KILLS       10
 #define MIN_IN_SAVE 3
 #define STR_(x)     #x
@@ -176,18 +177,21 @@ int main(void)
                 break;
             args(&a, last > 0);
             const pid_t pid = t_spawn(&a, NULL, "QC_FAULT_CKPT_DELAY_MS=100", 300);
-            /* aim within two steps of the last checkpoint: at a save that has begun, or after
-             * a step's metrics line, plus a random delay */
+            /* three kinds of moment: during the start (loading, the resume's batch
+             * skipping), inside the save of a step (its ckpt-<step>.tmp/ exists), or after a
+             * step's metrics line (the save, or the next step). The step follows a schedule,
+             * kill i at step 1 + i (STEPS - 2) / KILLS or later, so the run progresses between
+             * kills yet cannot finish before they are done. */
             const uint64_t r = qc_test_rand(&rng);
-            struct wait_for w = {.step = last + 1 + (int64_t)(r % 2),
-                                 .metrics = (int)(last + 1 + (int64_t)((r >> 8) % 2)),
-                                 .want_save = (r >> 16) % 2 == 0};
-            if (w.step > STEPS)
-                w.step = STEPS;
-            if (w.metrics > STEPS)
-                w.metrics = STEPS;
-            const bool ok = t_poll(reached, &w, pid, 120000);
-            t_sleep_ms(w.want_save ? (long)((r >> 24) % 250) : (long)((r >> 24) % 400));
+            const int kind = (int)(r % 3);
+            int64_t at_step = 1 + (int64_t)kills * (STEPS - 2) / KILLS;
+            if (at_step < last + 1)
+                at_step = last + 1;
+            struct wait_for w = {.step = at_step, .metrics = (int)at_step, .want_save = kind == 1};
+            bool ok = true;
+            if (kind != 0)
+                ok = t_poll(reached, &w, pid, 600000);
+            t_sleep_ms(kind == 0 ? (long)((r >> 8) % 600) : (long)((r >> 8) % 250));
             kill(pid, SIGKILL);
             st = t_wait(pid);
             if (!WIFSIGNALED(st)) { /* ended by itself before the kill: not counted */
@@ -200,9 +204,13 @@ int main(void)
             int tmp_dirs = 0;
             leftovers(&tmp_dirs);
             in_save += tmp_dirs > 0;
-            printf("  kill %d (%s %" PRId64 "): last checkpoint %" PRId64 " -> %" PRId64 "%s\n",
-                   kills, w.want_save ? "in the save of step" : "after the log of step",
-                   w.want_save ? w.step : (int64_t)w.metrics, last, last_ckpt(),
+            static const char *const kinds[3] = {"during the start of the run",
+                                                 "in the save of step", "after the log of step"};
+            char at[32] = "";
+            if (kind)
+                snprintf(at, sizeof at, " %" PRId64, at_step);
+            printf("  kill %d (%s%s): last checkpoint %" PRId64 " -> %" PRId64 "%s\n", kills,
+                   kinds[kind], at, last, last_ckpt(),
                    tmp_dirs ? ", a checkpoint half-written" : "");
         }
         T_EXPECT(kills >= KILLS, "%d kills, %d expected", kills, KILLS);

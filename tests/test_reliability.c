@@ -645,6 +645,95 @@ static void test_fifo(void)
     }
 }
 
+// ---- out-of-memory messages and the offload bench
+
+static void test_oom_and_bench(void)
+{
+    QC_TEST ("oom: the hint names --attention fused only when it is off, never a planner; the "
+             "short message carries the budget figures") {
+        for (int fused = 0; fused < 2; fused++) {
+            char run[512];
+            tpath(run, sizeof run, fused ? "oom-fused" : "oom-unfused");
+            struct qc_config cfg;
+            qc_config_defaults(&cfg);
+            T_EXPECT(qc_config_apply_preset(&cfg, "cpu-smoke") == QC_OK, "%s", qc_error_last());
+            cfg.attention = fused ? QC_ATTENTION_FUSED : QC_ATTENTION_UNFUSED;
+            cfg.device_budget = 120u << 20; /* far below one step of a typical scene */
+            cfg.loader_threads = 1;
+            cfg.alloc_trace = false;
+            const struct qc_train_opts to = {.cfg = &cfg, .out_dir = run, .quiet = true};
+            struct qc_trainer *t = NULL;
+            enum qc_status st = qc_trainer_create(&to, &t);
+            struct qc_step_metrics m;
+            if (st == QC_OK)
+                st = qc_trainer_step(t, &m);
+            qc_trainer_destroy(t);
+            T_EXPECT(st == QC_ERR_NOMEM, "%s: %s", fused ? "fused" : "unfused", qc_status_str(st));
+            const char *e = qc_error_last();
+            printf("  %s: %s\n", fused ? "fused" : "unfused", e);
+            T_EXPECT_STR_CONTAINS(e, "(budget 120 MiB, allocated ");
+            T_EXPECT_STR_CONTAINS(e, "hint: lower train.batch_size");
+            T_EXPECT(strstr(e, "planner") == NULL, "a hint naming a planner: %s", e);
+            if (fused)
+                T_EXPECT(strstr(e, "--attention fused") == NULL, "fused, yet: %s", e);
+            else
+                T_EXPECT_STR_CONTAINS(e, "--attention fused");
+        }
+    }
+
+    QC_TEST ("bench offload: honours offload.direct=false; a full folder's hint names --dir") {
+        char dir[512], log[512];
+        tpath(dir, sizeof dir, "bench-offload");
+        tpath(log, sizeof log, "bench-offload.log");
+        T_EXPECT(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+        static const char *const small[] = {"--size",      "8M", "--tensor",     "1M",
+                                            "--sweep",     "1",  "--sweep-size", "4M",
+                                            "--roundtrip", "4M", "--no-fio",     "--json"};
+        for (int direct = 0; direct < 2; direct++) {
+            struct t_args a = {{0}, 0};
+            t_args_add(&a, qctrain);
+            t_args_add(&a, "--set");
+            t_args_add(&a, direct ? "offload.direct=true" : "offload.direct=false");
+            t_args_add(&a, "bench");
+            t_args_add(&a, "offload");
+            t_args_add(&a, "--dir");
+            t_args_add(&a, dir);
+            for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+                t_args_add(&a, small[i]);
+            unlink(log);
+            const int st = t_run(&a, log, NULL);
+            char sb[64];
+            T_EXPECT(t_exited(st, 0), "bench offload: %s", t_status_str(st, sb, sizeof sb));
+            char *out = t_read_file(log, NULL);
+            const char *j = out ? strstr(out, "{\"bench\": \"offload\"") : NULL;
+            T_EXPECT(j != NULL, "no JSON in: %s", out ? out : "(none)");
+            /* buffered I/O asked for: never an O_DIRECT rung */
+            if (j && !direct)
+                T_EXPECT(strstr(j, "O_DIRECT") == NULL, "offload.direct=false ignored: %.200s", j);
+            free(out);
+        }
+        /* a folder without room: the bench's own option in the message, not offload.nvme_dir */
+        struct t_args a = {{0}, 0};
+        t_args_add(&a, qctrain);
+        t_args_add(&a, "bench");
+        t_args_add(&a, "offload");
+        t_args_add(&a, "--dir");
+        t_args_add(&a, dir);
+        t_args_add(&a, "--size");
+        t_args_add(&a, "1000T");
+        t_args_add(&a, "--no-fio");
+        unlink(log);
+        const int st = t_run(&a, log, NULL);
+        char sb[64];
+        T_EXPECT(t_exited(st, 1), "full folder: %s", t_status_str(st, sb, sizeof sb));
+        char *err = t_read_file(log, NULL);
+        T_EXPECT_STR_CONTAINS(err, "--dir");
+        T_EXPECT(err && !strstr(err, "offload.nvme_dir"), "names offload.nvme_dir: %s",
+                 err ? err : "");
+        free(err);
+    }
+}
+
 // ---- the run folder in the saved configuration
 // ----------------------------------------------------
 
@@ -686,6 +775,7 @@ int main(void)
     test_nonfinite();
     test_fifo();
     test_saved_out_dir();
+    test_oom_and_bench();
     t_rm_rf(tmp_root);
     return qc_test_summary();
 }
