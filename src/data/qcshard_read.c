@@ -307,6 +307,21 @@ static void scene_view(struct qc_scene *s, const unsigned char *rec,
 #undef AT
 }
 
+#ifdef QC_FUZZ_BUILD
+/* fuzz builds: how deep the inputs got (qc_qcshard_fuzz_counters) */
+static _Atomic uint64_t fuzz_records_opened, fuzz_records_validated;
+#endif
+
+void qc_qcshard_fuzz_counters(uint64_t *records_opened, uint64_t *records_validated)
+{
+#ifdef QC_FUZZ_BUILD
+    *records_opened = atomic_load(&fuzz_records_opened);
+    *records_validated = atomic_load(&fuzz_records_validated);
+#else
+    *records_opened = *records_validated = 0;
+#endif
+}
+
 /* Decodes record i's header and builds the view; when full, checks checksum, layout, padding
  * and every value first. */
 static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, int full,
@@ -315,6 +330,10 @@ static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, 
     const char *f = r->path;
     const struct qc_qcshard_entry *e = &r->entries[i];
     const unsigned char *rec = r->data + e->offset; /* e->offset + e->size <= r->size (index) */
+#ifdef QC_FUZZ_BUILD
+    if (full)
+        atomic_fetch_add(&fuzz_records_opened, 1);
+#endif
     if (full) {
         const uint64_t sum = XXH3_64bits(rec, (size_t)e->size);
         if (sum != e->checksum)
@@ -387,6 +406,10 @@ static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, 
     memcpy(s.scenario_id, rec + 48, QC_SCENE_ID_MAX);
     memcpy(s.city, rec + 112, QC_SCENE_CITY_MAX);
     scene_view(&s, rec, &lay);
+#ifdef QC_FUZZ_BUILD
+    if (full)
+        atomic_fetch_add(&fuzz_records_validated, 1);
+#endif
     if (full)
         QC_TRY(qc_scene_validate(&s, f, i));
     *out = s;
