@@ -12,7 +12,9 @@
  *     train.max_skipped in a row; never a checkpoint of non-finite weights;
  *   - FIFOs and other non-regular files are refused (inspect, --data, --weights, --init-from,
  *     --resume) instead of blocking;
- *   - after a resume, optim.safetensors records the run folder actually written.
+ *   - a full disk (a file size limit) fails the save with an error; the previous checkpoint stays;
+ *   - after a resume, optim.safetensors records the run folder actually written;
+ *   - out-of-memory hints and figures; bench offload's offload.direct and --dir.
  * The runs use cpu-smoke's model on 1-scene batches with small radii (a fraction of a second per
  * step).
  */
@@ -270,6 +272,41 @@ static void test_leftovers(void)
         T_EXPECT(count_leftovers(run) == 0, "%d leftovers", count_leftovers(run));
         qc_optim_destroy(o);
         qc_qcnet_destroy(m);
+    }
+
+    QC_TEST ("full disk: a checkpoint that cannot be written is an error; the previous one "
+             "stays and the run resumes from it") {
+        char run[512], log[512];
+        tpath(run, sizeof run, "full");
+        tpath(log, sizeof log, "full.log");
+        const char *const m1[] = {"--steps", "1", "--out", run, NULL};
+        int st = train(m1, NULL, NULL);
+        char sb[64];
+        T_EXPECT(t_exited(st, 0), "train 1: %s", t_status_str(st, sb, sizeof sb));
+        /* a file size limit of ~1 MB (writes fail with EFBIG, as with ENOSPC): SIGXFSZ
+         * ignored, so the write returns the error */
+        struct t_args a;
+        const char *const r2[] = {"--steps", "2", "--resume", run, NULL};
+        train_args(&a, r2);
+        struct t_args sh = {{0}, 0};
+        t_args_add(&sh, "/bin/sh");
+        t_args_add(&sh, "-c");
+        t_args_add(&sh, "trap '' XFSZ; ulimit -f 2000; exec \"$0\" \"$@\"");
+        for (int i = 0; i < a.n; i++)
+            t_args_add(&sh, a.v[i]);
+        st = t_run(&sh, log, NULL);
+        T_EXPECT(t_exited(st, 1), "resume under a size limit: %s", t_status_str(st, sb, sizeof sb));
+        char *err = t_read_file(log, NULL);
+        T_EXPECT_STR_CONTAINS(err, "ckpt-000002 not written");
+        T_EXPECT_STR_CONTAINS(err, "File too large");
+        free(err);
+        T_EXPECT(ckpt_exists(run, 1) && !ckpt_exists(run, 2), "ckpt-000001 only");
+        T_EXPECT(count_leftovers(run) == 0, "%d leftovers", count_leftovers(run));
+        st = train(r2, NULL, NULL);
+        T_EXPECT(t_exited(st, 0), "resume with room: %s", t_status_str(st, sb, sizeof sb));
+        int nl = 0;
+        T_EXPECT(metrics_check(run, &nl) == 2 && nl == 2 && ckpt_exists(run, 2),
+                 "resumed: %d lines", nl);
     }
 
     QC_TEST ("leftovers: a ckpt-N.old/ whose replacement never arrived is put back") {

@@ -28,7 +28,8 @@
  *   optim.safetensors  AdamW state: "exp_avg.<key>" and "exp_avg_sq.<key>" per distinct
  *                      parameter; metadata: format, step, epoch, batch position in the epoch,
  *                      seed, samples seen, the effective config (JSON).
- * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0). Both
+ * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0; its
+ * train.out_dir is the run folder written, so runs compared byte for byte share that path). Both
  * files are written atomically (temp + fsync + rename); the folder is assembled as
  * ckpt-<step>.tmp/ and renamed into place, so a crash never leaves a half checkpoint under the
  * final name.
@@ -252,10 +253,11 @@ struct qc_train_opts {
 
 struct qc_trainer; /* one training run (opaque) */
 
-/* Sets up a run: the backend of device.kind (qc_train_backend_create: the caching allocator
- * under device.budget, from which every parameter, gradient, activation, stash and optimizer
- * byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader, the
- * run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
+/* Sets up a run: the run folder's lock taken and its leftovers recovered (run_dir.c) before
+ * anything in it is read, the backend of device.kind (qc_train_backend_create: the caching
+ * allocator under device.budget, from which every parameter, gradient, activation, stash and
+ * optimizer byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader,
+ * the run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
  * folder, device) and leave nothing half-written. QC_ERR_UNSUPPORTED (with a hint) for cuda in
  * a CPU-only build or without a GPU. The trainer must then be used from the thread that
  * created it (the CUDA op context is per thread).
@@ -270,12 +272,19 @@ void qc_trainer_destroy(struct qc_trainer *t);
 /* Runs optimizer steps until qc_trainer_total_steps(), writing metrics, progress and
  * checkpoints (every cfg.save_every steps and at the end), and, with eval_every > 0, a
  * validation line {"step": S, "eval": {...}} (qc_eval_format_json) every eval_every steps and
- * at the end. */
+ * at the end. A first SIGINT / SIGTERM during the run (qc_cleanup_stop_begin) finishes the
+ * step, saves, writes the memory report, syncs the log and returns QC_OK with
+ * qc_cleanup_stop_signal() set (qctrain then exits 128 + signal). A step with a non-finite loss
+ * term or gradient follows cfg.nonfinite (qc_trainer_step). */
 enum qc_status qc_trainer_run(struct qc_trainer *t);
 /* One optimizer step (grad_accum micro-batches of batch_size scenes; fewer at the end of an
- * epoch); fills *out when non-NULL and appends it to metrics.jsonl. */
+ * epoch); fills *out when non-NULL and appends it to metrics.jsonl. A non-finite loss term or
+ * gradient: with train.nonfinite=stop, QC_ERR_INVALID naming the step and the terms, nothing
+ * updated or logged; with skip, parameters, moments and AdamW's step count stay, the line is
+ * logged with "skipped":true, and QC_ERR_INVALID after train.max_skipped in a row. */
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out);
-/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/). */
+/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/); QC_ERR_INVALID (nothing
+ * written) when a parameter is not finite. */
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n);
 
 /* Steps the run goes to: cfg.steps when > 0, else cfg.epochs × steps per epoch. */
