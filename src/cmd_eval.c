@@ -91,15 +91,17 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
            r.scenes, r.batches, r.metrics.count, r.seconds, peak);
     printf("val_loss        %.6f  (reg_propose %.6f, reg_refine %.6f, cls %.6f)\n", r.loss,
            r.reg_loss_propose, r.reg_loss_refine, r.cls_loss);
-    printf("minADE (K=6)    %.4f\n", r.metrics.min_ade);
-    printf("minFDE (K=6)    %.4f\n", r.metrics.min_fde);
-    printf("MR (K=6)        %.4f\n", r.metrics.miss_rate);
-    printf("Brier (K=6)     %.4f\n", r.metrics.brier);
-    printf("brier-minFDE    %.4f\n", r.metrics.brier_min_fde);
-    printf("cv_minADE       %.4f  (constant-velocity baseline, 1 mode, same focal agents)\n",
-           r.cv.min_ade);
-    printf("cv_minFDE       %.4f\n", r.cv.min_fde);
-    printf("cv_MR           %.4f\n", r.cv.miss_rate);
+    char b[9][16];
+    printf("minADE (K=6)    %s\n", qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]));
+    printf("minFDE (K=6)    %s\n", qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]));
+    printf("MR (K=6)        %s\n", qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]));
+    printf("Brier (K=6)     %s\n", qc_eval_format_metric(r.metrics.brier, b[3], sizeof b[3]));
+    printf("brier-minFDE    %s\n",
+           qc_eval_format_metric(r.metrics.brier_min_fde, b[4], sizeof b[4]));
+    printf("cv_minADE       %s  (constant-velocity baseline, 1 mode, same focal agents)\n",
+           qc_eval_format_metric(r.cv.min_ade, b[5], sizeof b[5]));
+    printf("cv_minFDE       %s\n", qc_eval_format_metric(r.cv.min_fde, b[6], sizeof b[6]));
+    printf("cv_MR           %s\n", qc_eval_format_metric(r.cv.miss_rate, b[7], sizeof b[7]));
     if (dump)
         printf("dump: %s (outputs of the first batch)\n", dump);
     return QC_OK;

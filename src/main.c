@@ -7,12 +7,14 @@
  * is built as defaults < --preset (in order, each with its inheritance chain) < --set (in order)
  * < --device / --log-level / --quiet, then validated. Only this file exits: QC_OK -> 0,
  * QC_ERR_INVALID -> 2 (bad usage or input), anything else -> 1, with
- * "qctrain: error: <message>" on stderr.
+ * "qctrain: error: <message>" on stderr; a command stopped gracefully by SIGINT / SIGTERM
+ * (train, qc_cleanup.h) -> 128 + the signal (130 / 143).
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_cleanup.h"
 #include "qc_cli.h"
 #include "qc_config.h"
 #include "qc_status.h"
@@ -278,8 +280,9 @@ static enum qc_status run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     enum qc_status st = run(argc, argv);
+    const int sig = qc_cleanup_stop_signal(); /* a graceful stop (train): 130 / 143 */
     if (st == QC_OK)
-        return 0;
+        return sig ? 128 + sig : 0;
     const char *msg = qc_error_last();
     fprintf(stderr, "qctrain: error: %s\n", msg[0] ? msg : qc_status_str(st));
     return st == QC_ERR_INVALID ? 2 : 1;

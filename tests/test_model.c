@@ -986,8 +986,14 @@ static void test_modes(void)
         free(t2);
         qc_qcnet_destroy(m);
     }
-    printf("  stash bytes of one forward: unfused %zu, fused %zu\n", stash[0], stash[1]);
-    T_EXPECT(stash[1] > 0 && stash[1] < stash[0], "the fused stash is smaller");
+    /* docs/BENCHMARKS.md "Memory figures the tests hold": every block's stash of one forward
+     * on the parity batch, unfused 593,344,760 B vs fused 115,334,496 B (5.14x); a fused path
+     * that kept (or recomputed into the stash) any per-edge hidden tensor falls below 5x */
+    const double ratio = stash[1] ? (double)stash[0] / (double)stash[1] : 0.0;
+    printf("  stash bytes of one forward: unfused %zu, fused %zu (%.2fx)\n", stash[0], stash[1],
+           ratio);
+    T_EXPECT(stash[1] > 0 && ratio >= 5.0,
+             "the fused stash is %.2fx smaller than the unfused one, the docs state >= 5x", ratio);
 }
 
 // ---- a short deterministic training run ------------------------------------------------------

@@ -65,6 +65,7 @@
 static const char *const attention_names[] = {"fused", "unfused", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
 static const char *const balance_names[] = {"none", "cost", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
@@ -144,6 +145,12 @@ static const struct qc_config_option options[] = {
             "steps between progress lines"),
     OPT_STRING("train.out_dir", out_dir, "runs/latest",
                "run directory: checkpoints, metrics, trace, report"),
+    /* train.* reliability (docs/RELIABILITY.md) */
+    OPT_CHOICE("train.nonfinite", nonfinite, "stop", nonfinite_names,
+               "a step with a non-finite loss or gradient: stop (error, last checkpoint kept) or "
+               "skip (parameters untouched)"),
+    OPT_INT("train.max_skipped", max_skipped, "10", 1, BIG_COUNT, "steps",
+            "train.nonfinite=skip: stop after this many skipped steps in a row"),
 
     /* data.* */
     OPT_CHOICE("data.synthetic_profile", synthetic_profile, "typical", scene_profile_names,

@@ -33,6 +33,8 @@ enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
 enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST };
+/* train.nonfinite: what a step with a non-finite loss term or gradient does. */
+enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };
 /* device.kind: the device layer's kinds (qc_device.h: cpu = 0, cuda = 1) plus the emulated
  * device of the tests (kernels/qc_exec.h backend EMU: CPU ops on protected host memory). */
 enum qc_config_device {
@@ -78,6 +80,8 @@ struct qc_config {
     int64_t save_every;              /* steps between checkpoints; 0 = only at the end */
     int64_t log_every;               /* steps between progress lines, 1 */
     char out_dir[QC_CONFIG_STR_MAX]; /* run directory */
+    enum qc_nonfinite nonfinite;     /* stop | skip (docs/RELIABILITY.md) */
+    int64_t max_skipped;             /* skip: steps skipped in a row before stopping, 10 */
 
     /* data.* */
     enum qc_scene_profile synthetic_profile; /* typical | dense | mixed */

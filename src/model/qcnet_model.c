@@ -25,6 +25,7 @@
 #include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
+#include "qc_oom.h"
 #include "qcnet_internal.h"
 
 // ---- allocation hook ----------------------------------------------------------------------
@@ -75,11 +76,11 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
         m->cap_bufs = cap;
     }
     void *p = m->hook.alloc(m->hook.ctx, bytes, tag);
-    if (!p)
-        return qc_errorf(QC_ERR_NOMEM,
-                         "model: allocation of %zu bytes for %s failed (%zu bytes live)\n"
-                         "hint: a smaller batch, --attention fused, or a larger device budget",
-                         bytes, tag, m->bytes_live);
+    if (!p) /* the figures and the hint: qc_oom.h */
+        return qc_oom_errorf(m->cfg.attention == QC_ATTN_FUSED ? QC_OOM_ATTENTION_FUSED
+                                                               : QC_OOM_ATTENTION_UNFUSED,
+                             "model: allocation of %zu bytes for %s failed (%zu bytes live)", bytes,
+                             tag, m->bytes_live);
     m->bufs[m->nbufs].p = p;
     m->bufs[m->nbufs].bytes = bytes;
     m->nbufs++;

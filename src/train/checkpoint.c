@@ -8,7 +8,9 @@
  * loop position (step, epoch, batch within the epoch, samples), the seed and the effective
  * configuration. Both files are written by the atomic safetensors writer into
  * ckpt-<step>.tmp/, which is then renamed to ckpt-<step>/ and the run folder fsynced: a
- * checkpoint folder under its final name is always complete.
+ * checkpoint folder under its final name is always complete. A ckpt-<step>.tmp/ left by a
+ * killed save is removed whole by the next save of that step and, under the run lock, when a
+ * trainer opens the run folder (run_dir.c).
  *
  * Device independence: the files are the same bytes whatever device.kind ran the model. On a
  * device backend the parameters (inside the model) and the moments (here) travel through host
@@ -17,6 +19,7 @@
  * of what it computed, and a checkpoint resumes on any device.
  */
 #include "qc_train.h"
+#include "train_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,10 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qc_config.h"
 #include "qc_exec.h"
+#include "qc_file.h"
 #include "qc_qcnet.h"
 #include "qc_safetensors.h"
 
@@ -90,15 +95,30 @@ static enum qc_status fsync_dir(const char *path)
     return QC_OK;
 }
 
-/* Removes a checkpoint folder we created (its two files and itself). Best effort. */
+/* Removes a checkpoint folder of ours (.tmp or .old) whole: whatever an interrupted save left
+ * in it too (a writer's temporary file). Best effort: a failure shows in the next step. */
 static void remove_ckpt_dir(const char *dir)
 {
-    char p[CKPT_PATH_MAX];
-    if (path_join(p, sizeof(p), dir, CKPT_MODEL_FILE) == QC_OK)
-        unlink(p);
-    if (path_join(p, sizeof(p), dir, CKPT_OPTIM_FILE) == QC_OK)
-        unlink(p);
-    rmdir(dir);
+    if (train_remove_tree(dir) != QC_OK)
+        qc_error_clear();
+}
+
+/* Test hook (docs/RELIABILITY.md): QC_FAULT_CKPT_DELAY_MS=N sleeps N ms at each stage of a save
+ * (folder created, model written, optim written), widening the windows a crash test aims its
+ * kills at. Read once; unset or invalid: no delay. */
+static void fault_delay(void)
+{
+    static long delay_ms = -1;
+    if (delay_ms < 0) {
+        const char *e = getenv("QC_FAULT_CKPT_DELAY_MS");
+        char *end = NULL;
+        const long v = e ? strtol(e, &end, 10) : 0;
+        delay_ms = e && end != e && *end == '\0' && v > 0 && v < 60000 ? v : 0;
+    }
+    if (delay_ms > 0) {
+        const struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static bool file_exists(const char *path)
@@ -123,6 +143,12 @@ static int64_t ckpt_name_step(const char *name)
 
 enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
 {
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* never opendir() a FIFO */
+        return qc_errorf(QC_ERR_INVALID,
+                         "checkpoint %s: is %s, not a folder\nhint: --resume takes a "
+                         "checkpoint folder (RUN/ckpt-000100) or a run folder",
+                         dir, qc_file_kind(sb.st_mode));
     char p[CKPT_PATH_MAX];
     QC_TRY(path_join(p, sizeof(p), dir, CKPT_MODEL_FILE));
     if (file_exists(p)) {
@@ -291,19 +317,26 @@ enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struc
     QC_TRY(path_join(tmp, sizeof(tmp), run_dir, name));
     snprintf(name, sizeof(name), "ckpt-%06" PRId64 ".old", s->step);
     QC_TRY(path_join(old, sizeof(old), run_dir, name));
-    remove_ckpt_dir(tmp); /* a leftover of an interrupted save */
-    if (mkdir(tmp, 0777) != 0)
-        return qc_errorf(QC_ERR_IO,
-                         "checkpoint %s: cannot create folder: %s\nhint: is %s "
-                         "writable and not full?",
-                         tmp, strerror(errno), run_dir);
+    remove_ckpt_dir(tmp); /* a leftover of an interrupted save, whatever it holds */
+    if (mkdir(tmp, 0777) != 0) {
+        const int e = errno;
+        const bool fixable = e == ENOSPC || e == EACCES || e == EROFS || e == EDQUOT;
+        return qc_errorf(QC_ERR_IO, "checkpoint %s: cannot create folder: %s%s%s%s", tmp,
+                         strerror(e), fixable ? "\nhint: is " : "", fixable ? run_dir : "",
+                         fixable ? " writable and not full?" : "");
+    }
+    fault_delay();
     enum qc_status st = path_join(p, sizeof(p), tmp, CKPT_MODEL_FILE);
     if (st == QC_OK)
         st = write_model_file(m, s, p);
     if (st == QC_OK)
+        fault_delay();
+    if (st == QC_OK)
         st = path_join(p, sizeof(p), tmp, CKPT_OPTIM_FILE);
     if (st == QC_OK)
         st = write_optim_file(m, o, s, cfg, p);
+    if (st == QC_OK)
+        fault_delay();
     if (st != QC_OK) {
         remove_ckpt_dir(tmp);
         return qc_error_wrap(st, "checkpoint %s not written", final);

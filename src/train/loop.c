@@ -33,12 +33,15 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "qc_alloc.h"
+#include "qc_cleanup.h"
 #include "qc_config.h"
 #include "qc_exec.h"
 #include "qc_loader.h"
@@ -58,12 +61,15 @@ struct qc_trainer {
     struct train_stage cur;  /* the batch of the group being computed */
     struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
     struct qc_train_state st;
-    int64_t nb;            /* batches per epoch */
-    int64_t G;             /* groups per step (grad_accum) */
-    int64_t total_steps;   /* the run ends at this step */
-    bool epoch_started;    /* the loader is planned for st.epoch */
-    int64_t last_saved;    /* step of the last checkpoint written (or resumed from) */
-    bool warned_nonfinite; /* a non-finite loss was reported */
+    int64_t nb;               /* batches per epoch */
+    int64_t G;                /* groups per step (grad_accum) */
+    int64_t total_steps;      /* the run ends at this step */
+    bool epoch_started;       /* the loader is planned for st.epoch */
+    int64_t last_saved;       /* step of the last checkpoint written (or resumed from) */
+    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c) */
+    int64_t skipped_in_row;   /* train.nonfinite=skip: consecutive skipped steps */
+    int64_t skipped_total;    /* ... and all of this process's */
+    float *host_check;        /* device backends: host copy for the finiteness checks */
     bool quiet;
     FILE *out;
     int64_t eval_every;                  /* 0 = no validation */
@@ -156,6 +162,42 @@ static enum qc_status load_init_from(struct qc_qcnet *m, const char *path)
 
 // ---- create / destroy ---------------------------------------------------------------------------
 
+/* The run folder of a run: --out, else for --resume the run the checkpoint belongs to (RUN
+ * for RUN/ckpt-000100, which holds model.safetensors; RUN itself for a run folder), else
+ * cfg.out_dir. */
+static void run_dir_of(const struct qc_train_opts *opts, const char *cfg_out, char *out, size_t n)
+{
+    if (opts->out_dir) {
+        snprintf(out, n, "%s", opts->out_dir);
+        return;
+    }
+    if (!opts->resume) {
+        snprintf(out, n, "%s", cfg_out);
+        return;
+    }
+    snprintf(out, n, "%s", opts->resume);
+    char model[4200];
+    snprintf(model, sizeof model, "%s/model.safetensors", opts->resume);
+    struct stat sb;
+    if (stat(model, &sb) != 0) /* a run folder */
+        return;
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/')
+        out[--len] = '\0'; /* "RUN/ckpt-000100/" */
+    char *slash = strrchr(out, '/');
+    if (slash && slash != out)
+        *slash = '\0';
+    else
+        snprintf(out, n, "%s", slash ? "/" : ".");
+}
+
+/* Takes the run folder's lock and recovers what an interrupted writer left there. */
+static enum qc_status take_run_dir(struct qc_trainer *t)
+{
+    QC_TRY(qc_run_lock_acquire(t->out_dir, &t->lock));
+    return qc_run_dir_recover(t->out_dir, NULL);
+}
+
 static enum qc_status ensure_epoch(struct qc_trainer *t);
 
 enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_trainer **out)
@@ -192,6 +234,23 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         .quiet = true,
     };
     enum qc_status st = QC_OK;
+
+    /* the run folder: locked before anything in it is read (one writer per run folder,
+     * run_dir.c); a folder that does not exist yet is created, then locked, once the data
+     * and the checkpoint have been read, so a failure before leaves nothing behind */
+    run_dir_of(opts, t->cfg.out_dir, t->out_dir, sizeof(t->out_dir));
+    if (!t->out_dir[0]) {
+        st = qc_errorf(QC_ERR_INVALID, "train: no output folder\nhint: --out DIR");
+        goto fail;
+    }
+    /* the configuration records the folder actually written (checkpoint metadata) */
+    snprintf(t->cfg.out_dir, sizeof(t->cfg.out_dir), "%s", t->out_dir);
+    struct stat sb;
+    if (stat(t->out_dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        st = take_run_dir(t);
+        if (st != QC_OK)
+            goto fail;
+    }
 
     /* resume: the checkpoint's folder, state and configuration first */
     char ckpt[4096] = "";
@@ -261,33 +320,9 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     const int64_t spe = (t->nb + t->G - 1) / t->G;
     t->total_steps = t->cfg.steps > 0 ? t->cfg.steps : t->cfg.epochs * spe;
 
-    /* run folder: created once the data and the checkpoint have been read, so a failure
-     * before leaves nothing behind */
-    const char *dir = opts->out_dir;
-    char parent[4096];
-    if (!dir && opts->resume) {
-        /* RUN/ckpt-000100 given: the run is its parent; a run folder given: itself */
-        snprintf(parent, sizeof(parent), "%s", opts->resume);
-        if (strcmp(ckpt, opts->resume) == 0) {
-            size_t len = strlen(parent);
-            while (len > 1 && parent[len - 1] == '/')
-                parent[--len] = '\0'; /* "RUN/ckpt-000100/" */
-            char *slash = strrchr(parent, '/');
-            if (slash && slash != parent)
-                *slash = '\0';
-            else
-                snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
-        }
-        dir = parent;
-    }
-    if (!dir)
-        dir = t->cfg.out_dir;
-    if (!dir[0]) {
-        st = qc_errorf(QC_ERR_INVALID, "train: no output folder\nhint: --out DIR");
-        goto fail;
-    }
-    snprintf(t->out_dir, sizeof(t->out_dir), "%s", dir);
     st = qc_train_mkdir(t->out_dir);
+    if (st == QC_OK && !t->lock)
+        st = take_run_dir(t);
     if (st != QC_OK)
         goto fail;
 
@@ -307,6 +342,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
         return;
     qc_progress_destroy(t->prog);
     qc_metrics_close(t->log);
+    qc_run_lock_release(t->lock);
     if (t->model)
         qc_qcnet_release(t->model);
     if (t->be) {
@@ -321,6 +357,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
     free(t->val_paths);
     free(t->mem_steps);
+    free(t->host_check);
     free(t);
 }
 
@@ -357,6 +394,67 @@ static enum qc_status stage_next(struct qc_trainer *t, struct train_stage *s)
     if (st != QC_OK)
         qc_loader_release(t->loader, b);
     return st;
+}
+
+/* "RUN/ckpt-<step>" of the last checkpoint written or resumed from, or "none". */
+static const char *last_ckpt_str(struct qc_trainer *t)
+{
+    static _Thread_local char buf[4200];
+    if (t->last_saved < 0)
+        return "none";
+    snprintf(buf, sizeof buf, "%s/ckpt-%06" PRId64, t->out_dir, t->last_saved);
+    return buf;
+}
+
+/* Index of the first non-finite value of n floats of backend memory (a device buffer is
+ * copied into t->host_check first), or -1. */
+static enum qc_status first_nonfinite(struct qc_trainer *t, const float *x, int64_t n,
+                                      int64_t *first)
+{
+    const struct qc_exec *ex = qc_train_backend_exec(t->be);
+    const float *h = x;
+    if (qc_exec_is_device(ex)) {
+        if (!t->host_check) {
+            t->host_check = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+            if (!t->host_check)
+                return qc_errorf(QC_ERR_NOMEM, "train: out of host memory (%" PRId64 " floats)", n);
+        }
+        QC_TRY(qc_op_download(ex, t->host_check, x, (size_t)n * sizeof(float)));
+        h = t->host_check;
+    }
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(h[i])) {
+            *first = i;
+            break;
+        }
+    return QC_OK;
+}
+
+/* What went non-finite in this step, into bad ("" when nothing): the loss terms by name (each
+ * is summed over the step's groups, so one non-finite group shows), else the first non-finite
+ * gradient element. */
+static enum qc_status step_nonfinite(struct qc_trainer *t, double rp, double rr, double cls,
+                                     char *bad, size_t n)
+{
+    bad[0] = '\0';
+    const double v[3] = {rp, rr, cls};
+    const char *name[3] = {"reg_loss_propose", "reg_loss_refine", "cls_loss"};
+    size_t len = 0;
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(v[i]) && len < n)
+            len +=
+                (size_t)snprintf(bad + len, n - len, "%s%s = %g", len ? ", " : "", name[i], v[i]);
+    if (len > 0) {
+        if (len < n)
+            snprintf(bad + len, n - len, " (not finite)");
+        return QC_OK;
+    }
+    int64_t i = -1;
+    QC_TRY(first_nonfinite(t, qc_qcnet_grads(t->model), qc_qcnet_num_params(t->model), &i));
+    if (i >= 0)
+        snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", i);
+    return QC_OK;
 }
 
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
@@ -423,7 +521,28 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         sum_rr += (double)l.reg_loss_refine;
         sum_cls += (double)l.cls_loss;
     }
-    qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+    /* non-finite numbers (train.nonfinite): the step's loss terms, then its gradients */
+    char bad[160];
+    QC_TRY(step_nonfinite(t, sum_rp, sum_rr, sum_cls, bad, sizeof bad));
+    const bool skipped = bad[0] != '\0';
+    if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: step %" PRId64 ": %s; stopped before updating the parameters "
+                         "(last checkpoint: %s)\nhint: lower train.lr, check the data (qctrain "
+                         "inspect), or set train.nonfinite=skip to step over such batches",
+                         t->st.step + 1, bad, last_ckpt_str(t));
+    if (!skipped) {
+        qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+        t->skipped_in_row = 0;
+    } else {
+        /* skip: parameters, moments and AdamW's step count stay as they were */
+        t->skipped_in_row++;
+        t->skipped_total++;
+        qc_log(QC_LOG_WARN,
+               "train: step %" PRId64 ": %s; skipped (%" PRId64 " in a row, %" PRId64
+               " in all; train.max_skipped = %" PRId64 ")",
+               t->st.step + 1, bad, t->skipped_in_row, t->skipped_total, t->cfg.max_skipped);
+    }
     /* the step's device work done (and any asynchronous error reported) before it is timed */
     QC_TRY(qc_op_sync(qc_train_backend_exec(t->be)));
 
@@ -468,18 +587,32 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         .bytes_allocated_peak = as.bytes_allocated_peak,
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
-    if (!isfinite(m.loss) && !t->warned_nonfinite) {
-        qc_log(QC_LOG_WARN, "train: step %" PRId64 ": the loss is not finite (%g)", m.step, m.loss);
-        t->warned_nonfinite = true;
-    }
+    m.skipped = skipped;
     QC_TRY(qc_metrics_write_step(t->log, &m));
     if (out)
         *out = m;
+    if (skipped && t->skipped_in_row >= t->cfg.max_skipped)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: %" PRId64 " steps in a row had non-finite numbers, the last "
+                         "one step %" PRId64 " (train.max_skipped = %" PRId64
+                         "); stopped (last checkpoint: %s)\nhint: lower train.lr or check the "
+                         "data (qctrain inspect)",
+                         t->skipped_in_row, m.step, t->cfg.max_skipped, last_ckpt_str(t));
     return QC_OK;
 }
 
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
 {
+    /* never a checkpoint of non-finite weights (train.nonfinite=skip steps over them, so they
+     * can only come from the initial weights) */
+    int64_t bad = -1;
+    QC_TRY(first_nonfinite(t, qc_qcnet_params(t->model), qc_qcnet_num_params(t->model), &bad));
+    if (bad >= 0)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: step %" PRId64 ": parameter element %" PRId64
+                         " is not finite; checkpoint not written (last checkpoint: %s)\nhint: "
+                         "check the weights given to --init-from / --resume",
+                         t->st.step, bad, last_ckpt_str(t));
     QC_TRY(qc_checkpoint_save(t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
     t->last_saved = t->st.step;
     return QC_OK;
@@ -523,16 +656,45 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
     QC_TRY(qc_metrics_write_raw(t->log, line));
     if (!t->quiet) {
         qc_progress_clear(t->prog);
+        char b[4][16];
         fprintf(t->out,
-                "eval @ step %" PRId64 ": val_loss %.4f minADE %.3f minFDE %.3f MR %.3f "
-                "brier-minFDE %.3f (%" PRId64 " scenes)\n",
-                t->st.step, r.loss, r.metrics.min_ade, r.metrics.min_fde, r.metrics.miss_rate,
-                r.metrics.brier_min_fde, r.scenes);
+                "eval @ step %" PRId64 ": val_loss %.4f minADE %s minFDE %s MR %s "
+                "brier-minFDE %s (%" PRId64 " scenes)\n",
+                t->st.step, r.loss, qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]),
+                qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]),
+                qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]),
+                qc_eval_format_metric(r.metrics.brier_min_fde, b[3], sizeof b[3]), r.scenes);
     }
     return QC_OK;
 }
 
+static enum qc_status trainer_loop(struct qc_trainer *t);
+
 enum qc_status qc_trainer_run(struct qc_trainer *t)
+{
+    /* SIGINT / SIGTERM: the first one finishes the step, saves and returns (qctrain exits
+     * 128 + signal); a second one ends the process at once (qc_cleanup.h) */
+    qc_cleanup_stop_begin();
+    const enum qc_status st = trainer_loop(t);
+    qc_cleanup_stop_end();
+    return st;
+}
+
+/* Saves, writes the memory report and flushes the log after a graceful stop at sig. */
+static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
+{
+    qc_progress_clear(t->prog);
+    if (t->last_saved != t->st.step && t->st.step > 0)
+        QC_TRY(qc_trainer_save(t, NULL, 0));
+    if (t->nmem_steps > 0)
+        QC_TRY(qc_trainer_memory_report(t, NULL, 0));
+    QC_TRY(qc_metrics_sync(t->log));
+    fprintf(stderr, "train: %s: stopped after step %" PRId64 " of %" PRId64 "; checkpoint %s\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", t->st.step, t->total_steps, last_ckpt_str(t));
+    return QC_OK;
+}
+
+static enum qc_status trainer_loop(struct qc_trainer *t)
 {
     struct qc_progress_opts po;
     qc_progress_opts_init(&po);
@@ -583,6 +745,9 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
         }
         if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps))
             QC_TRY(trainer_validate(t));
+        const int sig = qc_cleanup_stop_signal();
+        if (sig)
+            return trainer_stop(t, sig);
     }
     qc_progress_finish(t->prog);
     if (!t->quiet && sps_n == 0)

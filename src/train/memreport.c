@@ -8,6 +8,7 @@
  * exact unsigned decimals (byte counts can pass 2^53 only on machines we do not have, but a
  * reader using doubles still gets every figure below 8 PiB exactly).
  */
+
 #include "qc_memreport.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "qc_cleanup.h"
+#include "qc_json.h"
 #include "qc_progress.h" /* qc_format_bytes */
 
 #define TEXT_TOP_BLOCKS 10
@@ -83,8 +85,9 @@ static void json_breakdown(struct sbuf *b, const char *key, const struct qc_allo
         sb_printf(b, "%s\n      {\"name\": ", i ? "," : "");
         sb_json_str(b, e->name);
         sb_printf(b,
-                  ", \"bytes\": %zu, \"allocations\": %" PRIu64 ", \"share\": %.6f, \"other\": %s}",
-                  e->bytes, e->blocks, share(e->bytes, whole), i < ntop ? "false" : "true");
+                  ", \"bytes\": %zu, \"allocations\": %" PRIu64 ", \"share\": %s, \"other\": %s}",
+                  e->bytes, e->blocks, QC_JSON_NUM("%.6f", share(e->bytes, whole)),
+                  i < ntop ? "false" : "true");
     }
     sb_printf(b, "%s]", n ? "\n    " : "");
 }
@@ -119,10 +122,10 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
               ",\n    \"n_live\": %" PRIu64 ",\n    \"n_pending\": %" PRIu64
               ",\n    \"n_segments\": %" PRIu64 ",\n    \"n_maps\": %" PRIu64
               ",\n    \"n_unmaps\": %" PRIu64 ",\n    \"n_retries\": %" PRIu64
-              ",\n    \"n_ooms\": %" PRIu64
-              ",\n    \"fragmentation\": %.6f,\n    \"step\": %" PRId64 "\n  },\n",
+              ",\n    \"n_ooms\": %" PRIu64 ",\n    \"fragmentation\": %s,\n    \"step\": %" PRId64
+              "\n  },\n",
               s->n_allocs, s->n_frees, s->n_live, s->n_pending, s->n_segments, s->n_maps,
-              s->n_unmaps, s->n_retries, s->n_ooms, s->fragmentation, s->step);
+              s->n_unmaps, s->n_retries, s->n_ooms, QC_JSON_NUM("%.6f", s->fragmentation), s->step);
     sb_printf(&b,
               "  \"peak\": {\n    \"step\": %" PRId64 ",\n    \"bytes_allocated_peak\": %zu,\n"
               "    \"snapshot_bytes_allocated\": %zu,\n    \"snapshot_bytes_reserved\": %zu,\n"

@@ -28,7 +28,8 @@
  *   optim.safetensors  AdamW state: "exp_avg.<key>" and "exp_avg_sq.<key>" per distinct
  *                      parameter; metadata: format, step, epoch, batch position in the epoch,
  *                      seed, samples seen, the effective config (JSON).
- * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0). Both
+ * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0; its
+ * train.out_dir is the run folder written, so runs compared byte for byte share that path). Both
  * files are written atomically (temp + fsync + rename); the folder is assembled as
  * ckpt-<step>.tmp/ and renamed into place, so a crash never leaves a half checkpoint under the
  * final name.
@@ -143,24 +144,30 @@ struct qc_step_metrics {
     uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+    bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
 };
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
 
-/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), lines
- * whose "step" is greater are first dropped (the file is rewritten atomically), so a resumed
- * run's log equals the uninterrupted one's; keep_through_step < 0 truncates the file (a new
+/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), the
+ * file is first rewritten atomically keeping only complete records (a whole line of valid
+ * JSON) whose "step" is not greater, so a resumed run's log equals the uninterrupted one's and
+ * a torn last line (crash, full disk) is gone; keep_through_step < 0 truncates the file (a new
  * run). QC_ERR_IO naming the path. */
 enum qc_status qc_metrics_open(const char *dir, int64_t keep_through_step,
                                struct qc_metrics_log **out);
-/* Appends one line and flushes it. QC_ERR_IO (disk full) naming the file. */
+/* Appends one line, newline included, in one write() (a crash can only cut the last line).
+ * QC_ERR_IO (disk full) naming the file. */
 enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s);
 /* Appends an arbitrary JSON object line (e.g. {"eval": ...}); `json` is one line, no newline. */
 enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json);
+/* fsyncs the log (a graceful stop flushes it before exiting). QC_ERR_IO. */
+enum qc_status qc_metrics_sync(struct qc_metrics_log *m);
 /* Closes (fsyncs) the log; NULL is a no-op. */
 void qc_metrics_close(struct qc_metrics_log *m);
 /* Formats one step as the JSON line written to the log (no newline) into buf (cap bytes);
- * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g. */
+ * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g; a
+ * non-finite value is null (qc_json.h). */
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap);
 
 // ---- checkpoints (checkpoint.c) --------------------------------------------------------------
@@ -207,6 +214,23 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir);
 
+// ---- the run folder (run_dir.c) --------------------------------------------------------------
+
+struct qc_run_lock; /* the one-writer lock of a run folder (opaque) */
+
+/* Takes RUN's lock: an exclusive flock on RUN/.lock (created; RUN must exist), the caller's PID
+ * written into it, held until qc_run_lock_release or the end of the process (kill -9
+ * included). Fails at once when another holder has it, in this process or another:
+ * QC_ERR_INVALID naming RUN and the holder's PID, with a hint; QC_ERR_IO when the file cannot
+ * be opened or locked. */
+enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out);
+/* Drops the lock; NULL is a no-op. */
+void qc_run_lock_release(struct qc_run_lock *l);
+/* With RUN's lock held: removes what an interrupted writer left (ckpt-<step>.tmp/ folders
+ * whole, *.tmp and *.tmp.XXXXXX files) and puts back a ckpt-<step>.old/ whose replacement never
+ * arrived. *recovered (may be NULL) counts the entries handled. QC_ERR_IO. */
+enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered);
+
 // ---- the training loop (loop.c) ---------------------------------------------------------------
 
 struct qc_train_opts {
@@ -229,10 +253,11 @@ struct qc_train_opts {
 
 struct qc_trainer; /* one training run (opaque) */
 
-/* Sets up a run: the backend of device.kind (qc_train_backend_create: the caching allocator
- * under device.budget, from which every parameter, gradient, activation, stash and optimizer
- * byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader, the
- * run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
+/* Sets up a run: the run folder's lock taken and its leftovers recovered (run_dir.c) before
+ * anything in it is read, the backend of device.kind (qc_train_backend_create: the caching
+ * allocator under device.budget, from which every parameter, gradient, activation, stash and
+ * optimizer byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader,
+ * the run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
  * folder, device) and leave nothing half-written. QC_ERR_UNSUPPORTED (with a hint) for cuda in
  * a CPU-only build or without a GPU. The trainer must then be used from the thread that
  * created it (the CUDA op context is per thread).
@@ -247,12 +272,19 @@ void qc_trainer_destroy(struct qc_trainer *t);
 /* Runs optimizer steps until qc_trainer_total_steps(), writing metrics, progress and
  * checkpoints (every cfg.save_every steps and at the end), and, with eval_every > 0, a
  * validation line {"step": S, "eval": {...}} (qc_eval_format_json) every eval_every steps and
- * at the end. */
+ * at the end. A first SIGINT / SIGTERM during the run (qc_cleanup_stop_begin) finishes the
+ * step, saves, writes the memory report, syncs the log and returns QC_OK with
+ * qc_cleanup_stop_signal() set (qctrain then exits 128 + signal). A step with a non-finite loss
+ * term or gradient follows cfg.nonfinite (qc_trainer_step). */
 enum qc_status qc_trainer_run(struct qc_trainer *t);
 /* One optimizer step (grad_accum micro-batches of batch_size scenes; fewer at the end of an
- * epoch); fills *out when non-NULL and appends it to metrics.jsonl. */
+ * epoch); fills *out when non-NULL and appends it to metrics.jsonl. A non-finite loss term or
+ * gradient: with train.nonfinite=stop, QC_ERR_INVALID naming the step and the terms, nothing
+ * updated or logged; with skip, parameters, moments and AdamW's step count stay, the line is
+ * logged with "skipped":true, and QC_ERR_INVALID after train.max_skipped in a row. */
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out);
-/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/). */
+/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/); QC_ERR_INVALID (nothing
+ * written) when a parameter is not finite. */
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n);
 
 /* Steps the run goes to: cfg.steps when > 0, else cfg.epochs × steps per epoch. */
@@ -347,7 +379,8 @@ struct qc_eval_result {
     int64_t batches, scenes;
     double loss; /* validation loss: mean over batches (as in training, §6.1) */
     double reg_loss_propose, reg_loss_refine, cls_loss;
-    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6) */
+    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6);
+                                              NAN (not available) when metrics.count == 0 */
     double seconds;
     uint64_t peak_device_bytes;       /* allocator peak during the evaluation */
     struct qc_qcnet_metric_values cv; /* constant-velocity baseline on the same focal agents
@@ -363,8 +396,11 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
                              const struct qc_eval_opts *opts, struct qc_eval_result *out);
 /* Builds the model from opts->cfg, loads opts->weights (or initialises it), evaluates. */
 enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out);
-/* One line of JSON with the result (no newline), for metrics.jsonl and --json. */
+/* One line of JSON with the result (no newline), for metrics.jsonl and --json. Metrics that
+ * are not available (no focal agent evaluated: agents 0) and any non-finite figure are null. */
 size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap);
+/* A metric for text output: "%.4f", or "n/a" when it is not available (NAN). Returns buf. */
+const char *qc_eval_format_metric(double v, char *buf, size_t cap);
 
 /* The constant-velocity baseline of one agent (QCNET.md §6.2 agents, §7.4 frame): for future
  * step s (0..59) the prediction is o + (s+1)·0.1 s·v with o = position[49], v = velocity[49],

@@ -72,4 +72,9 @@ struct qc_batch *train_stage_drop(struct qc_train_backend *be, struct train_stag
 /* Destroys the stage's event; the stage must be empty. */
 void train_stage_deinit(struct train_stage *s);
 
+/* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the
+ * run lock or created it). Symbolic links are removed, not followed. A missing path is fine.
+ * QC_ERR_IO. */
+enum qc_status train_remove_tree(const char *path);
+
 #endif /* QC_TRAIN_TRAIN_INTERNAL_H */
