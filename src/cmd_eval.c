@@ -1,7 +1,7 @@
 /*
  * cmd_eval.c — `qctrain eval --data FILE... [--weights FILE] [--batch-size N] [--dump FILE]`:
- * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE over the focal
- * agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
+ * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE, minAHE, minFHE
+ * over the focal agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
  * constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, cv_MR). --dump writes
  * the first batch's outputs (QCNet's names and shapes) as safetensors.
  */
@@ -16,7 +16,8 @@
 static const char eval_usage[] =
     "--data FILE... [--weights FILE] [--batch-size N] [--max-batches N] [--dump FILE] [--json]";
 static const char eval_summary[] =
-    "Evaluates QCNet: validation loss, minADE, minFDE, MR and Brier-minFDE at K=6 over the focal "
+    "Evaluates QCNet: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE and minFHE at K=6 "
+    "over the focal "
     "agents, next to a constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, "
     "cv_MR: each agent keeps its velocity at t = 49). Batches follow the file order (no "
     "shuffling): with --batch-size N the first batch "
@@ -96,6 +97,10 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     printf("MR (K=6)        %.4f\n", r.metrics.miss_rate);
     printf("Brier (K=6)     %.4f\n", r.metrics.brier);
     printf("brier-minFDE    %.4f\n", r.metrics.brier_min_fde);
+    printf("minAHE (K=6)    %.4f rad  (heading error of the FDE-best mode, mean over steps)\n",
+           r.metrics.min_ahe);
+    printf("minFHE (K=6)    %.4f rad  (its heading error at the last valid step)\n",
+           r.metrics.min_fhe);
     printf("cv_minADE       %.4f  (constant-velocity baseline, 1 mode, same focal agents)\n",
            r.cv.min_ade);
     printf("cv_minFDE       %.4f\n", r.cv.min_fde);

@@ -1,7 +1,7 @@
 /*
  * eval.c — validation: the training loss (QCNET.md §6.1) and the K = 6 metrics of §6.2
- * (minADE, minFDE, MR, Brier, brier-minFDE over the focal agents) of a model on a dataset, in
- * eval mode (no dropout, no backward), batches in file order (no shuffling), so with
+ * (minADE, minFDE, MR, Brier, brier-minFDE, minAHE, minFHE over the focal agents) of a model on a
+ * dataset, in eval mode (no dropout, no backward), batches in file order (no shuffling), so with
  * --batch-size N the first batch is the first N scenes. --dump writes that first batch's
  * predictions under QCNet's output names.
  *
@@ -287,11 +287,12 @@ size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap
         "{\"eval\":{\"batches\":%" PRId64 ",\"scenes\":%" PRId64 ",\"agents\":%" PRId64
         ",\"loss\":%.9g,\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,"
         "\"minADE\":%.9g,\"minFDE\":%.9g,\"MR\":%.9g,\"Brier\":%.9g,\"brier_minFDE\":%.9g,"
+        "\"minAHE\":%.9g,\"minFHE\":%.9g,"
         "\"cv_minADE\":%.9g,\"cv_minFDE\":%.9g,\"cv_MR\":%.9g,"
         "\"seconds\":%.6g,\"peak_device_bytes\":%" PRIu64 "}}",
         r->batches, r->scenes, r->metrics.count, r->loss, r->reg_loss_propose, r->reg_loss_refine,
         r->cls_loss, r->metrics.min_ade, r->metrics.min_fde, r->metrics.miss_rate, r->metrics.brier,
-        r->metrics.brier_min_fde, r->cv.min_ade, r->cv.min_fde, r->cv.miss_rate, r->seconds,
-        r->peak_device_bytes);
+        r->metrics.brier_min_fde, r->metrics.min_ahe, r->metrics.min_fhe, r->cv.min_ade,
+        r->cv.min_fde, r->cv.miss_rate, r->seconds, r->peak_device_bytes);
     return n < 0 ? 0 : (size_t)n;
 }
