@@ -15,6 +15,8 @@
 struct qc_metrics_log {
     FILE *f;
     char path[4096];
+    enum qc_status (*tee)(void *ctx, const char *line); /* qc_metrics_set_tee; NULL = none */
+    void *tee_ctx;
 };
 
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap)
@@ -123,7 +125,14 @@ enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json)
     if (fputs(json, m->f) < 0 || fputc('\n', m->f) == EOF || fflush(m->f) != 0)
         return qc_errorf(QC_ERR_IO, "metrics log %s: write failed: %s", m->path,
                          strerror(errno ? errno : EIO));
-    return QC_OK;
+    return m->tee ? m->tee(m->tee_ctx, json) : QC_OK;
+}
+
+void qc_metrics_set_tee(struct qc_metrics_log *m, enum qc_status (*fn)(void *ctx, const char *line),
+                        void *ctx)
+{
+    m->tee = fn;
+    m->tee_ctx = ctx;
 }
 
 enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s)
