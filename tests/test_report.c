@@ -333,6 +333,14 @@ static void test_steptrace(void)
     const struct qc_report_opts o5 = {.run_dir = dir, .step = 5};
     T_EXPECT(qc_report_write(&o5, &info) == QC_ERR_INVALID, "--step 5 has no trace");
     T_EXPECT_STR_CONTAINS(qc_error_last(), "1, 2, 4, 8, 11");
+    /* a step file gone missing: the default page goes without a timeline, --step fails */
+    snprintf(path, sizeof path, "%s/trace/step-000011.qctrace", dir);
+    unlink(path);
+    T_EXPECT(qc_report_write(&o, &info) == QC_OK && info.timeline_step == -1,
+             "missing peak trace: page without a timeline (%s)", qc_error_last());
+    const struct qc_report_opts o11 = {.run_dir = dir, .step = 11};
+    T_EXPECT(qc_report_write(&o11, &info) == QC_ERR_IO, "--step 11 without its file");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "step-000011.qctrace");
     qc_steptrace_destroy(tr);
     /* the bound: with room for about two step files, the oldest "every" steps go first and the
      * first and peak steps stay */

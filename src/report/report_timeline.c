@@ -411,6 +411,13 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
     struct qc_alloc_event *ev = NULL;
     size_t n = 0;
     enum qc_status st = qc_alloc_trace_load(path, &ev, &n);
+    if (st != QC_OK && step < 0) { /* the default view: the rest of the page is still worth it */
+        report_note(notes, "The trace of step %" PRId64 " could not be read (%s): no timeline.",
+                    (int64_t)num(chosen, "step"), qc_error_last());
+        cJSON_Delete(index);
+        qc_strbuf_puts(b, "\"timeline\": null");
+        return QC_OK;
+    }
     if (st != QC_OK) {
         cJSON_Delete(index);
         return qc_error_wrap(st, "report: the trace of step %" PRId64,
