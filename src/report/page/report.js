@@ -199,8 +199,11 @@
     }
     var legend1 = add(b, el('div', { 'class': 'legend-box', id: 'timeline-legend' }));
     var div1 = add(b, el('div', { 'class': 'chart', id: 'timeline-stack' }));
+    /* dygraphs stacks its last series at the bottom: what lives through the step (parameters,
+     * optimizer state) goes there, the step's activations above it */
+    var order = used.slice().reverse();
     var rows1 = T.x.map(function (x, i) {
-      return [x].concat(used.map(function (k) { return T.stack[i][k]; }));
+      return [x].concat(order.map(function (k) { return T.stack[i][k]; }));
     });
     function hover(data) {
       var i = data.dygraph.getSelection();
@@ -227,9 +230,9 @@
     }
     var yAxis = { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, axisLabelWidth: 70 };
     var g1 = new window.Dygraph(div1, rows1, {
-      labels: ['time (ms)'].concat(used.map(function (k) { return T.groups[k]; })),
+      labels: ['time (ms)'].concat(order.map(function (k) { return T.groups[k]; })),
       stackedGraph: true, fillGraph: true, fillAlpha: 0.6, strokeWidth: 0.8,
-      colors: used.map(function (k) { return COLORS[k % COLORS.length]; }),
+      colors: order.map(function (k) { return COLORS[k % COLORS.length]; }),
       labelsDiv: legend1, legend: 'always',
       legendFormatter: legendWith('allocated by block group (stacked)', hover),
       xlabel: 'ms since the step began', axes: { y: yAxis }, underlayCallback: marks
