@@ -171,9 +171,12 @@ class Browser:
             a, b = os.dup(cmd_r), os.dup(res_w)  # out of the way of 3 and 4
             os.dup2(a, 3)
             os.dup2(b, 4)
+            os.set_inheritable(3, True)  # dup2 onto itself would keep close-on-exec
+            os.set_inheritable(4, True)
 
         self.proc = subprocess.Popen(
             [CHROME, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-dev-shm-usage",
              "--remote-debugging-pipe", "--user-data-dir=" + self.profile,
              "--window-size=1400,1000", "about:blank"],
             preexec_fn=child_fds, close_fds=False, stdout=subprocess.DEVNULL,

@@ -298,7 +298,8 @@
       fmtInt(a.bytes_allocated_peak) + ' bytes)', { 'data-bytes': String(a.bytes_allocated_peak) });
     fig(figs, 'peak reserved', 'fig-peak-reserved', fmtBytes(a.bytes_reserved_peak),
       { 'data-bytes': String(a.bytes_reserved_peak) });
-    fig(figs, 'fragmentation', 'fig-fragmentation', a.fragmentation.toFixed(3),
+    fig(figs, 'fragmentation', 'fig-fragmentation',
+      typeof a.fragmentation === 'number' ? a.fragmentation.toFixed(3) : '—',
       { 'data-value': String(a.fragmentation) });
     fig(figs, 'budget', 'fig-budget', m.budget_bytes ? fmtBytes(m.budget_bytes) : 'unlimited',
       { 'data-bytes': String(m.budget_bytes) });
@@ -509,7 +510,8 @@
     var stats = Object.assign({}, m.allocator || {});
     var C = D.curves || {};
     var rp = C.series && C.series.replans;
-    stats['re-plans'] = rp ? rp[rp.length - 1][2] : 'not recorded';
+    var lastRp = (rp || []).filter(function (v) { return v !== null; }).pop();
+    stats['re-plans'] = lastRp ? lastRp[2] : 'not recorded';
     kvTable(right, stats, 'alloc-table', true);
     if (R && R.config) {
       add(b, el('h3', null, 'Effective configuration (qctrain config --config-dump)'));
