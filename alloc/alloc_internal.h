@@ -155,6 +155,7 @@ struct alloc_trace {
     uint64_t count;  /* events recorded so far; ring index = count % capacity */
     FILE *file;      /* NULL = ring only */
     bool file_error; /* a write failed once (logged once) */
+    uint64_t t0_ns;  /* CLOCK_MONOTONIC at creation: the header's t0_ns (docs/TRACE.md) */
 };
 
 /* Peaks folded in by qc_alloc_reset_peak: max over the finished windows (stats.c). */

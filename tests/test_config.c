@@ -150,6 +150,8 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "alloc.split_limit",
                                             "alloc.trace",
                                             "alloc.trace_file",
+                                            "alloc.trace_every",
+                                            "alloc.trace_max_bytes",
                                             "offload.placement",
                                             "offload.host_capacity",
                                             "offload.nvme_dir",
@@ -166,7 +168,9 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "dist.zero_stage",
                                             "plan.policy",
                                             "log.level",
-                                            "log.quiet"};
+                                            "log.quiet",
+                                            "log.tensorboard",
+                                            "log.report"};
 
 /* A valid value different from the default, for the round-trip test. */
 static void other_value(const struct qc_config_option *o, const struct qc_config *cfg, char *buf,

@@ -191,6 +191,12 @@ static const struct qc_config_option options[] = {
     OPT_BOOL("alloc.trace", alloc_trace, "true", "record the allocation trace (for the report)"),
     OPT_STRING("alloc.trace_file", alloc_trace_file, "",
                "write the trace to this file; empty = in-memory ring buffer only"),
+    OPT_INT("alloc.trace_every", alloc_trace_every, "1000", 0, 1000000000, "steps",
+            "train also keeps the trace of every N-th step in RUN/trace/ (besides the first "
+            "steps and the peak step); 0 = only those"),
+    OPT_SIZE("alloc.trace_max_bytes", alloc_trace_max_bytes, "64MiB", 0, 1 * TIB,
+             "bound on RUN/trace/: the oldest periodic steps are dropped first; 0 = no step "
+             "traces"),
 
     /* offload.* */
     OPT_CHOICE("offload.placement", offload_placement, "auto", placement_names,
@@ -229,6 +235,10 @@ static const struct qc_config_option options[] = {
     /* log.* */
     OPT_CHOICE("log.level", log_level, "info", log_level_names, "log level"),
     OPT_BOOL("log.quiet", quiet, "false", "no progress output"),
+    OPT_BOOL("log.tensorboard", log_tensorboard, "true",
+             "train writes TensorBoard event files under RUN/tb/"),
+    OPT_BOOL("log.report", log_report, "true",
+             "train writes RUN/report.html (qctrain report) at the end of the run"),
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

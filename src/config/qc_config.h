@@ -106,6 +106,8 @@ struct qc_config {
     uint64_t alloc_split_limit;   /* bytes; blocks larger are never split; 0 = no limit */
     bool alloc_trace;             /* keep the allocation trace */
     char alloc_trace_file[QC_CONFIG_STR_MAX]; /* "" = ring buffer only */
+    int64_t alloc_trace_every;                /* steps; also trace every N-th step, 0 = off */
+    uint64_t alloc_trace_max_bytes;           /* bytes; bound on RUN/trace/ */
 
     /* offload.* */
     enum qc_placement offload_placement;      /* auto | host | nvme */
@@ -133,6 +135,8 @@ struct qc_config {
     /* log.* */
     int64_t log_level; /* enum qc_log_level */
     bool quiet;
+    bool log_tensorboard; /* TensorBoard event files under RUN/tb/, true */
+    bool log_report;      /* RUN/report.html at the end of train, true */
 };
 
 // ---- the option table ------------------------------------------------------------------

@@ -326,17 +326,25 @@ struct qc_qcnet_metrics {
     double sum_min_fde;
     double sum_miss;  /* agents with minFDE > 2 m */
     double sum_brier; /* Σ (1 − p_k̂)² */
+    double sum_ahe;   /* Σ over agents of the mean |wrap(heading error)| of mode k̂, radians */
+    double sum_fhe;   /* Σ |wrap(heading error)| of mode k̂ at the last valid step, radians */
     int64_t count;    /* focal agents with at least one valid future step */
 };
 
 struct qc_qcnet_metric_values {
     double min_ade, min_fde, miss_rate, brier, brier_min_fde; /* brier_min_fde = minFDE + Brier */
+    double min_ahe, min_fhe; /* heading errors of the FDE-best mode, radians in [0, π] */
     int64_t count;
 };
 
 void qc_qcnet_metrics_reset(struct qc_qcnet_metrics *mt);
 /* Adds the focal agents (category == 3) of one batch: loc (A,K,S,2) refined locations,
- * pi (A,K) logits, target (A,S,4) (x, y first), predict_mask (A,T+S), category (A). */
+ * pi (A,K) logits, target (A,S,4) (x, y, z, heading: TargetBuilder), predict_mask (A,T+S),
+ * category (A). k̂ = argmin_k FDE_k at the last valid step s*. Headings as the official
+ * validation_step derives them without a heading head: step s of a mode points along its
+ * motion from step s−1 (from the origin for s = 0), h_s = atan2(Δy, Δx) (0 for no motion);
+ * minAHE averages |wrap(h_{k̂,s} − target_s.heading)| over the valid steps, minFHE takes it at
+ * s*; wrap(a) = −π + ((a + π) mod 2π), floor modulo, as QCNet's wrap_angle. */
 void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, const float *pi,
                              const float *target, const uint8_t *predict_mask,
                              const uint8_t *category, int64_t A, int64_t K, int64_t T, int64_t S);

@@ -1,7 +1,7 @@
 /*
  * eval.c — validation: the training loss (QCNET.md §6.1) and the K = 6 metrics of §6.2
- * (minADE, minFDE, MR, Brier, brier-minFDE over the focal agents) of a model on a dataset, in
- * eval mode (no dropout, no backward), batches in file order (no shuffling), so with
+ * (minADE, minFDE, MR, Brier, brier-minFDE, minAHE, minFHE over the focal agents) of a model on a
+ * dataset, in eval mode (no dropout, no backward), batches in file order (no shuffling), so with
  * --batch-size N the first batch is the first N scenes. --dump writes that first batch's
  * predictions under QCNet's output names.
  *
@@ -185,6 +185,7 @@ static void eval_metrics_na(struct qc_qcnet_metric_values *v)
     if (v->count > 0)
         return;
     v->min_ade = v->min_fde = v->miss_rate = v->brier = v->brier_min_fde = (double)NAN;
+    v->min_ahe = v->min_fhe = (double)NAN;
 }
 
 enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
@@ -300,6 +301,7 @@ size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap
         "{\"eval\":{\"batches\":%" PRId64 ",\"scenes\":%" PRId64 ",\"agents\":%" PRId64
         ",\"loss\":%s,\"reg_loss_propose\":%s,\"reg_loss_refine\":%s,\"cls_loss\":%s,"
         "\"minADE\":%s,\"minFDE\":%s,\"MR\":%s,\"Brier\":%s,\"brier_minFDE\":%s,"
+        "\"minAHE\":%s,\"minFHE\":%s,"
         "\"cv_minADE\":%s,\"cv_minFDE\":%s,\"cv_MR\":%s,"
         "\"seconds\":%s,\"peak_device_bytes\":%" PRIu64 "}}",
         r->batches, r->scenes, m->count, QC_JSON_NUM("%.9g", r->loss),
@@ -307,6 +309,7 @@ size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap
         QC_JSON_NUM("%.9g", r->cls_loss), QC_JSON_NUM("%.9g", m->min_ade),
         QC_JSON_NUM("%.9g", m->min_fde), QC_JSON_NUM("%.9g", m->miss_rate),
         QC_JSON_NUM("%.9g", m->brier), QC_JSON_NUM("%.9g", m->brier_min_fde),
+        QC_JSON_NUM("%.9g", m->min_ahe), QC_JSON_NUM("%.9g", m->min_fhe),
         QC_JSON_NUM("%.9g", cv->min_ade), QC_JSON_NUM("%.9g", cv->min_fde),
         QC_JSON_NUM("%.9g", cv->miss_rate), QC_JSON_NUM("%.6g", r->seconds), r->peak_device_bytes);
     return n < 0 ? 0 : (size_t)n;

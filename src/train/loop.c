@@ -43,10 +43,13 @@
 #include "qc_alloc.h"
 #include "qc_cleanup.h"
 #include "qc_config.h"
+#include "qc_device.h"
 #include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
 #include "qc_progress.h"
+#include "qc_report.h"
+#include "qc_steptrace.h"
 
 struct qc_trainer {
     struct qc_config cfg;
@@ -77,6 +80,8 @@ struct qc_trainer {
     const char **val_paths;              /* copy of the caller's list (pointers only) */
     struct qc_memreport_step *mem_steps; /* [nmem_steps] per-step memory of this process */
     int64_t nmem_steps, cap_mem_steps;
+    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
+    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
 };
 
 static double now_s(void)
@@ -199,6 +204,39 @@ static enum qc_status take_run_dir(struct qc_trainer *t)
 }
 
 static enum qc_status ensure_epoch(struct qc_trainer *t);
+
+static enum qc_status tb_tee(void *ctx, const char *line)
+{
+    return qc_tb_write_metrics_line(ctx, line);
+}
+
+/* What the report and TensorBoard read besides metrics.jsonl: RUN/run.json (configuration,
+ * machine, device, versions), the step traces (RUN/trace/, alloc.trace_*) and the TensorBoard
+ * event file (RUN/tb/, log.tensorboard), which receives every metrics.jsonl line. */
+static enum qc_status trainer_open_logs(struct qc_trainer *t, bool resumed)
+{
+    char *cfg_json = NULL;
+    QC_TRY(qc_config_to_json(&t->cfg, &cfg_json));
+    char devname[256] = "";
+    struct qc_device *dev = qc_train_backend_device(t->be);
+    struct qc_device_props props;
+    if (t->cfg.device_kind == QC_CONFIG_DEVICE_CPU)
+        snprintf(devname, sizeof devname, "host memory (the CPU backend)");
+    else if (dev && qc_device_props_get(dev, &props) == QC_OK)
+        snprintf(devname, sizeof devname, "%s", props.name);
+    const enum qc_status st = qc_report_write_run_info(
+        t->out_dir, cfg_json, qc_train_backend_name(t->be), devname, t->st.step + 1, resumed);
+    free(cfg_json);
+    QC_TRY(st);
+    if (t->cfg.alloc_trace && t->cfg.alloc_trace_max_bytes > 0)
+        QC_TRY(qc_steptrace_create(t->alloc, t->out_dir, t->cfg.alloc_trace_every,
+                                   t->cfg.alloc_trace_max_bytes, &t->trace));
+    if (t->cfg.log_tensorboard) {
+        QC_TRY(qc_tb_open(t->out_dir, t->st.step + 1, &t->tb));
+        qc_metrics_set_tee(t->log, tb_tee, t->tb);
+    }
+    return QC_OK;
+}
 
 enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_trainer **out)
 {
@@ -327,6 +365,8 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         goto fail;
 
     st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
+    if (st == QC_OK)
+        st = trainer_open_logs(t, opts->resume != NULL);
     if (st != QC_OK)
         goto fail;
     *out = t;
@@ -343,6 +383,8 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_progress_destroy(t->prog);
     qc_metrics_close(t->log);
     qc_run_lock_release(t->lock);
+    qc_tb_close(t->tb);
+    qc_steptrace_destroy(t->trace);
     if (t->model)
         qc_qcnet_release(t->model);
     if (t->be) {
@@ -472,6 +514,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     /* the step first: the step window's peak snapshot taken by the reset carries it */
     qc_alloc_set_step(t->alloc, t->st.step + 1);
     qc_alloc_reset_peak(t->alloc);
+    if (t->trace)
+        qc_steptrace_begin(t->trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
 
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
@@ -559,6 +603,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
 
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
+    if (t->trace)
+        QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
     struct qc_step_metrics m = {0};
     m.step = t->st.step;
     m.epoch = epoch_of_step;
@@ -615,7 +661,7 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
                          t->st.step, bad, last_ckpt_str(t));
     QC_TRY(qc_checkpoint_save(t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
     t->last_saved = t->st.step;
-    return QC_OK;
+    return t->tb ? qc_tb_sync(t->tb) : QC_OK;
 }
 
 // ---- the run ------------------------------------------------------------------------------------
@@ -656,14 +702,16 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
     QC_TRY(qc_metrics_write_raw(t->log, line));
     if (!t->quiet) {
         qc_progress_clear(t->prog);
-        char b[4][16];
+        char b[6][16];
         fprintf(t->out,
                 "eval @ step %" PRId64 ": val_loss %.4f minADE %s minFDE %s MR %s "
-                "brier-minFDE %s (%" PRId64 " scenes)\n",
+                "brier-minFDE %s minAHE %s minFHE %s (%" PRId64 " scenes)\n",
                 t->st.step, r.loss, qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]),
                 qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]),
                 qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]),
-                qc_eval_format_metric(r.metrics.brier_min_fde, b[3], sizeof b[3]), r.scenes);
+                qc_eval_format_metric(r.metrics.brier_min_fde, b[3], sizeof b[3]),
+                qc_eval_format_metric(r.metrics.min_ahe, b[4], sizeof b[4]),
+                qc_eval_format_metric(r.metrics.min_fhe, b[5], sizeof b[5]), r.scenes);
     }
     return QC_OK;
 }
@@ -758,8 +806,14 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     /* the memory report of the steps this process ran (a run with nothing to do keeps the
      * previous one) */
     char mem_txt[4200] = "";
-    if (t->nmem_steps > 0)
+    struct qc_report_info ri = {.path = ""};
+    if (t->nmem_steps > 0) {
         QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
+        if (t->cfg.log_report) {
+            const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
+            QC_TRY(qc_report_write(&ro, &ri));
+        }
+    }
     if (!t->quiet && sps_n > 0) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
@@ -776,10 +830,13 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
                 "train: loss %.4f -> %.4f over %" PRId64 " steps, %.2f samples/s\n"
                 "memory: device peak %s allocated, %s reserved (budget %s); params+grads %s; "
                 "peak RSS %s\n"
-                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl\n"
+                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl%s%s%s\n"
                 "memory report: %s\n",
                 first_loss, last_loss, sps_n, sps_sum / (double)sps_n, b1, b2, b5, b3, b4,
-                t->out_dir, t->st.step, t->out_dir, mem_txt);
+                t->out_dir, t->st.step, t->out_dir, t->tb ? ", TensorBoard in " : "",
+                t->tb ? t->out_dir : "", t->tb ? "/tb/" : "", mem_txt);
+        if (ri.path[0])
+            fprintf(t->out, "open %s\n", ri.path);
     }
     return QC_OK;
 }

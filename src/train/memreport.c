@@ -3,26 +3,23 @@
  * docs/MEMORY_REPORT.md).
  *
  * Both documents are formatted into memory first (two passes: the length, then the text) and
- * written through one atomic helper: FILE.tmp in the same folder (registered for removal on
- * SIGINT/SIGTERM), fsync, rename over FILE, fsync of the folder. JSON integers are printed as
- * exact unsigned decimals (byte counts can pass 2^53 only on machines we do not have, but a
- * reader using doubles still gets every figure below 8 PiB exactly).
+ * written through one atomic helper (qc_file_write_atomic): FILE.tmp in the same folder
+ * (registered for removal on SIGINT/SIGTERM), fsync, rename over FILE, fsync of the folder. JSON
+ * integers are printed as exact unsigned decimals (byte counts can pass 2^53 only on machines we do
+ * not have, but a reader using doubles still gets every figure below 8 PiB exactly).
  */
 
 #include "qc_memreport.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "qc_cleanup.h"
 #include "qc_json.h"
+#include "qc_file.h"
 #include "qc_progress.h" /* qc_format_bytes */
 
 #define TEXT_TOP_BLOCKS 10
@@ -210,66 +207,6 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
 
 // ---- writing -----------------------------------------------------------------------------------
 
-/* fsyncs the folder holding path (EINVAL: a file system without directory fsync, ignored). */
-static enum qc_status fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_IO, "memory report: folder %s: %s", dir, strerror(errno));
-    const int rc = fsync(fd);
-    const int e = errno;
-    close(fd);
-    if (rc != 0 && e != EINVAL)
-        return qc_errorf(QC_ERR_IO, "memory report: fsync of folder %s: %s", dir, strerror(e));
-    return QC_OK;
-}
-
-/* Writes len bytes of text to path atomically (module comment). */
-static enum qc_status write_atomic(const char *path, const char *text, size_t len)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_IO,
-                         "memory report %s: cannot write: %s\nhint: check that the run "
-                         "folder exists and is writable",
-                         tmp, strerror(errno));
-    const int slot = qc_cleanup_register(tmp);
-    int err = 0;
-    for (size_t off = 0; off < len && !err;) {
-        const ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            err = w < 0 ? errno : EIO;
-        else
-            off += (size_t)w;
-    }
-    if (!err && fsync(fd) != 0)
-        err = errno;
-    if (close(fd) != 0 && !err)
-        err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
-    if (err) {
-        unlink(tmp);
-        qc_cleanup_unregister(slot);
-        return qc_errorf(QC_ERR_IO, "memory report %s: write failed: %s", path, strerror(err));
-    }
-    qc_cleanup_unregister(slot);
-    return fsync_dir_of(path);
-}
-
 /* Formats with fmt into a malloc'ed string and writes it to DIR/name atomically. */
 static enum qc_status write_doc(const char *dir, const char *name,
                                 size_t (*fmt)(const struct qc_memreport *, char *, size_t),
@@ -283,7 +220,8 @@ static enum qc_status write_doc(const char *dir, const char *name,
     if (!text)
         return qc_errorf(QC_ERR_NOMEM, "memory report: out of memory (%zu bytes)", len + 1);
     fmt(r, text, len + 1);
-    const enum qc_status st = write_atomic(path, text, len);
+    const struct qc_file_part part = {text, len};
+    const enum qc_status st = qc_file_write_atomic(path, &part, 1, "memory report");
     free(text);
     return st;
 }

@@ -25,6 +25,8 @@
 struct qc_metrics_log {
     int fd; /* O_WRONLY | O_APPEND */
     char path[4096];
+    enum qc_status (*tee)(void *ctx, const char *line); /* qc_metrics_set_tee; NULL = none */
+    void *tee_ctx;
 };
 
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap)
@@ -177,7 +179,15 @@ static enum qc_status metrics_append(struct qc_metrics_log *m, const char *json,
 
 enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json)
 {
-    return metrics_append(m, json, strlen(json));
+    QC_TRY(metrics_append(m, json, strlen(json)));
+    return m->tee ? m->tee(m->tee_ctx, json) : QC_OK;
+}
+
+void qc_metrics_set_tee(struct qc_metrics_log *m, enum qc_status (*fn)(void *ctx, const char *line),
+                        void *ctx)
+{
+    m->tee = fn;
+    m->tee_ctx = ctx;
 }
 
 enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s)

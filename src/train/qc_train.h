@@ -163,6 +163,11 @@ enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_s
 enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json);
 /* fsyncs the log (a graceful stop flushes it before exiting). QC_ERR_IO. */
 enum qc_status qc_metrics_sync(struct qc_metrics_log *m);
+/* Every line written from now on is also passed, after it is in the file, to fn(ctx, line)
+ * (the TensorBoard writer: its scalars are the log's numbers by construction); a failure of fn
+ * is the write's failure. fn NULL removes the tee. */
+void qc_metrics_set_tee(struct qc_metrics_log *m, enum qc_status (*fn)(void *ctx, const char *line),
+                        void *ctx);
 /* Closes (fsyncs) the log; NULL is a no-op. */
 void qc_metrics_close(struct qc_metrics_log *m);
 /* Formats one step as the JSON line written to the log (no newline) into buf (cap bytes);
@@ -379,8 +384,9 @@ struct qc_eval_result {
     int64_t batches, scenes;
     double loss; /* validation loss: mean over batches (as in training, §6.1) */
     double reg_loss_propose, reg_loss_refine, cls_loss;
-    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6);
-                                              NAN (not available) when metrics.count == 0 */
+    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE, minAHE,
+                                              minFHE (K = 6); NAN (not available) when
+                                              metrics.count == 0 */
     double seconds;
     uint64_t peak_device_bytes;       /* allocator peak during the evaluation */
     struct qc_qcnet_metric_values cv; /* constant-velocity baseline on the same focal agents
