@@ -7,6 +7,7 @@
 #include "qc_train.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,18 +18,36 @@ struct qc_metrics_log {
     char path[4096];
 };
 
+/* Appends to buf (cap bytes) at *len, which counts the length needed even past cap. */
+static void __attribute__((format(printf, 4, 5)))
+append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t room = *len < cap ? cap - *len : 0;
+    const int n = vsnprintf(room ? buf + *len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len += (size_t)n;
+}
+
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap)
 {
-    const int n = snprintf(
-        buf, cap,
-        "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%.9g,"
-        "\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,\"lr\":%.17g,"
-        "\"step_s\":%.6g,\"samples_per_s\":%.6g,\"bytes_in_use\":%" PRIu64
-        ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64 "}",
-        s->step, s->epoch, s->samples, s->loss, s->reg_loss_propose, s->reg_loss_refine,
-        s->cls_loss, s->lr, s->step_s, s->samples_per_s, s->bytes_in_use, s->peak_device_bytes,
-        s->reserved_bytes);
-    return n < 0 ? 0 : (size_t)n;
+    size_t len = 0;
+    append(buf, cap, &len,
+           "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%.9g,"
+           "\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,\"lr\":%.17g,"
+           "\"step_s\":%.6g,\"samples_per_s\":%.6g,\"bytes_in_use\":%" PRIu64
+           ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64,
+           s->step, s->epoch, s->samples, s->loss, s->reg_loss_propose, s->reg_loss_refine,
+           s->cls_loss, s->lr, s->step_s, s->samples_per_s, s->bytes_in_use, s->peak_device_bytes,
+           s->reserved_bytes);
+    if (s->ranks > 1) /* data-parallel runs only */
+        append(buf, cap, &len,
+               ",\"ranks\":%" PRId64 ",\"rank_time_ratio\":%.6g,\"comm_wait_s\":%.6g", s->ranks,
+               s->rank_time_ratio, s->comm_wait_s);
+    append(buf, cap, &len, "}");
+    return len;
 }
 
 /* The "step" value of a log line, or -1 when it has none (eval lines and the like). */
