@@ -15,6 +15,10 @@
  *   - a configuration that differs between ranks is refused at start-up, naming the rank and
  *     the key; dist.world_size must match the launch;
  *   - the rtx3090x8 preset runs 8 ranks when launched with 8 (device.kind cpu, tiny model).
+ * `test_dist_mpi cuda` (label gpu; exit 77 without a GPU): the same equivalence with NCCL, 2
+ * ranks x 1 group vs 1 rank x 2 groups on device.kind cuda, ZeRO 0, 1, 2: on 2 GPUs when the
+ * machine has them, else 2 ranks on one GPU when NCCL allows it (it refuses "duplicate GPU":
+ * skipped, said so).
  *
  * "Relative on the weights" is ‖a − b‖ / ‖a‖ over the weights, outliers set aside. N ranks add
  * the N groups' gradients in rank order, one rank accumulates them into one buffer as backward
@@ -41,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qc_device.h" /* qc_device_cuda_count */
 #include "qc_safetensors.h"
 #include "testutil.h"
 
@@ -667,7 +672,50 @@ static void test_rtx3090x8(void)
     T_EXPECT(stat(p, &sb) == 0, "rank 0 wrote the checkpoint (moments gathered)");
 }
 
-int main(void)
+// ---- NCCL (GPU)
+// ------------------------------------------------------------------------------------
+
+static void test_nccl(void)
+{
+    const int ngpu = qc_device_cuda_count();
+    if (ngpu < 1) {
+        T_SKIP("no CUDA device");
+        return;
+    }
+    const char *ref_args[] = {"--device", "cuda",  "--steps",           "4", "--grad-accum",
+                              "2",        "--set", "data.balance=none", NULL};
+    const char *ref = trained("cuda-ref2", 0, ref_args);
+    if (!ref)
+        return;
+    for (int z = 0; z < 3; z++) {
+        char zs[32], name[32], dir[400], log[512];
+        snprintf(zs, sizeof(zs), "dist.zero_stage=%d", z);
+        snprintf(name, sizeof(name), "cuda-np2-zero%d", z);
+        out_dir(dir, sizeof(dir), name);
+        const char *args[] = {"--device", "cuda", "--steps", "4", "--set", "data.balance=none",
+                              "--set",    zs,     "--out",   dir, NULL};
+        struct cmd c;
+        cmd_run(&c, 2, args);
+        snprintf(log, sizeof(log), "%s/%s.log", tmp_root, name);
+        const int rc = wait_for(spawn(&c, log), 600);
+        char *s = slurp(log);
+        if (rc != 0 && ngpu < 2 && (strstr(s, "Duplicate GPU") || strstr(s, "NCCL communicator"))) {
+            free(s);
+            T_SKIP("one GPU and NCCL refuses two ranks on it (run on a machine with 2 GPUs)");
+            return;
+        }
+        T_EXPECT(rc == 0, "2 ranks on cuda (%d GPU(s)), ZeRO %d: exit %d\n%s", ngpu, z, rc, s);
+        free(s);
+        if (rc != 0)
+            return;
+        char what[96];
+        snprintf(what, sizeof(what), "NCCL, %d GPU(s): 2 ranks x 1 vs 1 rank x 2 groups, ZeRO %d",
+                 ngpu, z);
+        expect_close(what, ref, dir);
+    }
+}
+
+int main(int argc, char **argv)
 {
     snprintf(tmp_root, sizeof(tmp_root), "/tmp/qctrain-test-dist-%d", (int)getpid());
     t_rm_rf(tmp_root);
@@ -679,6 +727,13 @@ int main(void)
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        QC_TEST ("dist: NCCL: 2 ranks x 1 group == 1 rank x 2 groups on cuda, ZeRO 0/1/2") {
+            test_nccl();
+        }
+        t_rm_rf(tmp_root);
+        return qc_test_summary();
+    }
     QC_TEST ("dist: 2 ranks x 1 group == 1 rank x 2 groups, ZeRO 0/1/2") {
         test_equivalence(2);
     }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "qc_device.h"
 #include "qc_dist.h"
 #include "qc_exec.h"
 
@@ -64,8 +65,18 @@ enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world)
         return qc_errorf(QC_ERR_UNSUPPORTED,
                          "device.kind emu runs one rank (the emulated device is a test backend)"
                          "\nhint: --device cpu under mpirun");
-    if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_CUDA)
-        cfg->device_ordinal += qc_dist_world_local_rank();
+    if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_CUDA) {
+        /* one GPU per rank of the node: device.ordinal + the node-local rank, wrapped over the
+         * GPUs this process sees (ranks sharing a GPU: NCCL may refuse, and says so) */
+        const int ngpu = qc_device_cuda_count();
+        const int64_t want = cfg->device_ordinal + qc_dist_world_local_rank();
+        cfg->device_ordinal = ngpu > 0 ? want % ngpu : want;
+        if (ngpu > 0 && want >= ngpu)
+            qc_log(QC_LOG_WARN,
+                   "dist: rank %d (node-local %d) shares GPU %lld: %d GPU(s) visible for more "
+                   "ranks on this node",
+                   r, qc_dist_world_local_rank(), (long long)cfg->device_ordinal, ngpu);
+    }
     *rank = r;
     *world = W;
     return QC_OK;
@@ -106,6 +117,8 @@ char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_tra
     bool ok = true;
     for (int i = 0; ok && i < qc_config_option_count(); i++) {
         const struct qc_config_option *o = qc_config_option_at(i);
+        if (strcmp(o->key, "train.out_dir") == 0)
+            continue; /* rank 0's alone is used (it writes the run folder) */
         char v[QC_CONFIG_STR_MAX + 64];
         qc_config_format_value(cfg, o, v, sizeof(v));
         ok = text_add(&buf, &len, &cap, o->key, v);
@@ -119,7 +132,6 @@ char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_tra
     ok = ok && text_add(&buf, &len, &cap, "--eval-every", num);
     ok = ok && text_add(&buf, &len, &cap, "--resume", opts->resume ? opts->resume : "");
     ok = ok && text_add(&buf, &len, &cap, "--init-from", opts->init_from ? opts->init_from : "");
-    ok = ok && text_add(&buf, &len, &cap, "--out", opts->out_dir ? opts->out_dir : "");
     if (!ok) {
         free(buf);
         return NULL;

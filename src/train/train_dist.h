@@ -36,14 +36,15 @@ struct train_dist; /* NULL: one rank */
 
 /* Joins the world (qc_dist_world_init) and checks the launch against dist.world_size (0: the
  * launcher's); sets cfg->world_size to the number of ranks. With several ranks: device.kind emu
- * is refused, and on cuda cfg->device_ordinal becomes device.ordinal + the node-local rank.
+ * is refused, and on cuda cfg->device_ordinal becomes device.ordinal + the node-local rank
+ * (modulo the GPUs visible, with a warning when ranks share one).
  * QC_ERR_INVALID with a hint on a mismatch. */
 enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world);
 /* data.balance auto: the saved run's value when resuming one that resolved it, else cost with
  * several ranks and none with one. saved may be NULL. */
 void train_dist_resolve(struct qc_config *cfg, const struct qc_config *saved);
-/* The rank's canonical text of what every rank must agree on (effective config and the
- * command's inputs), malloc'd. */
+/* The rank's canonical text of what every rank must agree on (the effective config and the
+ * command's inputs, but the run folder: only rank 0's is used), malloc'd. */
 char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts);
 
 /* The communicator of a run of world > 1 ranks on backend be, model m: checks the agreement

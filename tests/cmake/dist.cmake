@@ -8,7 +8,11 @@ qc_add_test(test_dist SOURCES test_dist.c LIBS qctrainer qcdist qcmodel qcdata q
     LABELS cpu TIMEOUT 300 ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 add_dependencies(test_dist qctrain)
 if(QC_HAVE_MPI)
-    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata LABELS cpu TIMEOUT 1200)
+    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu TIMEOUT 1200)
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
+    # NCCL: 2 ranks on 2 GPUs (or on one when NCCL allows it); exit 77 without a GPU
+    add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
+    set_tests_properties(test_dist_mpi_cuda PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77
+        TIMEOUT 1800 ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles")
 endif()
