@@ -357,10 +357,12 @@ static void test_reports(void)
     T_EXPECT(strstr(buf, "rank_time_ratio") == NULL, "one rank: no rank keys: %s", buf);
     s.ranks = 4;
     s.rank_time_ratio = 1.25;
+    s.rank_edge_ratio = 1.125;
     s.comm_wait_s = 0.5;
     const size_t need = qc_metrics_format_step(&s, buf, sizeof(buf));
     T_EXPECT(need == strlen(buf) && buf[need - 1] == '}', "well formed: %s", buf);
-    T_EXPECT_STR_CONTAINS(buf, "\"ranks\":4,\"rank_time_ratio\":1.25,\"comm_wait_s\":0.5}");
+    T_EXPECT_STR_CONTAINS(
+        buf, "\"ranks\":4,\"rank_time_ratio\":1.25,\"rank_edge_ratio\":1.125,\"comm_wait_s\":0.5}");
     char small[16];
     T_EXPECT_EQ_U64(qc_metrics_format_step(&s, small, sizeof(small)), need, "length past cap");
 

@@ -17,6 +17,8 @@
  *   step_s                     rank 0's step time (median)
  *   rank_time_ratio_median     slowest / mean rank compute time (forward + backward), per step
  *   rank_time_ratio_mean
+ *   rank_edge_ratio_mean       most / mean graph edges of the ranks' groups per step: the
+ *                              balance of the work itself, free of the machine's timing noise
  * Rank 0 prints (one JSON object with --json; the other ranks print nothing); each rank trains
  * in a scratch folder of its own, removed afterwards.
  */
@@ -61,7 +63,7 @@ static int cmp_double(const void *a, const void *b)
 struct dist_result {
     int world;
     int64_t params;
-    double step_s, ratio_median, ratio_mean;
+    double step_s, ratio_median, ratio_mean, edge_ratio_mean;
     struct qc_dist_stats s; /* over the timed steps */
     int64_t steps;
 };
@@ -87,6 +89,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
     memset(r, 0, sizeof(*r));
     for (int64_t i = 0; st == QC_OK && i < warmup; i++)
         st = qc_trainer_step(t, NULL);
+    double edge_sum = 0;
     double *ratio = calloc((size_t)steps, sizeof(double));
     double *secs = calloc((size_t)steps, sizeof(double));
     if (st == QC_OK && (!ratio || !secs))
@@ -97,6 +100,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
         struct qc_step_metrics m;
         st = qc_trainer_step(t, &m);
         ratio[i] = m.rank_time_ratio > 0 ? m.rank_time_ratio : 1.0;
+        edge_sum += m.rank_edge_ratio > 0 ? m.rank_edge_ratio : 1.0;
         secs[i] = m.step_s;
     }
     if (st == QC_OK) {
@@ -108,6 +112,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
         for (int64_t i = 0; i < steps; i++)
             sum += ratio[i];
         r->ratio_mean = sum / (double)steps;
+        r->edge_ratio_mean = edge_sum / (double)steps;
         qsort(ratio, (size_t)steps, sizeof(double), cmp_double);
         qsort(secs, (size_t)steps, sizeof(double), cmp_double);
         r->ratio_median = ratio[steps / 2];
@@ -180,6 +185,7 @@ enum qc_status qc_bench_dist(struct qc_cli *cli, int argc, char **argv)
         cJSON_AddNumberToObject(j, "step_s", r.step_s);
         cJSON_AddNumberToObject(j, "rank_time_ratio_median", r.ratio_median);
         cJSON_AddNumberToObject(j, "rank_time_ratio_mean", r.ratio_mean);
+        cJSON_AddNumberToObject(j, "rank_edge_ratio_mean", r.edge_ratio_mean);
         cJSON_AddItemToArray(arr, j);
         if (rank0) {
             fprintf(o,

@@ -68,7 +68,7 @@ size_t qc_dist_build_info(char *buf, size_t n);
 // ---- the shards of a flat buffer (shard.c; pure) ----------------------------------------------
 
 /* Rank r of W owns [lo, hi) of a flat buffer of numel floats: contiguous, in rank order,
- * sizes within 16 elements of numel / W, every boundary but the last a multiple of 16. */
+ * sizes within 17 elements of numel / W, every inner boundary a multiple of 16. */
 void qc_dist_shard_range(int64_t numel, int world, int r, int64_t *lo, int64_t *hi);
 
 /* The pieces a flat buffer of numel floats is reduced in, the same on every rank: the buffer is

@@ -419,7 +419,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
     if (!losses)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    int64_t scenes = 0;
+    int64_t scenes = 0, edges = 0;
     enum qc_status st = QC_OK;
     for (int64_t g = 0; g < nlocal && st == QC_OK; g++) {
         if (t->next.host) { /* staged ahead during the previous group */
@@ -457,6 +457,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
             st = qc_qcnet_backward(t->model, 1.0f / (float)groups);
         qc_qcnet_release(t->model);
         scenes += b->num_scenes;
+        edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         /* device backends: stage the next batch of the epoch while this one's work runs (its
          * blocks may reuse the ones just freed, in stream order) */
@@ -486,7 +487,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         train_dist_step_end(t->dist);
     struct train_dist_sums sums;
     if (st == QC_OK)
-        st = train_dist_combine(t->dist, nlocal, losses, scenes, &sums);
+        st = train_dist_combine(t->dist, nlocal, losses, scenes, edges, &sums);
     free(losses);
     QC_TRY(st);
 
@@ -519,6 +520,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     if (t->world > 1) {
         m.ranks = t->world;
         m.rank_time_ratio = sums.rank_time_ratio;
+        m.rank_edge_ratio = sums.rank_edge_ratio;
         struct qc_dist_stats ds;
         train_dist_stats(t->dist, &ds);
         m.comm_wait_s = ds.grads_wait_s - t->comm_wait_seen;

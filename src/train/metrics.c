@@ -44,8 +44,9 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
            s->reserved_bytes);
     if (s->ranks > 1) /* data-parallel runs only */
         append(buf, cap, &len,
-               ",\"ranks\":%" PRId64 ",\"rank_time_ratio\":%.6g,\"comm_wait_s\":%.6g", s->ranks,
-               s->rank_time_ratio, s->comm_wait_s);
+               ",\"ranks\":%" PRId64 ",\"rank_time_ratio\":%.6g,\"rank_edge_ratio\":%.6g"
+               ",\"comm_wait_s\":%.6g",
+               s->ranks, s->rank_time_ratio, s->rank_edge_ratio, s->comm_wait_s);
     append(buf, cap, &len, "}");
     return len;
 }

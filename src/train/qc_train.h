@@ -162,6 +162,8 @@ struct qc_step_metrics {
     int64_t ranks;          /* world size */
     double rank_time_ratio; /* slowest / mean compute time (forward + backward) of the ranks that
                                computed a group this step */
+    double rank_edge_ratio; /* most / mean graph edges of those ranks' groups: the balance of the
+                               work itself, free of timing noise */
     double comm_wait_s;     /* s rank 0 waited for the gradient reduction after its backward */
 };
 

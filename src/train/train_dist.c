@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "qc_batch.h"
 #include "qc_device.h"
 #include "qc_dist.h"
 #include "qc_exec.h"
@@ -67,15 +68,11 @@ enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world)
                          "\nhint: --device cpu under mpirun");
     if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_CUDA) {
         /* one GPU per rank of the node: device.ordinal + the node-local rank, wrapped over the
-         * GPUs this process sees (ranks sharing a GPU: NCCL may refuse, and says so) */
+         * GPUs this process sees (srun --gpus-per-task=1 shows each rank its own GPU only; more
+         * ranks than GPUs share them, which NCCL refuses with a message of its own) */
         const int ngpu = qc_device_cuda_count();
         const int64_t want = cfg->device_ordinal + qc_dist_world_local_rank();
         cfg->device_ordinal = ngpu > 0 ? want % ngpu : want;
-        if (ngpu > 0 && want >= ngpu)
-            qc_log(QC_LOG_WARN,
-                   "dist: rank %d (node-local %d) shares GPU %lld: %d GPU(s) visible for more "
-                   "ranks on this node",
-                   r, qc_dist_world_local_rank(), (long long)cfg->device_ordinal, ngpu);
     }
     *rank = r;
     *world = W;
@@ -164,7 +161,7 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
     td->world = qc_dist_world_size();
     td->G = cfg->grad_accum > 0 ? cfg->grad_accum : 1;
     td->zero_stage = (int)cfg->zero_stage;
-    td->record = 3 + 4 * (size_t)td->G;
+    td->record = 4 + 4 * (size_t)td->G;
     td->gather = calloc((size_t)td->world * td->record, sizeof(double));
     if (!td->gather) {
         free(td);
@@ -332,8 +329,17 @@ void train_dist_step_end(struct train_dist *td)
         qc_dist_step_end(td->d);
 }
 
+int64_t train_dist_batch_edges(const struct qc_batch *b)
+{
+    int64_t e = 0;
+    if (b->has_graph)
+        for (int k = 0; k < QC_EDGE_SET_COUNT; k++)
+            e += b->graph.e[k].num_edges;
+    return e;
+}
+
 enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
-                                  int64_t scenes, struct train_dist_sums *out)
+                                  int64_t scenes, int64_t edges, struct train_dist_sums *out)
 {
     memset(out, 0, sizeof(*out));
     if (!td) {
@@ -346,7 +352,7 @@ enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const d
         out->scenes = scenes;
         return QC_OK;
     }
-    /* record: nlocal, scenes, compute seconds, then the groups' 4 losses */
+    /* record: nlocal, scenes, compute seconds, edges, then the groups' 4 losses */
     const size_t R = td->record;
     double *mine = calloc(R, sizeof(double));
     if (!mine)
@@ -354,9 +360,10 @@ enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const d
     mine[0] = (double)nlocal;
     mine[1] = (double)scenes;
     mine[2] = td->t_end > td->t_begin ? td->t_end - td->t_begin : 0;
+    mine[3] = (double)edges;
     QC_ASSERT(nlocal <= td->G, "train: %lld local groups > %lld", (long long)nlocal,
               (long long)td->G);
-    memcpy(mine + 3, loss, (size_t)nlocal * 4 * sizeof(double));
+    memcpy(mine + 4, loss, (size_t)nlocal * 4 * sizeof(double));
     const enum qc_status st = qc_dist_allgather(td->d, mine, R * sizeof(double), td->gather);
     free(mine);
     QC_TRY(st);
@@ -366,13 +373,13 @@ enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const d
         L += (int64_t)td->gather[(size_t)r * R];
     for (int64_t j = 0; j < L; j++) {
         const double *rec = td->gather + (size_t)(j % td->world) * R;
-        const double *l = rec + 3 + 4 * (j / td->world);
+        const double *l = rec + 4 + 4 * (j / td->world);
         out->loss += l[0];
         out->reg_loss_propose += l[1];
         out->reg_loss_refine += l[2];
         out->cls_loss += l[3];
     }
-    double tmax = 0, tsum = 0;
+    double tmax = 0, tsum = 0, emax = 0, esum = 0;
     int busy = 0;
     for (int r = 0; r < td->world; r++) {
         const double *rec = td->gather + (size_t)r * R;
@@ -381,9 +388,12 @@ enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const d
             busy++;
             tsum += rec[2];
             tmax = rec[2] > tmax ? rec[2] : tmax;
+            esum += rec[3];
+            emax = rec[3] > emax ? rec[3] : emax;
         }
     }
     out->rank_time_ratio = busy > 0 && tsum > 0 ? tmax / (tsum / busy) : 1.0;
+    out->rank_edge_ratio = busy > 0 && esum > 0 ? emax / (esum / busy) : 1.0;
     return QC_OK;
 }
 

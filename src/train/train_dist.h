@@ -37,7 +37,7 @@ struct train_dist; /* NULL: one rank */
 /* Joins the world (qc_dist_world_init) and checks the launch against dist.world_size (0: the
  * launcher's); sets cfg->world_size to the number of ranks. With several ranks: device.kind emu
  * is refused, and on cuda cfg->device_ordinal becomes device.ordinal + the node-local rank
- * (modulo the GPUs visible, with a warning when ranks share one).
+ * (modulo the GPUs this process sees).
  * QC_ERR_INVALID with a hint on a mismatch. */
 enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world);
 /* data.balance auto: the saved run's value when resuming one that resolved it, else cost with
@@ -86,13 +86,17 @@ struct train_dist_sums {
     double loss, reg_loss_propose, reg_loss_refine, cls_loss; /* sums over the step's groups */
     int64_t scenes;                                           /* over all ranks */
     double rank_time_ratio;                                   /* slowest / mean compute time */
-    double comm_wait_s;                                       /* this rank's reduction wait */
+    double rank_edge_ratio; /* most / mean graph edges of the ranks' groups (the work) */
+    double comm_wait_s;     /* this rank's reduction wait */
 };
+/* The base edges of a batch's graph (every edge set): the work a group holds. */
+struct qc_batch;
+int64_t train_dist_batch_edges(const struct qc_batch *b);
 /* Combines the step: loss[g][0..3] (loss, reg_propose, reg_refine, cls) of the rank's nlocal
- * groups, its scenes; sums the losses in global group order (j = r + gW), exactly as one rank
- * adding the L groups in order would. td NULL: the local sums. */
+ * groups, its scenes and edges; sums the losses in global group order (j = r + gW), exactly as
+ * one rank adding the L groups in order would. td NULL: the local sums. */
 enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
-                                  int64_t scenes, struct train_dist_sums *out);
+                                  int64_t scenes, int64_t edges, struct train_dist_sums *out);
 
 // ---- checkpoints and the memory report ----
 
