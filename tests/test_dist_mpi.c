@@ -725,6 +725,8 @@ int main(int argc, char **argv)
     /* Open MPI as root (CI), several ranks on 2 cores, one thread per rank */
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* shared-memory transport without process_vm_readv, which containers often forbid */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     setenv("OMP_NUM_THREADS", "1", 1);
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {

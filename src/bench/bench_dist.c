@@ -19,6 +19,10 @@
  *   rank_time_ratio_mean
  *   rank_edge_ratio_mean       most / mean graph edges of the ranks' groups per step: the
  *                              balance of the work itself, free of the machine's timing noise
+ * and, free of any timing, the plan itself ("plan"): over an epoch of --plan-scenes mixed scenes
+ * split as this run splits them (ranks x --batch), the mean over steps of the most loaded rank's
+ * estimated cost (qc_loader_cost_estimate, what the balancer uses) over the mean, for none and
+ * cost.
  * Rank 0 prints (one JSON object with --json; the other ranks print nothing); each rank trains
  * in a scratch folder of its own, removed afterwards.
  */
@@ -35,7 +39,10 @@
 
 #include "qc_config.h"
 #include "qc_dist.h"
+#include "qc_loader.h"
 #include "qc_qcnet.h"
+#include "qc_scene.h"
+#include "qc_synth.h"
 #include "qc_train.h"
 
 static const char dist_usage[] = "[--json] [--steps N] [--warmup N] [--batch B]";
@@ -125,14 +132,65 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
     return st;
 }
 
+/* The mean over the epoch's full steps of (most loaded rank's estimated cost) / (mean over
+ * ranks), for balance off and on (ratio[0], ratio[1]). */
+static enum qc_status plan_balance(int64_t nscenes, uint64_t seed, int64_t world, int64_t batch,
+                                   double ratio[2])
+{
+    int64_t *cost = malloc((size_t)nscenes * sizeof(int64_t));
+    int64_t *ptr = malloc((size_t)(nscenes + 2) * sizeof(int64_t));
+    int64_t *idx = malloc((size_t)(nscenes + 2) * sizeof(int64_t));
+    double *load = calloc((size_t)world * (size_t)(nscenes / batch + 2), sizeof(double));
+    enum qc_status st = QC_OK;
+    if (!cost || !ptr || !idx || !load)
+        st = qc_errorf(QC_ERR_NOMEM, "bench dist: out of memory");
+    for (int64_t i = 0; st == QC_OK && i < nscenes; i++) {
+        struct qc_scene sc;
+        st = qc_synth_scene(seed, i, QC_SYNTH_MIXED, &sc);
+        if (st == QC_OK) {
+            cost[i] = qc_loader_cost_estimate(sc.num_agents, sc.num_polygons, sc.num_points,
+                                              sc.num_pl2pl);
+            qc_scene_free(&sc);
+        }
+    }
+    for (int b = 0; st == QC_OK && b < 2; b++) {
+        const int64_t nsteps = nscenes / (world * batch); /* full steps only */
+        memset(load, 0, (size_t)world * (size_t)(nsteps + 1) * sizeof(double));
+        for (int64_t r = 0; r < world; r++) {
+            const int64_t nb = qc_loader_plan_epoch(nscenes, cost, seed, 0, true, batch, 1, r,
+                                                    world, b == 1, false, ptr, idx);
+            for (int64_t k = 0; k < nb && k < nsteps; k++)
+                for (int64_t i = ptr[k]; i < ptr[k + 1]; i++)
+                    load[k * world + r] += (double)cost[idx[i]];
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < nsteps; k++) {
+            double mx = 0, mean = 0;
+            for (int64_t r = 0; r < world; r++) {
+                mx = load[k * world + r] > mx ? load[k * world + r] : mx;
+                mean += load[k * world + r] / (double)world;
+            }
+            sum += mean > 0 ? mx / mean : 1.0;
+        }
+        ratio[b] = nsteps > 0 ? sum / (double)nsteps : 1.0;
+    }
+    free(cost);
+    free(ptr);
+    free(idx);
+    free(load);
+    return st;
+}
+
 enum qc_status qc_bench_dist(struct qc_cli *cli, int argc, char **argv)
 {
     bool json = false;
-    int64_t steps = 6, warmup = 1, batch = 4;
+    int64_t steps = 6, warmup = 1, batch = 4, plan_scenes = 1024;
     const struct qc_cli_opt opts[] = {
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object (rank 0)"},
         {"steps", QC_CLI_INT, &steps, "6", "timed steps per configuration"},
         {"warmup", QC_CLI_INT, &warmup, "1", "untimed steps first"},
+        {"plan-scenes", QC_CLI_INT, &plan_scenes, "1024",
+         "mixed scenes of the epoch whose plan is measured (estimated costs)"},
         {"batch", QC_CLI_INT, &batch, "4",
          "scenes per rank per step (QCNet: 4; balancing needs more than 1)"},
     };
@@ -141,9 +199,9 @@ enum qc_status qc_bench_dist(struct qc_cli *cli, int argc, char **argv)
                         (int)(sizeof(opts) / sizeof(opts[0])), argc, argv, NULL, 0, NULL, &help));
     if (help)
         return QC_OK;
-    if (steps < 1 || warmup < 0 || batch < 1)
-        return qc_errorf(QC_ERR_INVALID,
-                         "bench dist: --steps and --batch must be >= 1, --warmup >= 0");
+    if (steps < 1 || warmup < 0 || batch < 1 || plan_scenes < 1)
+        return qc_errorf(QC_ERR_INVALID, "bench dist: --steps, --batch and --plan-scenes must be "
+                                         ">= 1, --warmup >= 0");
     QC_TRY(qc_dist_world_init());
     const bool rank0 = qc_dist_world_rank() == 0;
     FILE *o = json ? stderr : stdout;
@@ -161,8 +219,24 @@ enum qc_status qc_bench_dist(struct qc_cli *cli, int argc, char **argv)
     cJSON_AddNumberToObject(root, "batch_per_rank", (double)batch);
     cJSON_AddNumberToObject(root, "warmup", (double)warmup);
     cJSON_AddNumberToObject(root, "steps", (double)steps);
-    cJSON *arr = cJSON_AddArrayToObject(root, "results");
     enum qc_status st = QC_OK;
+    {
+        const int64_t W = qc_dist_world_size();
+        double pr[2] = {1, 1};
+        QC_TRY(plan_balance(plan_scenes, (uint64_t)cli->cfg.seed, W, batch, pr));
+        cJSON *plan = cJSON_AddObjectToObject(root, "plan");
+        cJSON_AddNumberToObject(plan, "scenes", (double)plan_scenes);
+        cJSON_AddNumberToObject(plan, "cost_ratio_none", pr[0]);
+        cJSON_AddNumberToObject(plan, "cost_ratio_cost", pr[1]);
+        if (rank0) {
+            fprintf(o,
+                    "dist plan of %" PRId64 " mixed scenes, %" PRId64 " ranks x %" PRId64
+                    " scenes: most/mean rank estimated cost per step %.3f (none), %.3f (cost)\n",
+                    plan_scenes, W, batch, pr[0], pr[1]);
+            fflush(o);
+        }
+    }
+    cJSON *arr = cJSON_AddArrayToObject(root, "results");
     static const enum qc_balance bal[2] = {QC_BALANCE_NONE, QC_BALANCE_COST};
     static const char *const bal_name[2] = {"none", "cost"};
     for (int b = 0; b < 2 && st == QC_OK; b++) {
