@@ -28,7 +28,6 @@
  */
 #include "qc_cli.h"
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_common.h"
 #include "qc_config.h"
 #include "qc_dist.h"
 #include "qc_loader.h"
@@ -51,15 +51,6 @@ static const char dist_summary[] =
     "cost-balanced groups: gradient bytes reduced per step, the collectives' time and the share "
     "hidden behind backward, and the slowest-to-mean rank compute time. Use a small preset on a "
     "CPU (--preset cpu-smoke).";
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -87,15 +78,10 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
     cfg.save_every = 0;
     const int64_t ranks = qc_dist_world_size() > 1 ? qc_dist_world_size() : 1;
     cfg.synthetic_scenes = ranks * batch * (warmup + steps);
-    char dir[] = "/tmp/qctrain-bench-dist-XXXXXX";
-    if (!mkdtemp(dir))
-        return qc_errorf(QC_ERR_IO, "bench dist: cannot create a temporary folder in /tmp");
-    const struct qc_train_opts to = {.cfg = &cfg, .out_dir = dir, .quiet = true};
-    struct qc_trainer *t = NULL;
-    enum qc_status st = qc_trainer_create(&to, &t);
     memset(r, 0, sizeof(*r));
-    for (int64_t i = 0; st == QC_OK && i < warmup; i++)
-        st = qc_trainer_step(t, NULL);
+    struct qc_bench_run run;
+    enum qc_status st = qc_bench_run_start(&cfg, "dist", warmup, &run);
+    struct qc_trainer *t = run.t;
     double edge_sum = 0;
     double *ratio = calloc((size_t)steps, sizeof(double));
     double *secs = calloc((size_t)steps, sizeof(double));
@@ -127,8 +113,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
     }
     free(ratio);
     free(secs);
-    qc_trainer_destroy(t);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    qc_bench_run_end(&run);
     return st;
 }
 
