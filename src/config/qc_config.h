@@ -32,7 +32,7 @@ enum qc_attention_impl { QC_ATTENTION_FUSED = 0, QC_ATTENTION_UNFUSED };
 enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
-enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST };
+enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST, QC_BALANCE_AUTO };
 /* train.nonfinite: what a step with a non-finite loss term or gradient does. */
 enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };
 /* device.kind: the device layer's kinds (qc_device.h: cpu = 0, cuda = 1) plus the emulated
@@ -89,7 +89,7 @@ struct qc_config {
     int64_t loader_threads;   /* 0 = all cores */
     int64_t prefetch_batches; /* batches built ahead, 2 */
     bool shuffle;             /* true */
-    enum qc_balance balance;  /* none | cost */
+    enum qc_balance balance;  /* none | cost | auto (cost with several ranks) */
 
     /* device.* */
     int64_t device_kind;    /* enum qc_config_device: cpu | cuda | emu */
@@ -126,8 +126,10 @@ struct qc_config {
     int64_t hw_gpus_per_node; /* 1 */
 
     /* dist.* */
-    int64_t world_size; /* ranks, 1 */
-    int64_t zero_stage; /* 0, 1 or 2 */
+    int64_t world_size;    /* ranks; 0 = the launcher's (1 without one) */
+    int64_t zero_stage;    /* 0, 1 or 2 */
+    uint64_t bucket_bytes; /* bytes, largest piece of the gradient reduction, 8 MiB */
+    double dist_timeout;   /* s, silence after which a rank has gone away, 60 */
 
     /* plan.* */
     enum qc_plan_policy plan_policy; /* auto | keep | offload | recompute */

@@ -300,6 +300,20 @@ enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out);
  * need_backward and a loss. Stashes are freed as backward passes them. */
 enum qc_status qc_qcnet_backward(struct qc_qcnet *m, float dloss_scale);
 
+/* Told that gradients [lo, hi) of the flat buffer are final for this backward: on the CPU
+ * computed; on a device backend all the work producing them is enqueued on the model's stream.
+ * Called on the thread running backward. */
+typedef void (*qc_qcnet_grads_ready_fn)(void *ctx, int64_t lo, int64_t hi);
+/* Sets (fn NULL: clears) the callback of qc_qcnet_backward. Parameters are laid out in
+ * state_dict order (map encoder, agent encoder, decoder) and backward runs decoder → agent
+ * encoder → map encoder, so each backward reports three ranges from the top of the buffer down,
+ * each starting where the previous one ended: [decoder, n), [agent encoder, decoder),
+ * [0, agent encoder) (data-parallel training starts reducing each as soon as it is reported). */
+void qc_qcnet_set_grads_ready(struct qc_qcnet *m, qc_qcnet_grads_ready_fn fn, void *ctx);
+/* Where those ranges meet (the first parameter of the agent encoder, of the decoder), known
+ * before any backward: writes up to cap offsets into out and returns how many there are (2). */
+int qc_qcnet_grads_cuts(const struct qc_qcnet *m, int64_t *out, int cap);
+
 /* Gives every activation and stash back to the allocation hook. Idempotent. */
 void qc_qcnet_release(struct qc_qcnet *m);
 

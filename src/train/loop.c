@@ -22,6 +22,15 @@
  * synchronization (qc_op_sync) so step_s is the step's device time and an asynchronous error
  * surfaces at the step that caused it.
  *
+ * Ranks (train_dist.h): under mpirun / srun with W ranks, a step is P = W·G groups (G =
+ * grad_accum per rank), rank r computing groups r, r + W, ... of the step (the loader plans
+ * exactly those for it), each backward seeded with 1/L for the step's L groups; the gradients
+ * are summed across ranks while backward runs (the model's grads-ready callback), AdamW updates
+ * the whole buffer or the rank's shard (ZeRO), and the losses are combined in global group
+ * order. The loop position counts global groups, so a checkpoint resumes on another world size
+ * with the same P. Rank 0 alone writes the run folder (metrics, checkpoints, memory report) and
+ * prints; validation runs on rank 0. With one rank none of this runs (t->dist is NULL).
+ *
  * Memory: parameters, gradients, activations, stashes, staged batches and the AdamW moments go
  * through the model's allocation hook (or the optimizer) to the caching allocator; the
  * allocator's budget (device.budget) caps them. Each step's allocated / reserved peaks are kept
@@ -29,6 +38,7 @@
  * checkpoint and at the end of the run.
  */
 #include "qc_train.h"
+#include "train_dist.h"
 #include "train_internal.h"
 
 #include <inttypes.h>
@@ -44,6 +54,7 @@
 #include "qc_cleanup.h"
 #include "qc_config.h"
 #include "qc_device.h"
+#include "qc_dist.h"
 #include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
@@ -64,12 +75,17 @@ struct qc_trainer {
     struct train_stage cur;  /* the batch of the group being computed */
     struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
     struct qc_train_state st;
-    int64_t nb;               /* batches per epoch */
-    int64_t G;                /* groups per step (grad_accum) */
+    int64_t nb;               /* groups per epoch over all ranks (batch_in_epoch counts these) */
+    int64_t G;                /* groups per rank per step (grad_accum) */
+    int64_t P;                /* groups per step over all ranks: G x world */
+    int rank, world;          /* this process's rank of world (0 of 1 without a launcher) */
+    struct train_dist *dist;  /* data-parallel state; NULL with one rank */
+    int64_t local_in_epoch;   /* this rank's batches of the epoch consumed */
+    double comm_wait_seen;    /* the communicator's reduction wait already logged, s */
     int64_t total_steps;      /* the run ends at this step */
     bool epoch_started;       /* the loader is planned for st.epoch */
     int64_t last_saved;       /* step of the last checkpoint written (or resumed from) */
-    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c) */
+    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c; rank 0) */
     int64_t skipped_in_row;   /* train.nonfinite=skip: consecutive skipped steps */
     int64_t skipped_total;    /* ... and all of this process's */
     float *host_check;        /* device backends: host copy for the finiteness checks */
@@ -271,7 +287,14 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         .synthetic_scenes = opts->val_scenes > 0 ? opts->val_scenes : 8,
         .quiet = true,
     };
-    enum qc_status st = QC_OK;
+    char *agreement = NULL;
+    /* the ranks of the run (one without a launcher): resolves dist.world_size */
+    enum qc_status st = train_dist_world(&t->cfg, &t->rank, &t->world);
+    if (st != QC_OK)
+        goto fail;
+    t->P = t->G * t->world;
+    if (t->rank != 0)
+        t->quiet = true; /* rank 0 reports */
 
     /* the run folder: locked before anything in it is read (one writer per run folder,
      * run_dir.c); a folder that does not exist yet is created, then locked, once the data
@@ -284,7 +307,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     /* the configuration records the folder actually written (checkpoint metadata) */
     snprintf(t->cfg.out_dir, sizeof(t->cfg.out_dir), "%s", t->out_dir);
     struct stat sb;
-    if (stat(t->out_dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    if (t->rank == 0 && stat(t->out_dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         st = take_run_dir(t);
         if (st != QC_OK)
             goto fail;
@@ -292,8 +315,8 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
 
     /* resume: the checkpoint's folder, state and configuration first */
     char ckpt[4096] = "";
+    struct qc_config saved;
     if (opts->resume) {
-        struct qc_config saved;
         struct qc_train_state rs;
         st = qc_checkpoint_resolve(opts->resume, ckpt, sizeof(ckpt));
         if (st == QC_OK)
@@ -303,6 +326,14 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st != QC_OK)
             goto fail;
     }
+    train_dist_resolve(&t->cfg, opts->resume ? &saved : NULL);
+    if (t->world > 1) {
+        agreement = train_dist_agreement_text(&t->cfg, opts);
+        if (!agreement) {
+            st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+            goto fail;
+        }
+    }
 
     /* backend (device, allocator), model, optimizer */
     st = qc_train_backend_create(&t->cfg, &t->be);
@@ -310,18 +341,10 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         goto fail;
     t->alloc = qc_train_backend_alloc(t->be);
     st = qc_train_backend_model(t->be, &t->cfg, &t->model);
-    if (st != QC_OK)
-        goto fail;
-    const int64_t *offsets = NULL;
-    const uint8_t *decay = NULL;
-    int64_t ntensors = 0;
-    qc_qcnet_param_groups(t->model, &offsets, &decay, &ntensors);
-    struct qc_optim_params op;
-    qc_optim_params_default(&op);
-    op.lr = t->cfg.lr;
-    op.weight_decay = t->cfg.weight_decay;
-    st = qc_optim_create_on(t->alloc, qc_train_backend_exec(t->be), qc_qcnet_num_params(t->model),
-                            offsets, decay, ntensors, &op, &t->optim);
+    if (st == QC_OK && t->world > 1)
+        st = train_dist_create(&t->cfg, agreement, t->model, t->be, &t->dist);
+    if (st == QC_OK)
+        st = train_dist_optim(t->dist, &t->cfg, t->model, t->be, &t->optim);
     if (st != QC_OK)
         goto fail;
 
@@ -337,10 +360,16 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     } else {
         qc_qcnet_init_params(t->model, (uint64_t)t->cfg.seed);
     }
+    st = train_dist_check_params(t->dist, t->model);
+    if (st != QC_OK)
+        goto fail;
 
-    /* data */
+    /* data: this rank's groups of every step */
     struct qc_loader_opts lo;
     qc_train_backend_loader_opts(t->be, &t->cfg, &lo);
+    lo.rank = t->rank;
+    lo.world_size = t->world;
+    lo.groups_per_rank = t->G;
     st = qc_loader_create(opts->data, opts->ndata, &lo, &t->loader);
     if (st != QC_OK)
         goto fail;
@@ -349,29 +378,31 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     st = ensure_epoch(t);
     if (st != QC_OK)
         goto fail;
-    t->nb = qc_loader_num_batches(t->loader);
+    t->nb = qc_loader_num_groups(t->loader);
     if (t->nb <= 0) {
         st = qc_errorf(QC_ERR_INVALID, "train: the data gives no batch (%" PRId64 " scenes)",
                        qc_loader_num_scenes(t->loader));
         goto fail;
     }
-    const int64_t spe = (t->nb + t->G - 1) / t->G;
+    const int64_t spe = (t->nb + t->P - 1) / t->P;
     t->total_steps = t->cfg.steps > 0 ? t->cfg.steps : t->cfg.epochs * spe;
 
-    st = qc_train_mkdir(t->out_dir);
-    if (st == QC_OK && !t->lock)
-        st = take_run_dir(t);
-    if (st != QC_OK)
-        goto fail;
-
-    st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
-    if (st == QC_OK)
-        st = trainer_open_logs(t, opts->resume != NULL);
-    if (st != QC_OK)
-        goto fail;
+    if (t->rank == 0) { /* rank 0 writes the run folder */
+        st = qc_train_mkdir(t->out_dir);
+        if (st == QC_OK && !t->lock)
+            st = take_run_dir(t);
+        if (st == QC_OK)
+            st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
+        if (st == QC_OK)
+            st = trainer_open_logs(t, opts->resume != NULL);
+        if (st != QC_OK)
+            goto fail;
+    }
+    free(agreement);
     *out = t;
     return QC_OK;
 fail:
+    free(agreement);
     qc_trainer_destroy(t);
     return st;
 }
@@ -394,6 +425,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     train_stage_deinit(&t->cur);
     train_stage_deinit(&t->next);
     qc_loader_destroy(t->loader);
+    train_dist_destroy(t->dist);
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
@@ -405,13 +437,17 @@ void qc_trainer_destroy(struct qc_trainer *t)
 
 // ---- one step -----------------------------------------------------------------------------------
 
-/* Plans the loader for st.epoch (once) and skips the batches a resumed run already used. */
+/* Plans the loader for st.epoch (once) and skips the batches a resumed run already used: this
+ * rank's batches of the first batch_in_epoch global groups (whole steps of P groups). */
 static enum qc_status ensure_epoch(struct qc_trainer *t)
 {
     if (t->epoch_started)
         return QC_OK;
     QC_TRY(qc_loader_start_epoch(t->loader, t->st.epoch));
-    for (int64_t i = 0; i < t->st.batch_in_epoch; i++) {
+    const int64_t skip = t->st.batch_in_epoch / t->P * t->G +
+                         train_dist_local_groups(t->rank, t->world, t->st.batch_in_epoch % t->P);
+    t->local_in_epoch = skip;
+    for (int64_t i = 0; i < skip; i++) {
         struct qc_batch *b = NULL;
         QC_TRY(qc_loader_next(t->loader, &b));
         if (!b)
@@ -508,7 +544,9 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     }
     QC_TRY(ensure_epoch(t));
     const int64_t left = t->nb - t->st.batch_in_epoch;
-    const int64_t groups = left < t->G ? left : t->G;
+    const int64_t groups = left < t->P ? left : t->P; /* over all ranks */
+    const int64_t nlocal = train_dist_local_groups(t->rank, t->world, groups);
+    const int64_t nb_local = qc_loader_num_batches(t->loader);
     const double lr = qc_lr_cosine(t->cfg.lr, t->cfg.t_max, t->st.epoch);
     const double t0 = now_s();
     /* the step first: the step window's peak snapshot taken by the reset carries it */
@@ -517,21 +555,27 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     if (t->trace)
         qc_steptrace_begin(t->trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
+    QC_TRY(train_dist_step_begin(t->dist));
 
-    double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
-    int64_t scenes = 0;
-    for (int64_t g = 0; g < groups; g++) {
+    double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
+    if (!losses)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    int64_t scenes = 0, edges = 0;
+    enum qc_status st = QC_OK;
+    for (int64_t g = 0; g < nlocal && st == QC_OK; g++) {
         if (t->next.host) { /* staged ahead during the previous group */
             const struct train_stage tmp = t->cur;
             t->cur = t->next;
             t->next = tmp;
         } else {
-            QC_TRY(stage_next(t, &t->cur));
-            if (!t->cur.host)
-                return qc_errorf(QC_ERR_INVALID,
-                                 "train: epoch %" PRId64 " ended after %" PRId64
-                                 " batches, %" PRId64 " planned",
-                                 t->st.epoch, t->st.batch_in_epoch + g, t->nb);
+            st = stage_next(t, &t->cur);
+            if (st == QC_OK && !t->cur.host)
+                st = qc_errorf(QC_ERR_INVALID,
+                               "train: epoch %" PRId64 " ended after %" PRId64 " batches of rank "
+                               "%d, %" PRId64 " planned",
+                               t->st.epoch, t->local_in_epoch + g, t->rank, nb_local);
+            if (st != QC_OK)
+                break;
         }
         const struct qc_batch *b = t->cur.host;
         struct qc_qcnet_ctx ctx = {
@@ -539,36 +583,62 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
             .need_backward = true,
             .seed = t->st.seed,
             .step = (uint32_t)t->st.step,
-            .micro = (uint32_t)g,
+            .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
         };
         struct qc_qcnet_output o;
-        struct qc_qcnet_loss l;
-        enum qc_status st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
+        struct qc_qcnet_loss l = {0};
+        st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
         if (st == QC_OK)
             st = qc_qcnet_forward(t->model, b, &ctx, &o);
         if (st == QC_OK)
             st = qc_qcnet_loss(t->model, &l);
+        if (st == QC_OK && g + 1 == nlocal) /* the last backward: its gradients are final */
+            st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
         if (st == QC_OK)
             st = qc_qcnet_backward(t->model, 1.0f / (float)groups);
         qc_qcnet_release(t->model);
         scenes += b->num_scenes;
+        edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         /* device backends: stage the next batch of the epoch while this one's work runs (its
          * blocks may reuse the ones just freed, in stream order) */
         if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
-            t->st.batch_in_epoch + g + 1 < t->nb)
+            t->local_in_epoch + g + 1 < nb_local)
             st = stage_next(t, &t->next);
         if (st != QC_OK)
-            return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1, g);
-        sum_loss += (double)l.loss;
-        sum_rp += (double)l.reg_loss_propose;
-        sum_rr += (double)l.reg_loss_refine;
-        sum_cls += (double)l.cls_loss;
+            st = qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
+                               t->rank + g * t->world);
+        losses[4 * g] = (double)l.loss;
+        losses[4 * g + 1] = (double)l.reg_loss_propose;
+        losses[4 * g + 2] = (double)l.reg_loss_refine;
+        losses[4 * g + 3] = (double)l.cls_loss;
     }
-    /* non-finite numbers (train.nonfinite): the step's loss terms, then its gradients */
+    /* the gradients summed over ranks (they reduce while backward runs); the step's device
+     * work done (and any asynchronous error reported) before they are checked and timed */
+    if (st == QC_OK)
+        st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
+    if (st == QC_OK)
+        st = qc_op_sync(qc_train_backend_exec(t->be));
+    struct train_dist_sums sums;
+    if (st == QC_OK)
+        st = train_dist_combine(t->dist, nlocal, losses, scenes, edges, &sums);
+    free(losses);
+    QC_TRY(st);
+
+    /* non-finite numbers (train.nonfinite): the step's loss terms (summed over every rank's
+     * groups), then its gradients; with several ranks one rank's finding skips the step
+     * everywhere, so the ranks stay in step */
     char bad[160];
-    QC_TRY(step_nonfinite(t, sum_rp, sum_rr, sum_cls, bad, sizeof bad));
-    const bool skipped = bad[0] != '\0';
+    QC_TRY(step_nonfinite(t, sums.reg_loss_propose, sums.reg_loss_refine, sums.cls_loss, bad,
+                          sizeof bad));
+    bool skipped = bad[0] != '\0';
+    if (t->dist) {
+        bool any = skipped;
+        QC_TRY(train_dist_any(t->dist, skipped, &any));
+        if (any && !skipped)
+            snprintf(bad, sizeof bad, "another rank's gradients are not finite");
+        skipped = any;
+    }
     if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
         return qc_errorf(QC_ERR_INVALID,
                          "train: step %" PRId64 ": %s; stopped before updating the parameters "
@@ -576,7 +646,9 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
                          "inspect), or set train.nonfinite=skip to step over such batches",
                          t->st.step + 1, bad, last_ckpt_str(t));
     if (!skipped) {
+        /* AdamW on this rank's part, the parameters gathered (ZeRO) */
         qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+        QC_TRY(train_dist_update(t->dist, qc_qcnet_params(t->model)));
         t->skipped_in_row = 0;
     } else {
         /* skip: parameters, moments and AdamW's step count stay as they were */
@@ -587,14 +659,15 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
                " in all; train.max_skipped = %" PRId64 ")",
                t->st.step + 1, bad, t->skipped_in_row, t->skipped_total, t->cfg.max_skipped);
     }
-    /* the step's device work done (and any asynchronous error reported) before it is timed */
     QC_TRY(qc_op_sync(qc_train_backend_exec(t->be)));
+    train_dist_step_end(t->dist);
 
     const int64_t epoch_of_step = t->st.epoch;
     t->st.step++;
     t->st.adam_step = qc_optim_steps(t->optim);
     t->st.batch_in_epoch += groups;
-    t->st.samples += scenes;
+    t->local_in_epoch += nlocal;
+    t->st.samples += sums.scenes;
     if (t->st.batch_in_epoch >= t->nb) {
         t->st.epoch++;
         t->st.batch_in_epoch = 0;
@@ -610,13 +683,22 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     m.epoch = epoch_of_step;
     m.samples = t->st.samples;
     /* the mean of the group losses, rounded to fp32 as a torch scalar would be */
-    m.loss = (double)(float)(sum_loss / (double)groups);
-    m.reg_loss_propose = (double)(float)(sum_rp / (double)groups);
-    m.reg_loss_refine = (double)(float)(sum_rr / (double)groups);
-    m.cls_loss = (double)(float)(sum_cls / (double)groups);
+    m.loss = (double)(float)(sums.loss / (double)groups);
+    m.reg_loss_propose = (double)(float)(sums.reg_loss_propose / (double)groups);
+    m.reg_loss_refine = (double)(float)(sums.reg_loss_refine / (double)groups);
+    m.cls_loss = (double)(float)(sums.cls_loss / (double)groups);
     m.lr = lr;
     m.step_s = now_s() - t0;
-    m.samples_per_s = m.step_s > 0 ? (double)scenes / m.step_s : 0.0;
+    m.samples_per_s = m.step_s > 0 ? (double)sums.scenes / m.step_s : 0.0;
+    if (t->world > 1) {
+        m.ranks = t->world;
+        m.rank_time_ratio = sums.rank_time_ratio;
+        m.rank_edge_ratio = sums.rank_edge_ratio;
+        struct qc_dist_stats ds;
+        train_dist_stats(t->dist, &ds);
+        m.comm_wait_s = ds.grads_wait_s - t->comm_wait_seen;
+        t->comm_wait_seen = ds.grads_wait_s;
+    }
     m.bytes_in_use = as.bytes_allocated;
     m.peak_device_bytes = as.bytes_allocated_peak;
     m.reserved_bytes = as.bytes_reserved;
@@ -634,7 +716,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
     m.skipped = skipped;
-    QC_TRY(qc_metrics_write_step(t->log, &m));
+    if (t->log)
+        QC_TRY(qc_metrics_write_step(t->log, &m));
     if (out)
         *out = m;
     if (skipped && t->skipped_in_row >= t->cfg.max_skipped)
@@ -650,7 +733,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
 {
     /* never a checkpoint of non-finite weights (train.nonfinite=skip steps over them, so they
-     * can only come from the initial weights) */
+     * can only come from the initial weights); the parameters are whole and equal on every
+     * rank, so every rank decides alike */
     int64_t bad = -1;
     QC_TRY(first_nonfinite(t, qc_qcnet_params(t->model), qc_qcnet_num_params(t->model), &bad));
     if (bad >= 0)
@@ -659,7 +743,8 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
                          " is not finite; checkpoint not written (last checkpoint: %s)\nhint: "
                          "check the weights given to --init-from / --resume",
                          t->st.step, bad, last_ckpt_str(t));
-    QC_TRY(qc_checkpoint_save(t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
+    /* every rank (the ZeRO moments are gathered); rank 0 writes */
+    QC_TRY(train_dist_save(t->dist, t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
     t->last_saved = t->st.step;
     return t->tb ? qc_tb_sync(t->tb) : QC_OK;
 }
@@ -687,7 +772,16 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     r.bytes_peak_rss = peak_rss_bytes();
     r.steps = t->mem_steps;
     r.nsteps = t->nmem_steps;
-    return qc_memreport_write(t->out_dir, &r, txt_path, n);
+    /* data-parallel: every rank's bytes (collective), rank 0 writes */
+    struct qc_memreport_rank *ranks = NULL;
+    QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak, &ranks,
+                                &r.nranks));
+    r.ranks = ranks;
+    r.zero_stage = t->cfg.zero_stage;
+    const enum qc_status st =
+        t->rank == 0 ? qc_memreport_write(t->out_dir, &r, txt_path, n) : QC_OK;
+    free(ranks);
+    return st;
 }
 
 /* Validates the current weights and appends {"step": S, "eval": {...}} to metrics.jsonl. */
@@ -760,8 +854,15 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         fprintf(t->out,
                 "train: %" PRId64 " parameters, %" PRId64 " batches/epoch of %" PRId64
                 " scenes x %" PRId64 " groups/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
-                qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->G, t->st.step,
+                qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->P, t->st.step,
                 t->total_steps, t->out_dir);
+        if (t->world > 1)
+            fprintf(t->out,
+                    "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
+                    ", data.balance %s, %s backend\n",
+                    t->world, qc_dist_world_launcher(), t->G, t->cfg.zero_stage,
+                    t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
+                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI");
     }
     qc_progress_update(t->prog, (uint64_t)t->st.step);
     double first_loss = (double)NAN, last_loss = (double)NAN;
@@ -791,7 +892,8 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
             QC_TRY(qc_trainer_save(t, NULL, 0));
             QC_TRY(qc_trainer_memory_report(t, NULL, 0));
         }
-        if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps))
+        if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps) &&
+            t->rank == 0) /* the others go on (their communicators answer rank 0's meanwhile) */
             QC_TRY(trainer_validate(t));
         const int sig = qc_cleanup_stop_signal();
         if (sig)
@@ -809,7 +911,7 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     struct qc_report_info ri = {.path = ""};
     if (t->nmem_steps > 0) {
         QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
-        if (t->cfg.log_report) {
+        if (t->cfg.log_report && t->rank == 0) { /* rank 0 writes the run folder */
             const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
             QC_TRY(qc_report_write(&ro, &ri));
         }
@@ -850,7 +952,27 @@ int64_t qc_trainer_total_steps(const struct qc_trainer *t)
 
 int64_t qc_trainer_steps_per_epoch(const struct qc_trainer *t)
 {
-    return (t->nb + t->G - 1) / t->G;
+    return (t->nb + t->P - 1) / t->P;
+}
+
+void qc_trainer_dist_stats(struct qc_trainer *t, struct qc_dist_stats *out)
+{
+    train_dist_stats(t->dist, out);
+}
+
+void qc_trainer_dist_stats_reset(struct qc_trainer *t)
+{
+    train_dist_stats_reset(t->dist);
+}
+
+int qc_trainer_rank(const struct qc_trainer *t)
+{
+    return t->rank;
+}
+
+int qc_trainer_world(const struct qc_trainer *t)
+{
+    return t->world;
 }
 
 const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t)

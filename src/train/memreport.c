@@ -141,7 +141,26 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
                   ", \"bytes_reserved_peak\": %" PRIu64 "}",
                   i ? "," : "", e->step, e->bytes_allocated_peak, e->bytes_reserved_peak);
     }
-    sb_printf(&b, "%s]\n}\n", r->nsteps ? "\n  " : "");
+    sb_printf(&b, "%s]", r->nsteps ? "\n  " : "");
+    if (r->nranks > 0) {
+        sb_printf(&b,
+                  ",\n  \"dist\": {\n    \"world_size\": %" PRId64 ",\n    \"zero_stage\": %" PRId64
+                  ",\n    \"ranks\": [",
+                  r->nranks, r->zero_stage);
+        for (int64_t i = 0; i < r->nranks; i++) {
+            const struct qc_memreport_rank *e = &r->ranks[i];
+            sb_printf(&b,
+                      "%s\n      {\"rank\": %" PRId64 ", \"params_bytes\": %" PRIu64
+                      ", \"grads_bytes\": %" PRIu64 ", \"grads_reduced_bytes\": %" PRIu64
+                      ", \"moments_bytes\": %" PRIu64 ", \"comm_bytes\": %" PRIu64
+                      ", \"peak_allocated_bytes\": %" PRIu64 "}",
+                      i ? "," : "", e->rank, e->params_bytes, e->grads_bytes,
+                      e->grads_reduced_bytes, e->moments_bytes, e->comm_bytes,
+                      e->peak_allocated_bytes);
+        }
+        sb_printf(&b, "\n    ]\n  }");
+    }
+    sb_printf(&b, "\n}\n");
     sb_finish(&b);
     return b.len;
 }
@@ -200,6 +219,24 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
     }
     if (!p->ntop_blocks)
         sb_printf(&b, "  (nothing was allocated)\n");
+    if (r->nranks > 0) {
+        sb_printf(&b,
+                  "\nper rank (%" PRId64 " ranks, ZeRO stage %" PRId64
+                  "): params, grads (reduced), AdamW moments, comm buffers, peak\n",
+                  r->nranks, r->zero_stage);
+        for (int64_t i = 0; i < r->nranks; i++) {
+            const struct qc_memreport_rank *e = &r->ranks[i];
+            char p1[32], p2[32], p3[32], p4[32], p5[32], p6[32];
+            qc_format_bytes(e->params_bytes, p1, sizeof p1);
+            qc_format_bytes(e->grads_bytes, p2, sizeof p2);
+            qc_format_bytes(e->grads_reduced_bytes, p3, sizeof p3);
+            qc_format_bytes(e->moments_bytes, p4, sizeof p4);
+            qc_format_bytes(e->comm_bytes, p5, sizeof p5);
+            qc_format_bytes(e->peak_allocated_bytes, p6, sizeof p6);
+            sb_printf(&b, "  rank %-3" PRId64 " %10s  %10s (%s)  %10s  %10s  %10s\n", e->rank, p1,
+                      p2, p3, p4, p5, p6);
+        }
+    }
     sb_printf(&b, "\nevery figure: memory.json (docs/MEMORY_REPORT.md)\n");
     sb_finish(&b);
     return b.len;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +30,42 @@ struct qc_metrics_log {
     void *tee_ctx;
 };
 
+/* Appends to buf (cap bytes) at *len, which counts the length needed even past cap. */
+static void __attribute__((format(printf, 4, 5)))
+append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t room = *len < cap ? cap - *len : 0;
+    const int n = vsnprintf(room ? buf + *len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len += (size_t)n;
+}
+
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap)
 {
-    const int n = snprintf(
-        buf, cap,
-        "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%s,"
-        "\"reg_loss_propose\":%s,\"reg_loss_refine\":%s,\"cls_loss\":%s,\"lr\":%s,"
-        "\"step_s\":%s,\"samples_per_s\":%s,\"bytes_in_use\":%" PRIu64
-        ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64 "%s}",
-        s->step, s->epoch, s->samples, QC_JSON_NUM("%.9g", s->loss),
-        QC_JSON_NUM("%.9g", s->reg_loss_propose), QC_JSON_NUM("%.9g", s->reg_loss_refine),
-        QC_JSON_NUM("%.9g", s->cls_loss), QC_JSON_NUM("%.17g", s->lr),
-        QC_JSON_NUM("%.6g", s->step_s), QC_JSON_NUM("%.6g", s->samples_per_s), s->bytes_in_use,
-        s->peak_device_bytes, s->reserved_bytes, s->skipped ? ",\"skipped\":true" : "");
-    return n < 0 ? 0 : (size_t)n;
+    size_t len = 0;
+    append(buf, cap, &len,
+           "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%s,"
+           "\"reg_loss_propose\":%s,\"reg_loss_refine\":%s,\"cls_loss\":%s,\"lr\":%s,"
+           "\"step_s\":%s,\"samples_per_s\":%s,\"bytes_in_use\":%" PRIu64
+           ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64,
+           s->step, s->epoch, s->samples, QC_JSON_NUM("%.9g", s->loss),
+           QC_JSON_NUM("%.9g", s->reg_loss_propose), QC_JSON_NUM("%.9g", s->reg_loss_refine),
+           QC_JSON_NUM("%.9g", s->cls_loss), QC_JSON_NUM("%.17g", s->lr),
+           QC_JSON_NUM("%.6g", s->step_s), QC_JSON_NUM("%.6g", s->samples_per_s), s->bytes_in_use,
+           s->peak_device_bytes, s->reserved_bytes);
+    if (s->skipped)
+        append(buf, cap, &len, ",\"skipped\":true");
+    if (s->ranks > 1) /* data-parallel runs only */
+        append(buf, cap, &len,
+               ",\"ranks\":%" PRId64 ",\"rank_time_ratio\":%s,\"rank_edge_ratio\":%s"
+               ",\"comm_wait_s\":%s",
+               s->ranks, QC_JSON_NUM("%.6g", s->rank_time_ratio),
+               QC_JSON_NUM("%.6g", s->rank_edge_ratio), QC_JSON_NUM("%.6g", s->comm_wait_s));
+    append(buf, cap, &len, "}");
+    return len;
 }
 
 /* 1 when line (n bytes, no newline) is a complete record: valid JSON. *step is its top-level
@@ -195,7 +218,7 @@ enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_s
     char buf[1024];
     const size_t n = qc_metrics_format_step(s, buf, sizeof(buf));
     QC_ASSERT(n < sizeof(buf), "metrics line of %zu bytes", n);
-    return metrics_append(m, buf, n);
+    return qc_metrics_write_raw(m, buf); /* the tee sees step lines too */
 }
 
 enum qc_status qc_metrics_sync(struct qc_metrics_log *m)

@@ -97,22 +97,37 @@ enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int6
 enum qc_status qc_optim_create_on(struct qc_alloc *alloc, const struct qc_exec *ex, int64_t numel,
                                   const int64_t *offsets, const uint8_t *decay, int64_t nseg,
                                   const struct qc_optim_params *params, struct qc_optim **out);
+/* A sharded optimizer (ZeRO stages 1 and 2): like qc_optim_create_on over the model's segments
+ * (numel, offsets, decay, nseg), but owning only elements [lo, hi) of the flat buffer: segments
+ * cut at lo and hi (decay flags kept), moments of hi − lo floats; qc_optim_step still takes the
+ * WHOLE param and grad buffers and updates [lo, hi) of param. The shards of several optimizers
+ * give the bits of one over the whole buffer. QC_ERR_INVALID for a range outside the buffer. */
+enum qc_status qc_optim_create_shard(struct qc_alloc *alloc, const struct qc_exec *ex,
+                                     int64_t numel, const int64_t *offsets, const uint8_t *decay,
+                                     int64_t nseg, int64_t lo, int64_t hi,
+                                     const struct qc_optim_params *params, struct qc_optim **out);
+/* The elements [lo, hi) of the flat buffer the optimizer owns ([0, numel) unless sharded). */
+void qc_optim_range(const struct qc_optim *o, int64_t *lo, int64_t *hi);
+/* Floats of the whole flat buffer (== qc_optim_numel unless sharded). */
+int64_t qc_optim_numel_full(const struct qc_optim *o);
 /* NULL is a no-op. */
 void qc_optim_destroy(struct qc_optim *o);
 
 /* One AdamW step at learning rate lr (PyTorch 2.0 order, QCNET.md §1): increments the step
  * count n, then for every element p ← p·(1 − lr·wd); m, v updated; p ← p − lr/(1−β1ⁿ) ·
- * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold numel floats, in the optimizer's
- * backend memory (the model's qc_qcnet_params / qc_qcnet_grads). One op,
- * qc_op_adamw_step_segments, on every backend (asynchronous on CUDA). */
+ * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold the whole flat buffer (numel_full
+ * floats; a sharded optimizer touches only its range), in the optimizer's backend memory (the
+ * model's qc_qcnet_params / qc_qcnet_grads). One op, qc_op_adamw_step_segments, on every
+ * backend (asynchronous on CUDA). */
 void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double lr);
 
 /* Steps taken so far (PyTorch's state['step']). */
 int64_t qc_optim_steps(const struct qc_optim *o);
 /* Restores the step count (checkpoint load). */
 void qc_optim_set_steps(struct qc_optim *o, int64_t steps);
-/* The moments, numel floats each; writable. DEVICE pointers on a device backend (host code
- * uses qc_optim_moments_download / _upload there). */
+/* The moments, numel floats each (the owned range: element 0 is the flat buffer's lo);
+ * writable. DEVICE pointers on a device backend (host code uses qc_optim_moments_download /
+ * _upload there). */
 float *qc_optim_exp_avg(struct qc_optim *o);
 float *qc_optim_exp_avg_sq(struct qc_optim *o);
 /* Host copies of the moments (numel floats each; either may be NULL to skip it): download
@@ -145,6 +160,13 @@ struct qc_step_metrics {
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
     bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
+    /* data-parallel runs (ranks > 1; the keys are left out of the line otherwise) */
+    int64_t ranks;          /* world size */
+    double rank_time_ratio; /* slowest / mean compute time (forward + backward) of the ranks that
+                               computed a group this step */
+    double rank_edge_ratio; /* most / mean graph edges of those ranks' groups: the balance of the
+                               work itself, free of timing noise */
+    double comm_wait_s;     /* s rank 0 waited for the gradient reduction after its backward */
 };
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
@@ -198,6 +220,14 @@ enum qc_status qc_train_mkdir(const char *path);
 enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struct qc_optim *o,
                                   const struct qc_train_state *s, const struct qc_config *cfg,
                                   char *path_out, size_t n);
+/* The same with the AdamW moments given as host buffers of the whole flat buffer (exp_avg,
+ * exp_avg_sq: qc_qcnet_num_params floats each; e.g. gathered from the shards of a ZeRO run)
+ * instead of read from o (o still gives the step count). NULL moments: read from o, which must
+ * then own the whole buffer (QC_ERR_INVALID for a sharded one). */
+enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *m,
+                                          struct qc_optim *o, const float *exp_avg,
+                                          const float *exp_avg_sq, const struct qc_train_state *s,
+                                          const struct qc_config *cfg, char *path_out, size_t n);
 /* Resolves --resume DIR: DIR itself when it holds model.safetensors, else its complete
  * ckpt-<step>/ folder of the highest step. QC_ERR_IO / QC_ERR_INVALID naming DIR. */
 enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n);
@@ -208,14 +238,18 @@ enum qc_status qc_checkpoint_weights_path(const char *path, char *out, size_t n)
  * the defaults) from CKPT/optim.safetensors. QC_ERR_INVALID naming the file and key. */
 enum qc_status qc_checkpoint_read_state(const char *ckpt_dir, struct qc_train_state *s,
                                         struct qc_config *saved_cfg);
-/* Loads weights (model.safetensors) and, when o != NULL, the AdamW moments and step count.
+/* Loads weights (model.safetensors) and, when o != NULL, the AdamW moments (of o's range: the
+ * owned shard of a sharded optimizer) and step count.
  * A checkpoint of another configuration fails naming the first mismatched tensor and both
  * shapes (QC_ERR_INVALID); a corrupt file fails naming the file. */
 enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, struct qc_optim *o,
                                   struct qc_train_state *s);
 /* Checks that the options deciding what a resumed run computes (model shape, optimizer,
- * schedule, batch size, accumulation, seed, synthetic data) are equal in both configs.
- * QC_ERR_INVALID naming the first differing key and both values, with a hint. */
+ * schedule, batch size, seed, synthetic data) are equal in both configs, that the groups per
+ * step over all ranks (train.grad_accum × dist.world_size, the resolved world size) are equal
+ * (the split between ranks and accumulation may change), and that data.balance agrees unless
+ * one of them is auto. QC_ERR_INVALID naming the first differing key and both values, with a
+ * hint. */
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir);
 
@@ -292,9 +326,17 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
  * written) when a parameter is not finite. */
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n);
 
+/* Data-parallel runs (mpirun / srun): this process's rank and the world size (0 and 1
+ * otherwise), and the communicator's statistics (zeros with one rank; struct in qc_dist.h). */
+struct qc_dist_stats;
+int qc_trainer_rank(const struct qc_trainer *t);
+int qc_trainer_world(const struct qc_trainer *t);
+void qc_trainer_dist_stats(struct qc_trainer *t, struct qc_dist_stats *out);
+void qc_trainer_dist_stats_reset(struct qc_trainer *t);
+
 /* Steps the run goes to: cfg.steps when > 0, else cfg.epochs × steps per epoch. */
 int64_t qc_trainer_total_steps(const struct qc_trainer *t);
-/* Optimizer steps per epoch: ceil(batches per epoch / grad_accum). */
+/* Optimizer steps per epoch: ceil(groups per epoch / (grad_accum × ranks)). */
 int64_t qc_trainer_steps_per_epoch(const struct qc_trainer *t);
 const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
 struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
