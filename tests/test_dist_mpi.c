@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist_testlib.h"
 #include "qc_device.h" /* qc_device_cuda_count */
 #include "qc_safetensors.h"
 #include "testutil.h"
@@ -59,33 +60,6 @@ static char tmp_root[256];
 static char tag[64]; /* QC_TEST_TAG of this process's runs: finds their ranks in /proc */
 
 // ---- running mpirun -----------------------------------------------------------------------------
-
-static const char *const tiny_args[] = {
-    "--preset",
-    "cpu-smoke",
-    "--quiet",
-    "--set",
-    "train.batch_size=1",
-    "--set",
-    "data.synthetic_scenes=8",
-    "--set",
-    "data.loader_threads=1",
-    "--set",
-    "model.pl2pl_radius=30",
-    "--set",
-    "model.pl2a_radius=15",
-    "--set",
-    "model.a2a_radius=15",
-    "--set",
-    "model.pl2m_radius=30",
-    "--set",
-    "model.a2m_radius=30",
-    "--set",
-    "model.time_span=3",
-    "--set",
-    "model.num_t2m_steps=6",
-};
-#define NTINY ((int)(sizeof(tiny_args) / sizeof(tiny_args[0])))
 
 struct cmd {
     const char *argv[160];
@@ -120,8 +94,8 @@ static void cmd_mpirun(struct cmd *c, int np, const char *const *mpi_extra)
 static void cmd_train(struct cmd *c)
 {
     cmd_add(c, "train");
-    for (int i = 0; i < NTINY; i++)
-        cmd_add(c, tiny_args[i]);
+    for (int i = 0; i < T_DIST_NTINY; i++)
+        cmd_add(c, t_dist_tiny_args[i]);
 }
 
 /* Starts the command with stdout+stderr into log; returns the pid. */
@@ -503,31 +477,17 @@ static pid_t find_rank(int rank)
     struct dirent *e;
     while (found < 0 && (e = readdir(d)) != NULL) {
         const pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid <= 0)
+        if (pid <= 0 || !t_env_has(pid, want_tag) || !t_env_has(pid, want_rank))
             continue;
-        char p[64];
-        snprintf(p, sizeof(p), "/proc/%d/environ", (int)pid);
-        FILE *f = fopen(p, "rb");
-        if (!f)
-            continue;
-        char buf[1 << 16];
-        const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        bool has_tag = false, has_rank = false;
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-            has_tag = has_tag || strcmp(buf + i, want_tag) == 0;
-            has_rank = has_rank || strcmp(buf + i, want_rank) == 0;
-        }
+        char p[64], comm[64] = "";
         snprintf(p, sizeof(p), "/proc/%d/comm", (int)pid); /* size 0 to stat: read it */
-        char comm[64] = "";
-        f = fopen(p, "r");
+        FILE *f = fopen(p, "r");
         if (f) {
             if (!fgets(comm, sizeof(comm), f))
                 comm[0] = '\0';
             fclose(f);
         }
-        if (has_tag && has_rank && strncmp(comm, "qctrain", 7) == 0)
+        if (strncmp(comm, "qctrain", 7) == 0)
             found = pid;
     }
     closedir(d);
@@ -650,8 +610,8 @@ static void test_rtx3090x8(void)
                        "--set",    "data.synthetic_scenes=8"};
     for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++)
         cmd_add(&c, t[k]);
-    for (int i = 2; i < NTINY; i++) /* tiny_args without "--preset cpu-smoke" */
-        cmd_add(&c, tiny_args[i]);
+    for (int i = 2; i < T_DIST_NTINY; i++) /* t_dist_tiny_args without "--preset cpu-smoke" */
+        cmd_add(&c, t_dist_tiny_args[i]);
     const char *t2[] = {"--steps", "1", "--out", dir};
     for (size_t k = 0; k < 4; k++)
         cmd_add(&c, t2[k]);

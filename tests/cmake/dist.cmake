@@ -11,6 +11,13 @@ if(QC_HAVE_MPI)
     qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu TIMEOUT 1200)
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
+    # test_dist_faults: a run of several ranks when something happens to it (graceful stop on
+    # one or every rank, a kill inside a save and the run folder's recovery, train.nonfinite
+    # with a NaN on one rank, only rank 0 writing)
+    qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qcbase LABELS cpu
+        TIMEOUT 900)
+    target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    add_dependencies(test_dist_faults qctrain)
     # NCCL: 2 ranks on 2 GPUs (or on one when NCCL allows it); exit 77 without a GPU
     add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
     set_tests_properties(test_dist_mpi_cuda PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77

@@ -1,0 +1,102 @@
+/*
+ * dist_testlib.h — what the multi-rank tests share (tests/test_dist_mpi.c,
+ * tests/test_dist_faults.c): the tiny training settings every rank runs (cpu-smoke's model, one
+ * scene per group, 8 synthetic scenes, small radii: a step takes well under a second) and
+ * finding the rank processes of an mpirun job. Header-only.
+ */
+#ifndef QC_TESTS_DIST_TESTLIB_H
+#define QC_TESTS_DIST_TESTLIB_H
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+/* `qctrain train` arguments of a tiny run (the same for every rank of a job). */
+static const char *const t_dist_tiny_args[] = {
+    "--preset",
+    "cpu-smoke",
+    "--quiet",
+    "--set",
+    "train.batch_size=1",
+    "--set",
+    "data.synthetic_scenes=8",
+    "--set",
+    "data.loader_threads=1",
+    "--set",
+    "model.pl2pl_radius=30",
+    "--set",
+    "model.pl2a_radius=15",
+    "--set",
+    "model.a2a_radius=15",
+    "--set",
+    "model.pl2m_radius=30",
+    "--set",
+    "model.a2m_radius=30",
+    "--set",
+    "model.time_span=3",
+    "--set",
+    "model.num_t2m_steps=6",
+};
+#define T_DIST_NTINY ((int)(sizeof(t_dist_tiny_args) / sizeof(t_dist_tiny_args[0])))
+
+/* The parent pid of process pid (from /proc/pid/stat), or -1. */
+static inline pid_t t_parent_pid(pid_t pid)
+{
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -1;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the command name may hold spaces */
+    char state = 0;
+    int ppid = -1;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    return (pid_t)ppid;
+}
+
+/* True when process pid's environment holds the string kv ("NAME=value"). */
+static inline bool t_env_has(pid_t pid, const char *kv)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return false;
+    static char buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+        if (strcmp(buf + i, kv) == 0)
+            return true;
+    return false;
+}
+
+/* The pid of rank `rank` of the job of the mpirun process `job` (a child of it, on this node),
+ * or -1. */
+static inline pid_t t_rank_pid(pid_t job, int rank)
+{
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        const pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid > 0 && t_parent_pid(pid) == job && t_env_has(pid, want))
+            found = pid;
+    }
+    closedir(d);
+    return found;
+}
+
+#endif /* QC_TESTS_DIST_TESTLIB_H */
