@@ -11,6 +11,11 @@ if(QC_HAVE_MPI)
     qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu TIMEOUT 1200)
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
+    # test_dist_comm: the communicator and its thread with real ranks, no trainer (reductions,
+    # heartbeats, the watchdog, the start-up barrier); small enough for ThreadSanitizer (tsan)
+    qc_add_test(test_dist_comm SOURCES test_dist_comm.c LIBS qcdist qcbase LABELS cpu tsan
+        TIMEOUT 300)
+    target_compile_definitions(test_dist_comm PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     # test_dist_faults: a run of several ranks when something happens to it (graceful stop on
     # one or every rank, a kill inside a save and the run folder's recovery, train.nonfinite
     # with a NaN on one rank, only rank 0 writing)
