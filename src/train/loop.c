@@ -899,18 +899,15 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
                 " scenes x %" PRId64 " groups/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
                 qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->P, t->st.step,
                 t->total_steps, t->out_dir);
-        if (t->world > 1)
+        if (t->world > 1) /* (mpirun kills its ranks 1 s after a signal of its own) */
             fprintf(t->out,
                     "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
-                    ", data.balance %s, %s backend\n",
-                    t->world, qc_dist_world_launcher(), t->G, t->cfg.zero_stage,
-                    t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
-                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI");
-        if (t->world > 1) /* mpirun kills its ranks 1 s after a signal of its own */
-            fprintf(t->out,
+                    ", data.balance %s, %s backend\n"
                     "dist: to stop gracefully, send SIGINT or SIGTERM to any rank (rank 0 is "
                     "pid %d), not to mpirun\n",
-                    (int)getpid());
+                    t->world, qc_dist_world_launcher(), t->G, t->cfg.zero_stage,
+                    t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
+                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI", (int)getpid());
     }
     qc_progress_update(t->prog, (uint64_t)t->st.step);
     double first_loss = (double)NAN, last_loss = (double)NAN;
