@@ -42,6 +42,25 @@ static const char *const t_dist_tiny_args[] = {
 };
 #define T_DIST_NTINY ((int)(sizeof(t_dist_tiny_args) / sizeof(t_dist_tiny_args[0])))
 
+/* The environment every mpirun of a test gets (inherited by its local ranks): Open MPI as root
+ * (CI), shared memory without process_vm_readv (containers often forbid it), one thread per rank
+ * (several ranks share 2 cores). In AddressSanitizer builds the ranks run without leak
+ * detection: Open MPI's components leak at MPI_Finalize and are unloaded (dlclose) before
+ * LeakSanitizer looks, so those leaks cannot be suppressed by module; the code of the ranks runs
+ * leak-checked in the single-rank tests. The test process itself keeps its own options. */
+static inline void t_dist_mpi_env(void)
+{
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    const char *asan = getenv("ASAN_OPTIONS");
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
+    setenv("ASAN_OPTIONS", buf, 1);
+}
+
 /* The parent pid of process pid (from /proc/pid/stat), or -1. */
 static inline pid_t t_parent_pid(pid_t pid)
 {

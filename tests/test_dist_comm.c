@@ -341,9 +341,7 @@ int main(int argc, char **argv)
     snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-dist-comm-%d", (int)getpid());
     t_rm_rf(tmp_root);
     mkdir(tmp_root, 0755);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    t_dist_mpi_env();
     setenv("OMPI_MCA_btl", "self,vader", 0);
     char *out = NULL;
 

@@ -613,13 +613,7 @@ int main(void)
     snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-dist-faults-%d", (int)getpid());
     t_rm_rf(tmp_root);
     mkdir(tmp_root, 0755);
-    /* Open MPI as root (CI), several ranks on 2 cores, one thread per rank, shared memory
-     * without process_vm_readv (containers often forbid it) */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    t_dist_mpi_env();
     test_stop();
     test_recovery();
     test_nonfinite();

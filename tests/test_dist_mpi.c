@@ -206,7 +206,7 @@ static struct cmp compare(const char *dir_a, const char *dir_b, const char *file
         T_EXPECT(false, "cannot open %s or %s: %s", pa, pb, qc_error_last());
         qc_safetensors_close(a);
         c.identical = false;
-        c.relnorm = INFINITY;
+        c.relnorm = (double)INFINITY;
         return c;
     }
     double num = 0, den = 0;
@@ -682,13 +682,7 @@ int main(int argc, char **argv)
     mkdir(tmp_root, 0755);
     snprintf(tag, sizeof(tag), "dist-%d", (int)getpid());
     setenv("QC_TEST_TAG", tag, 1);
-    /* Open MPI as root (CI), several ranks on 2 cores, one thread per rank */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* shared-memory transport without process_vm_readv, which containers often forbid */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    t_dist_mpi_env();
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         QC_TEST ("dist: NCCL: 2 ranks x 1 group == 1 rank x 2 groups on cuda, ZeRO 0/1/2") {
             test_nccl();
