@@ -1,8 +1,7 @@
 /*
- * dist_testlib.h — what the multi-rank tests share (tests/test_dist_mpi.c,
- * tests/test_dist_faults.c): the tiny training settings every rank runs (cpu-smoke's model, one
- * scene per group, 8 synthetic scenes, small radii: a step takes well under a second) and
- * finding the rank processes of an mpirun job. Header-only.
+ * dist_testlib.h — what the multi-rank tests share (tests/test_dist_*.c): the environment of
+ * their mpirun jobs and finding the rank processes of a job (every rank runs the tiny settings
+ * of proc_testlib.h). Header-only.
  */
 #ifndef QC_TESTS_DIST_TESTLIB_H
 #define QC_TESTS_DIST_TESTLIB_H
@@ -14,33 +13,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-/* `qctrain train` arguments of a tiny run (the same for every rank of a job). */
-static const char *const t_dist_tiny_args[] = {
-    "--preset",
-    "cpu-smoke",
-    "--quiet",
-    "--set",
-    "train.batch_size=1",
-    "--set",
-    "data.synthetic_scenes=8",
-    "--set",
-    "data.loader_threads=1",
-    "--set",
-    "model.pl2pl_radius=30",
-    "--set",
-    "model.pl2a_radius=15",
-    "--set",
-    "model.a2a_radius=15",
-    "--set",
-    "model.pl2m_radius=30",
-    "--set",
-    "model.a2m_radius=30",
-    "--set",
-    "model.time_span=3",
-    "--set",
-    "model.num_t2m_steps=6",
-};
-#define T_DIST_NTINY ((int)(sizeof(t_dist_tiny_args) / sizeof(t_dist_tiny_args[0])))
+#include "proc_testlib.h"
 
 /* The environment every mpirun of a test gets (inherited by its local ranks): Open MPI as root
  * (CI), shared memory without process_vm_readv (containers often forbid it), one thread per rank
@@ -98,12 +71,10 @@ static inline bool t_env_has(pid_t pid, const char *kv)
     return false;
 }
 
-/* The pid of rank `rank` of the job of the mpirun process `job` (a child of it, on this node),
- * or -1. */
-static inline pid_t t_rank_pid(pid_t job, int rank)
+/* A process whose environment holds the nenv strings env ("NAME=value"), whose parent is
+ * `parent` (-1: any) and whose command name starts with comm (NULL: any); its pid, or -1. */
+static inline pid_t t_find_process(pid_t parent, const char *comm, const char *const *env, int nenv)
 {
-    char want[64];
-    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
     DIR *d = opendir("/proc");
     if (!d)
         return -1;
@@ -111,11 +82,35 @@ static inline pid_t t_rank_pid(pid_t job, int rank)
     struct dirent *e;
     while (found < 0 && (e = readdir(d)) != NULL) {
         const pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid > 0 && t_parent_pid(pid) == job && t_env_has(pid, want))
+        bool ok = pid > 0 && (parent < 0 || t_parent_pid(pid) == parent);
+        for (int i = 0; ok && i < nenv; i++)
+            ok = t_env_has(pid, env[i]);
+        if (ok && comm) {
+            char p[64], name[64] = "";
+            snprintf(p, sizeof p, "/proc/%d/comm", (int)pid); /* size 0 to stat: read it */
+            FILE *f = fopen(p, "r");
+            if (f) {
+                if (!fgets(name, sizeof name, f))
+                    name[0] = '\0';
+                fclose(f);
+            }
+            ok = strncmp(name, comm, strlen(comm)) == 0;
+        }
+        if (ok)
             found = pid;
     }
     closedir(d);
     return found;
+}
+
+/* The pid of rank `rank` of the job of the mpirun process `job` (a child of it, on this node),
+ * or -1. */
+static inline pid_t t_rank_pid(pid_t job, int rank)
+{
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    const char *env[1] = {want};
+    return t_find_process(job, NULL, env, 1);
 }
 
 #endif /* QC_TESTS_DIST_TESTLIB_H */

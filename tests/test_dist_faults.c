@@ -44,6 +44,13 @@ static void tpath(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", tmp_root, name);
 }
 
+/* tmp_root/name, removed if it exists. */
+static void fresh(char *out, size_t n, const char *name)
+{
+    tpath(out, n, name);
+    t_rm_rf(out);
+}
+
 // ---- running jobs -------------------------------------------------------------------------------
 
 /* "mpirun --oversubscribe -np N qctrain train <tiny>" (N 0: qctrain alone), then the NULL-ended
@@ -61,8 +68,8 @@ static void job_args(struct t_args *a, int np, const char *const *extra)
     }
     t_args_add(a, QCTRAIN);
     t_args_add(a, "train");
-    for (int i = 0; i < T_DIST_NTINY; i++)
-        t_args_add(a, t_dist_tiny_args[i]);
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        t_args_add(a, t_tiny_train_args[i]);
     for (int i = 0; extra && extra[i]; i++)
         t_args_add(a, extra[i]);
 }
@@ -243,10 +250,9 @@ static int stop_run(const char *name, int ranks, int zero, const int *who, const
                     int nsig, long gap_ms)
 {
     char run[512], log[600], zs[32];
-    tpath(run, sizeof run, name);
+    fresh(run, sizeof run, name);
     snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
     snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
-    t_rm_rf(run);
     unlink(log);
     const char *extra[] = {"--steps",         "1000",  "--set", zs,  "--set",
                            "dist.timeout=20", "--out", run,     NULL};
@@ -314,8 +320,7 @@ static void test_stop(void)
             continue;
         char run[512], ref[512], steps[16];
         tpath(run, sizeof run, "stop-one");
-        tpath(ref, sizeof ref, "stop-ref");
-        t_rm_rf(ref);
+        fresh(ref, sizeof ref, "stop-ref");
         snprintf(steps, sizeof steps, "%d", n + 2);
         const char *res[] = {"--steps", steps, "--set", "dist.zero_stage=1", "--resume", run, NULL};
         const char *unint[] = {"--steps", steps, "--set", "dist.zero_stage=1", "--out", ref, NULL};
@@ -364,14 +369,10 @@ static void test_recovery(void)
     QC_TEST ("recovery: rank 0 killed inside a save; resumed with 2 ranks (rank 0 recovers the "
              "folder first) and with 1 rank x 2 groups: the uninterrupted bytes") {
         char ref[512], run[512], run1[512], ref1[512];
-        tpath(ref, sizeof ref, "rec-ref");
-        tpath(run, sizeof run, "rec-2");
-        tpath(run1, sizeof run1, "rec-1");
-        tpath(ref1, sizeof ref1, "rec-ref1");
-        t_rm_rf(ref);
-        t_rm_rf(run);
-        t_rm_rf(run1);
-        t_rm_rf(ref1);
+        fresh(ref, sizeof ref, "rec-ref");
+        fresh(run, sizeof run, "rec-2");
+        fresh(run1, sizeof run1, "rec-1");
+        fresh(ref1, sizeof ref1, "rec-ref1");
         const char *base[] = {"--steps", "6", "--save-every", "1", "--out", ref, NULL};
         struct t_args a;
         job_args(&a, 2, base);
@@ -439,9 +440,8 @@ static bool scene_3(int i)
 static char *nonfinite_run(const char *name, const char *const *extra, const char *env, int *status)
 {
     char run[512], log[600];
-    tpath(run, sizeof run, name);
+    fresh(run, sizeof run, name);
     snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
-    t_rm_rf(run);
     unlink(log);
     const char *args[32] = {"--steps", "3", "--save-every", "1", "--set", "train.max_skipped=2",
                             "--out",   run};
@@ -548,20 +548,17 @@ static void test_rank0_writes(void)
     QC_TEST ("only rank 0 writes: rank 1's own --out never appears, nothing in the working "
              "folder") {
         char a_dir[512], b_dir[512], cwd[512], old[4096];
-        tpath(a_dir, sizeof a_dir, "w-rank0");
-        tpath(b_dir, sizeof b_dir, "w-rank1");
-        tpath(cwd, sizeof cwd, "w-cwd");
-        t_rm_rf(a_dir);
-        t_rm_rf(b_dir);
-        t_rm_rf(cwd);
+        fresh(a_dir, sizeof a_dir, "w-rank0");
+        fresh(b_dir, sizeof b_dir, "w-rank1");
+        fresh(cwd, sizeof cwd, "w-cwd");
         mkdir(cwd, 0755);
         /* mpirun -np 1 qctrain train ... --out A : -np 1 qctrain train ... --out B */
         const char *tail[] = {"--steps", "2", "--eval-every", "1",     "--out", a_dir, ":",
                               "-np",     "1", QCTRAIN,        "train", NULL};
         struct t_args a;
         job_args(&a, 1, tail);
-        for (int i = 0; i < T_DIST_NTINY; i++)
-            t_args_add(&a, t_dist_tiny_args[i]);
+        for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+            t_args_add(&a, t_tiny_train_args[i]);
         const char *tail2[] = {"--steps", "2", "--eval-every", "1", "--out", b_dir};
         for (int i = 0; i < 6; i++)
             t_args_add(&a, tail2[i]);

@@ -94,8 +94,8 @@ static void cmd_mpirun(struct cmd *c, int np, const char *const *mpi_extra)
 static void cmd_train(struct cmd *c)
 {
     cmd_add(c, "train");
-    for (int i = 0; i < T_DIST_NTINY; i++)
-        cmd_add(c, t_dist_tiny_args[i]);
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        cmd_add(c, t_tiny_train_args[i]);
 }
 
 /* Starts the command with stdout+stderr into log; returns the pid. */
@@ -470,28 +470,8 @@ static pid_t find_rank(int rank)
     char want_tag[96], want_rank[64];
     snprintf(want_tag, sizeof(want_tag), "QC_TEST_TAG=%s", tag);
     snprintf(want_rank, sizeof(want_rank), "OMPI_COMM_WORLD_RANK=%d", rank);
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    pid_t found = -1;
-    struct dirent *e;
-    while (found < 0 && (e = readdir(d)) != NULL) {
-        const pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid <= 0 || !t_env_has(pid, want_tag) || !t_env_has(pid, want_rank))
-            continue;
-        char p[64], comm[64] = "";
-        snprintf(p, sizeof(p), "/proc/%d/comm", (int)pid); /* size 0 to stat: read it */
-        FILE *f = fopen(p, "r");
-        if (f) {
-            if (!fgets(comm, sizeof(comm), f))
-                comm[0] = '\0';
-            fclose(f);
-        }
-        if (strncmp(comm, "qctrain", 7) == 0)
-            found = pid;
-    }
-    closedir(d);
-    return found;
+    const char *env[2] = {want_tag, want_rank};
+    return t_find_process(-1, "qctrain", env, 2);
 }
 
 /* Waits until RUN/metrics.jsonl shows a step (the ranks are training). */
@@ -610,8 +590,9 @@ static void test_rtx3090x8(void)
                        "--set",    "data.synthetic_scenes=8"};
     for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++)
         cmd_add(&c, t[k]);
-    for (int i = 2; i < T_DIST_NTINY; i++) /* t_dist_tiny_args without "--preset cpu-smoke" */
-        cmd_add(&c, t_dist_tiny_args[i]);
+    for (int i = 2; i < T_TINY_TRAIN_NARGS;
+         i++) /* t_tiny_train_args without "--preset cpu-smoke" */
+        cmd_add(&c, t_tiny_train_args[i]);
     const char *t2[] = {"--steps", "1", "--out", dir};
     for (size_t k = 0; k < 4; k++)
         cmd_add(&c, t2[k]);

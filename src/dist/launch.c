@@ -18,7 +18,7 @@
 #include <time.h>
 
 #ifdef QC_HAVE_MPI
-#    include <mpi.h>
+#    include "dist_internal.h" /* mpi.h, dist_mpi_check */
 #endif
 #if defined(QC_HAVE_CUDA) && defined(QC_HAVE_MPI)
 #    include <nccl.h> /* NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH */
@@ -179,9 +179,7 @@ void qc_dist_world_end(int exit_code)
 }
 
 #ifdef QC_HAVE_MPI
-#    define BARRIER_TAG 31 /* on MPI_COMM_WORLD, used by nothing else */
-
-static enum qc_status mpi_ok(int rc, const char *call)
+enum qc_status dist_mpi_check(int rc, const char *call)
 {
     if (rc == MPI_SUCCESS)
         return QC_OK;
@@ -201,7 +199,7 @@ static enum qc_status wait_all_until(MPI_Request *reqs, int n, double timeout_s,
     *late = -1;
     for (;;) {
         int done = 0;
-        QC_TRY(mpi_ok(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
+        QC_TRY(dist_mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
         if (done)
             return QC_OK;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -213,7 +211,7 @@ static enum qc_status wait_all_until(MPI_Request *reqs, int n, double timeout_s,
     }
     for (int i = 0; i < n && *late < 0; i++) {
         int flag = 0;
-        QC_TRY(mpi_ok(MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE), "MPI_Test"));
+        QC_TRY(dist_mpi_check(MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE), "MPI_Test"));
         if (!flag)
             *late = i;
     }
@@ -227,9 +225,9 @@ static enum qc_status barrier_root(MPI_Request *reqs, int *tokens, double timeou
     const int W = world.size;
     int late = -1;
     for (int q = 1; q < W; q++)
-        QC_TRY(
-            mpi_ok(MPI_Irecv(&tokens[q], 1, MPI_INT, q, BARRIER_TAG, MPI_COMM_WORLD, &reqs[q - 1]),
-                   "MPI_Irecv"));
+        QC_TRY(dist_mpi_check(
+            MPI_Irecv(&tokens[q], 1, MPI_INT, q, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[q - 1]),
+            "MPI_Irecv"));
     QC_TRY(wait_all_until(reqs, W - 1, timeout_s, &late));
     if (late >= 0)
         return qc_errorf(QC_ERR_IO,
@@ -239,9 +237,9 @@ static enum qc_status barrier_root(MPI_Request *reqs, int *tokens, double timeou
                          "dist.timeout",
                          late + 1, timeout_s, what);
     for (int q = 1; q < W; q++)
-        QC_TRY(
-            mpi_ok(MPI_Isend(&tokens[0], 1, MPI_INT, q, BARRIER_TAG, MPI_COMM_WORLD, &reqs[q - 1]),
-                   "MPI_Isend"));
+        QC_TRY(dist_mpi_check(
+            MPI_Isend(&tokens[0], 1, MPI_INT, q, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[q - 1]),
+            "MPI_Isend"));
     QC_TRY(wait_all_until(reqs, W - 1, timeout_s, &late));
     if (late >= 0)
         return qc_errorf(QC_ERR_IO,
@@ -256,10 +254,12 @@ static enum qc_status barrier_leaf(MPI_Request *reqs, int *tokens, double timeou
                                    const char *what)
 {
     int late = -1;
-    QC_TRY(mpi_ok(MPI_Isend(&tokens[1], 1, MPI_INT, 0, BARRIER_TAG, MPI_COMM_WORLD, &reqs[0]),
-                  "MPI_Isend"));
-    QC_TRY(mpi_ok(MPI_Irecv(&tokens[0], 1, MPI_INT, 0, BARRIER_TAG, MPI_COMM_WORLD, &reqs[1]),
-                  "MPI_Irecv"));
+    QC_TRY(dist_mpi_check(
+        MPI_Isend(&tokens[1], 1, MPI_INT, 0, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[0]),
+        "MPI_Isend"));
+    QC_TRY(dist_mpi_check(
+        MPI_Irecv(&tokens[0], 1, MPI_INT, 0, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[1]),
+        "MPI_Irecv"));
     QC_TRY(wait_all_until(reqs, 2, timeout_s, &late));
     if (late >= 0)
         return qc_errorf(QC_ERR_IO,
