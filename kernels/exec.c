@@ -6,10 +6,10 @@
  */
 #include "qc_exec.h"
 
-#include "qc_emu.h"
-
 #include <string.h>
 
+#include "exec_internal.h"
+#include "qc_emu.h"
 #include "qc_kernels.h"
 #include "qc_status.h"
 
@@ -34,7 +34,16 @@ const char *qc_exec_backend_str(enum qc_exec_backend b)
     }
 }
 
-static void exec_enter(const struct qc_exec *x)
+bool qc_exec_backend_built(enum qc_exec_backend b)
+{
+#ifdef QC_HAVE_CUDA
+    return b >= QC_EXEC_CPU && b < QC_EXEC_BACKEND_COUNT;
+#else
+    return b == QC_EXEC_CPU || b == QC_EXEC_EMU;
+#endif
+}
+
+void kernels_exec_enter(const struct qc_exec *x)
 {
     if (x && x->backend == QC_EXEC_EMU) {
         QC_ASSERT(x->emu, "exec: EMU backend without an arena");
@@ -42,7 +51,7 @@ static void exec_enter(const struct qc_exec *x)
     }
 }
 
-static void exec_leave(const struct qc_exec *x)
+void kernels_exec_leave(const struct qc_exec *x)
 {
     if (x && x->backend == QC_EXEC_EMU)
         qc_emu_leave(x->emu);
@@ -62,9 +71,9 @@ static void exec_no_cuda(const char *op)
                 cuda_call;                                                                         \
                 return;                                                                            \
             }                                                                                      \
-            exec_enter(x);                                                                         \
+            kernels_exec_enter(x);                                                                 \
             cpu_call;                                                                              \
-            exec_leave(x);                                                                         \
+            kernels_exec_leave(x);                                                                 \
         } while (0)
 #else
 #    define QC_EXEC_OP_SPLIT(x, cpu_call, cuda_call)                                               \
@@ -73,9 +82,9 @@ static void exec_no_cuda(const char *op)
                 exec_no_cuda(#cpu_call);                                                           \
                 return;                                                                            \
             }                                                                                      \
-            exec_enter(x);                                                                         \
+            kernels_exec_enter(x);                                                                 \
             cpu_call;                                                                              \
-            exec_leave(x);                                                                         \
+            kernels_exec_leave(x);                                                                 \
         } while (0)
 #endif
 #define QC_EXEC_OP(x, op, ...)                                                                     \
@@ -110,9 +119,9 @@ enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src,
 #endif
     if (x && x->backend == QC_EXEC_CUDA)
         exec_no_cuda("upload");
-    exec_enter(x);
+    kernels_exec_enter(x);
     memcpy(dst, src, bytes);
-    exec_leave(x);
+    kernels_exec_leave(x);
     return QC_OK;
 }
 
@@ -130,9 +139,9 @@ enum qc_status qc_op_download(const struct qc_exec *x, void *dst, const void *sr
         exec_no_cuda("download");
     if (bytes == 0)
         return QC_OK;
-    exec_enter(x);
+    kernels_exec_enter(x);
     memcpy(dst, src, bytes);
-    exec_leave(x);
+    kernels_exec_leave(x);
     return QC_OK;
 }
 

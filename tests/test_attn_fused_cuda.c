@@ -1,6 +1,6 @@
 /*
  * test_attn_fused_cuda.c — the fused edge attention on CUDA (kernels/qc_attn_fused_cuda.h)
- * against the CPU fused path (src/model/attention_fused.c, the oracle) on the same inputs.
+ * against the CPU fused path (kernels/cpu/attn_fused.c, the oracle) on the same inputs.
  *
  * Every case builds one attention edge set at QCNet's widths (D 128, H 8, Dh 16, F 64) with
  * destinations of degree 0, 1 and "many", runs the CPU layer forward through the blocks API

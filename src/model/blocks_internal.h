@@ -13,6 +13,7 @@
 #include "qc_attention.h"
 #include "qc_exec.h"
 #include "qc_fourier.h"
+#include "qc_fourier_embed.h" /* struct qc_fe */
 #include "qc_kernels.h"
 #include "qc_stash.h"
 #include "qc_status.h"
@@ -29,17 +30,11 @@ void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n);
 /* The status for a failed scratch allocation of n floats in `what` of block bm. */
 enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n);
 
-// ---- FourierEmbedding with caller scratch -------------------------------------------------
+// ---- FourierEmbedding as the kernels see it ----------------------------------------------
 
-/* Floats of scratch qc_fourier_forward (backward = false) or qc_fourier_backward needs over
- * N rows. The _ws variants take that scratch from the caller, so that callers inside an
- * OpenMP region (the fused attention tiles) never call the hook. */
-int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward);
-enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struct qc_stash *st,
-                                  const float *c, const float *cat, int64_t N, float *ws);
-enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float *dcat,
-                                   const float *dout, const struct qc_stash *st, const float *c,
-                                   int64_t N, float *ws);
+/* The composite op's descriptor (kernels/qc_fourier_embed.h) of fe: its shape, parameter
+ * offsets and bound buffers. */
+void fourier_desc(const struct qc_fourier *fe, struct qc_fe *out);
 
 // ---- attention: stash layout of one application ---------------------------------------------
 
