@@ -12,6 +12,7 @@
 
 #include "exec_internal.h"
 #include "qc_exec.h"
+#include "qc_prof.h"
 #include "qc_status.h"
 
 #ifdef QC_HAVE_CUDA
@@ -191,11 +192,10 @@ int64_t qc_attn_fused_scratch_numel(const struct qc_exec *ex, const struct qc_at
 #endif
 }
 
-void qc_op_attn_fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,
-                              const float *q, const float *k, const float *v,
-                              const struct qc_attn_fused_layer *l,
-                              const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
-                              float *scratch)
+static void fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,
+                          const float *q, const float *k, const float *v,
+                          const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
+                          const struct qc_dropout *drop, float *scratch)
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
@@ -213,12 +213,11 @@ void qc_op_attn_fused_forward(const struct qc_exec *ex, float *u, float *smax, f
     kernels_exec_leave(ex);
 }
 
-void qc_op_attn_fused_backward(const struct qc_exec *ex, float *dq, float *dk, float *dv,
-                               const float *du, const float *smax, const float *ssum,
-                               const float *q, const float *k, const float *v,
-                               const struct qc_attn_fused_layer *l,
-                               const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
-                               float *scratch)
+static void fused_backward(const struct qc_exec *ex, float *dq, float *dk, float *dv,
+                           const float *du, const float *smax, const float *ssum, const float *q,
+                           const float *k, const float *v, const struct qc_attn_fused_layer *l,
+                           const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                           float *scratch)
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
@@ -234,4 +233,47 @@ void qc_op_attn_fused_backward(const struct qc_exec *ex, float *dq, float *dk, f
     kernels_exec_enter(ex);
     qc_attn_fused_backward_cpu(dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
     kernels_exec_leave(ex);
+}
+
+/* The profiler's description of one call: edges, queries per base destination, width; FLOPs and
+ * bytes are the nested ops' (on CPU) or not defined (CUDA). */
+static struct qc_prof_op fused_prof(const char *name, const struct qc_attn_fused_edges *ed,
+                                    const struct qc_attn_fused_layer *l)
+{
+    return (struct qc_prof_op){name, "E,Q,D", {ed->n_edge, ed->n_query, l->D, 0}, 0, 0};
+}
+
+void qc_op_attn_fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,
+                              const float *q, const float *k, const float *v,
+                              const struct qc_attn_fused_layer *l,
+                              const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                              float *scratch)
+{
+    if (!qc_prof_on()) {
+        fused_forward(ex, u, smax, ssum, q, k, v, l, ed, drop, scratch);
+        return;
+    }
+    struct qc_prof_mark m;
+    kernels_prof_begin(&m, ex);
+    fused_forward(ex, u, smax, ssum, q, k, v, l, ed, drop, scratch);
+    const struct qc_prof_op po = fused_prof("attn_fused_forward", ed, l);
+    kernels_prof_end(&m, ex, &po);
+}
+
+void qc_op_attn_fused_backward(const struct qc_exec *ex, float *dq, float *dk, float *dv,
+                               const float *du, const float *smax, const float *ssum,
+                               const float *q, const float *k, const float *v,
+                               const struct qc_attn_fused_layer *l,
+                               const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                               float *scratch)
+{
+    if (!qc_prof_on()) {
+        fused_backward(ex, dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
+        return;
+    }
+    struct qc_prof_mark m;
+    kernels_prof_begin(&m, ex);
+    fused_backward(ex, dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
+    const struct qc_prof_op po = fused_prof("attn_fused_backward", ed, l);
+    kernels_prof_end(&m, ex, &po);
 }

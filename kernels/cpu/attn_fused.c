@@ -25,6 +25,7 @@
 #include "qc_exec.h"
 #include "qc_fourier_embed.h"
 #include "qc_kernels.h"
+#include "qc_prof.h"
 #include "qc_status.h"
 
 // ---- scratch layout -----------------------------------------------------------------------
@@ -284,6 +285,20 @@ static inline int64_t fused_query_row(const struct qc_attn_fused_edges *ed, int6
     return ed->query_row ? ed->query_row[b * ed->n_query + k] : b * ed->n_query + k;
 }
 
+/* The profiler's nested op for the row math of one tile (b1 − b0 base destinations, te edges,
+ * Q queries each): flops per query edge 4·D forward (scores, aggregation), 10·D backward
+ * (scores, dα, dq, dk̃, dṽ). */
+static void rows_prof_end(const struct qc_prof_mark *m, const char *name, int64_t te, int64_t nrows,
+                          int64_t Q, int64_t D, double flops_per)
+{
+    const struct qc_prof_op po = {name,
+                                  "E,Q,D",
+                                  {te, Q, D, 0},
+                                  4.0 * (2.0 * (double)te * D + 2.0 * (double)nrows * Q * D),
+                                  flops_per * (double)te * Q * D};
+    qc_prof_op_end(m, &po);
+}
+
 // ---- forward ------------------------------------------------------------------------------
 
 void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *q, const float *k,
@@ -305,12 +320,18 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
     const struct fcpu_layout y = fcpu_layout_make(l, ed, false);
     const int blas_threads = qc_kernels_cpu_blas_threads();
     qc_kernels_cpu_set_blas_threads(1);
-    /* tiles write disjoint query rows: any schedule gives the same bits */
+    const bool prof = qc_prof_on();
+    if (prof)
+        qc_prof_team_begin(y.nthreads);
+        /* tiles write disjoint query rows: any schedule gives the same bits */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(y.nthreads)
     for (int64_t ti = 0; ti < t->ntile; ti++) {
         struct ftile_ws ws = ftile_ws_at(&y, t->cap, D, false, scratch, omp_get_thread_num());
         const int64_t b0 = t->b0[ti], b1 = t->b0[ti + 1], e0 = row_ptr[b0];
         ftile_edges(&ws, k, v, l, ed, e0, row_ptr[b1] - e0);
+        struct qc_prof_mark pm;
+        if (prof)
+            qc_prof_op_begin(&pm);
         for (int64_t b = b0; b < b1; b++) {
             const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
             for (int64_t kq = 0; kq < Q; kq++) {
@@ -320,7 +341,11 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
                                   drop, (kq * E + eb) * H, ws.row);
             }
         }
+        if (prof)
+            rows_prof_end(&pm, "attn_fused_rows_forward", row_ptr[b1] - e0, b1 - b0, Q, D, 4.0);
     }
+    if (prof)
+        qc_prof_team_end();
     qc_kernels_cpu_set_blas_threads(blas_threads);
 }
 
@@ -353,6 +378,10 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
     ftile_edges(ws, k, v, l, ed, e0, te);
     memset(ws->dkt, 0, (size_t)(te * D) * sizeof *ws->dkt);
     memset(ws->dvt, 0, (size_t)(te * D) * sizeof *ws->dvt);
+    const bool prof = qc_prof_on();
+    struct qc_prof_mark pm;
+    if (prof)
+        qc_prof_op_begin(&pm);
     for (int64_t b = b0; b < b1; b++) {
         const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
         for (int64_t kq = 0; kq < Q; kq++) {
@@ -363,6 +392,8 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
                                ws->row);
         }
     }
+    if (prof)
+        rows_prof_end(&pm, "attn_fused_rows_backward", te, b1 - b0, Q, D, 10.0);
     if (l->has_pos && te > 0) {
         float *dlw = ln->dlw;
         qc_op_linear_backward(NULL, ws->drhat, D, dlw, NULL, ws->dkt, ws->rhat, D, l->w_kr, te, D,
@@ -382,6 +413,8 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
             qc_op_embedding_backward(NULL, ln->dcat, ln->dcatr, ed->cat_idx + e0, te, D, ed->ncat);
     }
     /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
+    if (prof)
+        qc_prof_op_begin(&pm);
     for (int64_t e = 0; e < te; e++) {
         float *dkj = ln->dk + ed->src[e0 + e] * D, *dvj = ln->dv + ed->src[e0 + e] * D;
         const float *a = ws->dkt + e * D, *c = ws->dvt + e * D;
@@ -389,6 +422,11 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
             dkj[x] += a[x];
             dvj[x] += c[x];
         }
+    }
+    if (prof) {
+        const struct qc_prof_op po = {
+            "attn_fused_scatter", "E,D", {te, D, 0, 0}, 4.0 * 6.0 * (double)te * D, 0};
+        qc_prof_op_end(&pm, &po);
     }
 }
 
@@ -409,8 +447,11 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
     memset(lanes0, 0, (size_t)(y.nthreads * y.lane_n) * sizeof *lanes0);
     const int blas_threads = qc_kernels_cpu_blas_threads();
     qc_kernels_cpu_set_blas_threads(1);
-    /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order, so
-     * every lane sum has a fixed order */
+    const bool prof = qc_prof_on();
+    if (prof)
+        qc_prof_team_begin(y.nthreads);
+        /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order, so
+         * every lane sum has a fixed order */
 #pragma omp parallel for schedule(static, 1) num_threads(y.nthreads)
     for (int64_t ti = 0; ti < t->ntile; ti++) {
         const int tid = omp_get_thread_num();
@@ -419,6 +460,8 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
         ftile_backward(&ws, &ln, dq, du, smax, ssum, q, k, v, l, ed, drop, t->b0[ti],
                        t->b0[ti + 1]);
     }
+    if (prof)
+        qc_prof_team_end();
     qc_kernels_cpu_set_blas_threads(blas_threads);
     lanes_reduce(dk, &y, lanes0, 0, ed->n_src * D);
     lanes_reduce(dv, &y, lanes0, y.dk_n, ed->n_src * D);

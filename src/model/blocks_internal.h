@@ -15,6 +15,7 @@
 #include "qc_fourier.h"
 #include "qc_fourier_embed.h" /* struct qc_fe */
 #include "qc_kernels.h"
+#include "qc_prof.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
@@ -29,6 +30,17 @@ float *blk_fcalloc(const struct qc_block_mem *bm, int64_t n, const char *tensor)
 void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n);
 /* The status for a failed scratch allocation of n floats in `what` of block bm. */
 enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n);
+
+// ---- profiler ------------------------------------------------------------------------------
+
+/* The profiler's block span (qc_prof.h) of one block call: name = bm's name + suffix; the ops
+ * inside carry it and the pass. Call only when qc_prof_on(). */
+void blk_prof_begin(struct qc_prof_mark *m, const struct qc_block_mem *bm, const char *suffix,
+                    enum qc_prof_pass pass);
+static inline void blk_prof_end(const struct qc_prof_mark *m)
+{
+    qc_prof_span_end(m, QC_PROF_CAT_BLOCK, NULL, 0);
+}
 
 // ---- FourierEmbedding as the kernels see it ----------------------------------------------
 

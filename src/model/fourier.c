@@ -45,6 +45,14 @@ enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_
                      bm && bm->name[0] ? bm->name : "block", what, (long long)n);
 }
 
+void blk_prof_begin(struct qc_prof_mark *m, const struct qc_block_mem *bm, const char *suffix,
+                    enum qc_prof_pass pass)
+{
+    char name[QC_BLOCK_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s%s", bm && bm->name[0] ? bm->name : "block", suffix);
+    qc_prof_span_begin(m, QC_PROF_CAT_BLOCK, name, pass);
+}
+
 // ---- parameters -------------------------------------------------------------------------
 
 void qc_fourier_init(struct qc_fourier *fe, int64_t d, int64_t F, int64_t D)
@@ -181,8 +189,8 @@ static struct qc_fe_saved fe_saved(const struct qc_fourier *fe, const struct qc_
     return sv;
 }
 
-enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
-                                  const float *c, const float *cat, int64_t N)
+static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                      const float *c, const float *cat, int64_t N)
 {
     struct qc_fe desc;
     fourier_desc(fe, &desc);
@@ -197,9 +205,9 @@ enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struc
     return QC_OK;
 }
 
-enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
-                                   const float *dout, const struct qc_stash *st, const float *c,
-                                   int64_t N)
+static enum qc_status fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
+                                       const float *dout, const struct qc_stash *st, const float *c,
+                                       int64_t N)
 {
     struct qc_fe desc;
     fourier_desc(fe, &desc);
@@ -212,4 +220,29 @@ enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float
     qc_op_fe_backward(qc_block_exec(&fe->mem), &desc, dc, dcat, dout, &sv, c, N, ws);
     blk_ffree(&fe->mem, ws, n);
     return QC_OK;
+}
+
+enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                  const float *c, const float *cat, int64_t N)
+{
+    if (!qc_prof_on())
+        return fourier_forward(fe, out, st, c, cat, N);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &fe->mem, "", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = fourier_forward(fe, out, st, c, cat, N);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
+                                   const float *dout, const struct qc_stash *st, const float *c,
+                                   int64_t N)
+{
+    if (!qc_prof_on())
+        return fourier_backward(fe, dc, dcat, dout, st, c, N);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &fe->mem, "", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = fourier_backward(fe, dc, dcat, dout, st, c, N);
+    blk_prof_end(&m);
+    return s;
 }
