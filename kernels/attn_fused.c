@@ -177,6 +177,11 @@ bool qc_attn_fused_wants_by_src(const struct qc_exec *ex)
     return qc_exec_backend_of(ex) == QC_EXEC_CUDA;
 }
 
+bool qc_attn_fused_takes_r(const struct qc_exec *ex)
+{
+    return qc_exec_backend_of(ex) != QC_EXEC_CUDA;
+}
+
 int64_t qc_attn_fused_scratch_numel(const struct qc_exec *ex, const struct qc_attn_fused_layer *l,
                                     const struct qc_attn_fused_edges *ed, bool backward)
 {
@@ -199,6 +204,7 @@ static void fused_forward(const struct qc_exec *ex, float *u, float *smax, float
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
+        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
         struct fused_cuda c;
         fused_cuda_make(&c, l, ed, false);
         qc_attn_fused_forward_cuda(u, smax, ssum, q, k, v, &c.l, &c.ed, drop,
@@ -221,6 +227,7 @@ static void fused_backward(const struct qc_exec *ex, float *dq, float *dk, float
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
+        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
         struct fused_cuda c;
         fused_cuda_make(&c, l, ed, true);
         qc_attn_fused_backward_cuda(dq, dk, dv, du, smax, ssum, q, k, v, &c.l, &c.ed, drop,

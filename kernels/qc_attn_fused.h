@@ -20,6 +20,13 @@
  * base destination (the decoder's modes). Backward recomputes the tile (same ops, same shapes:
  * the same bits), then runs the row backward and the tile's edge backward.
  *
+ * Shared r (CPU, EMU): the caller may compute r = FE(feat [+ cat]) once per edge set
+ * (qc_op_fe_forward_tiled, no FE stash kept) and pass it to every layer on the set; the tiles
+ * then start from r̂ = LN_r(r) and the backward accumulates dr, from which the caller runs the
+ * FE backward once (qc_op_fe_backward_tiled). The FE then costs one forward, one recompute and
+ * one backward per edge set instead of two forwards and one backward per layer application;
+ * r costs E·D floats, kept from forward to backward.
+ *
  * Backends:
  * - CPU (and EMU, with the emulated device open for the whole call): qc_attn_fused_*_cpu,
  *   kernels/cpu/attn_fused.c. Tiles are spread over OpenMP threads, one parallel region per
@@ -102,7 +109,13 @@ struct qc_attn_fused_edges {
     const int64_t *query_row; /* (n_bdst·Q) x_dst row of query (b,k), distinct; NULL = b·Q+k */
     struct qc_csr by_src;     /* backward where qc_attn_fused_wants_by_src: the base edges
                                  grouped by source (qc_csr_build_cpu order); else unused */
-    const struct qc_fe *fe;   /* host struct (backend buffers); NULL iff the layer has no pos */
+    const float *r;           /* (E,D) the edge embeddings FE(feat [+ cat]), computed once by the
+                                 caller for every layer on the set (qc_attn_fused_takes_r), or
+                                 NULL: each tile computes them from fe, feat and cat */
+    float *dr;                /* (E,D) ACCUM, backward with r: dL/dr of this layer's tiles (the
+                                 FE and categorical gradients are then the caller's) */
+    const struct qc_fe *fe;   /* host struct (backend buffers); NULL iff the layer has no pos;
+                                 unused when r is given */
     const float *feat;        /* (E,d) raw relative features (d > 0) */
     const float *cat_table;   /* (ncat,D) categorical table added before FE's output LN, or NULL */
     const int64_t *cat_idx;   /* (E) categories in [0,ncat) */
@@ -118,6 +131,9 @@ int64_t qc_attn_fused_scratch_numel(const struct qc_exec *ex, const struct qc_at
                                     const struct qc_attn_fused_edges *ed, bool backward);
 /* True when the backward on ex reads ed->by_src (CUDA). */
 bool qc_attn_fused_wants_by_src(const struct qc_exec *ex);
+/* True when the op on ex takes the edge embeddings r precomputed (CPU, EMU); the CUDA launchers
+ * compute them per tile. */
+bool qc_attn_fused_takes_r(const struct qc_exec *ex);
 
 /* u (n_dst,D) OVERWRITE: the aggregation (0 on rows no query names or with no edge).
  * smax, ssum (n_dst,H) OVERWRITE: M and S per query row and head (0 and 1e-16 on empty rows).

@@ -67,6 +67,42 @@ void qc_op_fe_backward(const struct qc_exec *ex, const struct qc_fe *fe, float *
                        const float *dout, const struct qc_fe_saved *sv, const float *c, int64_t N,
                        float *ws);
 
+// ---- over row tiles, keeping nothing (the fused attention's edge embeddings) ----------------
+
+/* The rows of a tiled FE: continuous inputs and the categorical embedding added to each row
+ * (cat_table[cat_idx[n]], or none). */
+struct qc_fe_rows {
+    int64_t N;              /* rows */
+    int64_t tile;           /* rows per tile (>= 1) */
+    const float *c;         /* (N,d) continuous inputs; NULL when d = 0 */
+    const float *cat_table; /* (ncat,D) or NULL */
+    const int64_t *cat_idx; /* (N) categories in [0,ncat) */
+    int64_t ncat;
+    float *dcat_table; /* (ncat,D) ACCUM (backward), may be NULL */
+};
+
+/* Floats of scratch a tiled forward or backward on ex needs. */
+int64_t qc_fe_tiled_scratch_numel(const struct qc_exec *ex, const struct qc_fe *fe,
+                                  const struct qc_fe_rows *rows, bool backward);
+/* out (N,D) OVERWRITE = FE(c [+ cat]) tile by tile; no FE tensor outlives its tile. The same
+ * bits as one qc_op_fe_forward per tile of rows. */
+void qc_op_fe_forward_tiled(const struct qc_exec *ex, const struct qc_fe *fe, float *out,
+                            const struct qc_fe_rows *rows, float *scratch);
+/* fe->dw and rows->dcat_table ACCUM from dout (N,D): each tile's forward is recomputed (same
+ * bits as the forward), then its backward runs. CPU (and EMU): tiles over OpenMP threads, the
+ * gradients in per-thread lanes summed in lane order (deterministic for a thread count). CUDA:
+ * the tiles one after another on the stream. */
+void qc_op_fe_backward_tiled(const struct qc_exec *ex, const struct qc_fe *fe, const float *dout,
+                             const struct qc_fe_rows *rows, float *scratch);
+
+/* The CPU backend of the two (kernels/cpu/fe_tiled.c). */
+int64_t qc_fe_tiled_scratch_numel_cpu(const struct qc_fe *fe, const struct qc_fe_rows *rows,
+                                      bool backward);
+void qc_fe_forward_tiled_cpu(const struct qc_fe *fe, float *out, const struct qc_fe_rows *rows,
+                             float *scratch);
+void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
+                              const struct qc_fe_rows *rows, float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 
 #include <omp.h>
 
+#include "cpu_internal.h"
 #include "qc_exec.h"
 #include "qc_fourier_embed.h"
 #include "qc_kernels.h"
@@ -29,11 +30,6 @@
 #include "qc_status.h"
 
 // ---- scratch layout -----------------------------------------------------------------------
-
-static int64_t round16(int64_t n)
-{
-    return (n + 15) & ~(int64_t)15;
-}
 
 struct fcpu_layout {
     int nthreads;
@@ -61,23 +57,24 @@ static struct fcpu_layout fcpu_layout_make(const struct qc_attn_fused_layer *l,
     struct fcpu_layout y;
     memset(&y, 0, sizeof y);
     y.nthreads = qc_attn_fused_cpu_threads(t);
-    y.fe_tile = l->has_pos && ed->fe && cap > 0;
+    y.fe_tile = l->has_pos && ed->fe && !ed->r && cap > 0;
     if (y.fe_tile) {
-        y.fe_saved_n = round16(qc_fe_saved_numel(ed->fe, cap));
+        y.fe_saved_n = cpu_round16(qc_fe_saved_numel(ed->fe, cap));
         const int64_t nf = qc_fe_scratch_numel(ed->fe, cap, false);
         const int64_t nb = backward ? qc_fe_scratch_numel(ed->fe, cap, true) : 0;
-        y.fe_ws_n = round16(nf > nb ? nf : nb);
+        y.fe_ws_n = cpu_round16(nf > nb ? nf : nb);
     }
-    y.mem_n = round16((backward ? 8 : 5) * cap * D + 2 * cap);
-    y.row_n = round16(3 * t->max_deg * H + 1);
+    y.mem_n = cpu_round16((backward ? 8 : 5) * cap * D + 2 * cap);
+    /* 3 per (edge, head) of the largest row, and its dropout keep flags (bytes) */
+    y.row_n = cpu_round16(3 * t->max_deg * H + (t->max_deg * H + 3) / 4 + 1);
     y.ws_n = y.fe_saved_n + y.fe_ws_n + y.mem_n + y.row_n;
     if (backward) {
-        y.dk_n = round16(ed->n_src * D);
-        y.dlw_n = l->has_pos ? round16(2 * D * D + 3 * D) : 0;
-        y.dfe_n = l->has_pos && ed->fe ? round16(qc_fe_params_numel(ed->fe)) : 0;
-        const bool lane_cat = ed->cat_table && ed->dcat_table;
-        y.dcat_n = lane_cat ? round16(ed->ncat * D) : 0;
-        y.dcatr_n = lane_cat ? round16(cap * D) : 0;
+        y.dk_n = cpu_round16(ed->n_src * D);
+        y.dlw_n = l->has_pos ? cpu_round16(2 * D * D + 3 * D) : 0;
+        y.dfe_n = y.fe_tile ? cpu_round16(qc_fe_params_numel(ed->fe)) : 0;
+        const bool lane_cat = y.fe_tile && ed->cat_table && ed->dcat_table;
+        y.dcat_n = lane_cat ? cpu_round16(ed->ncat * D) : 0;
+        y.dcatr_n = lane_cat ? cpu_round16(cap * D) : 0;
         y.lane_n = 2 * y.dk_n + y.dlw_n + y.dfe_n + y.dcat_n + y.dcatr_n;
     }
     y.total = (int64_t)y.nthreads * (y.ws_n + y.lane_n);
@@ -96,6 +93,7 @@ struct ftile_ws {
     float *fe_mem;                         /* fe_saved_n floats */
     float *fe_ws;                          /* FE forward / backward scratch */
     float *cat, *r, *rhat, *rmean, *rrstd; /* (cap,D), (cap,D), (cap,D), (cap), (cap) */
+    const float *rin;                      /* the tile's r: rows of ed->r, or r */
     float *kt, *vt, *dkt, *dvt, *drhat;    /* (cap,D) each; d* only for backward */
     float *row;                            /* row scratch: 3·max_deg·H */
 };
@@ -162,25 +160,39 @@ static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
     qc_op_gather_rows_forward(NULL, t->vt, v, ed->src + e0, te, D, false);
     if (!l->has_pos || te == 0)
         return;
-    const struct qc_fe *fe = ed->fe;
-    if (ed->cat_table)
-        qc_op_embedding_forward(NULL, t->cat, ed->cat_idx + e0, ed->cat_table, te, D, ed->ncat);
-    qc_fe_saved_pack(fe, te, t->fe_mem, &t->fe);
-    qc_op_fe_forward(NULL, fe, t->r, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
-                     ed->cat_table ? t->cat : NULL, te, t->fe_ws);
-    qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->r, l->ln_r_w, l->ln_r_b, te, D);
+    if (ed->r) {
+        t->rin = ed->r + e0 * D;
+    } else {
+        const struct qc_fe *fe = ed->fe;
+        if (ed->cat_table)
+            qc_op_embedding_forward(NULL, t->cat, ed->cat_idx + e0, ed->cat_table, te, D, ed->ncat);
+        qc_fe_saved_pack(fe, te, t->fe_mem, &t->fe);
+        qc_op_fe_forward(NULL, fe, t->r, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
+                         ed->cat_table ? t->cat : NULL, te, t->fe_ws);
+        t->rin = t->r;
+    }
+    qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->rin, l->ln_r_w, l->ln_r_b, te, D);
     qc_op_linear_forward(NULL, t->kt, t->rhat, D, l->w_kr, NULL, te, D, D, true);
     qc_op_linear_forward(NULL, t->vt, t->rhat, D, l->w_vr, l->b_vr, te, D, D, true);
 }
 
 // ---- one query row ------------------------------------------------------------------------
 
-/* α' from α: identity when dropout is off, else keep ? α·(1/(1−p)) : 0 (qc_philox.h). */
-static inline float fused_drop(float a, const struct qc_dropout *d, int64_t index, float dscale)
+/* α' from α: identity when dropout is off, else keep ? α·(1/(1−p)) : 0 (qc_philox.h); keep is
+ * the flag of the element (cpu_dropout_keep_range). */
+static inline float fused_drop(float a, const struct qc_dropout *d, uint8_t keep, float dscale)
 {
     if (d->p == 0.0f)
         return a;
-    return qc_dropout_keep(d->seed, d->step, d->block, index, d->p) ? a * dscale : 0.0f;
+    return keep ? a * dscale : 0.0f;
+}
+
+/* The keep flags of a row's n·H (edge, head) elements, from flat index ibase (none without
+ * dropout). */
+static void fused_row_keep(uint8_t *keep, const struct qc_dropout *d, int64_t ibase, int64_t nh)
+{
+    if (d->p != 0.0f)
+        cpu_dropout_keep_range(keep, d, d->index_base + ibase, nh);
 }
 
 /* Scores of n edges for one query: s[e*H+h] = (Σ_c q[h,c]·k̃[e,h,c]) · scale. */
@@ -213,6 +225,8 @@ static void fused_row_forward(float *u, float *M, float *S, const float *q, cons
         }
         return;
     }
+    uint8_t *keep = (uint8_t *)(s + 3 * n * H);
+    fused_row_keep(keep, drop, ibase, n * H);
     fused_scores(s, q, kt, n, H, Dh, scale);
     for (int64_t h = 0; h < H; h++) {
         float m = s[h];
@@ -228,7 +242,7 @@ static void fused_row_forward(float *u, float *M, float *S, const float *q, cons
     }
     for (int64_t e = 0; e < n; e++)
         for (int64_t h = 0; h < H; h++) {
-            float a = fused_drop(s[e * H + h] / S[h], drop, ibase + e * H + h, dscale);
+            float a = fused_drop(s[e * H + h] / S[h], drop, keep[e * H + h], dscale);
             for (int64_t c = 0; c < Dh; c++)
                 u[h * Dh + c] += a * vt[e * D + h * Dh + c];
         }
@@ -246,16 +260,18 @@ static void fused_row_backward(float *dq, float *dkt, float *dvt, const float *d
     if (n == 0)
         return;
     float *alpha = sc, *adrop = sc + n * H, *dalpha = sc + 2 * n * H;
+    uint8_t *keep = (uint8_t *)(sc + 3 * n * H);
+    fused_row_keep(keep, drop, ibase, n * H);
     fused_scores(alpha, q, kt, n, H, Dh, scale);
     for (int64_t e = 0; e < n; e++)
         for (int64_t h = 0; h < H; h++) {
             int64_t j = e * H + h;
             alpha[j] = expf(alpha[j] - M[h]) / S[h]; /* the forward's α, bit for bit */
-            adrop[j] = fused_drop(alpha[j], drop, ibase + j, dscale);
+            adrop[j] = fused_drop(alpha[j], drop, keep[j], dscale);
             float acc = 0.0f;
             for (int64_t c = 0; c < Dh; c++)
                 acc += du[h * Dh + c] * vt[e * D + h * Dh + c];
-            dalpha[j] = fused_drop(acc, drop, ibase + j, dscale); /* d wrt the pre-dropout α */
+            dalpha[j] = fused_drop(acc, drop, keep[j], dscale); /* d wrt the pre-dropout α */
         }
     for (int64_t h = 0; h < H; h++) {
         float dot = 0.0f;
@@ -351,18 +367,11 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
 
 // ---- backward -----------------------------------------------------------------------------
 
-/* dst[0..n) += Σ_lanes lane_t[offset .. offset+n), lanes in ascending order (deterministic).
- * The lanes are piece `piece` of every lane (floats from the lane's start). */
+/* dst[0..n) += piece `piece` of every lane, in lane order (cpu_internal.h). */
 static void lanes_reduce(float *dst, const struct fcpu_layout *y, const float *lanes0,
                          int64_t piece, int64_t n)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n; j++) {
-        float acc = dst[j];
-        for (int i = 0; i < y->nthreads; i++)
-            acc += lanes0[(int64_t)i * y->lane_n + piece + j];
-        dst[j] = acc;
-    }
+    cpu_lanes_reduce(dst, lanes0, y->nthreads, y->lane_n, piece, n);
 }
 
 /* One tile's backward on thread lane ln: recompute, the rows, the edge backward into the lane. */
@@ -400,17 +409,25 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
                               D, false);
         qc_op_linear_backward(NULL, ws->drhat, D, dlw + D * D, dlw + 2 * D * D, ws->dvt, ws->rhat,
                               D, l->w_vr, te, D, D, true);
-        /* dr goes into r̂'s buffer: r̂ is dead after the two linears above, and r is still read
-         * by LN_r's backward */
-        float *dr = ws->rhat;
-        qc_op_layernorm_backward(NULL, dr, dlw + 2 * D * D + D, dlw + 2 * D * D + 2 * D, ws->drhat,
-                                 ws->r, ws->rmean, ws->rrstd, l->ln_r_w, te, D, false);
-        struct qc_fe fe = *ed->fe; /* this lane's gradient buffer */
-        fe.dw = ln->dfe;
-        qc_op_fe_backward(NULL, &fe, NULL, ln->dcatr, dr, &ws->fe,
-                          fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te, ws->fe_ws);
-        if (ln->dcatr)
-            qc_op_embedding_backward(NULL, ln->dcat, ln->dcatr, ed->cat_idx + e0, te, D, ed->ncat);
+        if (ed->r) { /* dr accumulates into the caller's buffer: the tile's rows are its own */
+            qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
+                                     dlw + 2 * D * D + 2 * D, ws->drhat, ws->rin, ws->rmean,
+                                     ws->rrstd, l->ln_r_w, te, D, true);
+        } else {
+            /* dr goes into r̂'s buffer: r̂ is dead after the two linears above, and r is still
+             * read by LN_r's backward */
+            float *dr = ws->rhat;
+            qc_op_layernorm_backward(NULL, dr, dlw + 2 * D * D + D, dlw + 2 * D * D + 2 * D,
+                                     ws->drhat, ws->rin, ws->rmean, ws->rrstd, l->ln_r_w, te, D,
+                                     false);
+            struct qc_fe fe = *ed->fe; /* this lane's gradient buffer */
+            fe.dw = ln->dfe;
+            qc_op_fe_backward(NULL, &fe, NULL, ln->dcatr, dr, &ws->fe,
+                              fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te, ws->fe_ws);
+            if (ln->dcatr)
+                qc_op_embedding_backward(NULL, ln->dcat, ln->dcatr, ed->cat_idx + e0, te, D,
+                                         ed->ncat);
+        }
     }
     /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
     if (prof)
@@ -472,7 +489,7 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
         lanes_reduce(l->db_vr, &y, lanes0, o + 2 * D * D, D);
         lanes_reduce(l->dln_r_w, &y, lanes0, o + 2 * D * D + D, D);
         lanes_reduce(l->dln_r_b, &y, lanes0, o + 2 * D * D + 2 * D, D);
-        if (ed->fe)
+        if (y.dfe_n)
             lanes_reduce(ed->fe->dw, &y, lanes0, o + y.dlw_n, qc_fe_params_numel(ed->fe));
     }
     if (y.dcat_n)

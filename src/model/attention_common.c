@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "blocks_internal.h"
+#include "qc_attn_fused.h" /* qc_attn_fused_takes_r */
 #include "qc_exec.h"
 #include "qc_kernels.h"
 
@@ -294,10 +295,12 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
         qc_attn_edges_deinit(ed); /* gives back what was built */
         return st;
     }
-    if (impl == QC_ATTN_UNFUSED && fe) {
+    if (impl == QC_ATTN_UNFUSED && fe)
         qc_fourier_stash_plan(fe, E, &ed->fe_stash);
+    /* r = FE(feat [+ cat]): UNFUSED with the FE's stash; FUSED alone, shared by the layers where
+     * the backend's op takes it (attention_fused.c) */
+    if (fe && (impl == QC_ATTN_UNFUSED || qc_attn_fused_takes_r(ex)))
         qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
-    }
     return QC_OK;
 }
 
@@ -319,8 +322,10 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
 
 static enum qc_status edges_forward(struct qc_attn_edges *ed)
 {
-    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return QC_OK;
+    if (ed->impl == QC_ATTN_FUSED)
+        return attn_fused_edges_forward(ed);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *cat = NULL;
@@ -338,10 +343,12 @@ static enum qc_status edges_forward(struct qc_attn_edges *ed)
 
 static enum qc_status edges_backward(struct qc_attn_edges *ed)
 {
-    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return QC_OK;
     if (!ed->dr) /* no layer produced a gradient */
         return QC_OK;
+    if (ed->impl == QC_ATTN_FUSED)
+        return attn_fused_edges_backward(ed);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *dcat = NULL;
@@ -702,7 +709,7 @@ static enum qc_status attn_backward(struct qc_attn_kv *kv, float *dx_dst, const 
 
 enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
 {
-    if (!qc_prof_on() || ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!qc_prof_on() || !ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return edges_forward(ed);
     struct qc_prof_mark m;
     blk_prof_begin(&m, &ed->mem, "", QC_PROF_PASS_FORWARD);
@@ -713,7 +720,7 @@ enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
 
 enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
 {
-    if (!qc_prof_on() || ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!qc_prof_on() || !ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return edges_backward(ed);
     struct qc_prof_mark m;
     blk_prof_begin(&m, &ed->mem, "", QC_PROF_PASS_BACKWARD);

@@ -136,6 +136,12 @@ static enum qc_status fused_call_make(struct fused_call *c, const struct qc_attn
                                          .dcat_table = ed->dcat_table};
     if (backward && qc_attn_fused_wants_by_src(ex)) /* built once per edge context */
         QC_TRY(attn_edges_by_src(ed, &c->ed.by_src));
+    if (pos && attn_edges_shares_r(ed)) { /* r from the edge context, dr into it */
+        c->ed.r = qc_stash_f32(&ed->stash, 0);
+        if (backward && !ed->dr && !(ed->dr = blk_fcalloc(&ed->mem, g->n_edge * l->D, "edges.dr")))
+            return blk_nomem(&ed->mem, "edges.dr", g->n_edge * l->D);
+        c->ed.dr = backward ? ed->dr : NULL;
+    }
     const bool cuda = qc_exec_backend_of(ex) == QC_EXEC_CUDA;
     const int64_t tile =
         cuda ? (l->tile_edges_cuda > 0 ? l->tile_edges_cuda : QC_ATTN_FUSED_TILE_EDGES_CUDA)
@@ -182,5 +188,51 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
                               qc_stash_f32(st, ix->q), qc_stash_f32(&kv->stash, KV_K),
                               qc_stash_f32(&kv->stash, KV_V), &c.l, &c.ed, &drop, c.scratch);
     fused_call_free(&c, l);
+    return QC_OK;
+}
+
+// ---- the shared edge embeddings r (attn_edges_shares_r) ---------------------------------------
+
+/* The tiled FE's rows over the edge set. */
+static struct qc_fe_rows edges_rows(const struct qc_attn_edges *ed)
+{
+    return (struct qc_fe_rows){.N = ed->g->n_edge,
+                               .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
+                               .c = ed->fe->d > 0 ? ed->feat : NULL,
+                               .cat_table = ed->cat_table,
+                               .cat_idx = ed->cat_idx,
+                               .ncat = ed->ncat,
+                               .dcat_table = ed->dcat_table};
+}
+
+enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed)
+{
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
+    struct qc_fe fe;
+    fourier_desc(ed->fe, &fe);
+    const struct qc_fe_rows rows = edges_rows(ed);
+    const int64_t n = qc_fe_tiled_scratch_numel(ex, &fe, &rows, false);
+    float *ws = blk_falloc(&ed->mem, n, "edges_forward.fe_tiles");
+    if (n > 0 && !ws)
+        return blk_nomem(&ed->mem, "edges_forward.fe_tiles", n);
+    qc_op_fe_forward_tiled(ex, &fe, qc_stash_f32(&ed->stash, 0), &rows, ws);
+    blk_ffree(&ed->mem, ws, n);
+    return QC_OK;
+}
+
+enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed)
+{
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
+    struct qc_fe fe;
+    fourier_desc(ed->fe, &fe);
+    const struct qc_fe_rows rows = edges_rows(ed);
+    const int64_t n = qc_fe_tiled_scratch_numel(ex, &fe, &rows, true);
+    float *ws = blk_falloc(&ed->mem, n, "edges_backward.fe_tiles");
+    if (n > 0 && !ws)
+        return blk_nomem(&ed->mem, "edges_backward.fe_tiles", n);
+    qc_op_fe_backward_tiled(ex, &fe, ed->dr, &rows, ws);
+    blk_ffree(&ed->mem, ws, n);
+    blk_ffree(&ed->mem, ed->dr, ed->g->n_edge * ed->fe->D);
+    ed->dr = NULL;
     return QC_OK;
 }

@@ -148,6 +148,13 @@ struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
  * edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA (upload). */
 enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr);
 
+/* FUSED: the edge context computes r = FE(feat [+ cat]) once and its layers share it (the
+ * backend's op takes r: qc_attn_fused_takes_r); else each tile computes its own. */
+static inline bool attn_edges_shares_r(const struct qc_attn_edges *ed)
+{
+    return ed->impl == QC_ATTN_FUSED && ed->stash.n > 0;
+}
+
 /* The attention dropout of the application (p = 0 when not training). */
 static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_t site_offset)
 {
@@ -176,6 +183,11 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
 enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                         const struct qc_stash *st, const struct attn_app_idx *ix,
                                         const struct qc_attn_ctx *ctx);
+
+/* FUSED with shared r: r = FE(feat [+ cat]) tile by tile into the edge stash; the FE backward
+ * from the layers' accumulated dr (fe->dw, dcat_table ACCUM), then dr freed. */
+enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed);
+enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed);
 
 /* kv context halves, run after (forward) / before (backward) the shared LN_src:
  * forward reads x̂_s from the kv stash; backward writes dxhat_s (n_src,D) OVERWRITE. */
