@@ -104,7 +104,8 @@ void qc_op_fe_forward(const struct qc_exec *ex, const struct qc_fe *fe, float *o
     qc_op_layernorm_forward(ex, sv->o, sv->s_mean, sv->s_rstd, s, w + fe->o_out_lnw,
                             w + fe->o_out_lnb, N, D);
     qc_op_relu_forward(ex, sv->o, sv->o, N * D);
-    qc_op_linear_forward(ex, out, sv->o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
+    if (out) /* NULL: a recompute for the backward, which reads sv alone */
+        qc_op_linear_forward(ex, out, sv->o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
 }
 
 void qc_op_fe_backward(const struct qc_exec *ex, const struct qc_fe *fe, float *dc, float *dcat,
@@ -151,8 +152,8 @@ void qc_op_fe_backward(const struct qc_exec *ex, const struct qc_fe *fe, float *
  * another on the stream with the ops above (the sequential loop below is valid on any backend:
  * one tile's buffers, the gradients accumulated tile by tile). */
 
-/* Sequential layout: the FE tensors of one tile, its scratch, its categorical rows, the
- * recomputed output and the categorical gradient rows. */
+/* Sequential layout: the FE tensors of one tile, its scratch, its categorical rows and the
+ * categorical gradient rows. */
 struct fet_seq {
     int64_t cap, saved_n, ws_n, total;
 };
@@ -167,7 +168,7 @@ static struct fet_seq fet_seq_make(const struct qc_fe *fe, const struct qc_fe_ro
     const int64_t nf = qc_fe_scratch_numel(fe, q.cap, false);
     const int64_t nb = backward ? qc_fe_scratch_numel(fe, q.cap, true) : 0;
     q.ws_n = nf > nb ? nf : nb;
-    q.total = q.saved_n + q.ws_n + (backward ? 3 : 1) * q.cap * fe->D;
+    q.total = q.saved_n + q.ws_n + (backward ? 2 : 1) * q.cap * fe->D;
     return q;
 }
 
@@ -220,12 +221,12 @@ static void fet_backward(const struct qc_exec *ex, const struct qc_fe *fe, const
     }
     const struct fet_seq q = fet_seq_make(fe, rows, true);
     const int64_t D = fe->D;
-    float *o = scratch + q.saved_n + q.ws_n + q.cap * D, *dcat = o + q.cap * D;
+    float *dcat = scratch + q.saved_n + q.ws_n + q.cap * D;
     const bool want_dcat = rows->cat_table && rows->dcat_table;
     for (int64_t r0 = 0; r0 < rows->N; r0 += q.cap) {
         const int64_t n = rows->N - r0 < q.cap ? rows->N - r0 : q.cap;
         struct qc_fe_saved sv;
-        fet_seq_tile(ex, fe, o, rows, &q, scratch, r0, n, &sv);
+        fet_seq_tile(ex, fe, NULL, rows, &q, scratch, r0, n, &sv);
         qc_op_fe_backward(ex, fe, NULL, want_dcat ? dcat : NULL, dout + r0 * D, &sv,
                           fe->d > 0 ? rows->c + r0 * fe->d : NULL, n, scratch + q.saved_n);
         if (want_dcat)

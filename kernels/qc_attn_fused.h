@@ -20,12 +20,13 @@
  * base destination (the decoder's modes). Backward recomputes the tile (same ops, same shapes:
  * the same bits), then runs the row backward and the tile's edge backward.
  *
- * Shared r (CPU, EMU): the caller may compute r = FE(feat [+ cat]) once per edge set
- * (qc_op_fe_forward_tiled, no FE stash kept) and pass it to every layer on the set; the tiles
- * then start from r̂ = LN_r(r) and the backward accumulates dr, from which the caller runs the
+ * Shared r (CPU, EMU): the caller computes r = FE(feat [+ cat]) once per edge set
+ * (qc_op_fe_forward_tiled, no FE tensor kept) and passes it to every layer on the set; the
+ * tiles start from r̂ = LN_r(r) and the backward accumulates dr, from which the caller runs the
  * FE backward once (qc_op_fe_backward_tiled). The FE then costs one forward, one recompute and
  * one backward per edge set instead of two forwards and one backward per layer application;
- * r costs E·D floats, kept from forward to backward.
+ * r costs E·D floats, kept from forward to backward. The CUDA launchers still compute the FE in
+ * every tile (qc_attn_fused_takes_r is false there).
  *
  * Backends:
  * - CPU (and EMU, with the emulated device open for the whole call): qc_attn_fused_*_cpu,
@@ -38,9 +39,9 @@
  *   as their oracle), translated from the descriptors below by kernels/attn_fused.c.
  *
  * Scratch: the op never allocates; the caller passes qc_attn_fused_scratch_numel floats of the
- * backend's memory. CPU: per thread one tile's buffers (its FE tensors, r, r̂, k̃, ṽ and, in
- * backward, their gradients) plus, in backward, one gradient lane (2·n_src·D + the parameter
- * slices); about threads × (cap × (F(d) + 8·D·4) bytes + lane). CUDA: O(cap × D).
+ * backend's memory. CPU: per thread one tile's buffers (r̂, k̃, ṽ and, in backward, their
+ * gradients) plus, in backward, one gradient lane (2·n_src·D + the parameter slices); about
+ * threads × (cap × 6·D·4 bytes + lane). CUDA: O(cap × D).
  */
 #ifndef QC_KERNELS_QC_ATTN_FUSED_H
 #define QC_KERNELS_QC_ATTN_FUSED_H
@@ -110,12 +111,13 @@ struct qc_attn_fused_edges {
     struct qc_csr by_src;     /* backward where qc_attn_fused_wants_by_src: the base edges
                                  grouped by source (qc_csr_build_cpu order); else unused */
     const float *r;           /* (E,D) the edge embeddings FE(feat [+ cat]), computed once by the
-                                 caller for every layer on the set (qc_attn_fused_takes_r), or
-                                 NULL: each tile computes them from fe, feat and cat */
+                                 caller for every layer on the set: required on CPU and EMU for
+                                 a positional layer (qc_attn_fused_takes_r); NULL on CUDA, whose
+                                 tiles compute them from fe, feat and cat */
     float *dr;                /* (E,D) ACCUM, backward with r: dL/dr of this layer's tiles (the
                                  FE and categorical gradients are then the caller's) */
     const struct qc_fe *fe;   /* host struct (backend buffers); NULL iff the layer has no pos;
-                                 unused when r is given */
+                                 read on CUDA only */
     const float *feat;        /* (E,d) raw relative features (d > 0) */
     const float *cat_table;   /* (ncat,D) categorical table added before FE's output LN, or NULL */
     const int64_t *cat_idx;   /* (E) categories in [0,ncat) */

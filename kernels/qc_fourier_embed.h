@@ -55,7 +55,8 @@ void qc_fe_saved_pack(const struct qc_fe *fe, int64_t N, float *mem, struct qc_f
 /* Floats of scratch forward (backward = false) or backward needs over N rows. */
 int64_t qc_fe_scratch_numel(const struct qc_fe *fe, int64_t N, bool backward);
 
-/* out (N,D) OVERWRITE; sv filled. c (N,d) (NULL when d = 0); cat (N,D) the summed categorical
+/* out (N,D) OVERWRITE, or NULL to skip the output Linear (a recompute for the backward, which
+ * reads sv alone); sv filled. c (N,d) (NULL when d = 0); cat (N,D) the summed categorical
  * embeddings or NULL (required when d = 0). ws: qc_fe_scratch_numel(fe, N, false) floats.
  * Re-running with the same inputs reproduces out and sv bit for bit. */
 void qc_op_fe_forward(const struct qc_exec *ex, const struct qc_fe *fe, float *out,

@@ -15,6 +15,7 @@
 
 #include "qc_cli.h"
 #include "qc_config.h"
+#include "qc_runtime.h"
 #include "qc_status.h"
 
 struct global_opt {
@@ -277,6 +278,7 @@ static enum qc_status run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    qc_runtime_defaults_apply(argv); /* the OpenMP wait policy: may re-execute qctrain once */
     enum qc_status st = run(argc, argv);
     if (st == QC_OK)
         return 0;

@@ -2,18 +2,20 @@
  * attn_fused.c — the fused edge attention on the CPU (qc_attn_fused.h): the tile loop over
  * OpenMP threads, the per-query-row softmax and aggregation, and the gradient lanes.
  *
- * A tile's per-edge work (gathers, FE, LN_r, the k_r/v_r GEMMs and their backward) is a
+ * A tile's per-edge work (gathers, LN_r, the k_r/v_r GEMMs and their backward) is a
  * sequence of ops dispatched through qc_exec.h with the CPU backend (ex = NULL: inline on the
  * tile's thread), so the profiler sees each of them on that thread's track. The row math below
  * is this file's own. Operation order is fixed per row and per tile, so forward, the backward's
  * recompute, and repeated runs give the same bits.
  *
+ * The positional embeddings r of the edges come from the caller (ed->r: computed once per edge
+ * set and shared by its layers, qc_attn_fused.h); a tile starts from r̂ = LN_r(r) and its
+ * backward adds dL/dr into ed->dr, rows it alone owns.
+ *
  * Scratch (one buffer from the caller, cut here): per thread a tile workspace
- *   fe_saved (FE tensors of cap rows) | fe_ws (FE scratch) | edges (cat, r, r̂, k̃, ṽ [, dk̃, dṽ,
- *   dr̂], LN_r mean, rstd) | row (3·max_deg·H)
+ *   edges (r̂, k̃, ṽ [, dk̃, dṽ, dr̂], LN_r mean, rstd) | row (3·max_deg·H floats + keep flags)
  * and, in backward, per thread a gradient lane
- *   dk, dv (n_src,D) | dlw (to_k_r, to_v_r weights, b_vr, LN_r weight and bias) | dfe (FE
- *   parameters) | dcat (ncat,D) | dcatr (cap,D)
+ *   dk, dv (n_src,D) | dlw (to_k_r, to_v_r weights, b_vr, LN_r weight and bias)
  * each piece rounded up to 16 floats (64 bytes) so threads never share a cache line.
  */
 #include "qc_attn_fused.h"
@@ -24,7 +26,6 @@
 
 #include "cpu_internal.h"
 #include "qc_exec.h"
-#include "qc_fourier_embed.h"
 #include "qc_kernels.h"
 #include "qc_prof.h"
 #include "qc_status.h"
@@ -33,11 +34,10 @@
 
 struct fcpu_layout {
     int nthreads;
-    bool fe_tile;                                /* has_pos with edges: tiles run FE */
-    int64_t fe_saved_n, fe_ws_n, mem_n, row_n;   /* per-thread workspace pieces */
-    int64_t ws_n;                                /* one thread's workspace */
-    int64_t dk_n, dlw_n, dfe_n, dcat_n, dcatr_n; /* per-thread lane pieces */
-    int64_t lane_n;                              /* one thread's lane (backward) */
+    int64_t mem_n, row_n; /* per-thread workspace pieces */
+    int64_t ws_n;         /* one thread's workspace */
+    int64_t dk_n, dlw_n;  /* per-thread lane pieces */
+    int64_t lane_n;       /* one thread's lane (backward) */
     int64_t total;
 };
 
@@ -57,25 +57,14 @@ static struct fcpu_layout fcpu_layout_make(const struct qc_attn_fused_layer *l,
     struct fcpu_layout y;
     memset(&y, 0, sizeof y);
     y.nthreads = qc_attn_fused_cpu_threads(t);
-    y.fe_tile = l->has_pos && ed->fe && !ed->r && cap > 0;
-    if (y.fe_tile) {
-        y.fe_saved_n = cpu_round16(qc_fe_saved_numel(ed->fe, cap));
-        const int64_t nf = qc_fe_scratch_numel(ed->fe, cap, false);
-        const int64_t nb = backward ? qc_fe_scratch_numel(ed->fe, cap, true) : 0;
-        y.fe_ws_n = cpu_round16(nf > nb ? nf : nb);
-    }
-    y.mem_n = cpu_round16((backward ? 8 : 5) * cap * D + 2 * cap);
+    y.mem_n = cpu_round16((backward ? 6 : 3) * cap * D + 2 * cap);
     /* 3 per (edge, head) of the largest row, and its dropout keep flags (bytes) */
     y.row_n = cpu_round16(3 * t->max_deg * H + (t->max_deg * H + 3) / 4 + 1);
-    y.ws_n = y.fe_saved_n + y.fe_ws_n + y.mem_n + y.row_n;
+    y.ws_n = y.mem_n + y.row_n;
     if (backward) {
         y.dk_n = cpu_round16(ed->n_src * D);
         y.dlw_n = l->has_pos ? cpu_round16(2 * D * D + 3 * D) : 0;
-        y.dfe_n = y.fe_tile ? cpu_round16(qc_fe_params_numel(ed->fe)) : 0;
-        const bool lane_cat = y.fe_tile && ed->cat_table && ed->dcat_table;
-        y.dcat_n = lane_cat ? cpu_round16(ed->ncat * D) : 0;
-        y.dcatr_n = lane_cat ? cpu_round16(cap * D) : 0;
-        y.lane_n = 2 * y.dk_n + y.dlw_n + y.dfe_n + y.dcat_n + y.dcatr_n;
+        y.lane_n = 2 * y.dk_n + y.dlw_n;
     }
     y.total = (int64_t)y.nthreads * (y.ws_n + y.lane_n);
     return y;
@@ -89,13 +78,10 @@ int64_t qc_attn_fused_scratch_numel_cpu(const struct qc_attn_fused_layer *l,
 
 /* One thread's tile buffers (cap base edges). */
 struct ftile_ws {
-    struct qc_fe_saved fe;                 /* FE tensors of the current tile (packed per tile) */
-    float *fe_mem;                         /* fe_saved_n floats */
-    float *fe_ws;                          /* FE forward / backward scratch */
-    float *cat, *r, *rhat, *rmean, *rrstd; /* (cap,D), (cap,D), (cap,D), (cap), (cap) */
-    const float *rin;                      /* the tile's r: rows of ed->r, or r */
-    float *kt, *vt, *dkt, *dvt, *drhat;    /* (cap,D) each; d* only for backward */
-    float *row;                            /* row scratch: 3·max_deg·H */
+    const float *r;                     /* the tile's rows of ed->r */
+    float *rhat, *rmean, *rrstd;        /* (cap,D), (cap), (cap) */
+    float *kt, *vt, *dkt, *dvt, *drhat; /* (cap,D) each; d* only for backward */
+    float *row;                         /* row scratch: 3·max_deg·H floats + keep flags */
 };
 
 /* One thread's gradient lane (backward): private accumulators, summed over lanes in lane order
@@ -103,9 +89,6 @@ struct ftile_ws {
 struct ftile_lane {
     float *dk, *dv; /* (n_src,D) */
     float *dlw;     /* to_k_r (D,D), to_v_r (D,D), b_vr, LN_r weight, LN_r bias (D each) */
-    float *dfe;     /* FE parameters */
-    float *dcat;    /* (ncat,D) */
-    float *dcatr;   /* (cap,D) the tile's categorical gradient rows */
 };
 
 static struct ftile_ws ftile_ws_at(const struct fcpu_layout *y, int64_t cap, int64_t D,
@@ -113,12 +96,7 @@ static struct ftile_ws ftile_ws_at(const struct fcpu_layout *y, int64_t cap, int
 {
     struct ftile_ws w;
     memset(&w, 0, sizeof w);
-    float *p = scratch + (int64_t)tid * y->ws_n;
-    w.fe_mem = p, p += y->fe_saved_n;
-    w.fe_ws = p, p += y->fe_ws_n;
-    float *m = p;
-    w.cat = m, m += cap * D;
-    w.r = m, m += cap * D;
+    float *p = scratch + (int64_t)tid * y->ws_n, *m = p;
     w.rhat = m, m += cap * D;
     w.kt = m, m += cap * D;
     w.vt = m, m += cap * D;
@@ -139,18 +117,15 @@ static struct ftile_lane ftile_lane_at(const struct fcpu_layout *y, float *scrat
     float *p = scratch + (int64_t)y->nthreads * y->ws_n + (int64_t)tid * y->lane_n;
     ln.dk = p, p += y->dk_n;
     ln.dv = p, p += y->dk_n;
-    ln.dlw = y->dlw_n ? p : NULL, p += y->dlw_n;
-    ln.dfe = y->dfe_n ? p : NULL, p += y->dfe_n;
-    ln.dcat = y->dcat_n ? p : NULL, p += y->dcat_n;
-    ln.dcatr = y->dcatr_n ? p : NULL;
+    ln.dlw = y->dlw_n ? p : NULL;
     return ln;
 }
 
 // ---- one tile's edges ---------------------------------------------------------------------
 
-/* Per-edge work of one tile: base edges [e0, e0+te). Writes r, r̂ (+ stats), k̃, ṽ and the
- * tile's FE tensors. Runs inside the tile loop's parallel region, so the ops' own OpenMP loops
- * run serially here. Deterministic: the same call reproduces the same bits. */
+/* Per-edge work of one tile: base edges [e0, e0+te). Writes r̂ (+ stats), k̃, ṽ from the tile's
+ * rows of r. Runs inside the tile loop's parallel region, so the ops' own OpenMP loops run
+ * serially here. Deterministic: the same call reproduces the same bits. */
 static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
                         const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
                         int64_t e0, int64_t te)
@@ -160,18 +135,8 @@ static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
     qc_op_gather_rows_forward(NULL, t->vt, v, ed->src + e0, te, D, false);
     if (!l->has_pos || te == 0)
         return;
-    if (ed->r) {
-        t->rin = ed->r + e0 * D;
-    } else {
-        const struct qc_fe *fe = ed->fe;
-        if (ed->cat_table)
-            qc_op_embedding_forward(NULL, t->cat, ed->cat_idx + e0, ed->cat_table, te, D, ed->ncat);
-        qc_fe_saved_pack(fe, te, t->fe_mem, &t->fe);
-        qc_op_fe_forward(NULL, fe, t->r, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
-                         ed->cat_table ? t->cat : NULL, te, t->fe_ws);
-        t->rin = t->r;
-    }
-    qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->rin, l->ln_r_w, l->ln_r_b, te, D);
+    t->r = ed->r + e0 * D;
+    qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->r, l->ln_r_w, l->ln_r_b, te, D);
     qc_op_linear_forward(NULL, t->kt, t->rhat, D, l->w_kr, NULL, te, D, D, true);
     qc_op_linear_forward(NULL, t->vt, t->rhat, D, l->w_vr, l->b_vr, te, D, D, true);
 }
@@ -195,18 +160,26 @@ static void fused_row_keep(uint8_t *keep, const struct qc_dropout *d, int64_t ib
         cpu_dropout_keep_range(keep, d, d->index_base + ibase, nh);
 }
 
+/* The row loops below keep one accumulator per head and run the heads innermost: every sum of
+ * a (edge, head) or a head still adds its terms in ascending order (the bits of one head at a
+ * time), while the H independent sums overlap in the pipeline. */
+#define ROW_MAX_H 64
+
 /* Scores of n edges for one query: s[e*H+h] = (Σ_c q[h,c]·k̃[e,h,c]) · scale. */
 static void fused_scores(float *s, const float *q, const float *kt, int64_t n, int64_t H,
                          int64_t Dh, float scale)
 {
     const int64_t D = H * Dh;
-    for (int64_t e = 0; e < n; e++)
-        for (int64_t h = 0; h < H; h++) {
-            float acc = 0.0f;
-            for (int64_t c = 0; c < Dh; c++)
-                acc += q[h * Dh + c] * kt[e * D + h * Dh + c];
-            s[e * H + h] = acc * scale;
-        }
+    for (int64_t e = 0; e < n; e++) {
+        float acc[ROW_MAX_H];
+        for (int64_t h = 0; h < H; h++)
+            acc[h] = 0.0f;
+        for (int64_t c = 0; c < Dh; c++)
+            for (int64_t h = 0; h < H; h++)
+                acc[h] += q[h * Dh + c] * kt[e * D + h * Dh + c];
+        for (int64_t h = 0; h < H; h++)
+            s[e * H + h] = acc[h] * scale;
+    }
 }
 
 /* Forward of one query row with n edges: M, S (H) and u (D) OVERWRITE. ibase = flat dropout
@@ -228,17 +201,22 @@ static void fused_row_forward(float *u, float *M, float *S, const float *q, cons
     uint8_t *keep = (uint8_t *)(s + 3 * n * H);
     fused_row_keep(keep, drop, ibase, n * H);
     fused_scores(s, q, kt, n, H, Dh, scale);
+    float m[ROW_MAX_H], sum[ROW_MAX_H];
     for (int64_t h = 0; h < H; h++) {
-        float m = s[h];
-        for (int64_t e = 1; e < n; e++)
-            m = s[e * H + h] > m ? s[e * H + h] : m;
-        float sum = 0.0f;
-        for (int64_t e = 0; e < n; e++) {
-            s[e * H + h] = expf(s[e * H + h] - m);
-            sum += s[e * H + h];
+        m[h] = s[h];
+        sum[h] = 0.0f;
+    }
+    for (int64_t e = 1; e < n; e++)
+        for (int64_t h = 0; h < H; h++)
+            m[h] = s[e * H + h] > m[h] ? s[e * H + h] : m[h];
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            s[e * H + h] = expf(s[e * H + h] - m[h]);
+            sum[h] += s[e * H + h];
         }
-        M[h] = m;
-        S[h] = sum + QC_SOFTMAX_EPS;
+    for (int64_t h = 0; h < H; h++) {
+        M[h] = m[h];
+        S[h] = sum[h] + QC_SOFTMAX_EPS;
     }
     for (int64_t e = 0; e < n; e++)
         for (int64_t h = 0; h < H; h++) {
@@ -263,25 +241,31 @@ static void fused_row_backward(float *dq, float *dkt, float *dvt, const float *d
     uint8_t *keep = (uint8_t *)(sc + 3 * n * H);
     fused_row_keep(keep, drop, ibase, n * H);
     fused_scores(alpha, q, kt, n, H, Dh, scale);
-    for (int64_t e = 0; e < n; e++)
+    for (int64_t e = 0; e < n; e++) {
+        float acc[ROW_MAX_H];
+        for (int64_t h = 0; h < H; h++)
+            acc[h] = 0.0f;
+        for (int64_t c = 0; c < Dh; c++)
+            for (int64_t h = 0; h < H; h++)
+                acc[h] += du[h * Dh + c] * vt[e * D + h * Dh + c];
         for (int64_t h = 0; h < H; h++) {
             int64_t j = e * H + h;
             alpha[j] = expf(alpha[j] - M[h]) / S[h]; /* the forward's α, bit for bit */
             adrop[j] = fused_drop(alpha[j], drop, keep[j], dscale);
-            float acc = 0.0f;
-            for (int64_t c = 0; c < Dh; c++)
-                acc += du[h * Dh + c] * vt[e * D + h * Dh + c];
-            dalpha[j] = fused_drop(acc, drop, keep[j], dscale); /* d wrt the pre-dropout α */
-        }
-    for (int64_t h = 0; h < H; h++) {
-        float dot = 0.0f;
-        for (int64_t e = 0; e < n; e++)
-            dot += alpha[e * H + h] * dalpha[e * H + h];
-        for (int64_t e = 0; e < n; e++) {
-            int64_t j = e * H + h;
-            dalpha[j] = alpha[j] * (dalpha[j] - dot); /* dscore */
+            dalpha[j] = fused_drop(acc[h], drop, keep[j], dscale); /* d wrt the pre-dropout α */
         }
     }
+    float dot[ROW_MAX_H];
+    for (int64_t h = 0; h < H; h++)
+        dot[h] = 0.0f;
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++)
+            dot[h] += alpha[e * H + h] * dalpha[e * H + h];
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t j = e * H + h;
+            dalpha[j] = alpha[j] * (dalpha[j] - dot[h]); /* dscore */
+        }
     for (int64_t e = 0; e < n; e++)
         for (int64_t h = 0; h < H; h++) {
             int64_t j = e * H + h;
@@ -325,7 +309,9 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
     const struct qc_attn_fused_tiles *t = ed->tiles;
     const int64_t *row_ptr = ed->row_ptr;
     const int64_t E = ed->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = ed->n_query;
-    QC_ASSERT(t && l->H * l->Dh == l->D, "attn fused fwd: no tile plan, or H·Dh != D");
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+                  (!l->has_pos || ed->n_edge == 0 || ed->r),
+              "attn fused fwd: no tile plan, H·Dh != D, or no r for a positional layer");
     memset(u, 0, (size_t)(ed->n_dst * D) * sizeof *u);
     for (int64_t i = 0; i < ed->n_dst * H; i++) {
         smax[i] = 0.0f;
@@ -409,25 +395,10 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
                               D, false);
         qc_op_linear_backward(NULL, ws->drhat, D, dlw + D * D, dlw + 2 * D * D, ws->dvt, ws->rhat,
                               D, l->w_vr, te, D, D, true);
-        if (ed->r) { /* dr accumulates into the caller's buffer: the tile's rows are its own */
-            qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
-                                     dlw + 2 * D * D + 2 * D, ws->drhat, ws->rin, ws->rmean,
-                                     ws->rrstd, l->ln_r_w, te, D, true);
-        } else {
-            /* dr goes into r̂'s buffer: r̂ is dead after the two linears above, and r is still
-             * read by LN_r's backward */
-            float *dr = ws->rhat;
-            qc_op_layernorm_backward(NULL, dr, dlw + 2 * D * D + D, dlw + 2 * D * D + 2 * D,
-                                     ws->drhat, ws->rin, ws->rmean, ws->rrstd, l->ln_r_w, te, D,
-                                     false);
-            struct qc_fe fe = *ed->fe; /* this lane's gradient buffer */
-            fe.dw = ln->dfe;
-            qc_op_fe_backward(NULL, &fe, NULL, ln->dcatr, dr, &ws->fe,
-                              fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te, ws->fe_ws);
-            if (ln->dcatr)
-                qc_op_embedding_backward(NULL, ln->dcat, ln->dcatr, ed->cat_idx + e0, te, D,
-                                         ed->ncat);
-        }
+        /* dr accumulates into the caller's buffer: the tile's rows are its own */
+        qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
+                                 dlw + 2 * D * D + 2 * D, ws->drhat, ws->r, ws->rmean, ws->rrstd,
+                                 l->ln_r_w, te, D, true);
     }
     /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
     if (prof)
@@ -455,7 +426,9 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
 {
     const struct qc_attn_fused_tiles *t = ed->tiles;
     const int64_t D = l->D;
-    QC_ASSERT(t && l->H * l->Dh == l->D, "attn fused bwd: no tile plan, or H·Dh != D");
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+                  (!l->has_pos || ed->n_edge == 0 || (ed->r && ed->dr)),
+              "attn fused bwd: no tile plan, H·Dh != D, or no r, dr for a positional layer");
     memset(dq, 0, (size_t)(ed->n_dst * D) * sizeof *dq);
     if (t->ntile == 0)
         return;
@@ -489,9 +462,5 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
         lanes_reduce(l->db_vr, &y, lanes0, o + 2 * D * D, D);
         lanes_reduce(l->dln_r_w, &y, lanes0, o + 2 * D * D + D, D);
         lanes_reduce(l->dln_r_b, &y, lanes0, o + 2 * D * D + 2 * D, D);
-        if (y.dfe_n)
-            lanes_reduce(ed->fe->dw, &y, lanes0, o + y.dlw_n, qc_fe_params_numel(ed->fe));
     }
-    if (y.dcat_n)
-        lanes_reduce(ed->dcat_table, &y, lanes0, 2 * y.dk_n + y.dlw_n + y.dfe_n, ed->ncat * D);
 }

@@ -9,7 +9,8 @@
  * categorical table gradient of a lane are summed in lane order at the end.
  *
  * Scratch, per thread: the FE tensors of one tile (saved), the FE scratch, the tile's
- * categorical rows and, in backward, the recomputed output and the categorical gradient rows;
+ * categorical rows and, in backward, the categorical gradient rows (the recompute stops before
+ * the output Linear, which the backward does not read);
  * then, in backward, per thread a lane: the FE parameter gradients and the categorical table.
  */
 #include "qc_fourier_embed.h"
@@ -50,7 +51,7 @@ static struct fet_layout fet_layout_make(const struct qc_fe *fe, const struct qc
     const int64_t nf = qc_fe_scratch_numel(fe, cap, false);
     const int64_t nb = backward ? qc_fe_scratch_numel(fe, cap, true) : 0;
     y.ws_n = cpu_round16(nf > nb ? nf : nb);
-    y.rows_n = cpu_round16((backward ? 3 : 1) * cap * D);
+    y.rows_n = cpu_round16((backward ? 2 : 1) * cap * D); /* cat [, dcat] */
     y.thread_n = y.saved_n + y.ws_n + y.rows_n;
     if (backward) {
         y.dfe_n = cpu_round16(qc_fe_params_numel(fe));
@@ -126,10 +127,10 @@ void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
         const int tid = omp_get_thread_num();
         float *w = scratch + (int64_t)tid * y.thread_n, *lane = lanes0 + (int64_t)tid * y.lane_n;
         float *saved = w, *ws = w + y.saved_n, *cat = ws + y.ws_n;
-        float *o = cat + y.cap * D, *dcat = o + y.cap * D;
+        float *dcat = cat + y.cap * D;
         const int64_t r0 = t * tile, n = rows->N - r0 < tile ? rows->N - r0 : tile;
         struct qc_fe_saved sv;
-        fet_tile_forward(fe, o, rows, r0, n, &sv, saved, ws, cat);
+        fet_tile_forward(fe, NULL, rows, r0, n, &sv, saved, ws, cat); /* no output: sv only */
         struct qc_fe lfe = *fe; /* this lane's gradient buffer */
         lfe.dw = lane;
         const bool want_dcat = y.dcat_n > 0;
