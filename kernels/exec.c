@@ -159,8 +159,8 @@ void qc_op_copy(const struct qc_exec *x, void *dst, const void *src, size_t byte
 static enum qc_status exec_upload(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
 {
 #ifdef QC_HAVE_CUDA
-    if (x && x->backend == QC_EXEC_CUDA)
-        return QC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, EXEC_STREAM(x)));
+    if (x && x->backend == QC_EXEC_CUDA) /* staged through the context's pinned ring */
+        return qc_upload_cuda(dst, src, bytes, EXEC_STREAM(x));
 #endif
     if (x && x->backend == QC_EXEC_CUDA)
         exec_no_cuda("upload");

@@ -21,6 +21,11 @@ static const struct bench_target targets[] = {
      qc_bench_offload},
     {"ops", "QCNet blocks forward+backward at AV2 size; fused vs unfused attention", qc_bench_ops},
     {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
+    {"report", "size and writing time of the HTML report of a long synthetic run", qc_bench_report},
+    {"dist",
+     "data-parallel steps under mpirun/srun: bytes reduced, collective time, overlap, "
+     "rank balance",
+     qc_bench_dist},
 };
 
 static void bench_usage(FILE *out)

@@ -13,7 +13,6 @@
  */
 #include "qc_cli.h"
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_common.h" /* the scratch training run */
 #include "qc_config.h"
 #include "qc_exec.h"
 #include "qc_prof.h"
@@ -38,15 +38,6 @@ static const char profile_summary[] =
     "ops and blocks, GEMM's share of the step, GFLOP/s per GEMM shape against a measured SGEMM "
     "peak, memory-bound ops' GB/s against a measured copy rate. Scenes: --data, or synthetic "
     "ones (data.synthetic_profile) when none is given.";
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
 
 /* Runs the profiled steps of an open trainer; the recorder holds their events after. */
 static enum qc_status profile_steps(struct qc_trainer *t, int64_t warmup, int64_t steps)
@@ -116,15 +107,11 @@ enum qc_status qc_cmd_profile(struct qc_cli *cli, int argc, char **argv)
         cfg.synthetic_scenes = batch_size * (warmup + steps);
     QC_TRY(qc_config_validate(&cfg));
 
-    char dir[] = "/tmp/qctrain-profile-XXXXXX";
-    if (!mkdtemp(dir))
-        return qc_errorf(QC_ERR_IO, "profile: cannot create a temporary run folder in /tmp");
-    const struct qc_train_opts to = {
-        .cfg = &cfg, .data = data.v, .ndata = data.n, .out_dir = dir, .quiet = true};
-    struct qc_trainer *t = NULL;
+    struct qc_bench_run run;
     struct qc_profile_peaks peaks;
     struct qc_profile_summary *sum = NULL;
-    enum qc_status st = qc_trainer_create(&to, &t);
+    enum qc_status st = qc_bench_run_start(&cfg, "profile", data.v, data.n, 0, &run);
+    struct qc_trainer *t = run.t;
     if (st == QC_OK)
         st = qc_profile_peaks_measure(qc_qcnet_exec(qc_trainer_model(t)), qc_trainer_alloc(t), 2048,
                                       &peaks);
@@ -149,7 +136,6 @@ enum qc_status qc_cmd_profile(struct qc_cli *cli, int argc, char **argv)
     }
     qc_profile_summary_destroy(sum);
     qc_prof_reset();
-    qc_trainer_destroy(t);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    qc_bench_run_end(&run);
     return st;
 }

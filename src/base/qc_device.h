@@ -67,6 +67,17 @@ enum qc_status qc_device_props_get(struct qc_device *dev, struct qc_device_props
 enum qc_status qc_device_synchronize(struct qc_device *dev);
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU). Never fails. */
 int qc_device_cuda_count(void);
+/* The raw answer behind qc_device_cuda_count, for callers that must tell "no GPU here" from "a
+ * GPU that fails" (the GPU tests: tests/cuda_probe.h): returns cudaGetDeviceCount's
+ * cudaError_t as an int (0 = success) and sets *count (0 on failure). A CPU-only build returns
+ * -1 and *count = 0. The error is cleared, not left for the next CUDA call. */
+int qc_device_cuda_probe(int *count);
+/* CUDA builds: fn(native) is called with a CUDA stream's native handle (cudaStream_t) when the
+ * stream has drained and is about to be destroyed, from the destroying thread, so that a layer
+ * above that caches stream handles (the CUDA op contexts, kernels/cuda/handles.cu) forgets it
+ * before the handle dies. One listener per process: a second call replaces it, NULL removes
+ * it. CPU streams are never reported. */
+void qc_device_set_stream_destroy_listener(void (*fn)(void *native));
 
 /* ---- streams ---------------------------------------------------------------------------- */
 

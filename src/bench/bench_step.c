@@ -34,7 +34,6 @@
 #include "qc_cli.h"
 
 #include <inttypes.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_common.h"
 #include "qc_alloc.h"
 #include "qc_config.h"
 #include "qc_device.h"
@@ -100,22 +100,6 @@ static uint64_t rss_peak(void)
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
     return (uint64_t)ru.ru_maxrss * 1024u;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-/* Removes the scratch run folder and everything the trainer wrote into it (checkpoint folders
- * included), deepest first. */
-static void rm_run_dir(const char *dir)
-{
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Parses "1,4" into up to max positive integers. */
@@ -200,16 +184,10 @@ static enum qc_status bench_one(const struct qc_config *base, const struct step_
     cfg.attention = attn;
     cfg.steps = warmup + repeats;
     cfg.save_every = 0;
-    char dir[] = "/tmp/qctrain-bench-step-XXXXXX";
-    if (!mkdtemp(dir))
-        return qc_errorf(QC_ERR_IO, "bench step: cannot create a temporary folder in /tmp");
     r->rss_reset = rss_reset();
-    const struct qc_train_opts to = {
-        .cfg = &cfg, .data = data->files, .ndata = data->n, .out_dir = dir, .quiet = true};
-    struct qc_trainer *t = NULL;
-    enum qc_status st = qc_trainer_create(&to, &t);
-    for (int64_t i = 0; st == QC_OK && i < warmup; i++)
-        st = qc_trainer_step(t, NULL);
+    struct qc_bench_run run;
+    enum qc_status st = qc_bench_run_start(&cfg, "step", data->files, data->n, warmup, &run);
+    struct qc_trainer *t = run.t;
     double loss = 0;
     const struct qc_exec *ex = st == QC_OK ? qc_qcnet_exec(qc_trainer_model(t)) : NULL;
     if (st == QC_OK && qc_exec_is_device(ex))
@@ -239,8 +217,7 @@ static enum qc_status bench_one(const struct qc_config *base, const struct step_
         const uint64_t rss = rss_peak();
         r->peak_rss_bytes = rss > r->peak_rss_bytes ? rss : r->peak_rss_bytes;
     }
-    qc_trainer_destroy(t);
-    rm_run_dir(dir);
+    qc_bench_run_end(&run);
     return st;
 }
 

@@ -11,6 +11,7 @@
 #include "qc_exec.h"          /* every op and memory move on the block's backend (fe->mem.ex) */
 #include "qc_fourier_embed.h" /* the op sequence (qc_op_fe_*) */
 #include "qc_kernels.h"
+#include "qc_oom.h"
 
 // ---- scratch helpers (blocks_internal.h) ---------------------------------------------------
 
@@ -39,10 +40,8 @@ void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n)
 
 enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n)
 {
-    return qc_errorf(QC_ERR_NOMEM,
-                     "%s/%s: allocation of %lld floats failed\n"
-                     "hint: a smaller batch, --attention fused, or a larger device budget",
-                     bm && bm->name[0] ? bm->name : "block", what, (long long)n);
+    return qc_oom_errorf(QC_OOM_ATTENTION_UNKNOWN, "%s/%s: allocation of %lld floats failed",
+                         bm && bm->name[0] ? bm->name : "block", what, (long long)n);
 }
 
 void blk_prof_begin(struct qc_prof_mark *m, const struct qc_block_mem *bm, const char *suffix,

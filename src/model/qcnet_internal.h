@@ -216,6 +216,10 @@ struct qc_qcnet {
     int64_t n_allocs;
 
     struct qcnet_tape tape;
+
+    /* qc_qcnet_set_grads_ready: told as backward finishes each part's gradients (or NULL) */
+    qc_qcnet_grads_ready_fn grads_ready;
+    void *grads_ready_ctx;
 };
 
 // ---- qcnet_params.c -----------------------------------------------------------------------

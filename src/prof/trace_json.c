@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "qc_file.h" /* qc_file_fsync_dir_of */
+#include "qc_json.h"
 #include "qc_prof.h"
 
 static const char *const cat_names[QC_PROF_CAT_COUNT] = {"op",      "block", "phase", "loader",
@@ -43,15 +45,13 @@ static void put_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* A JSON number: finite values as %.17g-free short forms, non-finite as null. */
+/* A JSON number (qc_json.h: non-finite as null): integers whole, others in 6 digits. */
 static void put_num(FILE *f, double v)
 {
-    if (!isfinite(v))
-        fputs("null", f);
-    else if (v == floor(v) && fabs(v) < 9e15)
-        fprintf(f, "%.0f", v);
+    if (isfinite(v) && v == floor(v) && fabs(v) < 9e15)
+        fputs(QC_JSON_NUM("%.0f", v), f);
     else
-        fprintf(f, "%.6g", v);
+        fputs(QC_JSON_NUM("%.6g", v), f);
 }
 
 /* µs from the origin, to the nanosecond. */
@@ -200,5 +200,5 @@ enum qc_status qc_profile_trace_write(const char *path)
         return qc_errorf(QC_ERR_IO, "profile: cannot rename %s to %s: %s", tmp, path,
                          strerror(err));
     }
-    return QC_OK;
+    return qc_file_fsync_dir_of(path, "trace");
 }

@@ -43,6 +43,7 @@ struct qc_train_backend {
     struct qc_alloc *alloc;       /* the caching allocator of every model and optimizer byte */
     struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
+    void *staging;                /* CUDA: the ops' upload staging ring (from pinned) */
     struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */
     struct qc_exec exec;          /* the backend of every op (backend CPU on CPU) */
 };
@@ -70,5 +71,10 @@ enum qc_status train_stage_use(struct qc_train_backend *be, struct train_stage *
 struct qc_batch *train_stage_drop(struct qc_train_backend *be, struct train_stage *s);
 /* Destroys the stage's event; the stage must be empty. */
 void train_stage_deinit(struct train_stage *s);
+
+/* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the
+ * run lock or created it). Symbolic links are removed, not followed. A missing path is fine.
+ * QC_ERR_IO. */
+enum qc_status train_remove_tree(const char *path);
 
 #endif /* QC_TRAIN_TRAIN_INTERNAL_H */

@@ -1,0 +1,47 @@
+/*
+ * bench_common.c — the scratch training run of the benches (bench_common.h).
+ */
+#include "bench_common.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
+                                  const char *const *data, int ndata, int64_t warmup,
+                                  struct qc_bench_run *r)
+{
+    r->t = NULL;
+    snprintf(r->dir, sizeof(r->dir), "/tmp/qctrain-bench-%s-XXXXXX", name);
+    if (!mkdtemp(r->dir)) {
+        r->dir[0] = '\0';
+        return qc_errorf(QC_ERR_IO, "bench %s: cannot create a temporary folder in /tmp", name);
+    }
+    const struct qc_train_opts to = {
+        .cfg = cfg, .data = data, .ndata = ndata, .out_dir = r->dir, .quiet = true};
+    enum qc_status st = qc_trainer_create(&to, &r->t);
+    for (int64_t i = 0; st == QC_OK && i < warmup; i++)
+        st = qc_trainer_step(r->t, NULL);
+    if (st != QC_OK)
+        qc_bench_run_end(r);
+    return st;
+}
+
+void qc_bench_run_end(struct qc_bench_run *r)
+{
+    qc_trainer_destroy(r->t);
+    r->t = NULL;
+    if (r->dir[0])
+        nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    r->dir[0] = '\0';
+}
