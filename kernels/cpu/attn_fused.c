@@ -149,7 +149,7 @@ static inline float fused_drop(float a, const struct qc_dropout *d, uint8_t keep
 {
     if (d->p == 0.0f)
         return a;
-    return keep ? a * dscale : 0.0f;
+    return cpu_keep_or_zero(a * dscale, keep);
 }
 
 /* The keep flags of a row's n·H (edge, head) elements, from flat index ibase (none without

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "qc_kernels.h"
 
@@ -29,6 +30,17 @@ static inline void cpu_lanes_reduce(float *dst, const float *lanes0, int nlanes,
             acc += lanes0[(int64_t)i * stride + piece + j];
         dst[j] = acc;
     }
+}
+
+/* keep ? x : +0.0f without a branch (the dropout flags are random: a branch mispredicts on every
+ * dropped element; as a mask the loop vectorizes). The same bits as the conditional. */
+static inline float cpu_keep_or_zero(float x, uint8_t keep)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    b &= 0u - (uint32_t)keep;
+    memcpy(&x, &b, sizeof b);
+    return x;
 }
 
 /* n rounded up to 16 floats (64 bytes: threads never share a cache line). */

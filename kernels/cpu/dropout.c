@@ -29,7 +29,7 @@ void qc_dropout_forward_cpu(float *out, const float *inp, int64_t n, const struc
         uint8_t keep[DROPOUT_CHUNK];
         cpu_dropout_keep_range(keep, d, d->index_base + i0, m);
         for (int64_t j = 0; j < m; j++)
-            out[i0 + j] = keep[j] ? inp[i0 + j] * scale : 0.0f;
+            out[i0 + j] = cpu_keep_or_zero(inp[i0 + j] * scale, keep[j]);
     }
 }
 

@@ -242,7 +242,7 @@ static inline void drop_factors(float *f, const struct qc_dropout *d, int64_t e,
     uint8_t keep[AGG_MAX_H];
     cpu_dropout_keep_range(keep, d, d->index_base + e * H, H);
     for (int64_t h = 0; h < H; h++)
-        f[h] = keep[h] ? scale : 0.0f;
+        f[h] = cpu_keep_or_zero(scale, keep[h]);
 }
 
 void qc_attn_aggregate_forward_cpu(float *out, const float *alpha, const float *v,
