@@ -232,7 +232,7 @@ static struct cmp compare(const char *dir_a, const char *dir_b, const char *file
         T_EXPECT(false, "cannot open %s or %s: %s", pa, pb, qc_error_last());
         qc_safetensors_close(a);
         c.identical = false;
-        c.relnorm = INFINITY;
+        c.relnorm = (double)INFINITY;
         return c;
     }
     double num = 0, den = 0;
