@@ -21,6 +21,7 @@
 #include "qc_cli.h"
 #include "qc_config.h"
 #include "qc_dist.h" /* qc_dist_world_end */
+#include "qc_runtime.h"
 #include "qc_status.h"
 
 struct global_opt {
@@ -283,6 +284,7 @@ static enum qc_status run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    qc_runtime_defaults_apply(argv); /* the OpenMP wait policy: may re-execute qctrain once */
     enum qc_status st = run(argc, argv);
     const int sig = qc_cleanup_stop_signal(); /* a graceful stop (train): 130 / 143 */
     if (st == QC_OK) {

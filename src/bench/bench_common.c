@@ -17,7 +17,8 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name, int64_t warmup,
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
+                                  const char *const *data, int ndata, int64_t warmup,
                                   struct qc_bench_run *r)
 {
     r->t = NULL;
@@ -26,7 +27,8 @@ enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
         r->dir[0] = '\0';
         return qc_errorf(QC_ERR_IO, "bench %s: cannot create a temporary folder in /tmp", name);
     }
-    const struct qc_train_opts to = {.cfg = cfg, .out_dir = r->dir, .quiet = true};
+    const struct qc_train_opts to = {
+        .cfg = cfg, .data = data, .ndata = ndata, .out_dir = r->dir, .quiet = true};
     enum qc_status st = qc_trainer_create(&to, &r->t);
     for (int64_t i = 0; st == QC_OK && i < warmup; i++)
         st = qc_trainer_step(r->t, NULL);

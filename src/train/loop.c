@@ -59,6 +59,7 @@
 #include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
+#include "qc_prof.h"
 #include "qc_progress.h"
 #include "qc_report.h"
 #include "qc_steptrace.h"
@@ -479,6 +480,42 @@ static enum qc_status stage_next(struct qc_trainer *t, struct train_stage *s)
     return st;
 }
 
+/* The model's three phases of a group, each a phase span of the profiler (qc_prof.h) when it
+ * records: the ops inside carry the pass. */
+static enum qc_status train_phase_forward(struct qc_qcnet *m, const struct qc_batch *b,
+                                          const struct qc_qcnet_ctx *ctx, struct qc_qcnet_output *o)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_forward(m, b, ctx, o);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "forward", QC_PROF_PASS_FORWARD);
+    const enum qc_status st = qc_qcnet_forward(m, b, ctx, o);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
+static enum qc_status train_phase_loss(struct qc_qcnet *m, struct qc_qcnet_loss *l)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_loss(m, l);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "loss", QC_PROF_PASS_FORWARD);
+    const enum qc_status st = qc_qcnet_loss(m, l);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
+static enum qc_status train_phase_backward(struct qc_qcnet *m, float scale)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_backward(m, scale);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "backward", QC_PROF_PASS_BACKWARD);
+    const enum qc_status st = qc_qcnet_backward(m, scale);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
 /* "RUN/ckpt-<step>" of the last checkpoint written or resumed from, or "none". */
 static const char *last_ckpt_str(struct qc_trainer *t)
 {
@@ -611,13 +648,13 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         struct qc_qcnet_loss l = {0};
         st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
         if (st == QC_OK)
-            st = qc_qcnet_forward(t->model, b, &ctx, &o);
+            st = train_phase_forward(t->model, b, &ctx, &o);
         if (st == QC_OK)
-            st = qc_qcnet_loss(t->model, &l);
+            st = train_phase_loss(t->model, &l);
         if (st == QC_OK && g + 1 == nlocal) /* the last backward: its gradients are final */
             st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
         if (st == QC_OK)
-            st = qc_qcnet_backward(t->model, 1.0f / (float)groups);
+            st = train_phase_backward(t->model, 1.0f / (float)groups);
         qc_qcnet_release(t->model);
         scenes += b->num_scenes;
         edges += train_dist_batch_edges(b);
