@@ -11,9 +11,9 @@
  *   - qc_eval_run reports the baseline on exactly the focal agents of the model's metrics, and
  *     the JSON line carries cv_minADE, cv_minFDE and cv_MR.
  * `test_learnable --learn` (labels cpu;slow): trains a small model on generated `typical` scenes
- * and checks that on held-out scenes (another seed) its minADE (K = 6, focal agents) is clearly
- * below the constant-velocity ADE. The figures are recorded in docs/BENCHMARKS.md
- * ("Learnability").
+ * and checks that on held-out scenes (another seed) its minADE (K = 6, focal agents) is below
+ * the constant-velocity ADE and its minFDE clearly below the constant-velocity FDE. The figures
+ * are recorded in docs/BENCHMARKS.md ("Learnability").
  */
 #include <math.h>
 #include <stdint.h>
@@ -33,20 +33,30 @@
 #define T_HIST 50
 #define S_FUT  60
 
-/* The learnability run (--learn), the command of docs/BENCHMARKS.md "Learnability": 480 steps
- * of 2 scenes over 32 training scenes (30 epochs, cosine LR from 2e-3 annealed to 0 over them),
- * evaluated on 32 held-out scenes (seed train.seed + 1). Observed on the 2-core VM
- * (2026-12-02): model minADE 1.022 vs constant-velocity ADE 1.101 (ratio 0.93), minFDE 2.113 vs
- * 2.893 (0.73), MR 0.219 vs 0.344; about 8 CPU-minutes. Shorter runs do not beat constant
- * velocity on minADE (240 steps: 1.280 vs 1.101). */
-#define LEARN_BATCH      2
-#define LEARN_SCENES     32
-#define LEARN_LR         2e-3
-#define LEARN_T_MAX      30 /* epochs = 480 / 16: the LR anneals to 0 at the end */
-#define LEARN_STEPS      480
-#define LEARN_VAL_SCENES 32
-#define LEARN_MARGIN     0.97 /* minADE < 0.97 x cv ADE (observed 0.93) */
-#define LEARN_FDE_MARGIN 0.85 /* minFDE < 0.85 x cv FDE (observed 0.73) */
+/* The learnability run (--learn), the command of docs/BENCHMARKS.md "Learnability": the
+ * cpu-smoke model (D 32) with small radii, one agent-encoder layer instead of 2 and no dropout
+ * (the most learning per CPU-second found: the second layer costs ~17 % of the step without
+ * helping within these steps, dropout only slows a model this small), 320 steps of 2 scenes over
+ * 64 training scenes (10 epochs, cosine LR from 2e-3 annealed to 0 over them), evaluated on 64
+ * held-out scenes (seed train.seed + 1): about 2.3 CPU-minutes. Observed (2026-12-03, shared
+ * 2-core VM, one thread), as ratios model / constant velocity:
+ *   seed 2023 (this test): minADE 0.85, minFDE 0.56;  seed 7: 0.94, 0.60;
+ *   seed 2023 with 400 steps: 0.92, 0.60;  after 160 steps: 1.08-1.26, 0.71-0.81.
+ * The bars: minADE below constant velocity's (the ADE of the FDE-best mode against a baseline
+ * that is nearly exact over the first second: the margin there is small by nature) and minFDE
+ * clearly below, < 0.75 x (observed 0.56-0.60). Undertrained, at 160 steps, the model fails the
+ * minADE bar; at 80 steps both.
+ * The previous configuration (2 agent layers, dropout 0.1, 32 scenes, 480 steps, 8 CPU-minutes)
+ * ended at minADE 0.93-0.99 x depending on the build, against a bar of 0.97. */
+#define LEARN_BATCH        2
+#define LEARN_SCENES       64
+#define LEARN_LR           2e-3
+#define LEARN_T_MAX        10 /* epochs = 320 x 2 / 64: the LR anneals to 0 at the end */
+#define LEARN_STEPS        320
+#define LEARN_AGENT_LAYERS 1
+#define LEARN_VAL_SCENES   64
+#define LEARN_MARGIN       1.00 /* minADE < cv ADE (observed 0.85-0.94) */
+#define LEARN_FDE_MARGIN   0.75 /* minFDE < 0.75 x cv FDE (observed 0.56-0.60) */
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -308,6 +318,8 @@ static void test_learnable(void)
         cfg.lr = LEARN_LR;
         cfg.t_max = LEARN_T_MAX;
         cfg.steps = LEARN_STEPS;
+        cfg.num_agent_layers = LEARN_AGENT_LAYERS;
+        cfg.dropout = 0.0;
         char dir[512];
         snprintf(dir, sizeof(dir), "%s/learn", tmp_root);
         const struct qc_train_opts to = {.cfg = &cfg, .out_dir = dir, .quiet = true};
@@ -335,8 +347,8 @@ static void test_learnable(void)
                    r.metrics.miss_rate, r.cv.min_ade, r.cv.min_fde, r.cv.miss_rate);
             T_EXPECT_EQ_I64(r.cv.count, r.metrics.count, "same agents");
             T_EXPECT(r.metrics.min_ade < LEARN_MARGIN * r.cv.min_ade,
-                     "model minADE %.3f is not clearly below constant velocity %.3f",
-                     r.metrics.min_ade, r.cv.min_ade);
+                     "model minADE %.3f is not below constant velocity %.3f", r.metrics.min_ade,
+                     r.cv.min_ade);
             T_EXPECT(r.metrics.min_fde < LEARN_FDE_MARGIN * r.cv.min_fde,
                      "model minFDE %.3f is not clearly below constant velocity %.3f",
                      r.metrics.min_fde, r.cv.min_fde);

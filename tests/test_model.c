@@ -827,13 +827,20 @@ static void test_hook_everything(enum qc_attn_impl impl)
     qc_qcnet_mem_get(m, &mem);
     T_EXPECT_EQ_U64(mem.bytes_live, 0, "model live bytes after release");
 
-    /* (b) the k-th allocation of the step fails: the first and last 16 allocations and a
-     * stride through the rest (every k would be ~800 partial steps: minutes on 2 cores;
-     * QC_MODEL_HOOK_ALL=1 tries every k) */
+    /* (b) the k-th allocation of the step fails: the first and last N/6 allocations and a
+     * stride of nstep / (N/2) through the rest; N = QC_MODEL_HOOK_POINTS, default 96 (16 at
+     * each end, ~78 points in all: every k would be ~600 partial steps, minutes on 2 cores;
+     * QC_MODEL_HOOK_ALL=1 tries every k). The sanitized builds' ctest sets N = 24 (16 points:
+     * a partial step costs ~4x there). */
     const char *all = getenv("QC_MODEL_HOOK_ALL");
-    int64_t stride = all && *all == '1' ? 1 : (nstep > 64 ? nstep / 48 : 1);
+    const char *points = getenv("QC_MODEL_HOOK_POINTS");
+    const int64_t npoints = points && atoll(points) >= 8 ? atoll(points) : 96;
+    const int64_t ends = npoints / 6;
+    int64_t stride = all && *all == '1' ? 1 : (nstep > 64 ? nstep / (npoints / 2) : 1);
+    if (stride < 1)
+        stride = 1;
     int64_t tried = 0, nomem = 0;
-    for (int64_t k = 1; k <= nstep; k += (k <= 16 || k >= nstep - 16) ? 1 : stride) {
+    for (int64_t k = 1; k <= nstep; k += (k <= ends || k >= nstep - ends) ? 1 : stride) {
         h.fail_after = h.calls + k - 1;
         enum qc_status rc = hook_step(m, NULL);
         qc_qcnet_release(m);

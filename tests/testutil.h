@@ -55,6 +55,9 @@ static inline int qc_test_begin(const char *name)
     const char *filter = getenv("QC_TEST_FILTER");
     if (filter && !strstr(name, filter))
         return 0;
+    const char *exclude = getenv("QC_TEST_EXCLUDE");
+    if (exclude && *exclude && strstr(name, exclude))
+        return 0;
     qc_test_st.name = name;
     qc_test_st.failed_in_test = 0;
     qc_test_st.skipped_in_test = 0;

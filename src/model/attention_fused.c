@@ -112,11 +112,13 @@ static enum qc_status fused_call_make(struct fused_call *c, const struct qc_attn
         c->l.b_vr = l->w + l->o_bvr;
         c->l.ln_r_w = l->w + l->o_ln_r_w;
         c->l.ln_r_b = l->w + l->o_ln_r_b;
-        c->l.dw_kr = l->dw + l->o_wkr;
-        c->l.dw_vr = l->dw + l->o_wvr;
-        c->l.db_vr = l->dw + l->o_bvr;
-        c->l.dln_r_w = l->dw + l->o_ln_r_w;
-        c->l.dln_r_b = l->dw + l->o_ln_r_b;
+        if (l->dw) { /* NULL for a layer without gradients (forward only): no offsets from NULL */
+            c->l.dw_kr = l->dw + l->o_wkr;
+            c->l.dw_vr = l->dw + l->o_wvr;
+            c->l.db_vr = l->dw + l->o_bvr;
+            c->l.dln_r_w = l->dw + l->o_ln_r_w;
+            c->l.dln_r_b = l->dw + l->o_ln_r_b;
+        }
     }
     if (pos)
         fourier_desc(ed->fe, &c->fe);

@@ -419,9 +419,9 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
         return QC_OK;
     }
     if (st != QC_OK) {
+        const int64_t failed_step = (int64_t)num(chosen, "step"); /* chosen lives in index */
         cJSON_Delete(index);
-        return qc_error_wrap(st, "report: the trace of step %" PRId64,
-                             (int64_t)num(chosen, "step"));
+        return qc_error_wrap(st, "report: the trace of step %" PRId64, failed_step);
     }
     *shown = (int64_t)num(chosen, "step");
     const uint64_t t0 = (uint64_t)num(chosen, "t_begin_ns");
