@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_edit_distance.h"
 struct bench_target {
     const char *name;
     const char *summary;

@@ -15,6 +15,7 @@
 
 #include "qc_cli.h"
 #include "qc_config.h"
+#include "qc_edit_distance.h"
 #include "qc_status.h"
 
 struct global_opt {

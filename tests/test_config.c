@@ -12,6 +12,7 @@
 
 #include "qc_cli.h"
 #include "qc_config.h"
+#include "qc_edit_distance.h"
 #include "testutil.h"
 
 static char tmp_dir[256];

@@ -72,9 +72,6 @@ enum qc_status qc_cli_parse(const char *cmd, const char *usage, const char *summ
                             const struct qc_cli_opt *opts, int nopts, int argc, char **argv,
                             const char **pos, int max_pos, int *npos, bool *help_shown);
 
-/* Levenshtein distance, for "did you mean" hints (shared with the config parser). */
-int qc_edit_distance(const char *a, const char *b);
-
 /* The command implementations (one file per subcommand, src/cmd_<name>.c). */
 enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_config(struct qc_cli *cli, int argc, char **argv);

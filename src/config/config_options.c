@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "config_internal.h"
-#include "qc_cli.h" /* qc_edit_distance */
+#include "qc_edit_distance.h"
 #include "qc_device.h"
 
 #define KIB ((uint64_t)1 << 10)

@@ -21,7 +21,7 @@
 #include <strings.h>
 
 #include "config_internal.h"
-#include "qc_cli.h" /* qc_edit_distance */
+#include "qc_edit_distance.h"
 
 #define SIZE_HINT                                                                                  \
     "hint: units are B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)"
