@@ -9,16 +9,16 @@
  *     parameter table is bound at an offset into them), so AdamW runs over flat arrays;
  *   - the key table: every state_dict key (alias keys included) with its shape, offset into
  *     the flat buffer, weight-decay group (QCNET.md §2.5) and alias target;
- *   - the activations and stashes of one forward pass, obtained through an allocation hook
- *     (struct qc_qcnet_alloc; default malloc) with a tag per allocation, so the trainer can put
- *     the caching allocator under them. They live from qc_qcnet_forward until
- *     qc_qcnet_release (or the next forward).
+ *   - the activations and stashes of one forward pass, obtained through its memory context
+ *     (qc_memctx.h; default host malloc) with a tag per allocation, so the trainer can put
+ *     the caching allocator, its streams and the offload engine under them. They live from
+ *     qc_qcnet_forward until qc_qcnet_release (or the next forward).
  *
  * One training step:
  *     qc_qcnet_forward(m, batch, &ctx, &out);     predictions (views valid until release)
  *     qc_qcnet_loss(m, &loss);                    QCNet's training loss on that forward
  *     qc_qcnet_backward(m, scale);                d(scale·loss)/dparam ACCUMULATED in grads
- *     qc_qcnet_release(m);                        activations back to the hook
+ *     qc_qcnet_release(m);                        activations back to the memory context
  *     ... AdamW over qc_qcnet_params() / qc_qcnet_grads() with qc_qcnet_param_groups() ...
  *     qc_qcnet_zero_grad(m);
  * Gradient accumulation = several forward/loss/backward/release rounds before the optimizer
@@ -81,28 +81,25 @@ void qc_qcnet_config_parity_tiny(struct qc_qcnet_config *cfg);
 /* Checks ranges and cross-field constraints. QC_ERR_INVALID naming the field. */
 enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *cfg);
 
-// ---- allocation hook ----------------------------------------------------------------------
+// ---- memory context -------------------------------------------------------------------------
 
-/* struct qc_qcnet_alloc (the hook) and qc_qcnet_alloc_malloc (the default) are declared in
- * qc_stash.h, shared with the blocks. The model's hook serves every allocation: activations,
- * stashes, the blocks' scratch and gradient buffers, and the parameters and gradients
- * (tags "params", "grads"). */
+/* struct qc_memctx (qc_memctx.h) serves every allocation of the model: activations, stashes,
+ * the blocks' scratch and gradient buffers, and the parameters and gradients (tags "params",
+ * "grads", class QC_MEM_PARAM). NULL = host malloc. */
+struct qc_memctx;
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
 struct qc_qcnet;
 
 /* Builds the model: key table, block tables, parameter and gradient buffers (zeroed; call
- * qc_qcnet_init_params or a load before use) from the default (malloc) hook.
+ * qc_qcnet_init_params or a load before use) from host malloc.
  * QC_ERR_INVALID for a bad config, QC_ERR_NOMEM. */
 enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
-/* The same with every allocation from hook a (NULL = default), the parameter and gradient
- * buffers included (tags "params", "grads"). The hook's ctx must outlive the model. */
-enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
-                                          const struct qc_qcnet_alloc *a, struct qc_qcnet **out);
-/* The same on backend ex (qc_exec.h; NULL = CPU): every op of the model runs there and hook a
- * (NULL = default, CPU only) must hand out that backend's memory (CUDA: device memory, e.g. the
- * caching allocator on a CUDA device; EMU: the emulated arena). ex and a's ctx must outlive the
+/* The same on backend ex (qc_exec.h; NULL = CPU) with every allocation from memory context mc
+ * (NULL = host malloc, CPU only), the parameter and gradient buffers included: every op of the
+ * model runs on ex and mc must hand out that backend's memory (CUDA: the caching allocator on
+ * a CUDA device; EMU: an allocator over the emulated arena). ex and mc must outlive the
  * model. On a device backend (qc_exec_is_device):
  *   - qc_qcnet_params() / qc_qcnet_grads(), the views of struct qc_qcnet_output and
  *     qc_qcnet_loss.best_mode are DEVICE pointers; host code reads and writes the parameters
@@ -112,12 +109,14 @@ enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
  *   - qc_qcnet_forward copies the batch in (or uses the caller's copy, ctx.batch_dev), prepares
  *     the index arrays and features it derives from the batch on the host and uploads them;
  *     qc_qcnet_loss downloads the four loss values (one synchronization per call).
- * Device backends also get the AdamW segment arrays from the hook (tag "params/groups") and a
- * host mirror of the parameters (qc_qcnet_add_to_writer). QC_ERR_UNSUPPORTED for CUDA in a
- * build without it; QC_ERR_INVALID for a device backend without a hook (or EMU without its
- * arena). */
-enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struct qc_qcnet_alloc *a,
+ * Device backends also get the AdamW segment arrays from mc (tag "params/groups") and a host
+ * mirror of the parameters (qc_qcnet_add_to_writer). QC_ERR_UNSUPPORTED for CUDA in a build
+ * without it; QC_ERR_INVALID for a device backend without an allocator in mc (or EMU without
+ * its arena). */
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_memctx *mc,
                                   const struct qc_exec *ex, struct qc_qcnet **out);
+/* The memory context the model allocates from (NULL = host malloc). */
+struct qc_memctx *qc_qcnet_memctx(const struct qc_qcnet *m);
 /* The backend the model runs on (NULL = CPU). */
 const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m);
 /* Host copies of the parameters / gradients (qc_qcnet_num_params floats): download copies out
@@ -129,15 +128,15 @@ enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host);
 void qc_qcnet_destroy(struct qc_qcnet *m);
 /* The configuration the model was built with. */
 const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
-/* Replaces the allocation hook (NULL = default). Only between steps (no live activations).
- * Re-homes the parameters and gradients: copies from the new hook (values kept), the old
- * buffers back to the old hook, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
- * The same hook again (same functions and ctx) is a no-op. QC_ERR_NOMEM when the new hook
- * cannot hold them (the model keeps the old hook and buffers). The old hook's ctx must stay
- * alive until this returns; the new one's until the model is destroyed or re-homed again. On a
- * device backend the new hook hands out the same backend's memory: the copies are device to
- * device (qc_op_copy), synchronized before the old buffers are freed. */
-enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
+/* Replaces the memory context (NULL = host malloc). Only between steps (no live activations).
+ * Re-homes the parameters and gradients: copies from the new context (values kept), the old
+ * buffers back to the old one, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
+ * The same context again is a no-op. QC_ERR_NOMEM when the new context cannot hold them (the
+ * model keeps the old context and buffers). The old context must stay alive until this
+ * returns; the new one until the model is destroyed or re-homed again. On a device backend the
+ * new context hands out the same backend's memory: the copies are device to device
+ * (qc_op_copy), synchronized before the old buffers are freed. */
+enum qc_status qc_qcnet_set_memctx(struct qc_qcnet *m, struct qc_memctx *mc);
 /* Switches the attention implementation (the parameters are the same). Only between steps. */
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
 
@@ -306,11 +305,11 @@ void qc_qcnet_release(struct qc_qcnet *m);
 // ---- memory accounting ----------------------------------------------------------------------
 
 struct qc_qcnet_mem {
-    size_t bytes_live;   /* activations, stashes and block scratch held now through the hook */
+    size_t bytes_live;   /* activations, stashes and block scratch held now (memory context) */
     size_t bytes_peak;   /* peak of bytes_live since creation or the last reset */
     size_t bytes_stash;  /* Σ stash-table payload of the last forward (what backward reads) */
-    size_t bytes_params; /* parameters + gradients (also from the hook; not in bytes_live) */
-    int64_t n_allocs;    /* successful hook calls for bytes_live since creation */
+    size_t bytes_params; /* parameters + gradients (also from the context; not in bytes_live) */
+    int64_t n_allocs;    /* successful allocations for bytes_live since creation */
 };
 void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out);
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m);

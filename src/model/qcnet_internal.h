@@ -25,6 +25,7 @@
 
 #include "qc_attention.h"
 #include "qc_fourier.h"
+#include "qc_memctx.h"
 #include "qc_mlp.h"
 #include "qc_qcnet.h"
 #include "qc_stash.h"
@@ -42,7 +43,7 @@
 /* Edge-set slots of a forward pass (the qc_edge_set order of qc_graph.h). */
 enum { NSET = 9 };
 
-/* One live activation obtained from the hook. */
+/* One live activation obtained from the memory context. */
 struct qcnet_buf {
     void *p;
     size_t bytes;
@@ -52,7 +53,7 @@ struct qcnet_buf {
 struct qcnet_app {
     struct qc_attn_kv *kv; /* the source/edge context (owned by the layer slot or the app) */
     bool own_kv;           /* self-attention: a kv per application, freed with it */
-    struct qc_stash st;    /* the application's stash (memory from the hook) */
+    struct qc_stash st;    /* the application's stash (memory from the memory context) */
     const float *x_dst;    /* input rows (n_dst,D) */
     float *out;            /* output rows (n_dst,D) */
     const float *x_src;    /* self-attention: == x_dst; bipartite: the kv's sources */
@@ -88,7 +89,7 @@ struct qcnet_tape {
     struct qc_attn_edges ed[NSET];
     bool ed_init[NSET];
     /* index arrays the model derives from the graph on the host (op arguments: device memory
-     * on device backends, from the hook, recorded in bufs) ... */
+     * on device backends, from the memory context, recorded in bufs) ... */
     int64_t *pl2a_src;   /* (E_pl2a) polygon of each pl2a source: src mod P */
     int64_t *pl2m_query; /* (A*K) mode-major query rows k*A + a */
     int64_t *pl2pl_type; /* (E_pl2pl) int64 copies of the edge types, checked in [0, 5) */
@@ -171,16 +172,17 @@ struct qc_qcnet {
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 
     /* parameters */
-    float *params, *grads; /* (nparams) each, from hook: device memory on device backends */
+    float *params,
+        *grads; /* (nparams) each, from the memory context: device memory on device backends */
     int64_t nparams;
     struct qc_qcnet_key *keys;
     int nkeys, cap_keys;
     int64_t *seg_off; /* (nseg+1) host */
     uint8_t *seg_decay;
     int64_t nseg;
-    /* device backends only (NULL on CPU): copies of seg_off / seg_decay from the hook (tag
-     * "params/groups", bytes seg_dev_bytes) for qc_op_adamw_step_segments, and a host mirror of
-     * the parameters (nparams floats, malloc) that qc_qcnet_add_to_writer downloads into */
+    /* device backends only (NULL on CPU): copies of seg_off / seg_decay from the memory context
+     * (tag "params/groups", bytes seg_dev_bytes) for qc_op_adamw_step_segments, and a host mirror
+     * of the parameters (nparams floats, malloc) that qc_qcnet_add_to_writer downloads into */
     int64_t *seg_off_dev;
     uint8_t *seg_decay_dev; /* inside the seg_off_dev block */
     size_t seg_dev_bytes;
@@ -204,16 +206,16 @@ struct qc_qcnet {
     struct qcnet_layer m2m_r;
     struct qc_mlp to_loc_p, to_scale_p, to_loc_r, to_scale_r, to_pi;
 
-    /* memory: every allocation goes through hook. Blocks (their mem.hook) call blk_hook, which
-     * forwards to hook and counts into bytes_live / bytes_peak / n_allocs (blocks free their
-     * scratch themselves, so it is not in bufs). */
-    struct qc_qcnet_alloc hook;
-    struct qc_qcnet_alloc blk_hook; /* {model_blk_alloc, model_blk_free, m} */
-    size_t bytes_blk;               /* block scratch live now (part of bytes_live) */
+    /* memory: every allocation goes through mc (the caller's, or a host-malloc context of the
+     * model's own, own_mc). The model's buffers are class QC_MEM_MODEL and recorded in bufs;
+     * the blocks' scratch is class QC_MEM_BLOCK (the blocks free it themselves); parameters,
+     * gradients and the AdamW segments are QC_MEM_PARAM. */
+    struct qc_memctx *mc;
+    bool own_mc;
     struct qcnet_buf *bufs;
     int nbufs, cap_bufs;
-    size_t bytes_live, bytes_peak, bytes_stash;
-    int64_t n_allocs;
+    size_t bytes_bufs;  /* Σ bufs bytes */
+    size_t bytes_stash; /* Σ stash payload bound by the last forward */
 
     struct qcnet_tape tape;
 };
@@ -228,14 +230,15 @@ void qcnet_params_bind(struct qc_qcnet *m);
 
 // ---- qcnet_model.c: activation memory ------------------------------------------------------
 
-/* n floats (or bytes) from the hook, recorded for release; NULL + error status on failure. */
+/* n floats (or bytes) from the memory context, recorded for release; NULL + error status on
+ * failure. */
 enum qc_status qcnet_falloc(struct qc_qcnet *m, int64_t n, const char *tag, float **out);
 enum qc_status qcnet_zalloc(struct qc_qcnet *m, int64_t n, const char *tag, float **out);
 enum qc_status qcnet_ialloc(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **out);
 enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, void **out);
 /* Device backends: host data computed from the batch (indices, features, masks) copied into
- * a fresh recorded buffer of `bytes` from the hook (tag). On CPU the same (a copy into hook
- * memory), so callers need no branch. */
+ * a fresh recorded buffer of `bytes` from the memory context (tag). On CPU the same (a copy into
+ * context memory), so callers need no branch. */
 enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
                             void **out);
 /* The batch as op arguments: tape.dbatch (asserts it is set on device backends), else the
@@ -252,9 +255,9 @@ enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, s
 
 /* Gives one recorded buffer back early (NULL is a no-op). */
 void qcnet_free(struct qc_qcnet *m, void *p);
-/* Binds a planned stash table to hook memory (tag = its block label). */
+/* Binds a planned stash table to memory-context memory (tag = its block label). */
 enum qc_status qcnet_stash_bind(struct qc_qcnet *m, struct qc_stash *st, const char *tag);
-/* Releases a stash's memory back to the hook and empties the table. */
+/* Releases a stash's memory back to the memory context and empties the table. */
 void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st);
 
 /* Runs one attention application and records it on the tape. kv must be initialised and
@@ -297,7 +300,7 @@ enum qc_status qcnet_kv_setup(struct qc_qcnet *m, struct qc_attn_kv *kv,
 /* kv backward (dx_src ACCUM) after all of its applications; frees the context. */
 enum qc_status qcnet_kv_backward(struct qc_qcnet *m, struct qc_attn_kv *kv, float *dx_src,
                                  const float *x_src);
-/* FE / MLP forward with a fresh stash bound to hook memory; *out allocated (N, D|O). */
+/* FE / MLP forward with a fresh stash bound to memory-context memory; *out allocated (N, D|O). */
 enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
                                 struct qc_stash *st, const char *tag, const float *c,
                                 const float *cat, int64_t N, float **out);

@@ -1,14 +1,15 @@
 /*
  * qcnet_model.c — the model object (qc_qcnet.h): create/destroy, activation memory through the
- * allocation hook, the attention-application tape, and the forward / loss / backward
- * orchestration over the encoders and the decoder (qcnet_encoder.c, qcnet_decoder.c,
+ * memory context (qc_memctx.h), the attention-application tape, and the forward / loss /
+ * backward orchestration over the encoders and the decoder (qcnet_encoder.c, qcnet_decoder.c,
  * qcnet_loss.c).
  *
- * Invariant: every activation of a forward is in m->bufs, every stash table's arena is one of
- * them, and qc_qcnet_release returns all of them to the hook; the blocks' scratch and gradient
- * buffers go through m->blk_hook (counted, freed by the blocks or their contexts' deinit):
- * bytes_live = Σ bufs bytes + bytes_blk. Parameters and gradients come from the hook too
- * (tags "params", "grads"; not in bytes_live), and on device backends the AdamW segment arrays
+ * Invariant: every activation of a forward is in m->bufs (class QC_MEM_MODEL), every stash
+ * table's arena is one of them, and qc_qcnet_release returns all of them to the context; the
+ * blocks' scratch and gradient buffers are class QC_MEM_BLOCK (freed by the blocks or their
+ * contexts' deinit): bytes_live = Σ bufs bytes + live BLOCK bytes. Parameters and gradients
+ * come from the context too (tags "params", "grads", class QC_MEM_PARAM; not in bytes_live),
+ * and on device backends the AdamW segment arrays
  * ("params/groups").
  *
  * Backends (qc_exec.h): every op runs on m->ex and every block's qc_block_mem carries it. On a
@@ -27,37 +28,7 @@
 #include "qc_kernels.h"
 #include "qcnet_internal.h"
 
-// ---- allocation hook ----------------------------------------------------------------------
-
-static void count_live(struct qc_qcnet *m, size_t bytes)
-{
-    m->n_allocs++;
-    m->bytes_live += bytes;
-    if (m->bytes_live > m->bytes_peak)
-        m->bytes_peak = m->bytes_live;
-}
-
-/* The blocks' hook: m->hook, counted. */
-static void *model_blk_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    struct qc_qcnet *m = ctx;
-    void *p = m->hook.alloc(m->hook.ctx, bytes, tag);
-    if (p) {
-        m->bytes_blk += bytes;
-        count_live(m, bytes);
-    }
-    return p;
-}
-
-static void model_blk_free(void *ctx, void *p, size_t bytes)
-{
-    struct qc_qcnet *m = ctx;
-    m->hook.free(m->hook.ctx, p, bytes);
-    QC_ASSERT(m->bytes_blk >= bytes, "model: block scratch freed twice (%zu > %zu live)", bytes,
-              m->bytes_blk);
-    m->bytes_blk -= bytes;
-    m->bytes_live -= bytes;
-}
+// ---- activation memory --------------------------------------------------------------------
 
 static size_t params_bytes(const struct qc_qcnet *m)
 {
@@ -74,16 +45,16 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
         m->bufs = b;
         m->cap_bufs = cap;
     }
-    void *p = m->hook.alloc(m->hook.ctx, bytes, tag);
+    void *p = qc_memctx_alloc(m->mc, QC_MEM_MODEL, bytes, tag);
     if (!p)
         return qc_errorf(QC_ERR_NOMEM,
                          "model: allocation of %zu bytes for %s failed (%zu bytes live)\n"
                          "hint: a smaller batch, --attention fused, or a larger device budget",
-                         bytes, tag, m->bytes_live);
+                         bytes, tag, m->bytes_bufs);
     m->bufs[m->nbufs].p = p;
     m->bufs[m->nbufs].bytes = bytes;
     m->nbufs++;
-    count_live(m, bytes);
+    m->bytes_bufs += bytes;
     *out = p;
     return QC_OK;
 }
@@ -161,8 +132,8 @@ void qcnet_free(struct qc_qcnet *m, void *p)
     for (int i = m->nbufs - 1; i >= 0; i--) {
         if (m->bufs[i].p != p)
             continue;
-        m->hook.free(m->hook.ctx, p, m->bufs[i].bytes);
-        m->bytes_live -= m->bufs[i].bytes;
+        qc_memctx_free(m->mc, QC_MEM_MODEL, p, m->bufs[i].bytes);
+        m->bytes_bufs -= m->bufs[i].bytes;
         m->bufs[i] = m->bufs[--m->nbufs];
         return;
     }
@@ -172,8 +143,8 @@ void qcnet_free(struct qc_qcnet *m, void *p)
 static void free_all_bufs(struct qc_qcnet *m)
 {
     for (int i = m->nbufs - 1; i >= 0; i--) {
-        m->hook.free(m->hook.ctx, m->bufs[i].p, m->bufs[i].bytes);
-        m->bytes_live -= m->bufs[i].bytes;
+        qc_memctx_free(m->mc, QC_MEM_MODEL, m->bufs[i].p, m->bufs[i].bytes);
+        m->bytes_bufs -= m->bufs[i].bytes;
     }
     m->nbufs = 0;
 }
@@ -197,16 +168,16 @@ void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st)
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
-/* Parameter and gradient buffers from hook h (tags "params", "grads"); none on failure. */
-static enum qc_status params_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *h,
-                                   float **params, float **grads)
+/* Parameter and gradient buffers from context mc (tags "params", "grads"); none on failure. */
+static enum qc_status params_alloc(struct qc_qcnet *m, struct qc_memctx *mc, float **params,
+                                   float **grads)
 {
     const size_t bytes = params_bytes(m);
-    float *p = h->alloc(h->ctx, bytes, "params");
-    float *g = p ? h->alloc(h->ctx, bytes, "grads") : NULL;
+    float *p = qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "params");
+    float *g = p ? qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "grads") : NULL;
     if (!g) {
         if (p)
-            h->free(h->ctx, p, bytes);
+            qc_memctx_free(mc, QC_MEM_PARAM, p, bytes);
         return qc_errorf(QC_ERR_NOMEM,
                          "model: allocation of %zu bytes for %s failed (%lld parameters)\n"
                          "hint: a larger device budget or a smaller model",
@@ -217,13 +188,10 @@ static enum qc_status params_alloc(struct qc_qcnet *m, const struct qc_qcnet_all
     return QC_OK;
 }
 
-static void params_free(struct qc_qcnet *m, const struct qc_qcnet_alloc *h, float *params,
-                        float *grads)
+static void params_free(struct qc_qcnet *m, struct qc_memctx *mc, float *params, float *grads)
 {
-    if (grads)
-        h->free(h->ctx, grads, params_bytes(m));
-    if (params)
-        h->free(h->ctx, params, params_bytes(m));
+    qc_memctx_free(mc, QC_MEM_PARAM, grads, params_bytes(m));
+    qc_memctx_free(mc, QC_MEM_PARAM, params, params_bytes(m));
 }
 
 /* Bytes of the device copy of the AdamW segments: offsets (nseg+1) int64, then at the next
@@ -233,13 +201,12 @@ static size_t groups_decay_offset(const struct qc_qcnet *m)
     return ((size_t)(m->nseg + 1) * sizeof(int64_t) + 63) / 64 * 64;
 }
 
-/* Device backends: the AdamW segment arrays in one block from hook h ("params/groups"),
+/* Device backends: the AdamW segment arrays in one block from context mc ("params/groups"),
  * uploaded from seg_off / seg_decay. */
-static enum qc_status groups_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *h,
-                                   int64_t **out)
+static enum qc_status groups_alloc(struct qc_qcnet *m, struct qc_memctx *mc, int64_t **out)
 {
     const size_t off = groups_decay_offset(m), bytes = off + (size_t)m->nseg;
-    unsigned char *p = h->alloc(h->ctx, bytes, "params/groups");
+    unsigned char *p = qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "params/groups");
     if (!p)
         return qc_errorf(QC_ERR_NOMEM, "model: allocation of %zu bytes for params/groups failed",
                          bytes);
@@ -247,7 +214,7 @@ static enum qc_status groups_alloc(struct qc_qcnet *m, const struct qc_qcnet_all
     if (s == QC_OK)
         s = qc_op_upload(m->ex, p + off, m->seg_decay, (size_t)m->nseg);
     if (s != QC_OK) {
-        h->free(h->ctx, p, bytes);
+        qc_memctx_free(mc, QC_MEM_PARAM, p, bytes);
         return s;
     }
     m->seg_dev_bytes = bytes;
@@ -255,10 +222,10 @@ static enum qc_status groups_alloc(struct qc_qcnet *m, const struct qc_qcnet_all
     return QC_OK;
 }
 
-static void groups_free(struct qc_qcnet *m, const struct qc_qcnet_alloc *h, int64_t *p)
+static void groups_free(struct qc_qcnet *m, struct qc_memctx *mc, int64_t *p)
 {
     if (p)
-        h->free(h->ctx, p, m->seg_dev_bytes);
+        qc_memctx_free(mc, QC_MEM_PARAM, p, m->seg_dev_bytes);
 }
 
 static void groups_set(struct qc_qcnet *m, int64_t *p)
@@ -267,8 +234,8 @@ static void groups_set(struct qc_qcnet *m, int64_t *p)
     m->seg_decay_dev = p ? (uint8_t *)(void *)p + groups_decay_offset(m) : NULL;
 }
 
-/* The backend and the hook can serve a model. */
-static enum qc_status check_exec(const struct qc_exec *ex, const struct qc_qcnet_alloc *a)
+/* The backend and the memory context can serve a model. */
+static enum qc_status check_exec(const struct qc_exec *ex, const struct qc_memctx *mc)
 {
     const enum qc_exec_backend b = qc_exec_backend_of(ex);
     if ((int)b < 0 || b >= QC_EXEC_BACKEND_COUNT)
@@ -280,10 +247,10 @@ static enum qc_status check_exec(const struct qc_exec *ex, const struct qc_qcnet
 #endif
     if (b == QC_EXEC_EMU && !ex->emu)
         return qc_errorf(QC_ERR_INVALID, "model: the emu backend without its arena");
-    if (qc_exec_is_device(ex) && !a)
+    if (qc_exec_is_device(ex) && !qc_memctx_is_device(mc))
         return qc_errorf(QC_ERR_INVALID,
-                         "model: the %s backend needs an allocation hook of its memory (the "
-                         "default hook is host malloc)",
+                         "model: the %s backend needs a memory context over an allocator of its "
+                         "memory (host malloc cannot serve it)",
                          qc_exec_backend_str(b));
     return QC_OK;
 }
@@ -293,20 +260,23 @@ enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcne
     return qc_qcnet_create_on(cfg, NULL, NULL, out);
 }
 
-enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
-                                          const struct qc_qcnet_alloc *a, struct qc_qcnet **out)
-{
-    return qc_qcnet_create_on(cfg, a, NULL, out);
-}
-
-enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struct qc_qcnet_alloc *a,
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_memctx *mc,
                                   const struct qc_exec *ex, struct qc_qcnet **out)
 {
     QC_TRY(qc_qcnet_config_validate(cfg));
-    QC_TRY(check_exec(ex, a));
+    QC_TRY(check_exec(ex, mc));
     struct qc_qcnet *m = calloc(1, sizeof *m);
     if (!m)
         return qc_errorf(QC_ERR_NOMEM, "model: %zu bytes", sizeof *m);
+    if (!mc) { /* host malloc, counted in a context of the model's own */
+        enum qc_status s = qc_memctx_create(NULL, &mc);
+        if (s != QC_OK) {
+            free(m);
+            return s;
+        }
+        m->own_mc = true;
+    }
+    m->mc = mc;
     m->cfg = *cfg;
     m->ex = ex; /* before the blocks are built: their qc_block_mem take it */
     m->D = cfg->hidden_dim;
@@ -318,16 +288,12 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struc
     m->NL_agent = cfg->num_agent_layers;
     m->NL_dec = cfg->num_dec_layers;
     m->head_out = cfg->num_future_steps * 2 / cfg->num_recurrent_steps;
-    m->hook = a ? *a : qc_qcnet_alloc_malloc;
-    m->blk_hook.alloc = model_blk_alloc;
-    m->blk_hook.free = model_blk_free;
-    m->blk_hook.ctx = m;
     enum qc_status s = qcnet_params_build(m);
     if (s == QC_OK)
-        s = params_alloc(m, &m->hook, &m->params, &m->grads);
+        s = params_alloc(m, m->mc, &m->params, &m->grads);
     if (s == QC_OK && qc_exec_is_device(ex)) {
         int64_t *g = NULL;
-        s = groups_alloc(m, &m->hook, &g);
+        s = groups_alloc(m, m->mc, &g);
         groups_set(m, g);
         if (s == QC_OK) {
             m->params_host = malloc(params_bytes(m) > 0 ? params_bytes(m) : 1);
@@ -357,10 +323,12 @@ void qc_qcnet_destroy(struct qc_qcnet *m)
         return;
     qc_qcnet_release(m);
     free(m->bufs);
-    params_free(m, &m->hook, m->params, m->grads);
-    groups_free(m, &m->hook, m->seg_off_dev);
+    params_free(m, m->mc, m->params, m->grads);
+    groups_free(m, m->mc, m->seg_off_dev);
     free(m->params_host);
     qcnet_params_free(m);
+    if (m->own_mc)
+        qc_memctx_destroy(m->mc);
     free(m);
 }
 
@@ -369,37 +337,55 @@ const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m)
     return &m->cfg;
 }
 
-enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a)
+struct qc_memctx *qc_qcnet_memctx(const struct qc_qcnet *m)
 {
-    QC_ASSERT(m->nbufs == 0 && m->bytes_blk == 0,
-              "model: allocation hook changed with %d live activations", m->nbufs);
-    const struct qc_qcnet_alloc h = a ? *a : qc_qcnet_alloc_malloc;
-    if (h.alloc == m->hook.alloc && h.free == m->hook.free && h.ctx == m->hook.ctx)
-        return QC_OK; /* same hook: nothing to re-home */
+    return m->own_mc ? NULL : m->mc;
+}
+
+enum qc_status qc_qcnet_set_memctx(struct qc_qcnet *m, struct qc_memctx *mc)
+{
+    struct qc_memctx_stats ms;
+    qc_memctx_stats_get(m->mc, &ms);
+    QC_ASSERT(m->nbufs == 0 && ms.live[QC_MEM_BLOCK] == 0,
+              "model: memory context changed with %d live activations", m->nbufs);
+    if (mc == m->mc || (!mc && m->own_mc))
+        return QC_OK; /* the same context: nothing to re-home */
+    QC_TRY(check_exec(m->ex, mc));
+    struct qc_memctx *own = NULL;
+    if (!mc) {
+        QC_TRY(qc_memctx_create(NULL, &own));
+        mc = own;
+    }
     /* re-home the parameters and gradients (and the device AdamW segments): new copies from
-     * the new hook, old ones back */
+     * the new context, old ones back */
     float *p = NULL, *g = NULL;
     int64_t *seg = NULL;
-    QC_TRY(params_alloc(m, &h, &p, &g));
-    if (m->seg_off_dev) {
-        enum qc_status s = groups_alloc(m, &h, &seg);
+    enum qc_status s = params_alloc(m, mc, &p, &g);
+    if (s == QC_OK && m->seg_off_dev) {
+        s = groups_alloc(m, mc, &seg);
+        if (s != QC_OK)
+            params_free(m, mc, p, g);
+    }
+    if (s == QC_OK) {
+        qc_op_copy(m->ex, p, m->params, params_bytes(m));
+        qc_op_copy(m->ex, g, m->grads, params_bytes(m));
+        /* the old buffers go back to the old context only once the copies have read them */
+        s = qc_op_sync(m->ex);
         if (s != QC_OK) {
-            params_free(m, &h, p, g);
-            return s;
+            groups_free(m, mc, seg);
+            params_free(m, mc, p, g);
         }
     }
-    qc_op_copy(m->ex, p, m->params, params_bytes(m));
-    qc_op_copy(m->ex, g, m->grads, params_bytes(m));
-    /* the old buffers go back to the old hook only once the copies have read them */
-    enum qc_status s = qc_op_sync(m->ex);
     if (s != QC_OK) {
-        groups_free(m, &h, seg);
-        params_free(m, &h, p, g);
+        qc_memctx_destroy(own);
         return s;
     }
-    params_free(m, &m->hook, m->params, m->grads);
-    groups_free(m, &m->hook, m->seg_off_dev);
-    m->hook = h;
+    params_free(m, m->mc, m->params, m->grads);
+    groups_free(m, m->mc, m->seg_off_dev);
+    if (m->own_mc)
+        qc_memctx_destroy(m->mc);
+    m->mc = mc;
+    m->own_mc = own != NULL;
     m->params = p;
     m->grads = g;
     groups_set(m, seg);
@@ -417,17 +403,19 @@ void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl)
 
 void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out)
 {
+    struct qc_memctx_stats ms;
+    qc_memctx_stats_get(m->mc, &ms);
     memset(out, 0, sizeof *out);
-    out->bytes_live = m->bytes_live;
-    out->bytes_peak = m->bytes_peak;
+    out->bytes_live = ms.live[QC_MEM_MODEL] + ms.live[QC_MEM_BLOCK];
+    out->bytes_peak = ms.work_peak;
     out->bytes_stash = m->bytes_stash;
     out->bytes_params = 2 * params_bytes(m);
-    out->n_allocs = m->n_allocs;
+    out->n_allocs = ms.n_allocs[QC_MEM_MODEL] + ms.n_allocs[QC_MEM_BLOCK];
 }
 
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m)
 {
-    m->bytes_peak = m->bytes_live;
+    qc_memctx_reset_peak(m->mc);
 }
 
 void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out)
@@ -530,7 +518,7 @@ enum qc_status qcnet_attn_app_backward(struct qc_qcnet *m, int n, float *dx_dst,
     return QC_OK;
 }
 
-/* Frees a kv context (stash memory back to the hook) if it was initialised. */
+/* Frees a kv context (stash memory back to the context) if it was initialised. */
 static void kv_free(struct qc_qcnet *m, struct qc_attn_kv *kv)
 {
     if (!kv->l)
@@ -612,9 +600,9 @@ static void view(const struct qc_qcnet *m, struct qc_attn_graph *v, enum qc_edge
     }
 }
 
-/* n int64 the host computes for the ops: on CPU straight into hook memory (tag), which is
+/* n int64 the host computes for the ops: on CPU straight into context memory (tag), which is
  * also the host copy; on a device backend a malloc'ed host buffer (*host, the mirror, freed by
- * release) that index_commit uploads into hook memory (same tag and bytes). */
+ * release) that index_commit uploads into context memory (same tag and bytes). */
 static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
                                  int64_t **host)
 {
@@ -743,7 +731,7 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     memset(&mem, 0, sizeof mem);
     char name[96];
     snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
-    qc_block_mem_set(&mem, &m->blk_hook, name);
+    qc_block_mem_set(&mem, m->mc, name);
     mem.ex = m->ex;
     QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? e->attr : NULL, cat_table,
                                   cat_idx, ncat, dcat_table));

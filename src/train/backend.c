@@ -4,8 +4,8 @@
  * backend (struct qc_exec) and, on CUDA, the ops' context and the loader's pinned memory; plus
  * the staging of loader batches into device memory (train_internal.h).
  *
- *   cpu   no device object: the allocator's host backend (as before the CUDA backend existed),
- *         ops inline (exec backend CPU, the model's NULL).
+ *   cpu   a CPU device (inline compute stream, worker-thread copy streams) and the allocator's
+ *         host backend on it; ops inline (exec backend CPU, the model's NULL).
  *   cuda  device device.ordinal; its allocator (device.budget, alloc.*); a reduction workspace
  *         of QC_KERNELS_CUDA_WORKSPACE_BYTES from it for the ops' context (TF32 = device.tf32,
  *         off by default: fp32 like QCNet), made current for the creating thread; ops on the
@@ -92,7 +92,8 @@ static enum qc_status backend_init(struct qc_train_backend *b, const struct qc_c
     switch (b->kind) {
     case QC_CONFIG_DEVICE_CPU:
         b->exec = (struct qc_exec){.backend = QC_EXEC_CPU};
-        return qc_alloc_create(NULL, &ap, &b->alloc);
+        QC_TRY(qc_device_create(QC_DEVICE_CPU, 0, &b->dev));
+        return qc_alloc_create(b->dev, &ap, &b->alloc);
     case QC_CONFIG_DEVICE_EMU: {
         const size_t reserve =
             cfg->device_budget > 0 && 2 * (size_t)cfg->device_budget < TRAIN_EMU_RESERVE
@@ -128,7 +129,14 @@ enum qc_status qc_train_backend_create(const struct qc_config *cfg, struct qc_tr
     if (!b)
         return qc_errorf(QC_ERR_NOMEM, "backend: out of memory");
     b->kind = (enum qc_config_device)cfg->device_kind;
-    const enum qc_status st = backend_init(b, cfg);
+    enum qc_status st = backend_init(b, cfg);
+    if (st == QC_OK) {
+        const struct qc_memctx_params mp = {
+            .alloc = b->alloc,
+            .compute = qc_device_compute_stream(b->dev),
+        };
+        st = qc_memctx_create(&mp, &b->mc);
+    }
     if (st != QC_OK) {
         qc_train_backend_destroy(b);
         return st;
@@ -148,6 +156,7 @@ void qc_train_backend_destroy(struct qc_train_backend *b)
         qc_kernels_cuda_destroy(b->kctx);
     }
 #endif
+    qc_memctx_destroy(b->mc);
     if (b->workspace)
         qc_alloc_free(b->alloc, b->workspace, NULL);
     qc_alloc_destroy(b->alloc); /* synchronizes the device: no copy is in flight after it */
@@ -168,6 +177,11 @@ struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b)
     return b->alloc;
 }
 
+struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b)
+{
+    return b->mc;
+}
+
 struct qc_device *qc_train_backend_device(struct qc_train_backend *b)
 {
     return b->dev;
@@ -185,9 +199,7 @@ enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct q
     qc_train_model_config(cfg, &mc);
     /* parameters, gradients and every activation come from the caching allocator, under
      * device.budget */
-    struct qc_qcnet_alloc hook;
-    qc_train_model_hook(b->alloc, &hook);
-    return qc_qcnet_create_on(&mc, &hook, qc_train_backend_exec(b), out);
+    return qc_qcnet_create_on(&mc, b->mc, qc_train_backend_exec(b), out);
 }
 
 void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,

@@ -82,27 +82,6 @@ static double now_s(void)
 
 // ---- helpers shared with eval.c and the bench ---------------------------------------------------
 
-static void *hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    void *p = NULL;
-    if (qc_alloc_malloc(ctx, bytes, NULL, tag, &p) != QC_OK)
-        return NULL;
-    return p;
-}
-
-static void hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)bytes;
-    qc_alloc_free(ctx, p, NULL);
-}
-
-void qc_train_model_hook(struct qc_alloc *a, struct qc_qcnet_alloc *out)
-{
-    out->alloc = hook_alloc;
-    out->free = hook_free;
-    out->ctx = a;
-}
-
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out)
 {
     qc_qcnet_config_default(out);

@@ -266,9 +266,6 @@ struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t);
 /* The run folder in use. */
 const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
-/* Allocation hook that serves the model's activations from a caching allocator (compute
- * stream, tags passed through). The hook keeps a pointer to a. */
-void qc_train_model_hook(struct qc_alloc *a, struct qc_qcnet_alloc *out);
 /* The model configuration of an effective configuration (model.* keys). */
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);
 /* The loader options of a training run from cfg: batch_size, threads, prefetch, shuffle,
@@ -303,12 +300,16 @@ void qc_train_backend_destroy(struct qc_train_backend *b);
 const struct qc_exec *qc_train_backend_exec(const struct qc_train_backend *b);
 /* The caching allocator (device memory on cuda, the arena on emu, host memory on cpu). */
 struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b);
-/* The device (NULL on cpu; a CPU device on emu). */
+/* The memory context of the backend's models (qc_memctx.h): the allocator on the compute
+ * stream. */
+struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b);
+/* The device: a CPU device on cpu and emu (its copy streams are worker threads), the GPU on
+ * cuda. */
 struct qc_device *qc_train_backend_device(struct qc_train_backend *b);
 /* "cpu" / "cuda" / "emu". */
 const char *qc_train_backend_name(const struct qc_train_backend *b);
-/* The model of cfg (model.*) on b: every allocation from b's allocator (qc_train_model_hook),
- * ops on b's exec (qc_qcnet_create_on). Parameters are zero: initialise or load them. */
+/* The model of cfg (model.*) on b: every allocation from b's memory context, ops on b's exec
+ * (qc_qcnet_create_on). Parameters are zero: initialise or load them. */
 enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct qc_config *cfg,
                                       struct qc_qcnet **out);
 /* qc_train_loader_opts, with the batches in b's pinned host memory on cuda. */
@@ -356,7 +357,8 @@ struct qc_eval_result {
 };
 
 /* Evaluates model m (eval mode: no dropout, no backward) on the data of opts (opts->weights
- * is ignored). When a != NULL the model's allocation hook is set to a (and stays so).
+ * is ignored). a (may be NULL) is the allocator under the model's memory context: its peak
+ * during the evaluation is reported.
  * --dump: loc_propose_pos, scale_propose_pos, loc_refine_pos, scale_refine_pos (A,K,60,2) and
  * pi (A,K) of the first batch, QCNet's names, written atomically. */
 enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,

@@ -30,6 +30,7 @@
 #include "qc_device.h"
 #include "qc_emu.h"
 #include "qc_exec.h"
+#include "qc_memctx.h"
 #include "qc_pinned.h"
 #include "qc_train.h"
 
@@ -37,10 +38,11 @@ struct qc_kernels_cuda; /* qc_kernels_cuda.h (CUDA builds only) */
 
 struct qc_train_backend {
     enum qc_config_device kind;   /* device.kind */
-    struct qc_device *dev;        /* CUDA device, or a CPU device (EMU); NULL on CPU */
+    struct qc_device *dev;        /* CUDA device, or a CPU device (cpu, emu) */
     struct qc_stream *copy;       /* CUDA: the batch copy stream; NULL otherwise */
     struct qc_emu *emu;           /* EMU: the arena under the allocator; NULL otherwise */
     struct qc_alloc *alloc;       /* the caching allocator of every model and optimizer byte */
+    struct qc_memctx *mc;         /* the models' memory context: alloc on the compute stream */
     struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
     struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */

@@ -1,0 +1,107 @@
+/*
+ * qc_memctx.h — the memory context of a model: where every byte of its working memory comes
+ * from and in which stream order it is used and given back.
+ *
+ * A model (qc_qcnet.h) and every block it runs (qc_stash.h: struct qc_block_mem) allocate
+ * through one memory context:
+ *   - the caching allocator (alloc/qc_alloc.h) of the model's backend, on the model's compute
+ *     stream (frees are stream-ordered on it); or host malloc (64-byte aligned) when the context
+ *     has no allocator (a block used alone, the CPU reference of the tests), or, for tests, an
+ *     emulated-device arena directly (qc_emu.h). A NULL context means host malloc, uncounted;
+ *   - the streams: compute (the model's ops), and, for the stash policies of the training
+ *     step, the offload engine's copy stream (device -> host) and a copy stream of its own for
+ *     the gets (host -> device), each a worker thread on the CPU device;
+ *   - the offload engine (offload/qc_offload.h) and the step's policy table: see
+ *     qc_qcnet_set_policies (qc_qcnet.h) and the tape (qcnet_internal.h), which call
+ *     qc_memctx_put / _get / _wait around each block application's forward and backward.
+ *
+ * Accounting. Every allocation has a class: PARAM (parameters, gradients, optimizer-side
+ * buffers the model owns), MODEL (activations and stash arenas of the model) or BLOCK (the
+ * blocks' scratch, tiles and gradient buffers). The context keeps, per class, the live bytes
+ * (as asked, not rounded) and the number of live allocations, and the peak of the working set
+ * MODEL + BLOCK:
+ *   live[c] = Σ bytes of the live allocations of class c,   work = live[MODEL] + live[BLOCK],
+ *   work_peak ≥ work (reset by qc_memctx_reset_peak),   n_allocs[c] counts successful calls.
+ *
+ * Fault injection (tests): qc_memctx_fail_at makes the k-th allocation from now (and the
+ * following count - 1) fail with QC_ERR_NOMEM, as an exhausted budget would. An observer
+ * callback sees every allocation and free with its tag (tests that check tagging).
+ *
+ * Thread safety: one context serves one model, used from one thread (blocks allocate before
+ * their parallel loops); the allocator and the offload engine below are thread-safe.
+ */
+#ifndef QC_MODEL_QC_MEMCTX_H
+#define QC_MODEL_QC_MEMCTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qc_alloc;  /* alloc/qc_alloc.h */
+struct qc_emu;    /* base/qc_emu.h */
+struct qc_stream; /* base/qc_device.h */
+struct qc_memctx; /* opaque */
+
+enum qc_mem_class { QC_MEM_PARAM = 0, QC_MEM_MODEL, QC_MEM_BLOCK, QC_MEM_CLASS_COUNT };
+
+struct qc_memctx_params {
+    struct qc_alloc *alloc;    /* the caching allocator; NULL = host malloc, or emu below */
+    struct qc_emu *emu;        /* tests, with alloc NULL: every allocation straight from this
+                                  emulated-device arena (fresh and freed memory hold 0xFF) */
+    struct qc_stream *compute; /* stream the model's ops run on; NULL = the allocator's compute
+                                  stream (the device's default) */
+};
+
+/* Creates a context over p (NULL = host malloc). QC_ERR_NOMEM. */
+enum qc_status qc_memctx_create(const struct qc_memctx_params *p, struct qc_memctx **out);
+/* NULL is a no-op. Every allocation must have been given back. */
+void qc_memctx_destroy(struct qc_memctx *mc);
+
+/* bytes (0 counts as 1) of class cls for tensor tag ("block/tensor"), at least 64-byte aligned;
+ * NULL on failure with QC_ERR_NOMEM set naming the tag (the allocator's OOM report below).
+ * mc NULL = host malloc. */
+void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes, const char *tag);
+/* Gives p (NULL is a no-op) back, stream-ordered on the compute stream; bytes and cls must be
+ * those of its allocation. */
+void qc_memctx_free(struct qc_memctx *mc, enum qc_mem_class cls, void *p, size_t bytes);
+
+/* The allocator (NULL for host malloc or a bare arena) and the compute stream (NULL when there
+ * is none). */
+struct qc_alloc *qc_memctx_allocator(const struct qc_memctx *mc);
+/* Whether the context hands out device memory of a device backend (an allocator or an arena). */
+bool qc_memctx_is_device(const struct qc_memctx *mc);
+struct qc_stream *qc_memctx_compute_stream(const struct qc_memctx *mc);
+
+struct qc_memctx_stats {
+    size_t live[QC_MEM_CLASS_COUNT];      /* live bytes per class (as asked) */
+    int64_t nlive[QC_MEM_CLASS_COUNT];    /* live allocations per class */
+    size_t work_peak;                     /* peak of live[MODEL] + live[BLOCK] */
+    int64_t n_allocs[QC_MEM_CLASS_COUNT]; /* successful allocations per class since create */
+    int64_t n_fail;                       /* allocations that failed (injected or not) */
+};
+/* All zero for mc NULL. */
+void qc_memctx_stats_get(const struct qc_memctx *mc, struct qc_memctx_stats *out);
+/* work_peak = the working set now. */
+void qc_memctx_reset_peak(struct qc_memctx *mc);
+
+/* Tests: allocation number k (1-based, counted from this call) and the count - 1 after it fail
+ * with QC_ERR_NOMEM ("injected"); k <= 0 disarms. count may be INT64_MAX (all after k). */
+void qc_memctx_fail_at(struct qc_memctx *mc, int64_t k, int64_t count);
+/* Tests: fn(user, tag, cls, bytes, alloc) after every successful allocation (alloc true) and
+ * before every free (tag NULL). NULL fn removes it. */
+void qc_memctx_set_observer(struct qc_memctx *mc,
+                            void (*fn)(void *user, const char *tag, enum qc_mem_class cls,
+                                       size_t bytes, bool alloc),
+                            void *user);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_MODEL_QC_MEMCTX_H */
