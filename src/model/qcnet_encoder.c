@@ -90,8 +90,8 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
         int64_t *const ix[2] = {t->idx_pt_type, t->idx_pt_side};
         QC_TRY(embed_sum(m, cat, 2, o, v, ix, Pt));
     }
-    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, &t->st_x_pt, "encoder.map_encoder.x_pt_emb",
-                            db->pt_magnitude, cat, Pt, &t->x_pt));
+    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, "encoder.map_encoder.x_pt_emb", db->pt_magnitude, cat,
+                            Pt, &t->x_pt));
     qcnet_free(m, cat);
     QC_TRY(qcnet_falloc(m, P * D, "map/x_pl_emb.cat", &cat));
     {
@@ -99,8 +99,8 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
         int64_t *const ix[2] = {t->idx_pl_type, t->idx_pl_int};
         QC_TRY(embed_sum(m, cat, 2, o, v, ix, P));
     }
-    QC_TRY(qcnet_fe_forward(m, &m->x_pl_emb, &t->st_x_pl, "encoder.map_encoder.x_pl_emb", NULL, cat,
-                            P, &t->x_pl0));
+    QC_TRY(
+        qcnet_fe_forward(m, &m->x_pl_emb, "encoder.map_encoder.x_pl_emb", NULL, cat, P, &t->x_pl0));
     qcnet_free(m, cat);
 
     /* edge embeddings, shared by every layer on the set */
@@ -111,11 +111,10 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
     float *x = t->x_pl0;
     for (int64_t i = 0; i < m->NL_map; i++) {
         const struct qcnet_layer *L = &m->pt2pl[i];
-        QC_TRY(qcnet_kv_setup(m, &t->kv_pt2pl[i], L, QC_EDGE_PT2PL, t->x_pt));
-        t->app_pt2pl[i] = t->n_app;
-        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pt2pl[i], false, x, t->x_pt, L->prefix, &x));
-        t->app_pl2pl[i] = t->n_app;
-        QC_TRY(qcnet_attn_self(m, &m->pl2pl[i], &t->ed[QC_EDGE_PL2PL], x, m->pl2pl[i].prefix, &x));
+        int kv;
+        QC_TRY(qcnet_kv_setup(m, L, QC_EDGE_PT2PL, t->x_pt, &kv));
+        QC_TRY(qcnet_attn_apply(m, L, kv, x, &x));
+        QC_TRY(qcnet_attn_self(m, &m->pl2pl[i], QC_EDGE_PL2PL, x, &x));
     }
     t->x_pl = x;
     return QC_OK;
@@ -124,7 +123,6 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_batch *db = qcnet_op_batch(m);
     const int64_t Pt = t->Pt, P = t->P, D = m->D;
     float *d1, *dx_pt;
     QC_TRY(qcnet_falloc(m, P * D, "grad/map.x_pl", &d1));
@@ -132,26 +130,24 @@ enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
     float *dx = dx_pl; /* gradient of the current layer output (P,D) */
     for (int64_t i = m->NL_map - 1; i >= 0; i--) {
         /* pl2pl (self): d1 = d(input) */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2pl[i], d1, dx));
+        QC_TRY(qcnet_attn_backward(m, &m->pl2pl[i], 0, d1, dx));
         /* pt2pl (bipartite): dx = d(x_pl input), the sources' gradient into dx_pt */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pt2pl[i], dx, d1));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pt2pl[i], dx_pt, t->x_pt));
+        QC_TRY(qcnet_attn_backward(m, &m->pt2pl[i], 0, dx, d1));
+        QC_TRY(qcnet_kv_backward(m, &m->pt2pl[i], dx_pt));
     }
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2PL));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PT2PL));
     /* x_pl0 = FE(0)(type_pl + int_pl): dcat → both tables */
-    QC_TRY(qc_fourier_backward(&m->x_pl_emb, NULL, d1, dx, &t->st_x_pl, NULL, P));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pl_emb, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
     qc_op_embedding_backward(m->ex, m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
-    qcnet_stash_free(m, &t->st_x_pl);
     qcnet_free(m, d1);
     /* x_pt = FE(1)(magnitude, type_pt + side_pt) */
     float *dcat;
     QC_TRY(qcnet_falloc(m, Pt * D, "grad/map.x_pt_cat", &dcat));
-    QC_TRY(qc_fourier_backward(&m->x_pt_emb, NULL, dcat, dx_pt, &t->st_x_pt, db->pt_magnitude, Pt));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pt_emb, NULL, dcat, dx_pt));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
     qc_op_embedding_backward(m->ex, m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
-    qcnet_stash_free(m, &t->st_x_pt);
     qcnet_free(m, dcat);
     qcnet_free(m, dx_pt);
     return QC_OK;
@@ -230,8 +226,8 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     float *cat;
     QC_TRY(qcnet_falloc(m, N * D, "agent/x_a_emb.cat", &cat));
     qc_op_embedding_forward(m->ex, cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
-    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, &t->st_x_a, "encoder.agent_encoder.x_a_emb", t->c_a,
-                            cat, N, &t->x_a0));
+    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, "encoder.agent_encoder.x_a_emb", t->c_a, cat, N,
+                            &t->x_a0));
     qcnet_free(m, cat);
 
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_T, &m->r_t_emb, NULL, NULL, 0, NULL));
@@ -241,23 +237,18 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     float *x = t->x_a0; /* agent-major */
     char tag[QC_QCNET_KEY_MAX + 32];
     for (int64_t i = 0; i < m->NL_agent; i++) {
-        t->app_t[i] = t->n_app;
-        QC_TRY(qcnet_attn_self(m, &m->t_attn[i], &t->ed[QC_EDGE_T], x, m->t_attn[i].prefix, &x));
+        QC_TRY(qcnet_attn_self(m, &m->t_attn[i], QC_EDGE_T, x, &x));
         float *xt;
         snprintf(tag, sizeof tag, "%s/time_major", m->t_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xt));
         qc_op_transpose01_forward(m->ex, xt, x, A, T, D);
         const struct qcnet_layer *L = &m->pl2a_attn[i];
-        QC_TRY(qcnet_kv_setup(m, &t->kv_pl2a[i], L, QC_EDGE_PL2A, t->x_pl));
-        t->app_pl2a[i] = t->n_app;
-        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pl2a[i], false, xt, t->x_pl, L->prefix, &x));
-        if (!t->need_backward) {
-            qcnet_stash_free(m, &t->kv_pl2a[i].stash);
-            qc_attn_kv_deinit(&t->kv_pl2a[i]);
-        }
-        t->app_a2a[i] = t->n_app;
-        QC_TRY(
-            qcnet_attn_self(m, &m->a2a_attn[i], &t->ed[QC_EDGE_A2A], x, m->a2a_attn[i].prefix, &x));
+        int kv;
+        QC_TRY(qcnet_kv_setup(m, L, QC_EDGE_PL2A, t->x_pl, &kv));
+        QC_TRY(qcnet_attn_apply(m, L, kv, xt, &x));
+        if (!t->need_backward)
+            qcnet_kv_drop(m, L);
+        QC_TRY(qcnet_attn_self(m, &m->a2a_attn[i], QC_EDGE_A2A, x, &x));
         float *xa;
         snprintf(tag, sizeof tag, "%s/agent_major", m->a2a_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xa));
@@ -278,18 +269,17 @@ enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_p
     float *dx = dx_a; /* gradient of the current layer output, agent-major */
     for (int64_t i = m->NL_agent - 1; i >= 0; i--) {
         qc_op_transpose01_backward(m->ex, d1, dx, T, A, D); /* → time-major */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_a2a[i], d2, d1));
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2a[i], d1, d2));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2a[i], dx_pl, t->x_pl));
+        QC_TRY(qcnet_attn_backward(m, &m->a2a_attn[i], 0, d2, d1));
+        QC_TRY(qcnet_attn_backward(m, &m->pl2a_attn[i], 0, d1, d2));
+        QC_TRY(qcnet_kv_backward(m, &m->pl2a_attn[i], dx_pl));
         qc_op_transpose01_backward(m->ex, d2, d1, A, T, D); /* → agent-major */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_t[i], dx, d2));
+        QC_TRY(qcnet_attn_backward(m, &m->t_attn[i], 0, dx, d2));
     }
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_T));
-    QC_TRY(qc_fourier_backward(&m->x_a_emb, NULL, d1, dx, &t->st_x_a, t->c_a, N));
+    QC_TRY(qcnet_fe_backward(m, &m->x_a_emb, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
-    qcnet_stash_free(m, &t->st_x_a);
     qcnet_free(m, d1);
     qcnet_free(m, d2);
     return QC_OK;

@@ -277,6 +277,13 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
         m->own_mc = true;
     }
     m->mc = mc;
+    m->tape.e = calloc(QCNET_MAX_ENTRIES, sizeof *m->tape.e);
+    if (!m->tape.e) {
+        if (m->own_mc)
+            qc_memctx_destroy(mc);
+        free(m);
+        return qc_errorf(QC_ERR_NOMEM, "model: tape of %d entries", QCNET_MAX_ENTRIES);
+    }
     m->cfg = *cfg;
     m->ex = ex; /* before the blocks are built: their qc_block_mem take it */
     m->D = cfg->hidden_dim;
@@ -329,6 +336,7 @@ void qc_qcnet_destroy(struct qc_qcnet *m)
     qcnet_params_free(m);
     if (m->own_mc)
         qc_memctx_destroy(m->mc);
+    free(m->tape.e);
     free(m);
 }
 
@@ -418,388 +426,6 @@ void qc_qcnet_mem_reset_peak(struct qc_qcnet *m)
     qc_memctx_reset_peak(m->mc);
 }
 
-void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out)
-{
-    const struct qcnet_tape *t = &m->tape;
-    size_t total = 0;
-    for (int i = 0; i < t->n_app; i++) {
-        size_t b = qc_stash_bytes(&t->app[i].st);
-        if (t->app[i].own_kv && t->app[i].kv)
-            b += qc_stash_bytes(&t->app[i].kv->stash);
-        fprintf(out, "%-64s %12zu\n", t->app[i].name, b);
-        total += b;
-    }
-    fprintf(out, "%-64s %12zu\n", "attention applications (live)", total);
-    fprintf(out, "%-64s %12zu\n", "all stashes of the last forward", m->bytes_stash);
-}
-
-// ---- attention applications ---------------------------------------------------------------
-
-enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer,
-                                struct qc_attn_kv *kv, bool own_kv, const float *x_dst,
-                                const float *x_src, const char *tag, float **out)
-{
-    struct qcnet_tape *t = &m->tape;
-    QC_ASSERT(t->n_app < QCNET_MAX_APPS, "model: more than %d attention applications",
-              QCNET_MAX_APPS);
-    QC_ASSERT(kv->l == &layer->attn, "model: kv of another layer for %s", tag);
-    const int n = t->n_app++;
-    struct qcnet_app *ap = &t->app[n];
-    memset(ap, 0, sizeof *ap);
-    ap->kv = kv;
-    ap->own_kv = own_kv;
-    ap->x_dst = x_dst;
-    ap->x_src = x_src;
-    snprintf(ap->name, sizeof ap->name, "%s/app%d", tag, n);
-    ap->ctx.training = t->training;
-    ap->ctx.dropout = (float)m->cfg.dropout;
-    ap->ctx.seed = t->seed;
-    ap->ctx.step = t->step;
-    ap->ctx.site = (t->micro << 16) + 2u * (uint32_t)n;
-    const int64_t Nd = kv->ed->g->n_dst;
-    qc_stash_init(&ap->st, "attn.app");
-    qc_attn_stash_plan(kv, &ap->st);
-    char name[128];
-    snprintf(name, sizeof name, "%s.stash", ap->name);
-    QC_TRY(qcnet_stash_bind(m, &ap->st, name));
-    snprintf(name, sizeof name, "%s.out", ap->name);
-    QC_TRY(qcnet_falloc(m, Nd * m->D, name, &ap->out));
-    QC_TRY(qc_attn_forward(kv, ap->out, &ap->st, x_dst, &ap->ctx));
-    if (!t->need_backward) { /* eval: nothing of this application is read again */
-        qcnet_stash_free(m, &ap->st);
-        if (own_kv) {
-            qcnet_stash_free(m, &kv->stash);
-            qc_attn_kv_deinit(kv);
-            free(kv);
-            ap->kv = NULL;
-        }
-    }
-    *out = ap->out;
-    return QC_OK;
-}
-
-enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer,
-                               struct qc_attn_edges *ed, const float *x, const char *tag,
-                               float **out)
-{
-    struct qc_attn_kv *kv = calloc(1, sizeof *kv);
-    if (!kv)
-        return qc_errorf(QC_ERR_NOMEM, "model: kv context for %s", tag);
-    qc_attn_kv_init(kv, &layer->attn, ed);
-    char name[128];
-    snprintf(name, sizeof name, "%s/kv", tag);
-    enum qc_status s = qcnet_stash_bind(m, &kv->stash, name);
-    if (s == QC_OK)
-        s = qc_attn_kv_forward(kv, x);
-    if (s != QC_OK) {
-        qcnet_stash_free(m, &kv->stash);
-        qc_attn_kv_deinit(kv);
-        free(kv);
-        return s;
-    }
-    /* from here the application owns kv (freed by release even when apply fails) */
-    s = qcnet_attn_apply(m, layer, kv, true, x, x, tag, out);
-    return s;
-}
-
-enum qc_status qcnet_attn_app_backward(struct qc_qcnet *m, int n, float *dx_dst, const float *dout)
-{
-    struct qcnet_app *ap = &m->tape.app[n];
-    QC_ASSERT(ap->kv && ap->st.arena, "model: backward of %s without its stash", ap->name);
-    QC_TRY(qc_attn_backward(ap->kv, dx_dst, dout, &ap->st, ap->x_dst, &ap->ctx));
-    if (ap->own_kv) {
-        QC_TRY(qc_attn_kv_backward(ap->kv, dx_dst, ap->x_src, true));
-        qcnet_stash_free(m, &ap->kv->stash);
-        qc_attn_kv_deinit(ap->kv);
-        free(ap->kv);
-        ap->kv = NULL;
-    }
-    qcnet_stash_free(m, &ap->st);
-    return QC_OK;
-}
-
-/* Frees a kv context (stash memory back to the context) if it was initialised. */
-static void kv_free(struct qc_qcnet *m, struct qc_attn_kv *kv)
-{
-    if (!kv->l)
-        return;
-    qcnet_stash_free(m, &kv->stash);
-    qc_attn_kv_deinit(kv);
-}
-
-void qcnet_tape_free_contexts(struct qc_qcnet *m)
-{
-    struct qcnet_tape *t = &m->tape;
-    for (int i = 0; i < t->n_app; i++) {
-        struct qcnet_app *ap = &t->app[i];
-        if (ap->own_kv && ap->kv) {
-            kv_free(m, ap->kv);
-            free(ap->kv);
-        }
-        ap->kv = NULL;
-        qcnet_stash_free(m, &ap->st);
-    }
-    t->n_app = 0;
-    for (int i = 0; i < QCNET_MAX_LAYERS; i++) {
-        kv_free(m, &t->kv_pt2pl[i]);
-        kv_free(m, &t->kv_pl2a[i]);
-        kv_free(m, &t->kv_t2m_p[i]);
-        kv_free(m, &t->kv_pl2m_p[i]);
-        kv_free(m, &t->kv_a2m_p[i]);
-        kv_free(m, &t->kv_t2m_r[i]);
-        kv_free(m, &t->kv_pl2m_r[i]);
-        kv_free(m, &t->kv_a2m_r[i]);
-    }
-    for (int s = 0; s < NSET; s++) {
-        if (!t->ed_init[s])
-            continue;
-        qcnet_stash_free(m, &t->ed[s].fe_stash);
-        qcnet_stash_free(m, &t->ed[s].stash);
-        qc_attn_edges_deinit(&t->ed[s]);
-        t->ed_init[s] = false;
-    }
-}
-
-// ---- graph views --------------------------------------------------------------------------
-
-static enum qc_status check_set(const struct qc_graph *g, enum qc_edge_set s, int64_t nsrc,
-                                int64_t ndst)
-{
-    const struct qc_edges *e = &g->e[s];
-    if (e->num_src != nsrc || e->num_dst != ndst || (!e->dst_ptr && ndst > 0))
-        return qc_errorf(QC_ERR_INVALID,
-                         "model: edge set %s: %lld sources / %lld destinations, expected %lld / "
-                         "%lld",
-                         qc_edge_set_name(s), (long long)e->num_src, (long long)e->num_dst,
-                         (long long)nsrc, (long long)ndst);
-    return QC_OK;
-}
-
-/* The attention graph of edge set s: arrays of the device graph (op arguments) and, on device
- * backends, host mirrors from the host graph. src / query_row replace the set's source rows /
- * give the query rows (NULL: the set's own / b*Q + k), with their host copies. */
-static void view(const struct qc_qcnet *m, struct qc_attn_graph *v, enum qc_edge_set s,
-                 int64_t n_src, int64_t n_dst, int64_t n_bdst, int64_t Q, const int64_t *src,
-                 const int64_t *src_host, const int64_t *query_row, const int64_t *query_row_host)
-{
-    const struct qcnet_tape *t = &m->tape;
-    const struct qc_edges *he = &t->batch->graph.e[s], *de = &t->dbatch->graph.e[s];
-    memset(v, 0, sizeof *v);
-    v->n_src = n_src;
-    v->n_dst = n_dst;
-    v->n_bdst = n_bdst;
-    v->n_query = Q;
-    v->n_edge = he->num_edges;
-    v->row_ptr = de->dst_ptr;
-    v->src = src ? src : de->src;
-    v->query_row = query_row;
-    if (qc_exec_is_device(m->ex)) {
-        v->row_ptr_host = he->dst_ptr;
-        v->src_host = src ? src_host : he->src;
-        v->query_row_host = query_row ? query_row_host : NULL;
-    }
-}
-
-/* n int64 the host computes for the ops: on CPU straight into context memory (tag), which is
- * also the host copy; on a device backend a malloc'ed host buffer (*host, the mirror, freed by
- * release) that index_commit uploads into context memory (same tag and bytes). */
-static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
-                                 int64_t **host)
-{
-    if (!qc_exec_is_device(m->ex)) {
-        QC_TRY(qcnet_ialloc(m, n, tag, dev));
-        *host = *dev;
-        return QC_OK;
-    }
-    *host = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    if (!*host)
-        return qc_errorf(QC_ERR_NOMEM, "model: host copy of %s (%lld entries)", tag, (long long)n);
-    return QC_OK;
-}
-
-static enum qc_status index_commit(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
-                                   const int64_t *host)
-{
-    if (!qc_exec_is_device(m->ex))
-        return QC_OK;
-    void *p = NULL;
-    QC_TRY(qcnet_upload(m, host, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &p));
-    *dev = p;
-    return QC_OK;
-}
-
-static enum qc_status tape_graphs(struct qc_qcnet *m)
-{
-    struct qcnet_tape *t = &m->tape;
-    const struct qc_graph *g = &t->batch->graph; /* host: counts and the arrays read here */
-    const int64_t A = t->A, P = t->P, Pt = t->Pt, K = t->K, T = QCNET_T;
-    QC_TRY(check_set(g, QC_EDGE_PT2PL, Pt, P));
-    QC_TRY(check_set(g, QC_EDGE_PL2PL, P, P));
-    QC_TRY(check_set(g, QC_EDGE_T, T * A, T * A));
-    QC_TRY(check_set(g, QC_EDGE_PL2A, T * P, T * A));
-    QC_TRY(check_set(g, QC_EDGE_A2A, T * A, T * A));
-    QC_TRY(check_set(g, QC_EDGE_T2M, T * A, A));
-    QC_TRY(check_set(g, QC_EDGE_PL2M, P, A));
-    QC_TRY(check_set(g, QC_EDGE_A2M, A, A));
-    QC_TRY(check_set(g, QC_EDGE_M2M, K * A, K * A));
-    /* pl2a sources are polygon-steps t·P + p whose features are x_pl[p] at every t: read the
-     * polygon row directly (QCNET.md §8.8 polygon time-broadcast) */
-    const struct qc_edges *pl2a = &g->e[QC_EDGE_PL2A];
-    const char *tag = "graph/pl2a.src_polygon";
-    QC_TRY(index_host(m, pl2a->num_edges, tag, &t->pl2a_src, &t->pl2a_src_host));
-    for (int64_t e = 0; e < pl2a->num_edges; e++)
-        t->pl2a_src_host[e] = pl2a->src[e] % P;
-    QC_TRY(index_commit(m, pl2a->num_edges, tag, &t->pl2a_src, t->pl2a_src_host));
-    /* pl2m and a2m queries are mode-major rows k·A + a */
-    tag = "graph/mode_major_query";
-    QC_TRY(index_host(m, A * K, tag, &t->pl2m_query, &t->pl2m_query_host));
-    for (int64_t a = 0; a < A; a++)
-        for (int64_t k = 0; k < K; k++)
-            t->pl2m_query_host[a * K + k] = k * A + a;
-    QC_TRY(index_commit(m, A * K, tag, &t->pl2m_query, t->pl2m_query_host));
-    const struct qc_edges *pl2pl = &g->e[QC_EDGE_PL2PL];
-    tag = "graph/pl2pl.type";
-    QC_TRY(index_host(m, pl2pl->num_edges, tag, &t->pl2pl_type, &t->pl2pl_type_host));
-    for (int64_t e = 0; e < pl2pl->num_edges; e++) {
-        const int64_t ty = pl2pl->type ? (int64_t)pl2pl->type[e] : 0;
-        if (ty < 0 || ty >= 5) /* the type_pl2pl_emb vocabulary */
-            return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",
-                             (long long)e, (long long)ty);
-        t->pl2pl_type_host[e] = ty;
-    }
-    QC_TRY(index_commit(m, pl2pl->num_edges, tag, &t->pl2pl_type, t->pl2pl_type_host));
-
-    view(m, &t->g[QC_EDGE_PT2PL], QC_EDGE_PT2PL, Pt, P, P, 1, NULL, NULL, NULL, NULL);
-    view(m, &t->g[QC_EDGE_PL2PL], QC_EDGE_PL2PL, P, P, P, 1, NULL, NULL, NULL, NULL);
-    view(m, &t->g[QC_EDGE_T], QC_EDGE_T, T * A, T * A, T * A, 1, NULL, NULL, NULL, NULL);
-    view(m, &t->g[QC_EDGE_PL2A], QC_EDGE_PL2A, P, T * A, T * A, 1, t->pl2a_src, t->pl2a_src_host,
-         NULL, NULL);
-    view(m, &t->g[QC_EDGE_A2A], QC_EDGE_A2A, T * A, T * A, T * A, 1, NULL, NULL, NULL, NULL);
-    view(m, &t->g[QC_EDGE_T2M], QC_EDGE_T2M, T * A, K * A, A, K, NULL, NULL, NULL, NULL);
-    view(m, &t->g[QC_EDGE_PL2M], QC_EDGE_PL2M, P, K * A, A, K, NULL, NULL, t->pl2m_query,
-         t->pl2m_query_host);
-    view(m, &t->g[QC_EDGE_A2M], QC_EDGE_A2M, A, K * A, A, K, NULL, NULL, t->pl2m_query,
-         t->pl2m_query_host);
-    view(m, &t->g[QC_EDGE_M2M], QC_EDGE_M2M, K * A, K * A, K * A, 1, NULL, NULL, NULL, NULL);
-    return QC_OK;
-}
-
-/* The batch as op arguments (tape.dbatch): the host batch on CPU; on a device backend the
- * caller's device copy, or copies of the batch's two blocks made here and rebased. */
-static enum qc_status tape_batch(struct qc_qcnet *m, const struct qc_batch *batch,
-                                 const struct qc_qcnet_ctx *ctx)
-{
-    struct qcnet_tape *t = &m->tape;
-    t->batch = batch;
-    if (!qc_exec_is_device(m->ex)) {
-        t->dbatch = batch;
-        return QC_OK;
-    }
-    if (ctx && ctx->batch_dev) {
-        const struct qc_batch *d = ctx->batch_dev;
-        if (d->num_agents != batch->num_agents || d->num_polygons != batch->num_polygons ||
-            d->num_points != batch->num_points || d->has_graph != batch->has_graph)
-            return qc_errorf(QC_ERR_INVALID,
-                             "model forward: ctx.batch_dev is not a copy of the batch (%lld "
-                             "agents, %lld polygons vs %lld, %lld)",
-                             (long long)d->num_agents, (long long)d->num_polygons,
-                             (long long)batch->num_agents, (long long)batch->num_polygons);
-        t->dbatch = d;
-        return QC_OK;
-    }
-    void *nodes = NULL, *graph = NULL;
-    if (batch->node_mem)
-        QC_TRY(qcnet_upload(m, batch->node_mem, batch->node_bytes, "batch/nodes", &nodes));
-    t->dbatch_node = nodes;
-    if (batch->graph_mem)
-        QC_TRY(qcnet_upload(m, batch->graph_mem, batch->graph_bytes, "batch/graph", &graph));
-    t->dbatch_graph = graph;
-    qc_batch_rebase(batch, nodes, graph, &t->dbatch_view);
-    t->dbatch = &t->dbatch_view;
-    return QC_OK;
-}
-
-enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fourier *fe,
-                                 const float *cat_table, const int64_t *cat_idx, int64_t ncat,
-                                 float *dcat_table)
-{
-    struct qcnet_tape *t = &m->tape;
-    const struct qc_edges *e = &t->dbatch->graph.e[set]; /* attr: an op argument */
-    struct qc_attn_edges *ed = &t->ed[set];
-    enum qc_attn_impl impl = m->cfg.attention;
-    struct qc_block_mem mem;
-    memset(&mem, 0, sizeof mem);
-    char name[96];
-    snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
-    qc_block_mem_set(&mem, m->mc, name);
-    mem.ex = m->ex;
-    QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? e->attr : NULL, cat_table,
-                                  cat_idx, ncat, dcat_table));
-    t->ed_init[set] = true;
-    snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
-    QC_TRY(qcnet_stash_bind(m, &ed->fe_stash, name));
-    snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
-    QC_TRY(qcnet_stash_bind(m, &ed->stash, name));
-    return qc_attn_edges_forward(ed);
-}
-
-enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
-{
-    struct qcnet_tape *t = &m->tape;
-    if (!t->ed_init[set])
-        return QC_OK;
-    QC_TRY(qc_attn_edges_backward(&t->ed[set]));
-    qcnet_stash_free(m, &t->ed[set].fe_stash);
-    qcnet_stash_free(m, &t->ed[set].stash);
-    return QC_OK;
-}
-
-enum qc_status qcnet_kv_setup(struct qc_qcnet *m, struct qc_attn_kv *kv,
-                              const struct qcnet_layer *layer, int set, const float *x_src)
-{
-    qc_attn_kv_init(kv, &layer->attn, &m->tape.ed[set]);
-    char name[128];
-    snprintf(name, sizeof name, "%s/kv", layer->prefix);
-    QC_TRY(qcnet_stash_bind(m, &kv->stash, name));
-    return qc_attn_kv_forward(kv, x_src);
-}
-
-enum qc_status qcnet_kv_backward(struct qc_qcnet *m, struct qc_attn_kv *kv, float *dx_src,
-                                 const float *x_src)
-{
-    QC_TRY(qc_attn_kv_backward(kv, dx_src, x_src, true));
-    qcnet_stash_free(m, &kv->stash);
-    qc_attn_kv_deinit(kv);
-    return QC_OK;
-}
-
-enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
-                                struct qc_stash *st, const char *tag, const float *c,
-                                const float *cat, int64_t N, float **out)
-{
-    qc_stash_init(st, "fe");
-    qc_fourier_stash_plan(fe, N, st);
-    char name[128];
-    snprintf(name, sizeof name, "%s/stash", tag);
-    QC_TRY(qcnet_stash_bind(m, st, name));
-    snprintf(name, sizeof name, "%s/out", tag);
-    QC_TRY(qcnet_falloc(m, N * fe->D, name, out));
-    return qc_fourier_forward(fe, *out, st, c, cat, N);
-}
-
-enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, struct qc_stash *st,
-                                 const char *tag, const float *x, int64_t N, float **out)
-{
-    qc_stash_init(st, "mlp");
-    qc_mlp_stash_plan(mlp, N, st);
-    char name[128];
-    snprintf(name, sizeof name, "%s/stash", tag);
-    QC_TRY(qcnet_stash_bind(m, st, name));
-    snprintf(name, sizeof name, "%s/out", tag);
-    QC_TRY(qcnet_falloc(m, N * mlp->O, name, out));
-    return qc_mlp_forward(mlp, *out, st, x, N);
-}
-
 // ---- forward / loss / backward --------------------------------------------------------------
 
 void qc_qcnet_release(struct qc_qcnet *m)
@@ -813,7 +439,9 @@ void qc_qcnet_release(struct qc_qcnet *m)
         free(t->pl2m_query_host);
         free(t->pl2pl_type_host);
     }
+    struct qcnet_entry *e = t->e; /* the table's storage stays with the model */
     memset(t, 0, sizeof *t);
+    t->e = e;
 }
 
 enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch,
@@ -842,9 +470,9 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
     t->step = ctx ? ctx->step : 0;
     t->micro = ctx ? ctx->micro : 0;
     m->bytes_stash = 0;
-    enum qc_status s = tape_batch(m, batch, ctx);
+    enum qc_status s = qcnet_tape_batch(m, batch, ctx);
     if (s == QC_OK)
-        s = tape_graphs(m);
+        s = qcnet_tape_graphs(m);
     if (s == QC_OK)
         s = qcnet_map_forward(m);
     if (s == QC_OK)
