@@ -2,7 +2,7 @@
  * exec.c — the op dispatch of qc_exec.h: one wrapper per op of qc_kernels.h, and the memory
  * moves. The wrappers are mechanical (generated once from qc_kernels.h's prototypes, then kept
  * by hand like any source): CUDA calls the _cuda launcher with x->stream, EMU opens the
- * emulated device around the _cpu op, CPU calls the _cpu op.
+ * emulated device around the _cpu op, CPU calls the _cpu op, DRY does nothing.
  */
 #include "qc_exec.h"
 
@@ -29,6 +29,8 @@ const char *qc_exec_backend_str(enum qc_exec_backend b)
         return "cuda";
     case QC_EXEC_EMU:
         return "emu";
+    case QC_EXEC_DRY:
+        return "dry";
     default:
         return "?";
     }
@@ -54,10 +56,12 @@ static void exec_no_cuda(const char *op)
     QC_ASSERT(false, "exec: %s on the CUDA backend in a build without CUDA", op);
 }
 
-/* cpu_call runs on CPU (and EMU, with the arena open); cuda_call on CUDA. */
+/* cpu_call runs on CPU (and EMU, with the arena open); cuda_call on CUDA; DRY runs nothing. */
 #ifdef QC_HAVE_CUDA
 #    define QC_EXEC_OP_SPLIT(x, cpu_call, cuda_call)                                               \
         do {                                                                                       \
+            if ((x) && (x)->backend == QC_EXEC_DRY)                                                \
+                return;                                                                            \
             if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
                 cuda_call;                                                                         \
                 return;                                                                            \
@@ -69,6 +73,8 @@ static void exec_no_cuda(const char *op)
 #else
 #    define QC_EXEC_OP_SPLIT(x, cpu_call, cuda_call)                                               \
         do {                                                                                       \
+            if ((x) && (x)->backend == QC_EXEC_DRY)                                                \
+                return;                                                                            \
             if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
                 exec_no_cuda(#cpu_call);                                                           \
                 return;                                                                            \
@@ -102,7 +108,7 @@ void qc_op_copy(const struct qc_exec *x, void *dst, const void *src, size_t byte
 
 enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
 {
-    if (bytes == 0)
+    if (bytes == 0 || (x && x->backend == QC_EXEC_DRY))
         return QC_OK;
 #ifdef QC_HAVE_CUDA
     if (x && x->backend == QC_EXEC_CUDA)
@@ -118,6 +124,11 @@ enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src,
 
 enum qc_status qc_op_download(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
 {
+    if (x && x->backend == QC_EXEC_DRY) {
+        if (bytes > 0)
+            memset(dst, 0, bytes);
+        return QC_OK;
+    }
 #ifdef QC_HAVE_CUDA
     if (x && x->backend == QC_EXEC_CUDA) {
         if (bytes > 0)

@@ -20,8 +20,12 @@
  *   what a CUDA build would do silently wrong (or crash on) is caught by a CPU test. Results
  *   are bit-identical to CPU (same ops, same order).
  *
- * A backend with device memory (CUDA, EMU) is one for which qc_exec_is_device() is true: host
- * code must then reach tensors only through these calls.
+ * - DRY (planning): every op and memory move returns at once without touching memory (a
+ *   download fills its host buffer with zeros). The model's dry run uses it to list a step's
+ *   block applications and allocations from the batch's sizes (qc_qcnet_describe).
+ *
+ * A backend with device memory (CUDA, EMU, DRY) is one for which qc_exec_is_device() is true:
+ * host code must then reach tensors only through these calls.
  *
  * Thread safety: an exec is used by one host thread at a time (the op context is per thread).
  * EMU opens the arena process-wide (a nesting count, so ops called from ops are fine); run one
@@ -45,6 +49,8 @@ enum qc_exec_backend {
     QC_EXEC_CPU = 0, /* host memory, CPU ops */
     QC_EXEC_CUDA,    /* device memory, CUDA ops on `stream` */
     QC_EXEC_EMU,     /* protected host arena, CPU ops (tests) */
+    QC_EXEC_DRY,     /* planning: ops and memory moves do nothing; "device" pointers are never
+                        dereferenced (the model's dry run, qc_qcnet_describe) */
     QC_EXEC_BACKEND_COUNT
 };
 
@@ -56,14 +62,15 @@ struct qc_exec {
     struct qc_emu *emu; /* EMU: the arena (required) */
 };
 
-/* "cpu" / "cuda" / "emu". */
+/* "cpu" / "cuda" / "emu" / "dry". */
 const char *qc_exec_backend_str(enum qc_exec_backend b);
 /* x NULL counts as CPU. */
 static inline enum qc_exec_backend qc_exec_backend_of(const struct qc_exec *x)
 {
     return x ? x->backend : QC_EXEC_CPU;
 }
-/* True when tensors live in device memory (CUDA, EMU): host code must not dereference them. */
+/* True when tensors live in device memory (CUDA, EMU, DRY): host code must not dereference
+ * them. */
 static inline bool qc_exec_is_device(const struct qc_exec *x)
 {
     return qc_exec_backend_of(x) != QC_EXEC_CPU;

@@ -809,8 +809,11 @@ static void test_hook_everything(enum qc_attn_impl impl)
            impl == QC_ATTN_FUSED ? "fused" : "unfused", (long long)nstep, h.peak, pbytes,
            mem.bytes_stash, h.max_block);
     T_EXPECT_EQ_U64(h.peak, mem.bytes_peak + pbytes, "context peak == model peak + params + grads");
-    T_EXPECT(mem.bytes_peak >= mem.bytes_stash + h.max_block / 2 && mem.bytes_stash > 0,
-             "peak %zu >= stash %zu + part of the block scratch %zu", mem.bytes_peak,
+    /* every stash is live at the end of the forward, and the largest block buffer at some
+     * point (the stash counts the GRU's hs and gates, which backward frees first) */
+    T_EXPECT(mem.bytes_peak > mem.bytes_stash && mem.bytes_peak > h.max_block &&
+                 mem.bytes_stash > 0,
+             "peak %zu > stash %zu and > the largest block buffer %zu", mem.bytes_peak,
              mem.bytes_stash, h.max_block);
     T_EXPECT_EQ_I64(h.untagged, 0, "allocations without a <block>/<tensor> tag");
     T_EXPECT(h.n_scratch > 0 && h.n_kv_grad > 0 && h.n_edges > 0,

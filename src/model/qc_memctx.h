@@ -43,19 +43,27 @@
 extern "C" {
 #endif
 
-struct qc_alloc;  /* alloc/qc_alloc.h */
-struct qc_emu;    /* base/qc_emu.h */
-struct qc_stream; /* base/qc_device.h */
-struct qc_memctx; /* opaque */
+struct qc_alloc;        /* alloc/qc_alloc.h */
+struct qc_emu;          /* base/qc_emu.h */
+struct qc_stream;       /* base/qc_device.h */
+struct qc_memctx;       /* opaque */
+struct qc_plan_program; /* plan/qc_plan.h */
 
 enum qc_mem_class { QC_MEM_PARAM = 0, QC_MEM_MODEL, QC_MEM_BLOCK, QC_MEM_CLASS_COUNT };
 
 struct qc_memctx_params {
+    bool dry;                  /* no memory at all: every allocation gets a distinct address
+                                  that must never be dereferenced (a model on the DRY backend,
+                                  qc_qcnet_describe); alloc and emu are ignored */
     struct qc_alloc *alloc;    /* the caching allocator; NULL = host malloc, or emu below */
     struct qc_emu *emu;        /* tests, with alloc NULL: every allocation straight from this
                                   emulated-device arena (fresh and freed memory hold 0xFF) */
     struct qc_stream *compute; /* stream the model's ops run on; NULL = the allocator's compute
                                   stream (the device's default) */
+    /* the offload tier of the stash policies (with alloc and compute only): */
+    struct qc_offload *offload; /* NULL = none: qc_memctx_put is refused */
+    struct qc_stream *copy_in;  /* the stream of the gets (host -> device); required with an
+                                   offload engine (the puts use the engine's copy stream) */
 };
 
 /* Creates a context over p (NULL = host malloc). QC_ERR_NOMEM. */
@@ -84,11 +92,58 @@ struct qc_memctx_stats {
     size_t work_peak;                     /* peak of live[MODEL] + live[BLOCK] */
     int64_t n_allocs[QC_MEM_CLASS_COUNT]; /* successful allocations per class since create */
     int64_t n_fail;                       /* allocations that failed (injected or not) */
+    /* offload: bytes put to each tier and fetched back, and host seconds spent waiting for
+     * fetches (the prefetch stall), since create */
+    uint64_t put_host_bytes, put_nvme_bytes, fetch_bytes;
+    int64_t puts, fetches;
+    double stall_s;
 };
 /* All zero for mc NULL. */
 void qc_memctx_stats_get(const struct qc_memctx *mc, struct qc_memctx_stats *out);
 /* work_peak = the working set now. */
 void qc_memctx_reset_peak(struct qc_memctx *mc);
+
+/* Recording: from now on every allocation (QC_PLAN_OP_ALLOC with the program's next id, the
+ * class and the bytes asked for) and every free (QC_PLAN_OP_FREE) is appended to prog, until
+ * qc_memctx_record(mc, NULL). The model adds its markers to the same program
+ * (qc_memctx_recording). QC_ERR_NOMEM when the id table cannot be made. */
+enum qc_status qc_memctx_record(struct qc_memctx *mc, struct qc_plan_program *prog);
+struct qc_plan_program *qc_memctx_recording(const struct qc_memctx *mc);
+/* The program id of live allocation p while recording; -1 when it has none (made before the
+ * recording started). */
+int32_t qc_memctx_alloc_id(const struct qc_memctx *mc, const void *p);
+/* The peak of live[BLOCK] since the last qc_memctx_block_mark (the transient scratch of the
+ * block call between the two), and the mark: the peak restarts from what is live now. */
+void qc_memctx_block_mark(struct qc_memctx *mc);
+size_t qc_memctx_block_peak(const struct qc_memctx *mc);
+
+// ---- offload (the stash policies of a training step) ------------------------------------------
+
+/* Where qc_memctx_put sends data (= enum qc_offload_place). */
+enum qc_memctx_place { QC_MEMCTX_AUTO = 0, QC_MEMCTX_HOST, QC_MEMCTX_NVME };
+
+/* Whether puts can go anywhere (an offload engine). */
+bool qc_memctx_can_offload(const struct qc_memctx *mc);
+/* Offloads bytes at p (a live allocation of class cls from mc) to the tier: the copy starts
+ * once the work enqueued on the compute stream so far is done (it runs on the engine's copy
+ * stream), and p is freed at once, stream-ordered: its memory goes back to the allocator when
+ * the copy's event completes. *handle names the data for qc_memctx_fetch / _drop. tag names the
+ * tensor in errors. QC_ERR_UNSUPPORTED without an offload engine; QC_ERR_NOMEM when the tier is
+ * full (p is then still live and the caller's). */
+enum qc_status qc_memctx_put(struct qc_memctx *mc, enum qc_mem_class cls, void *p, size_t bytes,
+                             enum qc_memctx_place place, const char *tag, uint64_t *handle);
+/* Allocates bytes of class cls (tag) and starts copying handle's data into it on the copy-in
+ * stream, after the compute stream's earlier work; *p is the destination. The data is there
+ * for the compute stream only after qc_memctx_wait(handle). QC_ERR_NOMEM (nothing allocated);
+ * QC_ERR_IO for NVMe data that cannot be read or fails its checksum (the error names file,
+ * offset and tag; nothing allocated). */
+enum qc_status qc_memctx_fetch(struct qc_memctx *mc, enum qc_mem_class cls, uint64_t handle,
+                               size_t bytes, const char *tag, void **p);
+/* Makes the compute stream wait for handle's fetch (a no-op when it has none in flight). The
+ * host time blocked here is counted as stall (stats.stall_s). */
+enum qc_status qc_memctx_wait(struct qc_memctx *mc, uint64_t handle);
+/* Gives the tier memory of handle back (after the last fetch was waited for). 0: no-op. */
+void qc_memctx_drop(struct qc_memctx *mc, uint64_t handle);
 
 /* Tests: allocation number k (1-based, counted from this call) and the count - 1 after it fail
  * with QC_ERR_NOMEM ("injected"); k <= 0 disarms. count may be INT64_MAX (all after k). */

@@ -119,6 +119,30 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
 struct qc_memctx *qc_qcnet_memctx(const struct qc_qcnet *m);
 /* The backend the model runs on (NULL = CPU). */
 const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m);
+
+// ---- the step's program (the memory planner's input, src/plan/qc_plan.h) --------------------
+
+struct qc_plan_program;
+
+/* A model that computes nothing, for planning: cfg's blocks on the DRY backend (qc_exec.h) with
+ * a memory context that hands out addresses but no memory. Only qc_qcnet_describe and destroy
+ * apply to it. QC_ERR_INVALID for a bad config. */
+enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
+/* Writes the program of one training step of dry model m on batch (forward with training on,
+ * loss, backward at scale 1, release) into prog (reset first, then qc_plan_program_finish):
+ * every block application with its size drivers, stash arenas and uses, every allocation of
+ * the model and of the blocks that outlives a block call, and the blocks' transient scratch as
+ * PEAK events (exact for FE, MLP, GRU and edge contexts; estimated by the planner's cost model
+ * for attention). The batch's sizes and edge counts are all it reads (the graph must be built,
+ * as for a forward); cuda: the allocations of the CUDA backend's blocks (the fused attention's
+ * CSR by source). The batch's own storage is not in the program (the trainer stages it). Costs
+ * O(block applications + allocations), no host work on the batch's arrays. */
+enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batch, bool cuda,
+                                 struct qc_plan_program *prog);
+/* Records a real step (tests, the checker of the dry run): prog non-NULL releases the last
+ * step, resets prog and appends every allocation, free and marker of the next forward, loss,
+ * backward and release to it; NULL stops (call qc_plan_program_finish then). QC_ERR_NOMEM. */
+enum qc_status qc_qcnet_record(struct qc_qcnet *m, struct qc_plan_program *prog);
 /* Host copies of the parameters / gradients (qc_qcnet_num_params floats): download copies out
  * (synchronizing), upload copies in. Work on every backend (plain copies on CPU). QC_ERR_CUDA. */
 enum qc_status qc_qcnet_params_download(const struct qc_qcnet *m, float *host);

@@ -34,6 +34,8 @@ static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, 
     char tag[96];
     snprintf(tag, sizeof tag, "input/%s", field);
     const size_t bytes = (size_t)n * sizeof(int64_t);
+    if (m->dry)
+        return qcnet_ialloc(m, n, tag, out);
     int64_t *h = qcnet_host_tmp(bytes, tag);
     if (!h)
         return QC_ERR_NOMEM;
@@ -195,7 +197,11 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     const struct qc_batch *b = t->batch;
     const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
     void *p = NULL;
-    {
+    if (m->dry) { /* the allocations only */
+        QC_TRY(qcnet_falloc(m, N * 4, "agent/x_a_emb.c", &t->c_a));
+        QC_TRY(qcnet_ialloc(m, N, "agent/type_index", &t->idx_a_type));
+    }
+    if (!m->dry) {
         const size_t bytes = (size_t)(N * 4) * sizeof(float);
         float *h = qcnet_host_tmp(bytes, "agent/x_a_emb.c");
         if (!h)
@@ -204,7 +210,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/x_a_emb.c", &p));
         t->c_a = p;
     }
-    {
+    if (!m->dry) {
         const size_t bytes = (size_t)N * sizeof(int64_t);
         int64_t *h = qcnet_host_tmp(bytes, "agent/type_index");
         if (!h)

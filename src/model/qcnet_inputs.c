@@ -60,6 +60,10 @@ static void view(const struct qc_qcnet *m, struct qc_attn_graph *v, enum qc_edge
 static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
                                  int64_t **host)
 {
+    if (m->dry) { /* the allocation only: no host copy, no host work */
+        *host = NULL;
+        return qcnet_ialloc(m, n, tag, dev);
+    }
     if (!qc_exec_is_device(m->ex)) {
         QC_TRY(qcnet_ialloc(m, n, tag, dev));
         *host = *dev;
@@ -74,7 +78,7 @@ static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag,
 static enum qc_status index_commit(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
                                    const int64_t *host)
 {
-    if (!qc_exec_is_device(m->ex))
+    if (!qc_exec_is_device(m->ex) || m->dry)
         return QC_OK;
     void *p = NULL;
     QC_TRY(qcnet_upload(m, host, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &p));
@@ -101,20 +105,20 @@ enum qc_status qcnet_tape_graphs(struct qc_qcnet *m)
     const struct qc_edges *pl2a = &g->e[QC_EDGE_PL2A];
     const char *tag = "graph/pl2a.src_polygon";
     QC_TRY(index_host(m, pl2a->num_edges, tag, &t->pl2a_src, &t->pl2a_src_host));
-    for (int64_t e = 0; e < pl2a->num_edges; e++)
+    for (int64_t e = 0; e < pl2a->num_edges && !m->dry; e++)
         t->pl2a_src_host[e] = pl2a->src[e] % P;
     QC_TRY(index_commit(m, pl2a->num_edges, tag, &t->pl2a_src, t->pl2a_src_host));
     /* pl2m and a2m queries are mode-major rows k·A + a */
     tag = "graph/mode_major_query";
     QC_TRY(index_host(m, A * K, tag, &t->pl2m_query, &t->pl2m_query_host));
-    for (int64_t a = 0; a < A; a++)
+    for (int64_t a = 0; a < A && !m->dry; a++)
         for (int64_t k = 0; k < K; k++)
             t->pl2m_query_host[a * K + k] = k * A + a;
     QC_TRY(index_commit(m, A * K, tag, &t->pl2m_query, t->pl2m_query_host));
     const struct qc_edges *pl2pl = &g->e[QC_EDGE_PL2PL];
     tag = "graph/pl2pl.type";
     QC_TRY(index_host(m, pl2pl->num_edges, tag, &t->pl2pl_type, &t->pl2pl_type_host));
-    for (int64_t e = 0; e < pl2pl->num_edges; e++) {
+    for (int64_t e = 0; e < pl2pl->num_edges && !m->dry; e++) {
         const int64_t ty = pl2pl->type ? (int64_t)pl2pl->type[e] : 0;
         if (ty < 0 || ty >= 5) /* the type_pl2pl_emb vocabulary */
             return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",
@@ -145,7 +149,7 @@ enum qc_status qcnet_tape_batch(struct qc_qcnet *m, const struct qc_batch *batch
 {
     struct qcnet_tape *t = &m->tape;
     t->batch = batch;
-    if (!qc_exec_is_device(m->ex)) {
+    if (!qc_exec_is_device(m->ex) || m->dry) { /* dry: the trainer's staged copy, not ours */
         t->dbatch = batch;
         return QC_OK;
     }

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "qc_attention.h"
+#include "qc_exec.h"
 #include "qc_fourier.h"
 #include "qc_memctx.h"
 #include "qc_mlp.h"
@@ -84,7 +85,11 @@ struct qcnet_entry {
     const float *x_src;    /* ATTN: the sources (== x for self-attention) */
     float *out;            /* ATTN: output rows (n_dst,D) */
     struct qc_attn_ctx ctx; /* ATTN: dropout keying */
-    int64_t rows;           /* FE, MLP: rows N */
+    int64_t rows;           /* FE, MLP, GRU: rows N */
+    int64_t steps;          /* GRU: time steps */
+    /* measured in the last forward / backward of this entry (the cost model's calibration) */
+    double t_fwd, t_bwd;             /* wall seconds (host time: the CPU and EMU backends) */
+    size_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory, bytes */
 };
 
 struct qcnet_layer {
@@ -126,7 +131,8 @@ struct qcnet_tape {
     /* the tape: block applications in forward order (glossary) */
     struct qcnet_entry *e; /* [QCNET_MAX_ENTRIES], allocated with the model */
     int n_entries;
-    int n_app; /* ATTN entries so far (their dropout sites and tags) */
+    int n_app;      /* ATTN entries so far (their dropout sites and tags) */
+    double t_entry; /* when the entry being timed began */
 
     /* map encoder */
     int64_t *idx_pt_type, *idx_pt_side, *idx_pl_type, *idx_pl_int; /* (Pt), (Pt), (P), (P) */
@@ -170,6 +176,10 @@ struct qcnet_tape {
 struct qc_qcnet {
     struct qc_qcnet_config cfg;
     const struct qc_exec *ex; /* backend of every op (NULL = CPU); see qc_qcnet_create_on */
+    /* dry run (qc_qcnet_create_dry): ex is DRY, mc hands out no memory, the blocks do not run
+     * and the host does none of the batch's index work; qc_qcnet_describe records the step */
+    bool dry;
+    bool target_cuda; /* dry: the allocations of the CUDA backend's blocks */
     int64_t D, H, F, K, R, NL_map, NL_agent, NL_dec;
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 
@@ -257,8 +267,10 @@ enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, s
 
 /* Gives one recorded buffer back early (NULL is a no-op). */
 void qcnet_free(struct qc_qcnet *m, void *p);
-/* Binds a planned stash table to memory-context memory (tag = its block label). */
-enum qc_status qcnet_stash_bind(struct qc_qcnet *m, struct qc_stash *st, const char *tag);
+/* Binds a planned stash table of entry `entry` to memory-context memory (tag = its block
+ * label); a recording program learns that the arena is the entry's stash. */
+enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *st,
+                                const char *tag);
 /* Releases a stash's memory back to the memory context and empties the table. */
 void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st);
 

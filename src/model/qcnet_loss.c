@@ -35,6 +35,11 @@ enum qc_status qcnet_targets(struct qc_qcnet *m)
     }
     /* TargetBuilder on the host batch, uploaded */
     const size_t bytes = (size_t)(t->A * QCNET_S * 4) * sizeof(float);
+    if (m->dry) {
+        QC_TRY(qcnet_falloc(m, t->A * QCNET_S * 4, "loss/target", &t->target_own));
+        t->target = t->target_own;
+        return QC_OK;
+    }
     float *h = qcnet_host_tmp(bytes, "loss/target");
     if (!h)
         return QC_ERR_NOMEM;
@@ -52,6 +57,14 @@ static enum qc_status loss_masks(struct qc_qcnet *m)
     if (t->reg_mask)
         return QC_OK;
     const int64_t A = t->A, S = QCNET_S;
+    if (m->dry) {
+        void *p = NULL;
+        QC_TRY(qcnet_balloc(m, (size_t)(A * S), "loss/reg_mask", &p));
+        t->reg_mask = p;
+        QC_TRY(qcnet_balloc(m, (size_t)A, "loss/cls_mask", &p));
+        t->cls_mask = p;
+        return QC_OK;
+    }
     /* host: reg (A,S) then cls (A), from the host batch's predict_mask */
     uint8_t *h = qcnet_host_tmp((size_t)(A * S + A), "loss/masks");
     if (!h)

@@ -26,6 +26,7 @@
 #include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
+#include "qc_plan.h"
 #include "qcnet_internal.h"
 
 // ---- activation memory --------------------------------------------------------------------
@@ -149,12 +150,16 @@ static void free_all_bufs(struct qc_qcnet *m)
     m->nbufs = 0;
 }
 
-enum qc_status qcnet_stash_bind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
+enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *st, const char *tag)
 {
     void *p = NULL;
     QC_TRY(qcnet_balloc(m, qc_stash_arena_bytes(st), tag, &p));
     qc_stash_bind(st, p);
     m->bytes_stash += qc_stash_bytes(st);
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec && qc_plan_program_event(rec, QC_PLAN_OP_STASH, entry, qc_memctx_alloc_id(m->mc, p), 0,
+                                     0, 0) < 0)
+        return QC_ERR_NOMEM;
     return QC_OK;
 }
 
@@ -302,7 +307,7 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
         int64_t *g = NULL;
         s = groups_alloc(m, m->mc, &g);
         groups_set(m, g);
-        if (s == QC_OK) {
+        if (s == QC_OK && qc_exec_backend_of(ex) != QC_EXEC_DRY) { /* a dry model has no data */
             m->params_host = malloc(params_bytes(m) > 0 ? params_bytes(m) : 1);
             if (!m->params_host)
                 s = qc_errorf(QC_ERR_NOMEM, "model: host mirror of %zu bytes", params_bytes(m));
@@ -317,6 +322,55 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
     qcnet_params_bind(m);
     *out = m;
     return QC_OK;
+}
+
+enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_qcnet **out)
+{
+    static const struct qc_exec dry_exec = {.backend = QC_EXEC_DRY};
+    const struct qc_memctx_params mp = {.dry = true};
+    struct qc_memctx *mc = NULL;
+    QC_TRY(qc_memctx_create(&mp, &mc));
+    struct qc_qcnet *m = NULL;
+    enum qc_status s = qc_qcnet_create_on(cfg, mc, &dry_exec, &m);
+    if (s != QC_OK) {
+        qc_memctx_destroy(mc);
+        return s;
+    }
+    m->own_mc = true;
+    m->dry = true;
+    *out = m;
+    return QC_OK;
+}
+
+enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batch, bool cuda,
+                                 struct qc_plan_program *prog)
+{
+    if (!m->dry)
+        return qc_errorf(QC_ERR_INVALID, "model describe: not a dry model (qc_qcnet_create_dry)");
+    qc_qcnet_release(m);
+    qc_plan_program_reset(prog);
+    m->target_cuda = cuda;
+    QC_TRY(qc_memctx_record(m->mc, prog));
+    const struct qc_qcnet_ctx ctx = {.training = true, .need_backward = true};
+    enum qc_status s = qc_qcnet_forward(m, batch, &ctx, NULL);
+    if (s == QC_OK)
+        s = qc_qcnet_loss(m, NULL);
+    if (s == QC_OK)
+        s = qc_qcnet_backward(m, 1.0f);
+    qc_qcnet_release(m);
+    (void)qc_memctx_record(m->mc, NULL);
+    if (s == QC_OK)
+        s = qc_plan_program_finish(prog);
+    return s;
+}
+
+enum qc_status qc_qcnet_record(struct qc_qcnet *m, struct qc_plan_program *prog)
+{
+    if (prog) {
+        qc_qcnet_release(m);
+        qc_plan_program_reset(prog);
+    }
+    return qc_memctx_record(m->mc, prog);
 }
 
 const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m)

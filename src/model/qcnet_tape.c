@@ -7,15 +7,30 @@
  * the memory context (class QC_MEM_MODEL, tag "<entry>/stash" or the block's own) and runs the
  * block. Their backward calls name the entry by (kind, block, occurrence) and run its backward,
  * which frees its stash. qc_qcnet_release frees whatever is left (a failed or eval step).
+ *
+ * Each forward and backward is bracketed by entry_fwd / entry_fwd_end and entry_bwd /
+ * entry_bwd_end: they time it and measure the blocks' transient memory (the cost model's
+ * calibration), and, when the memory context records (qc_qcnet_describe, qc_qcnet_record),
+ * write the program's markers, with the uses (an application reads its layer's source context;
+ * an unfused source context reads its edge context) and each stash arena's owner.
+ *
+ * Dry run (m->dry): the blocks do not run. What they would allocate beyond one call is
+ * allocated here with the tags and sizes of their contract (qc_attention.h: the edge context's
+ * index arrays, the source contexts' gradient buffers, the unfused dL/dr and CSR by source),
+ * and their transient scratch is a PEAK event: exact for FE, MLP, GRU and edge contexts, left
+ * to the cost model for source contexts and applications.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "qc_batch.h"
 #include "qc_exec.h"
 #include "qc_graph.h"
 #include "qc_kernels.h"
+#include "qc_plan.h"
+#include "blocks_internal.h"
 #include "qcnet_internal.h"
 
 // ---- entries ------------------------------------------------------------------------------
@@ -43,7 +58,97 @@ int qcnet_entry_add(struct qc_qcnet *m, enum qcnet_kind kind, const void *block,
     e->occ = occ;
     e->set = -1;
     e->kv = -1;
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec) {
+        const int32_t b = qc_plan_program_block(rec, name, (enum qc_plan_kind)kind);
+        QC_ASSERT(b == n, "model: recording out of step with the tape (block %d, entry %d)", b, n);
+    }
     return n;
+}
+
+_Static_assert((int)QCNET_FE == (int)QC_PLAN_FE && (int)QCNET_EDGES == (int)QC_PLAN_EDGES &&
+                   (int)QCNET_KV == (int)QC_PLAN_KV && (int)QCNET_ATTN == (int)QC_PLAN_ATTN &&
+                   (int)QCNET_MLP == (int)QC_PLAN_MLP && (int)QCNET_GRU == (int)QC_PLAN_GRU,
+               "tape kinds are the planner's kinds");
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A program marker (or transient) of entry n when recording. */
+static enum qc_status mark(struct qc_qcnet *m, enum qc_plan_op op, int n, uint64_t bytes, int phase)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec && qc_plan_program_event(rec, op, n, -1, bytes, 0, phase) < 0)
+        return QC_ERR_NOMEM;
+    return QC_OK;
+}
+
+/* Entry n reads entry `used`'s stash in its forward and backward (recorded). */
+static enum qc_status use(struct qc_qcnet *m, int n, int used)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    return rec ? qc_plan_program_use(rec, n, used) : QC_OK;
+}
+
+/* The size drivers of entry n for the cost model (recorded). */
+static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int64_t srcs,
+                    bool scratch_known, uint64_t redo_bytes)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (!rec)
+        return;
+    struct qc_plan_block *b = &rec->blocks[n];
+    b->fused = m->cfg.attention == QC_ATTN_FUSED;
+    b->rows = rows;
+    b->edges = edges;
+    b->srcs = srcs;
+    b->scratch_known = scratch_known;
+    b->can_recompute = true;
+    b->redo_bytes = redo_bytes;
+}
+
+/* Brackets of entry n's forward and backward (module comment). */
+static enum qc_status entry_fwd(struct qc_qcnet *m, int n)
+{
+    QC_TRY(mark(m, QC_PLAN_OP_FWD, n, 0, 0));
+    qc_memctx_block_mark(m->mc);
+    m->tape.t_entry = now_s();
+    return QC_OK;
+}
+
+static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->t_fwd = now_s() - m->tape.t_entry;
+    e->scratch_fwd = qc_memctx_block_peak(m->mc);
+    return mark(m, QC_PLAN_OP_FWD_END, n, 0, 0);
+}
+
+static enum qc_status entry_bwd(struct qc_qcnet *m, int n)
+{
+    QC_TRY(mark(m, QC_PLAN_OP_BWD, n, 0, 1));
+    qc_memctx_block_mark(m->mc);
+    m->tape.t_entry = now_s();
+    return QC_OK;
+}
+
+static enum qc_status entry_bwd_end(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->t_bwd = now_s() - m->tape.t_entry;
+    e->scratch_bwd = qc_memctx_block_peak(m->mc);
+    return mark(m, QC_PLAN_OP_BWD_END, n, 0, 1);
+}
+
+/* Dry run: the transient scratch of entry n's block call (bytes 0: estimated by the cost
+ * model). */
+static enum qc_status dry_peak(struct qc_qcnet *m, int n, int phase, uint64_t bytes)
+{
+    return mark(m, QC_PLAN_OP_PEAK, n, bytes, phase);
 }
 
 int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ)
@@ -129,23 +234,35 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     struct qcnet_entry *e = &m->tape.e[n];
     e->x = c;
     e->rows = N;
+    QC_TRY(entry_fwd(m, n));
+    drivers(m, n, N, 0, 0, true, (uint64_t)(cat ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
     qc_stash_init(&e->st, "fe");
     qc_fourier_stash_plan(fe, N, &e->st);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/stash", tag);
-    QC_TRY(qcnet_stash_bind(m, &e->st, name));
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * fe->D, name, out));
-    return qc_fourier_forward(fe, *out, &e->st, c, cat, N);
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, (uint64_t)fourier_scratch_floats(fe, N, false) * sizeof(float)));
+    else
+        QC_TRY(qc_fourier_forward(fe, *out, &e->st, c, cat, N));
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, float *dc,
                                  float *dcat, const float *dout)
 {
-    struct qcnet_entry *e = &m->tape.e[qcnet_entry_find(m, QCNET_FE, fe, 0)];
-    QC_TRY(qc_fourier_backward(fe, dc, dcat, dout, &e->st, e->x, e->rows));
+    const int n = qcnet_entry_find(m, QCNET_FE, fe, 0);
+    struct qcnet_entry *e = &m->tape.e[n];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(
+            dry_peak(m, n, 1, (uint64_t)fourier_scratch_floats(fe, e->rows, true) * sizeof(float)));
+    else
+        QC_TRY(qc_fourier_backward(fe, dc, dcat, dout, &e->st, e->x, e->rows));
     qcnet_stash_free(m, &e->st);
-    return QC_OK;
+    return entry_bwd_end(m, n);
 }
 
 enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, const char *tag,
@@ -155,26 +272,82 @@ enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, c
     struct qcnet_entry *e = &m->tape.e[n];
     e->x = x;
     e->rows = N;
+    QC_TRY(entry_fwd(m, n));
+    drivers(m, n, N, 0, 0, true, (uint64_t)(N * mlp->O) * sizeof(float));
     qc_stash_init(&e->st, "mlp");
     qc_mlp_stash_plan(mlp, N, &e->st);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/stash", tag);
-    QC_TRY(qcnet_stash_bind(m, &e->st, name));
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * mlp->O, name, out));
-    return qc_mlp_forward(mlp, *out, &e->st, x, N);
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, 0));
+    else
+        QC_TRY(qc_mlp_forward(mlp, *out, &e->st, x, N));
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, int occ, float *dx,
                                   const float *dout)
 {
-    struct qcnet_entry *e = &m->tape.e[qcnet_entry_find(m, QCNET_MLP, mlp, occ)];
-    QC_TRY(qc_mlp_backward(mlp, dx, dout, &e->st, e->x, e->rows));
+    const int n = qcnet_entry_find(m, QCNET_MLP, mlp, occ);
+    struct qcnet_entry *e = &m->tape.e[n];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 1, (uint64_t)(2 * e->rows * mlp->D) * sizeof(float)));
+    else
+        QC_TRY(qc_mlp_backward(mlp, dx, dout, &e->st, e->x, e->rows));
     qcnet_stash_free(m, &e->st);
-    return QC_OK;
+    return entry_bwd_end(m, n);
 }
 
 // ---- edge contexts, source/edge contexts ----------------------------------------------------
+
+/* Dry run: the edge context as qc_attn_edges_init_mem leaves it (its stash tables planned,
+ * its index arrays allocated with their tags and sizes), without the host work. */
+static enum qc_status dry_edges_init(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                     enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                     const struct qc_fourier *fe, const float *cat_table,
+                                     const int64_t *cat_idx, int64_t ncat, float *dcat_table)
+{
+    memset(ed, 0, sizeof *ed);
+    ed->mem = *mem;
+    ed->impl = impl;
+    ed->g = g;
+    ed->fe = fe;
+    ed->cat_table = cat_table;
+    ed->cat_idx = cat_idx;
+    ed->ncat = ncat;
+    ed->dcat_table = dcat_table;
+    const int64_t E = g->n_edge;
+    qc_stash_init(&ed->fe_stash, impl == QC_ATTN_FUSED ? "edges.fe(fused: none)" : "edges.fe");
+    qc_stash_init(&ed->stash, "edges");
+    ed->bdst = qc_block_alloc(&ed->mem, (size_t)E * sizeof(int64_t), "edges.bdst");
+    if (!ed->bdst)
+        return QC_ERR_NOMEM;
+    if (impl == QC_ATTN_UNFUSED) {
+        const int64_t n = g->n_query * g->n_bdst + g->n_dst + E + 1;
+        ed->qindex = qc_block_alloc(&ed->mem, (size_t)n * sizeof(int64_t), "edges.query_index");
+        if (!ed->qindex)
+            return QC_ERR_NOMEM;
+        if (fe) {
+            qc_fourier_stash_plan(fe, E, &ed->fe_stash);
+            qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
+        }
+    }
+    return QC_OK;
+}
+
+/* Dry run: the CSR by source of an edge context, built by the first backward that needs it. */
+static enum qc_status dry_by_src(struct qc_attn_edges *ed)
+{
+    if (ed->by_src)
+        return QC_OK;
+    const size_t n = (size_t)(ed->g->n_src + 1 + ed->g->n_edge);
+    ed->by_src = qc_block_alloc(&ed->mem, n * sizeof(int64_t), "edges.csr_by_src");
+    return ed->by_src ? QC_OK : QC_ERR_NOMEM;
+}
 
 enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fourier *fe,
                                  const float *cat_table, const int64_t *cat_idx, int64_t ncat,
@@ -190,16 +363,33 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
     const int n = qcnet_entry_add(m, QCNET_EDGES, NULL, name);
     t->e[n].set = set;
+    QC_TRY(entry_fwd(m, n));
+    const int64_t E = t->g[set].n_edge, D = m->D;
+    const bool fe_unfused = fe && impl == QC_ATTN_UNFUSED;
+    drivers(m, n, t->g[set].n_dst, E, t->g[set].n_src, true, 0);
     qc_block_mem_set(&mem, m->mc, name);
     mem.ex = m->ex;
-    QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? ge->attr : NULL, cat_table,
-                                  cat_idx, ncat, dcat_table));
+    if (m->dry)
+        QC_TRY(
+            dry_edges_init(ed, &mem, impl, &t->g[set], fe, cat_table, cat_idx, ncat, dcat_table));
+    else
+        QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? ge->attr : NULL,
+                                      cat_table, cat_idx, ncat, dcat_table));
     t->ed_init[set] = true;
     snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
-    QC_TRY(qcnet_stash_bind(m, &ed->fe_stash, name));
+    QC_TRY(qcnet_stash_bind(m, n, &ed->fe_stash, name));
     snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
-    QC_TRY(qcnet_stash_bind(m, &ed->stash, name));
-    return qc_attn_edges_forward(ed);
+    QC_TRY(qcnet_stash_bind(m, n, &ed->stash, name));
+    if (m->dry) {
+        if (fe_unfused)
+            QC_TRY(dry_peak(m, n, 0,
+                            ((uint64_t)(cat_table ? E * D : 0) +
+                             (uint64_t)fourier_scratch_floats(fe, E, false)) *
+                                sizeof(float)));
+    } else {
+        QC_TRY(qc_attn_edges_forward(ed));
+    }
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
@@ -207,22 +397,49 @@ enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
     struct qcnet_tape *t = &m->tape;
     if (!t->ed_init[set])
         return QC_OK;
-    (void)edges_entry(m, set);
-    QC_TRY(qc_attn_edges_backward(&t->ed[set]));
-    qcnet_stash_free(m, &t->ed[set].fe_stash);
-    qcnet_stash_free(m, &t->ed[set].stash);
-    return QC_OK;
+    const int n = edges_entry(m, set);
+    struct qc_attn_edges *ed = &t->ed[set];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry) {
+        if (ed->dr) { /* unfused with positional input: FE backward from dL/dr */
+            const int64_t E = ed->g->n_edge, D = ed->fe->D;
+            QC_TRY(dry_peak(m, n, 1,
+                            ((uint64_t)(ed->cat_table && ed->dcat_table ? E * D : 0) +
+                             (uint64_t)fourier_scratch_floats(ed->fe, E, true)) *
+                                sizeof(float)));
+            blk_ffree(&ed->mem, ed->dr, E * D);
+            ed->dr = NULL;
+        }
+    } else {
+        QC_TRY(qc_attn_edges_backward(ed));
+    }
+    qcnet_stash_free(m, &ed->fe_stash);
+    qcnet_stash_free(m, &ed->stash);
+    return entry_bwd_end(m, n);
 }
 
-/* kvc of entry e initialised on layer's edge set, stash bound (tag "<prefix>/kv"), forwarded. */
-static enum qc_status kv_forward(struct qc_qcnet *m, struct qcnet_entry *e,
-                                 const struct qcnet_layer *layer)
+/* Entry n reads the edge context of its set when that context has a stash (unfused, with
+ * positional input). */
+static enum qc_status use_edges(struct qc_qcnet *m, int n, int set)
 {
+    if (m->tape.ed[set].stash.n == 0)
+        return QC_OK;
+    return use(m, n, edges_entry(m, set));
+}
+
+/* kvc of entry e (index n) initialised on layer's edge set, stash bound (tag "<prefix>/kv"),
+ * forwarded. */
+static enum qc_status kv_forward(struct qc_qcnet *m, int n, const struct qcnet_layer *layer)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
     qc_attn_kv_init(&e->kvc, &layer->attn, &m->tape.ed[e->set]);
     e->kv_live = true;
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/kv", layer->prefix);
-    QC_TRY(qcnet_stash_bind(m, &e->kvc.stash, name));
+    QC_TRY(qcnet_stash_bind(m, n, &e->kvc.stash, name));
+    QC_TRY(use_edges(m, n, e->set));
+    if (m->dry)
+        return dry_peak(m, n, 0, 0);
     return qc_attn_kv_forward(&e->kvc, e->x_src);
 }
 
@@ -236,6 +453,43 @@ static void kv_free(struct qc_qcnet *m, struct qcnet_entry *e)
     e->kv_live = false;
 }
 
+/* Dry run: the gradient buffers a source context's first application backward makes. */
+static enum qc_status dry_kv_grads(struct qc_attn_kv *kv)
+{
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
+    const int64_t n = (fused ? kv->ed->g->n_src : kv->ed->g->n_edge) * kv->l->D;
+    float **a = fused ? &kv->dk : &kv->dkt, **b = fused ? &kv->dv : &kv->dvt;
+    if (*a)
+        return QC_OK;
+    *a = blk_falloc(bm, n, fused ? "kv.dk" : "kv.dkt");
+    *b = *a ? blk_falloc(bm, n, fused ? "kv.dv" : "kv.dvt") : NULL;
+    return *b ? QC_OK : QC_ERR_NOMEM;
+}
+
+/* Dry run: qc_attn_kv_backward's allocations that outlive it (unfused: dL/dr of the edge
+ * context and its CSR by source) and the release of the gradient buffers. */
+static enum qc_status dry_kv_backward(struct qc_qcnet *m, int n, struct qc_attn_kv *kv)
+{
+    QC_TRY(dry_kv_grads(kv));
+    struct qc_attn_edges *ed = kv->ed;
+    if (ed->impl == QC_ATTN_UNFUSED) {
+        const int64_t E = ed->g->n_edge;
+        if (kv->l->has_pos && !ed->dr && !(ed->dr = blk_falloc(&ed->mem, E * kv->l->D, "edges.dr")))
+            return QC_ERR_NOMEM;
+        QC_TRY(dry_by_src(ed));
+    }
+    QC_TRY(dry_peak(m, n, 1, 0));
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const int64_t Ns = ed->g->n_src, E = ed->g->n_edge, D = kv->l->D;
+    blk_ffree(bm, kv->dvt, E * D);
+    blk_ffree(bm, kv->dkt, E * D);
+    blk_ffree(bm, kv->dv, Ns * D);
+    blk_ffree(bm, kv->dk, Ns * D);
+    kv->dk = kv->dv = kv->dkt = kv->dvt = NULL;
+    return QC_OK;
+}
+
 enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
                               const float *x_src, int *entry)
 {
@@ -246,16 +500,25 @@ enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *laye
     e->set = set;
     e->x_src = x_src;
     *entry = n;
-    return kv_forward(m, e, layer);
+    QC_TRY(entry_fwd(m, n));
+    const struct qc_attn_graph *g = &m->tape.g[set];
+    drivers(m, n, g->n_dst, g->n_edge, g->n_src, false, 0);
+    QC_TRY(kv_forward(m, n, layer));
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_kv_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, float *dx_src)
 {
-    struct qcnet_entry *e = &m->tape.e[qcnet_entry_find(m, QCNET_KV, layer, 0)];
+    const int n = qcnet_entry_find(m, QCNET_KV, layer, 0);
+    struct qcnet_entry *e = &m->tape.e[n];
     QC_ASSERT(e->kv_live, "model: backward of %s without its context", e->name);
-    QC_TRY(qc_attn_kv_backward(&e->kvc, dx_src, e->x_src, true));
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(dry_kv_backward(m, n, &e->kvc));
+    else
+        QC_TRY(qc_attn_kv_backward(&e->kvc, dx_src, e->x_src, true));
     kv_free(m, e);
-    return QC_OK;
+    return entry_bwd_end(m, n);
 }
 
 void qcnet_kv_drop(struct qc_qcnet *m, const struct qcnet_layer *layer)
@@ -265,20 +528,24 @@ void qcnet_kv_drop(struct qc_qcnet *m, const struct qcnet_layer *layer)
 
 // ---- attention applications ---------------------------------------------------------------
 
-/* Runs application e (its kv resolved) and binds its stash; out allocated. */
-static enum qc_status app_forward(struct qc_qcnet *m, struct qcnet_entry *e)
+/* Runs application n (its kv resolved) and binds its stash; out allocated. */
+static enum qc_status app_forward(struct qc_qcnet *m, int n)
 {
     struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
     const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
     const int64_t Nd = kv->ed->g->n_dst;
     qc_stash_init(&e->st, "attn.app");
     qc_attn_stash_plan(kv, &e->st);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s.stash", e->name);
-    QC_TRY(qcnet_stash_bind(m, &e->st, name));
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s.out", e->name);
     QC_TRY(qcnet_falloc(m, Nd * m->D, name, &e->out));
-    QC_TRY(qc_attn_forward(kv, e->out, &e->st, e->x, &e->ctx));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, 0));
+    else
+        QC_TRY(qc_attn_forward(kv, e->out, &e->st, e->x, &e->ctx));
     if (!t->need_backward) { /* eval: nothing of this application is read again */
         qcnet_stash_free(m, &e->st);
         if (e->kv < 0)
@@ -287,22 +554,30 @@ static enum qc_status app_forward(struct qc_qcnet *m, struct qcnet_entry *e)
     return QC_OK;
 }
 
-/* A new ATTN entry of layer over x_dst: name, dropout keying. */
-static struct qcnet_entry *app_add(struct qc_qcnet *m, const struct qcnet_layer *layer,
-                                   const float *x_dst)
+/* A new ATTN entry of layer over x_dst: name, dropout keying; its index. */
+static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const float *x_dst)
 {
     struct qcnet_tape *t = &m->tape;
     const int napp = t->n_app++;
     char name[QCNET_ENTRY_NAME];
     snprintf(name, sizeof name, "%s/app%d", layer->prefix, napp);
-    struct qcnet_entry *e = &t->e[qcnet_entry_add(m, QCNET_ATTN, layer, name)];
+    const int n = qcnet_entry_add(m, QCNET_ATTN, layer, name);
+    struct qcnet_entry *e = &t->e[n];
     e->x = x_dst;
     e->ctx.training = t->training;
     e->ctx.dropout = (float)m->cfg.dropout;
     e->ctx.seed = t->seed;
     e->ctx.step = t->step;
     e->ctx.site = (t->micro << 16) + 2u * (uint32_t)napp;
-    return e;
+    return n;
+}
+
+/* The drivers of application n on edge set `set`. */
+static void app_drivers(struct qc_qcnet *m, int n, int set)
+{
+    const struct qc_attn_graph *g = &m->tape.g[set];
+    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src, false,
+            (uint64_t)(g->n_dst * m->D) * sizeof(float));
 }
 
 enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer, int kv,
@@ -312,43 +587,61 @@ enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *la
     QC_ASSERT(kv >= 0 && kv < t->n_entries && t->e[kv].kind == QCNET_KV &&
                   t->e[kv].block == layer && t->e[kv].kv_live,
               "model: kv entry %d is not a live context of %s", kv, layer->prefix);
-    struct qcnet_entry *e = app_add(m, layer, x_dst);
+    const int n = app_add(m, layer, x_dst);
+    struct qcnet_entry *e = &t->e[n];
     e->kv = kv;
     e->set = t->e[kv].set;
     e->x_src = t->e[kv].x_src;
-    QC_TRY(app_forward(m, e));
+    QC_TRY(entry_fwd(m, n));
+    app_drivers(m, n, e->set);
+    QC_TRY(use(m, n, kv));
+    QC_TRY(app_forward(m, n));
     *out = e->out;
-    return QC_OK;
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
                                const float *x, float **out)
 {
-    struct qcnet_entry *e = app_add(m, layer, x);
+    const int n = app_add(m, layer, x);
+    struct qcnet_entry *e = &m->tape.e[n];
     e->set = set;
     e->x_src = x;
+    QC_TRY(entry_fwd(m, n));
+    app_drivers(m, n, set);
     /* the application owns its kv (freed by release even when a step fails) */
-    QC_TRY(kv_forward(m, e, layer));
-    QC_TRY(app_forward(m, e));
+    QC_TRY(kv_forward(m, n, layer));
+    QC_TRY(app_forward(m, n));
     *out = e->out;
-    return QC_OK;
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, int occ,
                                    float *dx_dst, const float *dout)
 {
     struct qcnet_tape *t = &m->tape;
-    struct qcnet_entry *e = &t->e[qcnet_entry_find(m, QCNET_ATTN, layer, occ)];
+    const int n = qcnet_entry_find(m, QCNET_ATTN, layer, occ);
+    struct qcnet_entry *e = &t->e[n];
     struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
     QC_ASSERT((e->kv >= 0 ? t->e[e->kv].kv_live : e->kv_live) && e->st.arena,
               "model: backward of %s without its stash", e->name);
-    QC_TRY(qc_attn_backward(kv, dx_dst, dout, &e->st, e->x, &e->ctx));
-    if (e->kv < 0) {
-        QC_TRY(qc_attn_kv_backward(kv, dx_dst, e->x_src, true));
-        kv_free(m, e);
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry) {
+        QC_TRY(dry_kv_grads(kv));
+        if (m->target_cuda && kv->ed->impl == QC_ATTN_FUSED)
+            QC_TRY(dry_by_src(kv->ed));
+        QC_TRY(dry_peak(m, n, 1, 0));
+        if (e->kv < 0)
+            QC_TRY(dry_kv_backward(m, n, kv));
+    } else {
+        QC_TRY(qc_attn_backward(kv, dx_dst, dout, &e->st, e->x, &e->ctx));
+        if (e->kv < 0)
+            QC_TRY(qc_attn_kv_backward(kv, dx_dst, e->x_src, true));
     }
+    if (e->kv < 0)
+        kv_free(m, e);
     qcnet_stash_free(m, &e->st);
-    return QC_OK;
+    return entry_bwd_end(m, n);
 }
 
 // ---- the trajectory GRU ---------------------------------------------------------------------
@@ -361,17 +654,21 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, 
     struct qcnet_entry *e = &m->tape.e[n];
     e->x = x;
     e->rows = N;
+    e->steps = L;
+    QC_TRY(entry_fwd(m, n));
+    const int64_t ns = qc_gru_forward_scratch_numel(L, N, D);
+    drivers(m, n, N, L, 0, true, (uint64_t)(N * D + ns) * sizeof(float));
     qc_stash_init(&e->st, "gru");
     const int ihs = qc_stash_add(&e->st, "hs", QC_STASH_F32, 3, L + 1, N, D, 1);
     const int igates = qc_stash_add(&e->st, "gates", QC_STASH_F32, 3, L, N, 4 * D, 1);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/stash", tag);
-    QC_TRY(qcnet_stash_bind(m, &e->st, name));
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     float *h0, *scratch;
     snprintf(name, sizeof name, "%s/h0", tag);
     QC_TRY(qcnet_falloc(m, N * D, name, &h0));
     qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
-    QC_TRY(qcnet_falloc(m, qc_gru_forward_scratch_numel(L, N, D), "scratch/gru", &scratch));
+    QC_TRY(qcnet_falloc(m, ns, "scratch/gru", &scratch));
     const float *w = m->params;
     *hs = qc_stash_f32(&e->st, ihs);
     *gates = qc_stash_f32(&e->st, igates);
@@ -379,15 +676,17 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, 
                       w + m->o_gru_whh, w + m->o_gru_bhh, L, N, D, D, scratch);
     qcnet_free(m, scratch);
     qcnet_free(m, h0);
-    return QC_OK;
+    return entry_fwd_end(m, n);
 }
 
 enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, float *dh0,
                                   const float *dh_last)
 {
     const int64_t D = m->D;
-    struct qcnet_entry *e = &m->tape.e[qcnet_entry_find(m, QCNET_GRU, NULL, 0)];
+    const int n = qcnet_entry_find(m, QCNET_GRU, NULL, 0);
+    struct qcnet_entry *e = &m->tape.e[n];
     const int64_t N = e->rows;
+    QC_TRY(entry_bwd(m, n));
     float *scratch;
     QC_TRY(
         qcnet_falloc(m, qc_gru_backward_scratch_numel(L, N, D), "scratch/gru_backward", &scratch));
@@ -398,7 +697,7 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, floa
                        e->x, w + m->o_gru_wih, w + m->o_gru_whh, L, N, D, D, scratch);
     qcnet_free(m, scratch);
     qcnet_stash_free(m, &e->st);
-    return QC_OK;
+    return entry_bwd_end(m, n);
 }
 
 // ---- release ------------------------------------------------------------------------------
