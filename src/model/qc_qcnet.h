@@ -139,6 +139,18 @@ enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_
  * O(block applications + allocations), no host work on the batch's arrays. */
 enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batch, bool cuda,
                                  struct qc_plan_program *prog);
+/* The stash policies of the next steps: policy[b] (enum qc_plan_policy) for block application
+ * b of prog, the program of this model's step on the batch to come (qc_qcnet_describe of a dry
+ * model of the same config); NULL prog or policy: keep everything. keep leaves a stash on the
+ * device; offload puts it to the memory context's offload tier after its last forward use and
+ * fetches it back before the first backward that reads it, prefetching in the backward order
+ * within prefetch_window bytes; recompute frees it and runs the block's forward again before
+ * that backward. Every policy gives the same bits (dropout is keyed). A stash whose fetch fails
+ * with QC_ERR_IO is recomputed (a warning names it; qc_qcnet_mem_get's repaired counts it). A
+ * forward whose blocks are not the program's fails with QC_ERR_INVALID. Only between steps;
+ * the plan stays until replaced. QC_ERR_UNSUPPORTED for offload without an offload engine. */
+enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_program *prog,
+                                 const uint8_t *policy, size_t prefetch_window);
 /* Records a real step (tests, the checker of the dry run): prog non-NULL releases the last
  * step, resets prog and appends every allocation, free and marker of the next forward, loss,
  * backward and release to it; NULL stops (call qc_plan_program_finish then). QC_ERR_NOMEM. */
@@ -334,6 +346,9 @@ struct qc_qcnet_mem {
     size_t bytes_stash;  /* Σ stash-table payload of the last forward (what backward reads) */
     size_t bytes_params; /* parameters + gradients (also from the context; not in bytes_live) */
     int64_t n_allocs;    /* successful allocations for bytes_live since creation */
+    uint64_t recompute_bytes; /* stash bytes rebuilt by recompute since creation */
+    int64_t recomputes;       /* block applications recomputed */
+    int64_t repaired;         /* offloaded stashes that failed to read back, recomputed */
 };
 void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out);
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m);

@@ -144,12 +144,8 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
         qcnet_free(m, t->y);
         t->y = NULL;
     }
-    float *hs, *gates;
-    QC_TRY(qcnet_gru_forward(m, t->y_tm, S, KA, "decoder.traj_emb", &hs, &gates));
-    /* the refine queries: the GRU's final state, a copy of its own (the GRU's stash is the
-     * GRU entry's, the refine layers' input is an activation) */
-    QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.last", &t->m_ref_in));
-    qc_op_copy(m->ex, t->m_ref_in, hs + S * KA * D, (size_t)(KA * D) * sizeof(float));
+    /* the refine queries: the GRU's final state */
+    QC_TRY(qcnet_gru_forward(m, t->y_tm, S, KA, "decoder.traj_emb", &t->m_ref_in));
     for (int64_t i = 0; i < m->NL_dec; i++)
         QC_TRY(stage_kv(m, (int)i, true, kv_r[i]));
     q = t->m_ref_in;

@@ -53,57 +53,34 @@ static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, 
     return QC_OK;
 }
 
-/* out (N,D) = Σ_j table_j[idx_j] (stack + sum order: ascending j). */
-static enum qc_status embed_sum(struct qc_qcnet *m, float *out, int n_tab, const int64_t *o_tab,
-                                const int64_t *vocab, int64_t *const *idx, int64_t N)
-{
-    const int64_t D = m->D;
-    qc_op_embedding_forward(m->ex, out, idx[0], m->params + o_tab[0], N, D, vocab[0]);
-    if (n_tab == 1)
-        return QC_OK;
-    float *tmp;
-    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
-    for (int j = 1; j < n_tab; j++) {
-        qc_op_embedding_forward(m->ex, tmp, idx[j], m->params + o_tab[j], N, D, vocab[j]);
-        qc_op_add_forward(m->ex, out, out, tmp, N * D);
-    }
-    qcnet_free(m, tmp);
-    return QC_OK;
-}
-
 // ---- map encoder ----------------------------------------------------------------------------
 
 enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
     const struct qc_batch *b = t->batch, *db = qcnet_op_batch(m);
-    const int64_t Pt = t->Pt, P = t->P, D = m->D;
+    const int64_t Pt = t->Pt, P = t->P;
     QC_TRY(to_index(m, b->pt_type, Pt, 17, "map_point.type", &t->idx_pt_type));
     QC_TRY(to_index(m, b->pt_side, Pt, 3, "map_point.side", &t->idx_pt_side));
     QC_TRY(to_index(m, b->pl_type, P, 4, "map_polygon.type", &t->idx_pl_type));
     QC_TRY(to_index(m, b->pl_is_intersection, P, 3, "map_polygon.is_intersection", &t->idx_pl_int));
     /* the pl2pl edge types are checked where the tape's copy is made (qcnet_model.c) */
 
-    /* node embeddings */
-    float *cat;
-    QC_TRY(qcnet_falloc(m, Pt * D, "map/x_pt_emb.cat", &cat));
-    {
-        const int64_t o[2] = {m->o_type_pt, m->o_side_pt}, v[2] = {17, 3};
-        int64_t *const ix[2] = {t->idx_pt_type, t->idx_pt_side};
-        QC_TRY(embed_sum(m, cat, 2, o, v, ix, Pt));
-    }
-    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, "encoder.map_encoder.x_pt_emb", db->pt_magnitude, cat,
-                            Pt, &t->x_pt));
-    qcnet_free(m, cat);
-    QC_TRY(qcnet_falloc(m, P * D, "map/x_pl_emb.cat", &cat));
-    {
-        const int64_t o[2] = {m->o_type_pl, m->o_int_pl}, v[2] = {4, 3};
-        int64_t *const ix[2] = {t->idx_pl_type, t->idx_pl_int};
-        QC_TRY(embed_sum(m, cat, 2, o, v, ix, P));
-    }
-    QC_TRY(
-        qcnet_fe_forward(m, &m->x_pl_emb, "encoder.map_encoder.x_pl_emb", NULL, cat, P, &t->x_pl0));
-    qcnet_free(m, cat);
+    /* node embeddings: FE(1)(|v|, type + side), FE(0)(type + intersection) */
+    const struct qcnet_cat cat_pt = {2,
+                                     {m->o_type_pt, m->o_side_pt},
+                                     {17, 3},
+                                     {t->idx_pt_type, t->idx_pt_side},
+                                     "map/x_pt_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, "encoder.map_encoder.x_pt_emb", db->pt_magnitude,
+                            &cat_pt, Pt, &t->x_pt));
+    const struct qcnet_cat cat_pl = {2,
+                                     {m->o_type_pl, m->o_int_pl},
+                                     {4, 3},
+                                     {t->idx_pl_type, t->idx_pl_int},
+                                     "map/x_pl_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_pl_emb, "encoder.map_encoder.x_pl_emb", NULL, &cat_pl, P,
+                            &t->x_pl0));
 
     /* edge embeddings, shared by every layer on the set */
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_PT2PL, &m->r_pt2pl_emb, NULL, NULL, 0, NULL));
@@ -229,12 +206,10 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/type_index", &p));
         t->idx_a_type = p;
     }
-    float *cat;
-    QC_TRY(qcnet_falloc(m, N * D, "agent/x_a_emb.cat", &cat));
-    qc_op_embedding_forward(m->ex, cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
-    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, "encoder.agent_encoder.x_a_emb", t->c_a, cat, N,
+    const struct qcnet_cat cat_a = {
+        1, {m->o_type_a, 0}, {10, 0}, {t->idx_a_type, NULL}, "agent/x_a_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, "encoder.agent_encoder.x_a_emb", t->c_a, &cat_a, N,
                             &t->x_a0));
-    qcnet_free(m, cat);
 
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_T, &m->r_t_emb, NULL, NULL, 0, NULL));
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2A, &m->r_pl2a_emb, NULL, NULL, 0, NULL));

@@ -62,6 +62,23 @@ struct qcnet_buf {
     size_t bytes;
 };
 
+/* Where an entry's stash is (qcnet_policy.c). */
+enum qcnet_res {
+    QCNET_RES_LIVE = 0, /* bound to device memory */
+    QCNET_RES_OUT,      /* offloaded: in the tier, handles in entry.handle */
+    QCNET_RES_FETCH,    /* being copied back: bound to fresh memory, wait before use */
+    QCNET_RES_DROPPED,  /* freed for recompute */
+};
+
+/* The categorical embeddings an FE adds before its output LayerNorm: cat = Σ_j table_j[idx_j]
+ * (ascending j), table j at parameter offset off[j] with vocab[j] rows. n = 0: none. */
+struct qcnet_cat {
+    int n;
+    int64_t off[2], vocab[2];
+    const int64_t *idx[2];
+    const char *tag; /* of the (N,D) temporary */
+};
+
 /* What a tape entry is (glossary). */
 enum qcnet_kind { QCNET_FE = 0, QCNET_EDGES, QCNET_KV, QCNET_ATTN, QCNET_MLP, QCNET_GRU };
 
@@ -86,7 +103,12 @@ struct qcnet_entry {
     float *out;            /* ATTN: output rows (n_dst,D) */
     struct qc_attn_ctx ctx; /* ATTN: dropout keying */
     int64_t rows;           /* FE, MLP, GRU: rows N */
+    struct qcnet_cat cat;   /* FE: its categorical embeddings */
     int64_t steps;          /* GRU: time steps */
+    /* the step's stash policy (qc_qcnet_set_plan; qcnet_policy.c) */
+    uint8_t policy;     /* enum qc_plan_policy; KEEP without a plan */
+    uint8_t res;        /* enum qcnet_res */
+    uint64_t handle[3]; /* offloaded: the handles of its stash arenas (by slot) */
     /* measured in the last forward / backward of this entry (the cost model's calibration) */
     double t_fwd, t_bwd;             /* wall seconds (host time: the CPU and EMU backends) */
     size_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory, bytes */
@@ -230,6 +252,11 @@ struct qc_qcnet {
     size_t bytes_stash; /* Σ stash payload bound by the last forward */
 
     struct qcnet_tape tape;
+    struct qcnet_plan *plan; /* the step's stash policies (NULL = keep everything) */
+    /* since create: stash bytes recomputed, recomputes, offloaded stashes repaired by recompute
+     * after a read failure (qcnet_policy.c) */
+    uint64_t recompute_bytes;
+    int64_t recomputes, repaired;
 };
 
 // ---- qcnet_params.c -----------------------------------------------------------------------
@@ -306,9 +333,11 @@ int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void 
 enum qc_status qcnet_tape_check(const struct qc_qcnet *m);
 
 /* FE / MLP forward as a new entry (named tag) with a fresh stash (tag "<tag>/stash"); *out
- * allocated (N, D|O) ("<tag>/out"). c / x stay the caller's until backward. */
+ * allocated (N, D|O) ("<tag>/out"). c / x stay the caller's until backward; the FE's
+ * categorical embeddings (cat, NULL = none) are summed into a temporary of the entry. */
 enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe, const char *tag,
-                                const float *c, const float *cat, int64_t N, float **out);
+                                const float *c, const struct qcnet_cat *cat, int64_t N,
+                                float **out);
 enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, const char *tag,
                                  const float *x, int64_t N, float **out);
 /* Their backward (qc_fourier_backward / qc_mlp_backward of the entry); frees the stash. The FE
@@ -349,9 +378,10 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
                                    float *dx_dst, const float *dout);
 
 /* The trajectory GRU over x (L,N,D), time-major, from h0 = traj_emb_h0, as a new entry (named
- * tag) whose stash holds hs (L+1,N,D) and gates (L,N,4D) (views returned). */
+ * tag) whose stash holds hs (L+1,N,D) and gates (L,N,4D); *last (N,D) is a copy of the final
+ * state ("<tag>.last"). */
 enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, int64_t N,
-                                 const char *tag, float **hs, float **gates);
+                                 const char *tag, float **last);
 /* Its backward: dx (L,N,D) OVERWRITE, dh0 (N,D) OVERWRITE, GRU parameter gradients ACCUM,
  * from dh_last (N,D); frees the stash. */
 enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, float *dh0,
@@ -359,6 +389,30 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, floa
 
 /* Frees every entry's contexts and stashes and every edge context. */
 void qcnet_tape_free_contexts(struct qc_qcnet *m);
+/* The stash tables of entry n (up to 3: a self-attention's kv then its own; an edge context's
+ * FE stash then r) and the tags their arenas were bound under; the count. */
+int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160]);
+/* Recompute: binds fresh memory to entry n's stash tables (not counted in bytes_stash) and runs
+ * its forward again into a temporary output; its inputs must be resident. */
+enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n);
+/* Tape entries whose stash entry n's backward reads (its own, its layer's source context, the
+ * edge context an unfused source context reads); the count (<= 3). */
+int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3]);
+
+// ---- qcnet_policy.c: the stash policies of a step ------------------------------------------
+
+struct qcnet_plan; /* qcnet_policy.c */
+/* After entry n's forward: offloads or drops the stashes whose last forward use it was. */
+enum qc_status qcnet_policy_after_forward(struct qc_qcnet *m, int n);
+/* Before entry n's backward: every stash it reads is resident (fetched or recomputed), and the
+ * next offloaded stashes of the backward order are being fetched within the window. */
+enum qc_status qcnet_policy_before_backward(struct qc_qcnet *m, int n);
+/* Forgets the step's offload handles (release, and failed steps). */
+void qcnet_policy_release(struct qc_qcnet *m);
+/* Detaches buffer p from the model's list (its memory stays allocated; the caller now owns it)
+ * / attaches a buffer of bytes to it. */
+size_t qcnet_buf_detach(struct qc_qcnet *m, void *p);
+enum qc_status qcnet_buf_attach(struct qc_qcnet *m, void *p, size_t bytes);
 
 // ---- qcnet_loss.c ---------------------------------------------------------------------------
 

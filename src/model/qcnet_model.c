@@ -36,16 +36,11 @@ static size_t params_bytes(const struct qc_qcnet *m)
     return (size_t)m->nparams * sizeof(float);
 }
 
+static enum qc_status bufs_reserve(struct qc_qcnet *m);
+
 enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, void **out)
 {
-    if (m->nbufs == m->cap_bufs) {
-        int cap = m->cap_bufs ? 2 * m->cap_bufs : 256;
-        struct qcnet_buf *b = realloc(m->bufs, (size_t)cap * sizeof *b);
-        if (!b)
-            return qc_errorf(QC_ERR_NOMEM, "model: activation list of %d entries", cap);
-        m->bufs = b;
-        m->cap_bufs = cap;
-    }
+    QC_TRY(bufs_reserve(m));
     void *p = qc_memctx_alloc(m->mc, QC_MEM_MODEL, bytes, tag);
     if (!p)
         return qc_errorf(QC_ERR_NOMEM,
@@ -139,6 +134,44 @@ void qcnet_free(struct qc_qcnet *m, void *p)
         return;
     }
     QC_ASSERT(false, "model: freeing %p, not an activation of this model", p);
+}
+
+/* Room for one more buffer in the list. */
+static enum qc_status bufs_reserve(struct qc_qcnet *m)
+{
+    if (m->nbufs < m->cap_bufs)
+        return QC_OK;
+    int cap = m->cap_bufs ? 2 * m->cap_bufs : 256;
+    struct qcnet_buf *b = realloc(m->bufs, (size_t)cap * sizeof *b);
+    if (!b)
+        return qc_errorf(QC_ERR_NOMEM, "model: activation list of %d entries", cap);
+    m->bufs = b;
+    m->cap_bufs = cap;
+    return QC_OK;
+}
+
+size_t qcnet_buf_detach(struct qc_qcnet *m, void *p)
+{
+    for (int i = m->nbufs - 1; i >= 0; i--) {
+        if (m->bufs[i].p != p)
+            continue;
+        const size_t bytes = m->bufs[i].bytes;
+        m->bytes_bufs -= bytes;
+        m->bufs[i] = m->bufs[--m->nbufs];
+        return bytes;
+    }
+    QC_ASSERT(false, "model: detaching %p, not an activation of this model", p);
+    return 0;
+}
+
+enum qc_status qcnet_buf_attach(struct qc_qcnet *m, void *p, size_t bytes)
+{
+    QC_TRY(bufs_reserve(m));
+    m->bufs[m->nbufs].p = p;
+    m->bufs[m->nbufs].bytes = bytes;
+    m->nbufs++;
+    m->bytes_bufs += bytes;
+    return QC_OK;
 }
 
 static void free_all_bufs(struct qc_qcnet *m)
@@ -391,6 +424,7 @@ void qc_qcnet_destroy(struct qc_qcnet *m)
     if (m->own_mc)
         qc_memctx_destroy(m->mc);
     free(m->tape.e);
+    free(m->plan);
     free(m);
 }
 
@@ -473,6 +507,9 @@ void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out)
     out->bytes_stash = m->bytes_stash;
     out->bytes_params = 2 * params_bytes(m);
     out->n_allocs = ms.n_allocs[QC_MEM_MODEL] + ms.n_allocs[QC_MEM_BLOCK];
+    out->recompute_bytes = m->recompute_bytes;
+    out->recomputes = m->recomputes;
+    out->repaired = m->repaired;
 }
 
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m)

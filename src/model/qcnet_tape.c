@@ -125,12 +125,14 @@ static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
     struct qcnet_entry *e = &m->tape.e[n];
     e->t_fwd = now_s() - m->tape.t_entry;
     e->scratch_fwd = qc_memctx_block_peak(m->mc);
-    return mark(m, QC_PLAN_OP_FWD_END, n, 0, 0);
+    QC_TRY(mark(m, QC_PLAN_OP_FWD_END, n, 0, 0));
+    return qcnet_policy_after_forward(m, n);
 }
 
 static enum qc_status entry_bwd(struct qc_qcnet *m, int n)
 {
     QC_TRY(mark(m, QC_PLAN_OP_BWD, n, 0, 1));
+    QC_TRY(qcnet_policy_before_backward(m, n));
     qc_memctx_block_mark(m->mc);
     m->tape.t_entry = now_s();
     return QC_OK;
@@ -227,18 +229,62 @@ void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out)
 
 // ---- FE, MLP ------------------------------------------------------------------------------
 
+/* out (N,D) = Σ_j table_j[idx_j] of cat (stack + sum order: ascending j). */
+static enum qc_status embed_sum(struct qc_qcnet *m, float *out, const struct qcnet_cat *cat,
+                                int64_t N)
+{
+    const int64_t D = m->D;
+    qc_op_embedding_forward(m->ex, out, cat->idx[0], m->params + cat->off[0], N, D, cat->vocab[0]);
+    if (cat->n == 1)
+        return QC_OK;
+    float *tmp;
+    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
+    for (int j = 1; j < cat->n; j++) {
+        qc_op_embedding_forward(m->ex, tmp, cat->idx[j], m->params + cat->off[j], N, D,
+                                cat->vocab[j]);
+        qc_op_add_forward(m->ex, out, out, tmp, N * D);
+    }
+    qcnet_free(m, tmp);
+    return QC_OK;
+}
+
+/* The FE of entry e over its rows into out, with its categorical embeddings summed into a
+ * temporary first. */
+static enum qc_status fe_run(struct qc_qcnet *m, struct qcnet_entry *e, float *out)
+{
+    const struct qc_fourier *fe = e->block;
+    float *cat = NULL;
+    if (e->cat.n > 0) {
+        QC_TRY(qcnet_falloc(m, e->rows * fe->D, e->cat.tag, &cat));
+        QC_TRY(embed_sum(m, cat, &e->cat, e->rows));
+    }
+    enum qc_status s = QC_OK;
+    if (!m->dry)
+        s = qc_fourier_forward(fe, out, &e->st, e->x, cat, e->rows);
+    qcnet_free(m, cat);
+    return s;
+}
+
 enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe, const char *tag,
-                                const float *c, const float *cat, int64_t N, float **out)
+                                const float *c, const struct qcnet_cat *cat, int64_t N, float **out)
 {
     const int n = qcnet_entry_add(m, QCNET_FE, fe, tag);
     struct qcnet_entry *e = &m->tape.e[n];
     e->x = c;
     e->rows = N;
+    if (cat)
+        e->cat = *cat;
     QC_TRY(entry_fwd(m, n));
-    drivers(m, n, N, 0, 0, true, (uint64_t)(cat ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
+    drivers(m, n, N, 0, 0, true,
+            (uint64_t)(e->cat.n > 0 ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
     qc_stash_init(&e->st, "fe");
     qc_fourier_stash_plan(fe, N, &e->st);
     char name[QCNET_ENTRY_NAME + 16];
+    float *catbuf = NULL;
+    if (e->cat.n > 0) { /* before the stash, as the memory of the first forward was laid out */
+        QC_TRY(qcnet_falloc(m, N * fe->D, e->cat.tag, &catbuf));
+        QC_TRY(embed_sum(m, catbuf, &e->cat, N));
+    }
     snprintf(name, sizeof name, "%s/stash", tag);
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s/out", tag);
@@ -246,7 +292,8 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     if (m->dry)
         QC_TRY(dry_peak(m, n, 0, (uint64_t)fourier_scratch_floats(fe, N, false) * sizeof(float)));
     else
-        QC_TRY(qc_fourier_forward(fe, *out, &e->st, c, cat, N));
+        QC_TRY(qc_fourier_forward(fe, *out, &e->st, c, catbuf, N));
+    qcnet_free(m, catbuf);
     return entry_fwd_end(m, n);
 }
 
@@ -623,9 +670,9 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
     const int n = qcnet_entry_find(m, QCNET_ATTN, layer, occ);
     struct qcnet_entry *e = &t->e[n];
     struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+    QC_TRY(entry_bwd(m, n)); /* its stashes are resident from here */
     QC_ASSERT((e->kv >= 0 ? t->e[e->kv].kv_live : e->kv_live) && e->st.arena,
               "model: backward of %s without its stash", e->name);
-    QC_TRY(entry_bwd(m, n));
     if (m->dry) {
         QC_TRY(dry_kv_grads(kv));
         if (m->target_cuda && kv->ed->impl == QC_ATTN_FUSED)
@@ -647,7 +694,7 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
 // ---- the trajectory GRU ---------------------------------------------------------------------
 
 enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, int64_t N,
-                                 const char *tag, float **hs, float **gates)
+                                 const char *tag, float **last)
 {
     const int64_t D = m->D;
     const int n = qcnet_entry_add(m, QCNET_GRU, NULL, tag);
@@ -670,12 +717,15 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, 
     qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
     QC_TRY(qcnet_falloc(m, ns, "scratch/gru", &scratch));
     const float *w = m->params;
-    *hs = qc_stash_f32(&e->st, ihs);
-    *gates = qc_stash_f32(&e->st, igates);
-    qc_op_gru_forward(m->ex, *hs, *gates, x, h0, w + m->o_gru_wih, w + m->o_gru_bih,
-                      w + m->o_gru_whh, w + m->o_gru_bhh, L, N, D, D, scratch);
+    float *hs = qc_stash_f32(&e->st, ihs), *gates = qc_stash_f32(&e->st, igates);
+    qc_op_gru_forward(m->ex, hs, gates, x, h0, w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh,
+                      w + m->o_gru_bhh, L, N, D, D, scratch);
     qcnet_free(m, scratch);
     qcnet_free(m, h0);
+    /* the final state, a copy of its own: the stash may leave the device after this entry */
+    snprintf(name, sizeof name, "%s.last", tag);
+    QC_TRY(qcnet_falloc(m, N * D, name, last));
+    qc_op_copy(m->ex, *last, hs + L * N * D, (size_t)(N * D) * sizeof(float));
     return entry_fwd_end(m, n);
 }
 
@@ -700,11 +750,139 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, floa
     return entry_bwd_end(m, n);
 }
 
+// ---- what the stash policies need (qcnet_policy.c) -------------------------------------------
+
+int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160])
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
+    const struct qcnet_layer *layer = e->block;
+    int k = 0;
+    switch (e->kind) {
+    case QCNET_FE:
+    case QCNET_MLP:
+    case QCNET_GRU:
+        st[k] = &e->st;
+        snprintf(tag[k++], 160, "%s/stash", e->name);
+        break;
+    case QCNET_KV:
+        st[k] = &e->kvc.stash;
+        snprintf(tag[k++], 160, "%s", e->name);
+        break;
+    case QCNET_ATTN:
+        if (e->kv < 0) {
+            st[k] = &e->kvc.stash;
+            snprintf(tag[k++], 160, "%s/kv", layer->prefix);
+        }
+        st[k] = &e->st;
+        snprintf(tag[k++], 160, "%s.stash", e->name);
+        break;
+    case QCNET_EDGES:
+        st[k] = &t->ed[e->set].fe_stash;
+        snprintf(tag[k++], 160, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)e->set));
+        st[k] = &t->ed[e->set].stash;
+        snprintf(tag[k++], 160, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)e->set));
+        break;
+    }
+    return k;
+}
+
+int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3])
+{
+    const struct qcnet_tape *t = &m->tape;
+    const struct qcnet_entry *e = &t->e[n];
+    int k = 0;
+    out[k++] = n;
+    if (e->kind == QCNET_ATTN && e->kv >= 0)
+        out[k++] = e->kv;
+    if ((e->kind == QCNET_KV || (e->kind == QCNET_ATTN && e->kv < 0)) && t->ed[e->set].stash.n > 0)
+        out[k++] = edges_entry(m, e->set);
+    return k;
+}
+
+/* Rebinds st to fresh memory (tag); the recompute's, so not counted in bytes_stash. */
+static enum qc_status rebind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
+{
+    void *p = NULL;
+    QC_TRY(qcnet_balloc(m, qc_stash_arena_bytes(st), tag, &p));
+    qc_stash_bind(st, p);
+    return QC_OK;
+}
+
+enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
+    struct qc_stash *st[3];
+    char tag[3][160];
+    const int ns = qcnet_entry_stashes(m, n, st, tag);
+    for (int i = 0; i < ns; i++)
+        QC_TRY(rebind(m, st[i], tag[i]));
+    float *out = NULL;
+    enum qc_status s = QC_OK;
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/recompute.out", e->name);
+    switch (e->kind) {
+    case QCNET_FE: {
+        const struct qc_fourier *fe = e->block;
+        QC_TRY(qcnet_falloc(m, e->rows * fe->D, name, &out));
+        s = fe_run(m, e, out);
+        break;
+    }
+    case QCNET_MLP: {
+        const struct qc_mlp *mlp = e->block;
+        QC_TRY(qcnet_falloc(m, e->rows * mlp->O, name, &out));
+        s = qc_mlp_forward(mlp, out, &e->st, e->x, e->rows);
+        break;
+    }
+    case QCNET_GRU: {
+        const int64_t D = m->D, N = e->rows, L = e->steps;
+        float *h0, *scratch;
+        QC_TRY(qcnet_falloc(m, N * D, name, &h0));
+        s = qcnet_falloc(m, qc_gru_forward_scratch_numel(L, N, D), "scratch/gru", &scratch);
+        if (s != QC_OK) {
+            qcnet_free(m, h0);
+            return s;
+        }
+        qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
+        const float *w = m->params;
+        qc_op_gru_forward(m->ex, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1), e->x, h0,
+                          w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, L,
+                          N, D, D, scratch);
+        qcnet_free(m, scratch);
+        qcnet_free(m, h0);
+        break;
+    }
+    case QCNET_KV:
+        s = qc_attn_kv_forward(&e->kvc, e->x_src);
+        break;
+    case QCNET_ATTN: {
+        const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+        if (e->kv < 0)
+            QC_TRY(qc_attn_kv_forward(&e->kvc, e->x_src));
+        QC_TRY(qcnet_falloc(m, kv->ed->g->n_dst * m->D, name, &out));
+        s = qc_attn_forward(kv, out, &e->st, e->x, &e->ctx);
+        break;
+    }
+    case QCNET_EDGES:
+        s = qc_attn_edges_forward(&t->ed[e->set]);
+        break;
+    }
+    qcnet_free(m, out);
+    if (s == QC_OK) {
+        for (int i = 0; i < ns; i++)
+            m->recompute_bytes += qc_stash_bytes(st[i]);
+        m->recomputes++;
+    }
+    return s;
+}
+
 // ---- release ------------------------------------------------------------------------------
 
 void qcnet_tape_free_contexts(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
+    qcnet_policy_release(m);
     for (int i = 0; i < t->n_entries; i++) {
         struct qcnet_entry *e = &t->e[i];
         kv_free(m, e);
