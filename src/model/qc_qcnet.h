@@ -139,7 +139,7 @@ enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_
  * O(block applications + allocations), no host work on the batch's arrays. */
 enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batch, bool cuda,
                                  struct qc_plan_program *prog);
-/* The stash policies of the next steps: policy[b] (enum qc_plan_policy) for block application
+/* The stash policies of the next steps: policy[b] (enum qc_stash_policy) for block application
  * b of prog, the program of this model's step on the batch to come (qc_qcnet_describe of a dry
  * model of the same config); NULL prog or policy: keep everything. keep leaves a stash on the
  * device; offload puts it to the memory context's offload tier after its last forward use and

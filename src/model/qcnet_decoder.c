@@ -38,11 +38,13 @@ static enum qc_status group_forward(struct qc_qcnet *m, const struct qcnet_layer
     snprintf(tag, sizeof tag, "%s/mode_major", t2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xm));
     qc_op_transpose01_forward(m->ex, xm, x, A, K, D); /* [A,K,D] → [K,A,D] */
+    qcnet_free(m, x);                                 /* the t2m output: no backward reads it */
     QC_TRY(qcnet_attn_apply(m, pl2m, kv[1], xm, &x));
     QC_TRY(qcnet_attn_apply(m, a2m, kv[2], x, &x));
     snprintf(tag, sizeof tag, "%s/agent_major", a2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xa));
     qc_op_transpose01_forward(m->ex, xa, x, K, A, D); /* [K,A,D] → [A,K,D] */
+    qcnet_free(m, x);                                 /* the a2m output: no backward reads it */
     *out = xa;
     return QC_OK;
 }
@@ -140,10 +142,8 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     QC_TRY(qcnet_fe_forward(m, &m->y_emb, "decoder.y_emb", t->loc_propose, NULL, KA * S, &t->y));
     QC_TRY(qcnet_falloc(m, S * KA * D, "decoder/traj_emb.input", &t->y_tm));
     qc_op_transpose01_forward(m->ex, t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
-    if (!t->need_backward) {
-        qcnet_free(m, t->y);
-        t->y = NULL;
-    }
+    qcnet_free(m, t->y); /* no backward reads the y_emb output itself */
+    t->y = NULL;
     /* the refine queries: the GRU's final state */
     QC_TRY(qcnet_gru_forward(m, t->y_tm, S, KA, "decoder.traj_emb", &t->m_ref_in));
     for (int64_t i = 0; i < m->NL_dec; i++)

@@ -223,6 +223,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         snprintf(tag, sizeof tag, "%s/time_major", m->t_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xt));
         qc_op_transpose01_forward(m->ex, xt, x, A, T, D);
+        qcnet_free(m, x); /* the t output: no backward reads it */
         const struct qcnet_layer *L = &m->pl2a_attn[i];
         int kv;
         QC_TRY(qcnet_kv_setup(m, L, QC_EDGE_PL2A, t->x_pl, &kv));
@@ -234,6 +235,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         snprintf(tag, sizeof tag, "%s/agent_major", m->a2a_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xa));
         qc_op_transpose01_forward(m->ex, xa, x, T, A, D);
+        qcnet_free(m, x); /* the a2a output: no backward reads it */
         x = xa;
     }
     t->x_a = x;

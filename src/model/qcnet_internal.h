@@ -106,7 +106,7 @@ struct qcnet_entry {
     struct qcnet_cat cat;   /* FE: its categorical embeddings */
     int64_t steps;          /* GRU: time steps */
     /* the step's stash policy (qc_qcnet_set_plan; qcnet_policy.c) */
-    uint8_t policy;     /* enum qc_plan_policy; KEEP without a plan */
+    uint8_t policy;     /* enum qc_stash_policy; KEEP without a plan */
     uint8_t res;        /* enum qcnet_res */
     uint64_t handle[3]; /* offloaded: the handles of its stash arenas (by slot) */
     /* measured in the last forward / backward of this entry (the cost model's calibration) */

@@ -6,10 +6,12 @@
  *   offload    after the last forward that reads it (the plan's fwd_last), each stash arena is
  *              put to the tier (qc_memctx_put: the copy runs on the offload engine's copy stream
  *              and the arena goes back to the allocator when the copy's event completes,
- *              stream-ordered). Before a backward, the next offloaded stashes in the plan's
- *              backward order are fetched (qc_memctx_fetch on the copy-in stream) while their
- *              bytes fit the prefetch window; a backward waits only on the fetches of the
- *              stashes it reads (qc_memctx_wait), and the host time of those waits is the stall.
+ *              stream-ordered). Before a backward, the offloaded stashes of the next backwards
+ *              in the plan's order are fetched (qc_memctx_fetch on the copy-in stream), looking
+ *              ahead as far as the stashes of those backwards (whatever their policy) fit the
+ *              prefetch window (the next backward's always); a backward waits only on the
+ *              fetches of the stashes it reads (qc_memctx_wait), and the host time of those
+ *              waits is the stall.
  *   recompute  after the last forward use the arenas are freed; before the first backward that
  *              reads the stash, fresh memory is bound and the block's forward runs again from
  *              its inputs (qcnet_entry_redo): Philox dropout is keyed by (seed, step, site,
@@ -33,7 +35,7 @@
 
 struct qcnet_plan {
     int n;                                 /* entries the plan covers */
-    uint8_t policy[QCNET_MAX_ENTRIES];     /* enum qc_plan_policy */
+    uint8_t policy[QCNET_MAX_ENTRIES];     /* enum qc_stash_policy */
     int32_t fwd_last[QCNET_MAX_ENTRIES];   /* entry after whose forward the stash can go */
     uint64_t name_hash[QCNET_MAX_ENTRIES]; /* the plan's block names (a check on the tape) */
     int32_t bwd_order[QCNET_MAX_ENTRIES];  /* entries in the order their backward runs */
@@ -265,18 +267,19 @@ enum qc_status qcnet_policy_before_backward(struct qc_qcnet *m, int n)
     const int nn = qcnet_entry_needs(m, n, need);
     for (int i = 0; i < nn; i++)
         QC_TRY(make_resident(m, p, need[i]));
-    /* prefetch: the next offloaded stashes of the backward order, within the window */
+    /* prefetch: the offloaded stashes the next backwards read, looking ahead in the backward
+     * order as far as their stashes (whatever their policy) fit the window; the next
+     * backward's always */
+    size_t window_used = 0;
     for (int j = pos + 1; j < p->nbwd; j++) {
         int ahead[3];
         const int na = qcnet_entry_needs(m, p->bwd_order[j], ahead);
         for (int i = 0; i < na; i++) {
-            struct qcnet_entry *e = &m->tape.e[ahead[i]];
-            if (e->res != QCNET_RES_OUT)
-                continue;
-            const size_t b = entry_bytes(m, ahead[i]);
-            if (p->fetch_bytes > 0 && p->fetch_bytes + b > p->window)
+            window_used += entry_bytes(m, ahead[i]);
+            if (window_used > p->window && j > pos + 1)
                 return QC_OK;
-            QC_TRY(fetch(m, p, ahead[i]));
+            if (m->tape.e[ahead[i]].res == QCNET_RES_OUT)
+                QC_TRY(fetch(m, p, ahead[i]));
         }
     }
     return QC_OK;

@@ -14,7 +14,7 @@ const char *qc_plan_kind_str(enum qc_plan_kind k)
     return (int)k >= 0 && k < QC_PLAN_KIND_COUNT ? names[k] : "?";
 }
 
-const char *qc_plan_policy_str(enum qc_plan_policy p)
+const char *qc_plan_policy_str(enum qc_stash_policy p)
 {
     static const char *const names[QC_POLICY_COUNT] = {"keep", "offload_host", "offload_nvme",
                                                        "recompute"};

@@ -48,7 +48,7 @@ enum qc_plan_kind {
 };
 
 /* Where a block application's stash lives between its forward and its backward. */
-enum qc_plan_policy {
+enum qc_stash_policy {
     QC_POLICY_KEEP = 0,     /* on the device */
     QC_POLICY_OFFLOAD_HOST, /* copied to the pinned host tier after the last forward use */
     QC_POLICY_OFFLOAD_NVME, /* ... to the NVMe tier */
@@ -59,7 +59,7 @@ enum qc_plan_policy {
 
 const char *qc_plan_kind_str(enum qc_plan_kind k);
 /* "keep", "offload_host", "offload_nvme", "recompute". */
-const char *qc_plan_policy_str(enum qc_plan_policy p);
+const char *qc_plan_policy_str(enum qc_stash_policy p);
 
 // ---- the program of one step -----------------------------------------------------------------
 
@@ -150,6 +150,122 @@ enum qc_status qc_plan_program_use(struct qc_plan_program *p, int32_t user, int3
  * ALLOC, markers nest, a block's stash arenas are freed in its own backward. QC_ERR_INVALID
  * naming the first violation. */
 enum qc_status qc_plan_program_finish(struct qc_plan_program *p);
+
+// ---- the cost model -------------------------------------------------------------------------
+
+/* Per block application, how long its forward and backward take and how much transient
+ * scratch the attention blocks use, as linear models in the block's work (its size drivers:
+ * qc_plan_work): t = coefficient × work. Calibrated per block name from measured steps with an
+ * exponential moving average, falling back to the mean over the measured blocks of the same
+ * kind, then to built-in per-kind coefficients (measured once on a 2-core x86-64 CPU backend at
+ * AV2 size); a step-level factor scales every time to the measured step time. */
+struct qc_plan_cost;
+
+/* The work of block b for the cost model: rows for FE and MLP, rows × steps for the GRU,
+ * rows + edges (+ sources) for the attention kinds. */
+double qc_plan_work(const struct qc_plan_block *b);
+
+/* A cost model with the built-in coefficients. QC_ERR_NOMEM. */
+enum qc_status qc_plan_cost_create(struct qc_plan_cost **out);
+void qc_plan_cost_destroy(struct qc_plan_cost *c); /* NULL is a no-op */
+/* Reads a cost model saved by qc_plan_cost_save (the run folder's plan_cost.json) over c.
+ * QC_ERR_IO (missing file), QC_ERR_INVALID (naming the file and what is wrong). */
+enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path);
+/* Writes c to path atomically (temp + fsync + rename). QC_ERR_IO naming the file. */
+enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path);
+
+/* One block application as measured in a step (host seconds; bytes). */
+struct qc_plan_measure {
+    double t_fwd, t_bwd;
+    uint64_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory */
+};
+/* Folds one measured step into c: per-block coefficients (blocks whose time is 0 are skipped),
+ * and the step factor (step_s over the predicted compute time). per_block false: only the step
+ * factor (a backend whose host clock does not see the device's work, CUDA). */
+void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
+                         const struct qc_plan_measure *m, double step_s, bool per_block);
+/* Predicted forward / backward seconds and transient scratch bytes of block b of p. */
+double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
+                         int phase);
+uint64_t qc_plan_cost_scratch(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                              int32_t b, int phase);
+/* Steps folded in (0: the built-in coefficients only), and a phrase for users: "built-in
+ * coefficients" or "calibrated over N steps". */
+int64_t qc_plan_cost_steps(const struct qc_plan_cost *c);
+const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t n);
+
+// ---- planning -------------------------------------------------------------------------------
+
+/* The copy paths and the tiers (bandwidths in GB/s = 1e9 bytes/s). */
+struct qc_plan_hw {
+    double d2h_gbps, h2d_gbps;              /* device <-> pinned host copies */
+    double nvme_write_gbps, nvme_read_gbps; /* the NVMe leg (in series with the copy) */
+    uint64_t host_capacity;                 /* host tier bytes; 0 = no host tier */
+    uint64_t nvme_capacity;                 /* NVMe tier bytes; 0 = no NVMe tier */
+};
+
+enum qc_plan_mode {
+    QC_PLAN_MODE_AUTO = 0,
+    QC_PLAN_MODE_KEEP,
+    QC_PLAN_MODE_OFFLOAD,
+    QC_PLAN_MODE_RECOMPUTE
+};
+enum qc_plan_place { QC_PLAN_PLACE_AUTO = 0, QC_PLAN_PLACE_HOST, QC_PLAN_PLACE_NVME };
+
+struct qc_plan_params {
+    uint64_t budget;          /* device bytes the step must fit (0 = unlimited) */
+    double margin;            /* fraction of the budget kept free (0.02) */
+    uint64_t round;           /* the allocator's request rounding (512) */
+    uint64_t prefetch_window; /* bytes fetched back ahead of backward */
+    enum qc_plan_mode mode;   /* auto = search; the others force one policy on every block */
+    enum qc_plan_place place; /* where offloaded stashes go (auto: host, NVMe when it is full) */
+    uint64_t min_stash;       /* auto: smaller stashes are always kept (64 KiB) */
+};
+/* budget 0, margin 0.02, round 512, window 256 MiB, auto, auto, 64 KiB. */
+void qc_plan_params_default(struct qc_plan_params *p);
+
+struct qc_plan_result {
+    int32_t nblocks;
+    uint8_t *policy;    /* [nblocks] enum qc_stash_policy (owned) */
+    double *block_s;    /* [nblocks] predicted forward + backward seconds, with what the
+                           policy adds (a recompute, the stall waiting for its fetch) */
+    double *added_s;    /* [nblocks] of which the policy adds */
+    uint64_t peak;      /* predicted peak of device bytes, fixed bytes included */
+    uint64_t keep_peak; /* the peak with every stash kept */
+    uint64_t target;    /* budget × (1 − margin); 0 without a budget */
+    double step_s;      /* predicted step time */
+    double keep_step_s; /* with every stash kept */
+    double stall_s;     /* predicted prefetch stall */
+    uint64_t host_bytes, nvme_bytes, recompute_bytes; /* stash bytes per policy */
+    bool fits;                                        /* peak <= target (true without a budget) */
+    int32_t peak_block; /* the block running at the peak, its phase (0 fwd, 1 bwd) */
+    int peak_phase;
+    int iterations; /* search steps */
+    double plan_s;  /* host seconds spent in qc_plan_make */
+};
+
+/* Chooses the policies (module comment; README.md "The search"). prog must be finished; its
+ * fixed_bytes are part of every peak. Without a fit the result holds the smallest peak found
+ * (fits false): the caller splits the batch (admission control). QC_ERR_NOMEM. */
+enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *out);
+/* Predicts the peak and time of the given policies (no search); fills out like qc_plan_make.
+ * QC_ERR_INVALID for a policy the tiers cannot take (naming the block). */
+enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                                const uint8_t *policy, struct qc_plan_result *out);
+/* The checker (README.md, invariants): re-simulates r's policies and checks peak, time and
+ * the per-policy byte sums, fits ⇔ peak <= target, offload only to tiers that exist.
+ * QC_ERR_INVALID naming the first violation. */
+enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                             const struct qc_plan_result *r);
+void qc_plan_result_free(struct qc_plan_result *r);
+
+/* The plan as a table: one line per block (name, kind, stash bytes, policy, predicted
+ * seconds, added seconds), then the predicted peak and step time. */
+void qc_plan_print(FILE *out, const struct qc_plan_program *prog, const struct qc_plan_result *r);
 
 #ifdef __cplusplus
 }

@@ -100,6 +100,20 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
 }
 
+void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p)
+{
+    qc_graph_params_default(p);
+    p->pl2pl_radius = cfg->pl2pl_radius;
+    p->pl2a_radius = cfg->pl2a_radius;
+    p->a2a_radius = cfg->a2a_radius;
+    p->pl2m_radius = cfg->pl2m_radius;
+    p->a2m_radius = cfg->a2m_radius;
+    p->time_span = cfg->time_span;
+    p->num_t2m_steps = cfg->num_t2m_steps;
+    p->num_modes = cfg->num_modes;
+    p->max_num_neighbors = cfg->max_num_neighbors;
+}
+
 void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
 {
     qc_loader_opts_default(o);
@@ -111,15 +125,7 @@ void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
     o->with_target = true;
     o->build_graph = true;
     o->seed = (uint64_t)cfg->seed;
-    o->graph.pl2pl_radius = cfg->pl2pl_radius;
-    o->graph.pl2a_radius = cfg->pl2a_radius;
-    o->graph.a2a_radius = cfg->a2a_radius;
-    o->graph.pl2m_radius = cfg->pl2m_radius;
-    o->graph.a2m_radius = cfg->a2m_radius;
-    o->graph.time_span = cfg->time_span;
-    o->graph.num_t2m_steps = cfg->num_t2m_steps;
-    o->graph.num_modes = cfg->num_modes;
-    o->graph.max_num_neighbors = cfg->max_num_neighbors;
+    qc_train_graph_params(cfg, &o->graph);
     o->synthetic_scenes = cfg->synthetic_scenes;
     o->synthetic_profile = (int)cfg->synthetic_profile;
     o->synthetic_seed = (uint64_t)cfg->seed;

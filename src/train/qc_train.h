@@ -268,6 +268,10 @@ const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
 /* The model configuration of an effective configuration (model.* keys). */
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);
+struct qc_graph_params;
+/* The graph hyper-parameters of cfg (model.* radii, time_span, num_t2m_steps, num_modes,
+ * max_num_neighbors). */
+void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p);
 /* The loader options of a training run from cfg: batch_size, threads, prefetch, shuffle,
  * balance, the graph parameters (model.* radii, time_span, num_t2m_steps, num_modes,
  * max_num_neighbors), synthetic scenes (profile, count, seeded by train.seed), target and
@@ -315,6 +319,53 @@ enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct q
 /* qc_train_loader_opts, with the batches in b's pinned host memory on cuda. */
 void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,
                                   struct qc_loader_opts *o);
+
+// ---- memory planning (plan_run.c) -------------------------------------------------------------
+
+struct qc_plan_params;
+struct qc_plan_hw;
+struct qc_plan_result;
+struct qc_plan_program;
+struct qc_plan_cost;
+struct qc_batch;
+
+/* The planner's parameters of cfg: device.budget, plan.policy (auto searches; keep, offload,
+ * recompute force one policy on every block), offload.placement, offload.prefetch_window,
+ * alloc.round; margin 2 %. */
+void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p);
+/* The hardware figures of cfg: hw.pcie_gbps both ways, hw.nvme_gbps both ways, the host tier
+ * (offload.host_capacity; 0: half the host's available memory; none with placement nvme) and
+ * the NVMe tier (offload.nvme_capacity with offload.nvme_dir; 0: half the folder's free space,
+ * at most 64 GiB; none without a folder). */
+void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw);
+uint64_t qc_train_host_tier_bytes(const struct qc_config *cfg);
+uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg);
+/* Device bytes a run of cfg holds through every step, as the allocator counts them:
+ * parameters, gradients, AdamW moments; on device backends the AdamW segment arrays and the
+ * staged batch b (may be NULL); on cuda the ops' workspace. */
+uint64_t qc_train_fixed_bytes(const struct qc_config *cfg, int64_t nparams, int64_t ntensors,
+                              const struct qc_batch *b);
+
+/* A planning session that needs no run (qctrain plan, bench memory, a tuner): the dry model of
+ * cfg, a cost model (built-in coefficients, or the file cost_path: a run folder's
+ * plan_cost.json) and the scenes of the data files (cycled when a batch needs more) or, with
+ * ndata 0, generated ones (data.synthetic_profile, seeded by train.seed). */
+struct qc_train_planner;
+enum qc_status qc_train_planner_create(const struct qc_config *cfg, const char *const *data,
+                                       int ndata, const char *cost_path,
+                                       struct qc_train_planner **out);
+void qc_train_planner_destroy(struct qc_train_planner *pl);
+/* Plans one step of a batch of the first B scenes on cfg's device: the program (valid until
+ * the next call, *prog when prog != NULL) and the result (qc_plan_result_free it). */
+enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
+                                     struct qc_plan_result *out,
+                                     const struct qc_plan_program **prog);
+/* The largest batch size <= max_b whose plan fits the budget (0: not even one scene). */
+enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max_b, int64_t *best);
+/* The batch of the last plan, the cost model, the scenes in the files (0: generated). */
+const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl);
+const struct qc_plan_cost *qc_train_planner_cost(const struct qc_train_planner *pl);
+int64_t qc_train_planner_scenes(const struct qc_train_planner *pl);
 
 // ---- command line (train_cli.c) -------------------------------------------------------------
 

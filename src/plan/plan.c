@@ -1,0 +1,719 @@
+/*
+ * plan.c — the planner (qc_plan.h): the program compiled into positions, one simulation of a
+ * policy vector (peak of device bytes, step time), and the greedy of PLANNER.md.
+ *
+ * The simulation follows what the model does at run time (src/model/qcnet_policy.c): a stash
+ * is allocated when its block's forward begins; after the last forward that reads it, an
+ * offloaded stash is put on the device-to-host queue and its device memory is given back when
+ * the copy ends (counted until the next span begins after that), a recomputed one is freed at
+ * once; before a backward, the stashes it reads are made resident (fetched and waited for, or
+ * recomputed after their own inputs), then the next offloaded stashes in the backward order
+ * are fetched while they fit the prefetch window; a stash is freed at the end of its own
+ * backward. The copy queues are simulated, so offloaded blocks compete for bandwidth.
+ *
+ * The search: everything kept; while the peak is over the target, for the largest stashes
+ * live at the peak and each action (offload host, offload NVMe, recompute), simulate, and
+ * apply the action with the best bytes removed from the peak per second added (free actions,
+ * whose copies hide behind compute, first).
+ */
+#include "qc_plan.h"
+#include "plan_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { ST_NONE = 0, ST_LIVE, ST_OUT, ST_FETCH, ST_DROPPED, ST_FREED };
+
+#define CANDIDATES 12 /* stashes tried per search step */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void qc_plan_params_default(struct qc_plan_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->margin = 0.02;
+    p->round = 512;
+    p->prefetch_window = (uint64_t)256 << 20;
+    p->min_stash = (uint64_t)64 << 10;
+}
+
+static uint64_t round_up(uint64_t bytes, uint64_t r)
+{
+    if (r <= 1)
+        return bytes ? bytes : 1;
+    const uint64_t v = (bytes + r - 1) / r * r;
+    return v ? v : r;
+}
+
+// ---- compiling the program ------------------------------------------------------------------
+
+static void sim_free(struct sim *s)
+{
+    free(s->pos);
+    free(s->stash);
+    free(s->tf);
+    free(s->tb);
+    free(s->sf);
+    free(s->redo);
+    free(s->need_off);
+    free(s->need);
+    free(s->evict_off);
+    free(s->evict);
+    free(s->rank);
+    free(s->state);
+    free(s->free_at);
+    free(s->done);
+    free(s->added);
+    free(s->pending);
+    memset(s, 0, sizeof *s);
+}
+
+static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p,
+                                  const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                  const struct qc_plan_params *par)
+{
+    memset(s, 0, sizeof *s);
+    if (!p->finished)
+        return qc_errorf(QC_ERR_INVALID, "plan: the program is not finished");
+    const int32_t nb = p->nblocks;
+    const size_t n1 = (size_t)(nb > 0 ? nb : 1);
+    s->prog = p;
+    s->nb = nb;
+    s->pos = malloc(((size_t)p->nev + 1) * sizeof *s->pos);
+    s->stash = calloc(n1, sizeof *s->stash);
+    s->tf = calloc(n1, sizeof *s->tf);
+    s->tb = calloc(n1, sizeof *s->tb);
+    s->sf = calloc(n1, sizeof *s->sf);
+    s->redo = calloc(n1, sizeof *s->redo);
+    s->need_off = calloc(n1 + 1, sizeof *s->need_off);
+    s->need = malloc(((size_t)nb + (size_t)p->nuses + 1) * sizeof *s->need);
+    s->evict_off = calloc(n1 + 1, sizeof *s->evict_off);
+    s->evict = malloc(n1 * sizeof *s->evict);
+    s->rank = malloc(n1 * sizeof *s->rank);
+    s->state = calloc(n1, sizeof *s->state);
+    s->free_at = calloc(n1, sizeof *s->free_at);
+    s->done = calloc(n1, sizeof *s->done);
+    s->added = calloc(n1, sizeof *s->added);
+    s->pending = malloc(n1 * sizeof *s->pending);
+    int32_t *owner = malloc(((size_t)p->nalloc + 1) * sizeof *owner);
+    uint64_t *abytes = calloc((size_t)p->nalloc + 1, sizeof *abytes);
+    if (!s->pos || !s->stash || !s->tf || !s->tb || !s->sf || !s->redo || !s->need_off ||
+        !s->need || !s->evict_off || !s->evict || !s->rank || !s->state || !s->free_at ||
+        !s->done || !s->added || !s->pending || !owner || !abytes) {
+        free(owner);
+        free(abytes);
+        sim_free(s);
+        return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
+    }
+    const uint64_t r = par->round ? par->round : 1;
+    for (int32_t i = 0; i < p->nalloc; i++)
+        owner[i] = -1;
+    for (int32_t b = 0; b < nb; b++) {
+        const struct qc_plan_block *k = &p->blocks[b];
+        s->rank[b] = -1;
+        for (uint32_t j = 0; j < k->nstash; j++)
+            owner[k->stash_id[j]] = b;
+        s->tf[b] = qc_plan_cost_time(cost, p, b, 0);
+        s->tb[b] = qc_plan_cost_time(cost, p, b, 1);
+        s->redo[b] = round_up(k->redo_bytes, r);
+    }
+    for (int32_t i = 0; i < p->nbwd; i++)
+        s->rank[p->bwd_order[i]] = i;
+    /* positions */
+    int32_t cur = -1;
+    int64_t rel = 0;
+    for (int32_t i = 0; i < p->nev; i++) {
+        const struct qc_plan_event *e = &p->ev[i];
+        const bool begin = e->op == QC_PLAN_OP_FWD || e->op == QC_PLAN_OP_BWD;
+        const bool end = e->op == QC_PLAN_OP_FWD_END || e->op == QC_PLAN_OP_BWD_END;
+        if (begin || cur < 0) { /* a new position: a span, or the glue after one */
+            if (cur >= 0)
+                s->pos[cur].delta = rel;
+            cur++;
+            rel = 0;
+            s->pos[cur] = (struct sim_pos){
+                .block = begin ? e->block : -1,
+                .kind = (int8_t)(begin ? (e->op == QC_PLAN_OP_FWD ? POS_FWD : POS_BWD) : POS_GLUE),
+                .delta = 0,
+                .excursion = 0};
+        }
+        struct sim_pos *ps = &s->pos[cur];
+        switch ((enum qc_plan_op)e->op) {
+        case QC_PLAN_OP_ALLOC:
+            abytes[e->id] = round_up(e->bytes, r);
+            if (owner[e->id] >= 0) {
+                s->stash[owner[e->id]] += abytes[e->id];
+                break;
+            }
+            rel += (int64_t)abytes[e->id];
+            if (rel > 0 && (uint64_t)rel > ps->excursion)
+                ps->excursion = (uint64_t)rel;
+            break;
+        case QC_PLAN_OP_FREE:
+            if (owner[e->id] < 0)
+                rel -= (int64_t)abytes[e->id];
+            break;
+        case QC_PLAN_OP_PEAK: {
+            const struct qc_plan_block *k = &p->blocks[e->block];
+            const uint64_t t = round_up(
+                k->scratch_known ? e->bytes : qc_plan_cost_scratch(cost, p, e->block, e->phase), r);
+            const int64_t v = rel + (int64_t)t;
+            if (v > 0 && (uint64_t)v > ps->excursion)
+                ps->excursion = (uint64_t)v;
+            if (e->phase == 0)
+                s->sf[e->block] = t;
+            break;
+        }
+        default:
+            break;
+        }
+        if (end) { /* the glue after the span begins with the next event */
+            ps->delta = rel;
+            cur++;
+            rel = 0;
+            s->pos[cur] = (struct sim_pos){.block = -1, .kind = POS_GLUE};
+        }
+    }
+    if (cur >= 0)
+        s->pos[cur].delta = rel;
+    s->npos = cur + 1;
+    /* needs (b, then what b uses) and evictions (by fwd_last) as CSR */
+    for (int32_t i = 0; i < p->nuses; i++)
+        s->need_off[p->uses[i].user + 1]++;
+    for (int32_t b = 0; b < nb; b++)
+        s->need_off[b + 1] += s->need_off[b] + 1;
+    int32_t *fill = calloc(n1, sizeof *fill);
+    if (!fill) {
+        free(owner);
+        free(abytes);
+        sim_free(s);
+        return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
+    }
+    for (int32_t b = 0; b < nb; b++)
+        s->need[s->need_off[b] + fill[b]++] = b;
+    for (int32_t i = 0; i < p->nuses; i++) {
+        const int32_t u = p->uses[i].user;
+        s->need[s->need_off[u] + fill[u]++] = p->uses[i].used;
+    }
+    memset(fill, 0, n1 * sizeof *fill);
+    for (int32_t b = 0; b < nb; b++)
+        s->evict_off[p->blocks[b].fwd_last + 1]++;
+    for (int32_t b = 0; b < nb; b++)
+        s->evict_off[b + 1] += s->evict_off[b];
+    for (int32_t b = 0; b < nb; b++) {
+        const int32_t f = p->blocks[b].fwd_last;
+        s->evict[s->evict_off[f] + fill[f]++] = b;
+    }
+    free(fill);
+    free(owner);
+    free(abytes);
+    s->fixed = p->fixed_bytes;
+    s->target = par->budget ? (uint64_t)((double)par->budget * (1.0 - par->margin)) : UINT64_MAX;
+    s->window = par->prefetch_window;
+    s->host_cap = hw->host_capacity;
+    s->nvme_cap = hw->nvme_capacity;
+    s->d2h = hw->d2h_gbps > 0 ? hw->d2h_gbps * 1e9 : 1e12;
+    s->h2d = hw->h2d_gbps > 0 ? hw->h2d_gbps * 1e9 : 1e12;
+    s->nvme_w = hw->nvme_write_gbps > 0 ? hw->nvme_write_gbps * 1e9 : 1e12;
+    s->nvme_r = hw->nvme_read_gbps > 0 ? hw->nvme_read_gbps * 1e9 : 1e12;
+    s->glue_s = plan_cost_glue(cost);
+    return QC_OK;
+}
+
+// ---- one simulation ---------------------------------------------------------------------------
+
+struct run {
+    uint64_t peak;
+    int32_t peak_pos;
+    int32_t peak_block;
+    int peak_phase;
+    double time, stall;
+    bool valid;
+    uint64_t host_bytes, nvme_bytes, rec_bytes;
+    /* snapshot at the peak (when asked): blocks whose stash was counted */
+    int32_t *at_peak;
+    int32_t nat_peak;
+};
+
+struct ctx {
+    struct sim *s;
+    const uint8_t *pol;
+    struct run *r;
+    uint64_t base;     /* fixed + Σ deltas so far */
+    uint64_t pol_live; /* stash bytes counted */
+    double now, d2h_free, h2d_free;
+    uint64_t host_used, nvme_used, fetch_bytes;
+    int32_t pos;
+    bool snap;
+};
+
+static void snapshot(struct ctx *c)
+{
+    struct sim *s = c->s;
+    c->r->nat_peak = 0;
+    for (int32_t b = 0; b < s->nb; b++) {
+        const uint8_t st = s->state[b];
+        if (st == ST_LIVE || st == ST_FETCH || (st == ST_OUT && s->free_at[b] > c->now))
+            c->r->at_peak[c->r->nat_peak++] = b;
+    }
+}
+
+static void candidate(struct ctx *c, uint64_t v, int32_t block, int phase)
+{
+    if (v <= c->r->peak)
+        return;
+    c->r->peak = v;
+    c->r->peak_pos = c->pos;
+    c->r->peak_block = block;
+    c->r->peak_phase = phase;
+    if (c->snap)
+        snapshot(c);
+}
+
+/* Device memory of offloaded stashes whose put has ended comes back. */
+static void settle(struct ctx *c)
+{
+    struct sim *s = c->s;
+    for (int32_t i = 0; i < s->npending;) {
+        const int32_t k = s->pending[i];
+        if (s->free_at[k] <= c->now) {
+            c->pol_live -= s->stash[k];
+            s->pending[i] = s->pending[--s->npending];
+        } else {
+            i++;
+        }
+    }
+}
+
+static void evict(struct ctx *c, int32_t k)
+{
+    struct sim *s = c->s;
+    const uint8_t pol = c->pol[k];
+    const uint64_t b = s->stash[k];
+    if (pol == QC_POLICY_RECOMPUTE) {
+        c->pol_live -= b;
+        s->state[k] = ST_DROPPED;
+        return;
+    }
+    const bool nvme = pol == QC_POLICY_OFFLOAD_NVME;
+    if (nvme) {
+        c->nvme_used += round_up(b, 4096);
+        c->r->nvme_bytes += b;
+        if (c->nvme_used > s->nvme_cap)
+            c->r->valid = false;
+    } else {
+        c->host_used += b;
+        c->r->host_bytes += b;
+        if (c->host_used > s->host_cap)
+            c->r->valid = false;
+    }
+    const double bw = nvme ? fmin(s->d2h, s->nvme_w) : s->d2h;
+    const double start = fmax(c->now, c->d2h_free);
+    c->d2h_free = start + (double)b / bw;
+    s->free_at[k] = c->d2h_free;
+    s->pending[s->npending++] = k;
+    s->state[k] = ST_OUT;
+}
+
+static void fetch(struct ctx *c, int32_t k)
+{
+    struct sim *s = c->s;
+    const uint64_t b = s->stash[k];
+    const bool nvme = c->pol[k] == QC_POLICY_OFFLOAD_NVME;
+    const double bw = nvme ? fmin(s->h2d, s->nvme_r) : s->h2d;
+    const double start = fmax(fmax(c->now, c->h2d_free), s->free_at[k]);
+    c->h2d_free = start + (double)b / bw;
+    s->done[k] = c->h2d_free;
+    c->pol_live += b;
+    c->fetch_bytes += b;
+    s->state[k] = ST_FETCH;
+    candidate(c, c->base + c->pol_live, -1, 1);
+}
+
+static void make_resident(struct ctx *c, int32_t k, int depth)
+{
+    struct sim *s = c->s;
+    if (s->state[k] == ST_OUT)
+        fetch(c, k);
+    if (s->state[k] == ST_FETCH) {
+        const uint64_t b = s->stash[k];
+        if (s->done[k] > c->now) {
+            const double w = s->done[k] - c->now;
+            c->r->stall += w;
+            s->added[k] += w;
+            c->now = s->done[k];
+        }
+        c->fetch_bytes -= b;
+        if (c->pol[k] == QC_POLICY_OFFLOAD_NVME)
+            c->nvme_used -= round_up(b, 4096);
+        else
+            c->host_used -= b;
+        s->state[k] = ST_LIVE;
+    }
+    if (s->state[k] == ST_DROPPED && depth < 4) {
+        for (int32_t i = s->need_off[k] + 1; i < s->need_off[k + 1]; i++)
+            make_resident(c, s->need[i], depth + 1);
+        c->pol_live += s->stash[k];
+        candidate(c, c->base + c->pol_live + s->sf[k] + s->redo[k], k, 1);
+        c->now += s->tf[k];
+        s->added[k] += s->tf[k];
+        c->r->rec_bytes += s->stash[k];
+        s->state[k] = ST_LIVE;
+    }
+}
+
+/* Fetches the offloaded stashes the next backwards read, looking ahead in the backward order
+ * as far as their stashes (whatever their policy) fit the window; the next backward's are
+ * always fetched. */
+static void prefetch(struct ctx *c, int32_t b)
+{
+    struct sim *s = c->s;
+    const struct qc_plan_program *p = s->prog;
+    uint64_t ahead = 0;
+    for (int32_t j = s->rank[b] + 1; j < p->nbwd; j++) {
+        const int32_t u = p->bwd_order[j];
+        for (int32_t i = s->need_off[u]; i < s->need_off[u + 1]; i++) {
+            const int32_t k = s->need[i];
+            ahead += p->blocks[k].stash_bytes; /* as the model counts them: not rounded */
+            if (ahead > s->window && j > s->rank[b] + 1)
+                return;
+            if (s->state[k] == ST_OUT)
+                fetch(c, k);
+        }
+    }
+}
+
+/* Simulates policy vector pol; snap: record the stashes counted at the peak. */
+static void sim_run(struct sim *s, const uint8_t *pol, bool snap, struct run *r)
+{
+    int32_t *keep_at_peak = r->at_peak;
+    memset(r, 0, sizeof *r);
+    r->at_peak = keep_at_peak;
+    r->valid = true;
+    r->peak_block = -1;
+    memset(s->state, 0, (size_t)s->nb * sizeof *s->state);
+    memset(s->added, 0, (size_t)s->nb * sizeof *s->added);
+    memset(s->free_at, 0, (size_t)s->nb * sizeof *s->free_at);
+    s->npending = 0;
+    struct ctx c = {.s = s, .pol = pol, .r = r, .base = s->fixed, .snap = snap && r->at_peak};
+    for (int32_t i = 0; i < s->npos; i++) {
+        const struct sim_pos *ps = &s->pos[i];
+        const int32_t b = ps->block;
+        c.pos = i;
+        if (ps->kind == POS_FWD) {
+            settle(&c);
+            s->state[b] = ST_LIVE;
+            c.pol_live += s->stash[b];
+        } else if (ps->kind == POS_BWD) {
+            settle(&c);
+            for (int32_t j = s->need_off[b]; j < s->need_off[b + 1]; j++)
+                make_resident(&c, s->need[j], 0);
+            prefetch(&c, b);
+        }
+        candidate(&c, c.base + c.pol_live + ps->excursion, b, ps->kind == POS_BWD);
+        c.base = (uint64_t)((int64_t)c.base + ps->delta);
+        if (ps->kind == POS_FWD) {
+            c.now += s->tf[b];
+            for (int32_t j = s->evict_off[b]; j < s->evict_off[b + 1]; j++) {
+                const int32_t k = s->evict[j];
+                if (pol[k] != QC_POLICY_KEEP && s->state[k] == ST_LIVE)
+                    evict(&c, k);
+            }
+        } else if (ps->kind == POS_BWD) {
+            c.now += s->tb[b];
+            if (s->state[b] == ST_LIVE) {
+                c.pol_live -= s->stash[b];
+                s->state[b] = ST_FREED;
+            }
+        }
+    }
+    r->time = c.now + s->glue_s;
+}
+
+// ---- results ----------------------------------------------------------------------------------
+
+static enum qc_status result_alloc(struct qc_plan_result *out, int32_t nb)
+{
+    memset(out, 0, sizeof *out);
+    const size_t n = (size_t)(nb > 0 ? nb : 1);
+    out->nblocks = nb;
+    out->policy = calloc(n, 1);
+    out->block_s = calloc(n, sizeof *out->block_s);
+    out->added_s = calloc(n, sizeof *out->added_s);
+    if (!out->policy || !out->block_s || !out->added_s) {
+        qc_plan_result_free(out);
+        return qc_errorf(QC_ERR_NOMEM, "plan: result of %d blocks", nb);
+    }
+    return QC_OK;
+}
+
+void qc_plan_result_free(struct qc_plan_result *r)
+{
+    free(r->policy);
+    free(r->block_s);
+    free(r->added_s);
+    memset(r, 0, sizeof *r);
+}
+
+/* Fills out from the last run r of policy pol. */
+static void result_fill(struct qc_plan_result *out, const struct sim *s, const uint8_t *pol,
+                        const struct run *r, const struct run *keep)
+{
+    memcpy(out->policy, pol, (size_t)s->nb);
+    for (int32_t b = 0; b < s->nb; b++) {
+        out->added_s[b] = s->added[b];
+        out->block_s[b] = s->tf[b] + s->tb[b] + s->added[b];
+    }
+    out->peak = r->peak;
+    out->keep_peak = keep->peak;
+    out->target = s->target == UINT64_MAX ? 0 : s->target;
+    out->step_s = r->time;
+    out->keep_step_s = keep->time;
+    out->stall_s = r->stall;
+    out->host_bytes = r->host_bytes;
+    out->nvme_bytes = r->nvme_bytes;
+    out->recompute_bytes = 0;
+    for (int32_t b = 0; b < s->nb; b++)
+        if (pol[b] == QC_POLICY_RECOMPUTE)
+            out->recompute_bytes += s->stash[b];
+    out->fits = r->valid && r->peak <= s->target;
+    out->peak_block = r->peak_block;
+    out->peak_phase = r->peak_phase;
+}
+
+/* Forced offload: host while the tier holds the stashes offloaded at once, then NVMe. */
+static void forced_offload(const struct sim *s, const struct qc_plan_hw *hw,
+                           enum qc_plan_place place, uint8_t *pol)
+{
+    uint64_t host = 0;
+    for (int32_t b = 0; b < s->nb; b++) {
+        bool to_host = place == QC_PLAN_PLACE_HOST ||
+                       (place == QC_PLAN_PLACE_AUTO && host + s->stash[b] <= hw->host_capacity);
+        if (place == QC_PLAN_PLACE_AUTO && hw->nvme_capacity == 0)
+            to_host = true;
+        if (to_host)
+            host += s->stash[b];
+        pol[b] = to_host ? QC_POLICY_OFFLOAD_HOST : QC_POLICY_OFFLOAD_NVME;
+    }
+}
+
+enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                                const uint8_t *policy, struct qc_plan_result *out)
+{
+    const double t0 = now_s();
+    struct sim s;
+    QC_TRY(sim_compile(&s, prog, cost, hw, p));
+    enum qc_status st = result_alloc(out, s.nb);
+    if (st != QC_OK) {
+        sim_free(&s);
+        return st;
+    }
+    uint8_t *keep = calloc((size_t)(s.nb > 0 ? s.nb : 1), 1);
+    if (!keep) {
+        sim_free(&s);
+        qc_plan_result_free(out);
+        return qc_errorf(QC_ERR_NOMEM, "plan: policies");
+    }
+    struct run rk = {0}, r = {0};
+    sim_run(&s, keep, false, &rk);
+    sim_run(&s, policy, false, &r);
+    result_fill(out, &s, policy, &r, &rk);
+    free(keep);
+    if (!r.valid) {
+        st =
+            qc_errorf(QC_ERR_INVALID,
+                      "plan: the policies need more than the tiers hold (host %llu "
+                      "bytes, NVMe %llu bytes)",
+                      (unsigned long long)hw->host_capacity, (unsigned long long)hw->nvme_capacity);
+        qc_plan_result_free(out);
+    }
+    for (int32_t b = 0; b < s.nb && st == QC_OK; b++) {
+        if ((policy[b] == QC_POLICY_OFFLOAD_HOST && hw->host_capacity == 0) ||
+            (policy[b] == QC_POLICY_OFFLOAD_NVME && hw->nvme_capacity == 0) ||
+            policy[b] >= QC_POLICY_COUNT) {
+            st = qc_errorf(QC_ERR_INVALID,
+                           "plan: block %s: policy %s, but that tier does not "
+                           "exist",
+                           prog->blocks[b].name,
+                           qc_plan_policy_str((enum qc_stash_policy)policy[b]));
+            qc_plan_result_free(out);
+        }
+    }
+    if (st == QC_OK)
+        out->plan_s = now_s() - t0;
+    sim_free(&s);
+    return st;
+}
+
+/* The search (module comment). */
+static void search(struct sim *s, const struct qc_plan_program *prog, const struct qc_plan_hw *hw,
+                   const struct qc_plan_params *p, uint8_t *pol, struct run *r, int *iters)
+{
+    struct run t = {0};
+    int32_t cand[CANDIDATES];
+    for (int it = 0; it < 4 * s->nb + 4; it++) {
+        sim_run(s, pol, true, r);
+        if (r->valid && r->peak <= s->target)
+            return;
+        /* the largest movable stashes counted at the peak */
+        int32_t nc = 0;
+        for (int32_t i = 0; i < r->nat_peak; i++) {
+            const int32_t b = r->at_peak[i];
+            if (pol[b] != QC_POLICY_KEEP || s->stash[b] < p->min_stash)
+                continue;
+            int32_t j = nc < CANDIDATES ? nc++ : CANDIDATES;
+            if (j == CANDIDATES && s->stash[b] <= s->stash[cand[CANDIDATES - 1]])
+                continue;
+            if (j == CANDIDATES)
+                j = CANDIDATES - 1;
+            while (j > 0 && s->stash[cand[j - 1]] < s->stash[b]) {
+                cand[j] = cand[j - 1];
+                j--;
+            }
+            cand[j] = b;
+        }
+        int32_t best = -1;
+        uint8_t best_a = 0;
+        double best_score = 0;
+        for (int32_t i = 0; i < nc; i++) {
+            const int32_t b = cand[i];
+            bool host_ok = false;
+            for (uint8_t a = QC_POLICY_OFFLOAD_HOST; a < QC_POLICY_COUNT; a++) {
+                if (a == QC_POLICY_OFFLOAD_HOST &&
+                    (hw->host_capacity == 0 || p->place == QC_PLAN_PLACE_NVME))
+                    continue;
+                if (a == QC_POLICY_OFFLOAD_NVME &&
+                    (hw->nvme_capacity == 0 || p->place == QC_PLAN_PLACE_HOST ||
+                     (p->place == QC_PLAN_PLACE_AUTO && host_ok)))
+                    continue;
+                if (a == QC_POLICY_RECOMPUTE && !prog->blocks[b].can_recompute)
+                    continue;
+                pol[b] = a;
+                sim_run(s, pol, false, &t);
+                pol[b] = QC_POLICY_KEEP;
+                if (!t.valid)
+                    continue;
+                if (a == QC_POLICY_OFFLOAD_HOST)
+                    host_ok = true;
+                if (getenv("QC_PLAN_DEBUG"))
+                    fprintf(stderr,
+                            "it %d cand %s a %d peak %llu -> %llu time %.4f -> %.4f valid %d\n",
+                            *iters, prog->blocks[b].name, a, (unsigned long long)r->peak,
+                            (unsigned long long)t.peak, r->time, t.time, t.valid);
+                if (t.peak >= r->peak)
+                    continue;
+                const double gain = (double)(r->peak - t.peak), cost = t.time - r->time;
+                const double score = cost <= 1e-9 ? 1e30 + gain : gain / cost;
+                if (score > best_score) {
+                    best_score = score;
+                    best = b;
+                    best_a = a;
+                }
+            }
+        }
+        if (best < 0)
+            return; /* nothing lowers the peak: the batch does not fit */
+        pol[best] = best_a;
+        (*iters)++;
+    }
+}
+
+enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *out)
+{
+    const double t0 = now_s();
+    struct sim s;
+    QC_TRY(sim_compile(&s, prog, cost, hw, p));
+    enum qc_status st = result_alloc(out, s.nb);
+    uint8_t *pol = calloc((size_t)(s.nb > 0 ? s.nb : 1), 1);
+    int32_t *snap = malloc((size_t)(s.nb > 0 ? s.nb : 1) * sizeof *snap);
+    if (st != QC_OK || !pol || !snap) {
+        free(pol);
+        free(snap);
+        sim_free(&s);
+        if (st == QC_OK) {
+            qc_plan_result_free(out);
+            st = qc_errorf(QC_ERR_NOMEM, "plan: policies");
+        }
+        return st;
+    }
+    struct run keep = {0}, r = {.at_peak = snap};
+    sim_run(&s, pol, false, &keep);
+    int iters = 0;
+    switch (p->mode) {
+    case QC_PLAN_MODE_KEEP:
+        break;
+    case QC_PLAN_MODE_RECOMPUTE:
+        memset(pol, QC_POLICY_RECOMPUTE, (size_t)s.nb);
+        break;
+    case QC_PLAN_MODE_OFFLOAD:
+        forced_offload(&s, hw, p->place, pol);
+        break;
+    case QC_PLAN_MODE_AUTO:
+        search(&s, prog, hw, p, pol, &r, &iters);
+        break;
+    }
+    sim_run(&s, pol, false, &r);
+    result_fill(out, &s, pol, &r, &keep);
+    out->iterations = iters;
+    out->plan_s = now_s() - t0;
+    free(pol);
+    free(snap);
+    sim_free(&s);
+    return QC_OK;
+}
+
+enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                             const struct qc_plan_result *r)
+{
+    struct qc_plan_result e;
+    QC_TRY(qc_plan_evaluate(prog, cost, hw, p, r->policy, &e));
+    enum qc_status st = QC_OK;
+    uint64_t planned = 0;
+    for (int32_t b = 0; b < prog->nblocks; b++)
+        if (r->policy[b] != QC_POLICY_KEEP)
+            planned += prog->blocks[b].stash_bytes;
+    const uint64_t moved = r->host_bytes + r->nvme_bytes + r->recompute_bytes;
+    if (e.peak != r->peak || fabs(e.step_s - r->step_s) > 1e-9 * (1 + r->step_s))
+        st =
+            qc_errorf(QC_ERR_INVALID, "plan check: peak %llu / time %.9g, re-simulated %llu / %.9g",
+                      (unsigned long long)r->peak, r->step_s, (unsigned long long)e.peak, e.step_s);
+    else if (r->fits != (r->peak <= (r->target ? r->target : UINT64_MAX)))
+        st = qc_errorf(QC_ERR_INVALID, "plan check: fits %d but peak %llu, target %llu",
+                       (int)r->fits, (unsigned long long)r->peak, (unsigned long long)r->target);
+    else if (e.host_bytes != r->host_bytes || e.nvme_bytes != r->nvme_bytes ||
+             e.recompute_bytes != r->recompute_bytes || moved < planned)
+        st = qc_errorf(QC_ERR_INVALID,
+                       "plan check: host %llu, NVMe %llu, recompute %llu bytes for %llu planned "
+                       "stash bytes (re-simulated %llu, %llu, %llu)",
+                       (unsigned long long)r->host_bytes, (unsigned long long)r->nvme_bytes,
+                       (unsigned long long)r->recompute_bytes, (unsigned long long)planned,
+                       (unsigned long long)e.host_bytes, (unsigned long long)e.nvme_bytes,
+                       (unsigned long long)e.recompute_bytes);
+    qc_plan_result_free(&e);
+    return st;
+}
+
+void qc_plan_print(FILE *out, const struct qc_plan_program *prog, const struct qc_plan_result *r)
+{
+    fprintf(out, "%-58s %-5s %12s %-12s %9s %9s\n", "block application", "kind", "stash bytes",
+            "policy", "time s", "added s");
+    for (int32_t b = 0; b < prog->nblocks; b++) {
+        const struct qc_plan_block *k = &prog->blocks[b];
+        fprintf(out, "%-58.58s %-5s %12llu %-12s %9.4f %9.4f\n", k->name, qc_plan_kind_str(k->kind),
+                (unsigned long long)k->stash_bytes,
+                qc_plan_policy_str((enum qc_stash_policy)r->policy[b]), r->block_s[b],
+                r->added_s[b]);
+    }
+}
