@@ -515,38 +515,40 @@ void qc_op_best_mode(const struct qc_exec *ex, int64_t *best, const float *loc, 
 
 void qc_op_reg_loss_forward(const struct qc_exec *ex, float *loss, const float *loc,
                             const float *scale, const int64_t *best, const float *gt,
-                            int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S,
-                            float *scratch)
+                            int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                            int64_t K, int64_t S, float *scratch)
 {
-    QC_EXEC_OP(ex, qc_reg_loss_forward, loss, loc, scale, best, gt, gt_stride, mask, A, K, S,
+    QC_EXEC_OP(ex, qc_reg_loss_forward, loss, loc, scale, best, gt, gt_stride, mask, count, A, K, S,
                scratch);
 }
 
 void qc_op_reg_loss_backward(const struct qc_exec *ex, float *dloc, float *dscale,
                              const float *dloss, const float *loc, const float *scale,
                              const int64_t *best, const float *gt, int64_t gt_stride,
-                             const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch)
+                             const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                             int64_t S, float *scratch)
 {
     QC_EXEC_OP(ex, qc_reg_loss_backward, dloc, dscale, dloss, loc, scale, best, gt, gt_stride, mask,
-               A, K, S, scratch);
+               count, A, K, S, scratch);
 }
 
 void qc_op_mixture_nll_forward(const struct qc_exec *ex, float *loss, const float *pi,
                                const float *loc, const float *scale, const float *gt,
                                int64_t gt_stride, const uint8_t *reg_mask, const uint8_t *cls_mask,
-                               int64_t A, int64_t K, int64_t S)
+                               const float *count, int64_t A, int64_t K, int64_t S)
 {
     QC_EXEC_OP(ex, qc_mixture_nll_forward, loss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask,
-               A, K, S);
+               count, A, K, S);
 }
 
 void qc_op_mixture_nll_backward(const struct qc_exec *ex, float *dpi, const float *dloss,
                                 const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S)
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S)
 {
     QC_EXEC_OP(ex, qc_mixture_nll_backward, dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask,
-               cls_mask, A, K, S);
+               cls_mask, count, A, K, S);
 }
 
 void qc_op_adamw_step(const struct qc_exec *ex, float *param, float *m, float *v, const float *grad,

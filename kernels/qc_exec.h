@@ -227,20 +227,22 @@ void qc_op_best_mode(const struct qc_exec *ex, int64_t *best, const float *loc, 
                      int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S);
 void qc_op_reg_loss_forward(const struct qc_exec *ex, float *loss, const float *loc,
                             const float *scale, const int64_t *best, const float *gt,
-                            int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S,
-                            float *scratch);
+                            int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                            int64_t K, int64_t S, float *scratch);
 void qc_op_reg_loss_backward(const struct qc_exec *ex, float *dloc, float *dscale,
                              const float *dloss, const float *loc, const float *scale,
                              const int64_t *best, const float *gt, int64_t gt_stride,
-                             const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch);
+                             const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                             int64_t S, float *scratch);
 void qc_op_mixture_nll_forward(const struct qc_exec *ex, float *loss, const float *pi,
                                const float *loc, const float *scale, const float *gt,
                                int64_t gt_stride, const uint8_t *reg_mask, const uint8_t *cls_mask,
-                               int64_t A, int64_t K, int64_t S);
+                               const float *count, int64_t A, int64_t K, int64_t S);
 void qc_op_mixture_nll_backward(const struct qc_exec *ex, float *dpi, const float *dloss,
                                 const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S);
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S);
 void qc_op_adamw_step(const struct qc_exec *ex, float *param, float *m, float *v, const float *grad,
                       int64_t n, const struct qc_adamw_hparams *hp);
 void qc_op_adamw_step_segments(const struct qc_exec *ex, float *param, float *m, float *v,

@@ -145,19 +145,11 @@ enum qc_status qc_memctx_create(const struct qc_memctx_params *p, struct qc_memc
         mc->alloc = p->dry ? NULL : p->alloc;
         mc->emu = p->dry || p->alloc ? NULL : p->emu;
         mc->compute = p->compute;
-        if (p->offload && mc->alloc) {
-            if (!p->copy_in || !p->compute) {
+        if (p->offload) {
+            enum qc_status st = qc_memctx_set_offload(mc, p->offload, p->copy_in);
+            if (st != QC_OK) {
                 free(mc);
-                return qc_errorf(QC_ERR_INVALID,
-                                 "memory context: an offload engine needs the compute and "
-                                 "copy-in streams");
-            }
-            mc->offload = p->offload;
-            mc->copy_in = p->copy_in;
-            mc->fetch = calloc(MEMCTX_FETCHES, sizeof *mc->fetch);
-            if (!mc->fetch) {
-                free(mc);
-                return qc_errorf(QC_ERR_NOMEM, "memory context: fetch table");
+                return st;
             }
         }
     }
@@ -313,6 +305,24 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum qc_status qc_memctx_set_offload(struct qc_memctx *mc, struct qc_offload *offload,
+                                     struct qc_stream *copy_in)
+{
+    if (!offload) {
+        mc->offload = NULL;
+        mc->copy_in = NULL;
+        return QC_OK;
+    }
+    if (!mc->alloc || !mc->compute || !copy_in)
+        return qc_errorf(QC_ERR_INVALID, "memory context: an offload engine needs an allocator "
+                                         "and the compute and copy-in streams");
+    if (!mc->fetch && !(mc->fetch = calloc(MEMCTX_FETCHES, sizeof *mc->fetch)))
+        return qc_errorf(QC_ERR_NOMEM, "memory context: fetch table");
+    mc->offload = offload;
+    mc->copy_in = copy_in;
+    return QC_OK;
 }
 
 bool qc_memctx_can_offload(const struct qc_memctx *mc)

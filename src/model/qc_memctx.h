@@ -122,6 +122,11 @@ size_t qc_memctx_block_peak(const struct qc_memctx *mc);
 /* Where qc_memctx_put sends data (= enum qc_offload_place). */
 enum qc_memctx_place { QC_MEMCTX_AUTO = 0, QC_MEMCTX_HOST, QC_MEMCTX_NVME };
 
+/* Gives the context an offload tier after creation (offload, copy_in as in the params; NULL
+ * offload removes it: no put may be outstanding). QC_ERR_INVALID without an allocator and a
+ * compute stream, QC_ERR_NOMEM. */
+enum qc_status qc_memctx_set_offload(struct qc_memctx *mc, struct qc_offload *offload,
+                                     struct qc_stream *copy_in);
 /* Whether puts can go anywhere (an offload engine). */
 bool qc_memctx_can_offload(const struct qc_memctx *mc);
 /* Offloads bytes at p (a live allocation of class cls from mc) to the tier: the copy starts

@@ -151,6 +151,12 @@ enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batc
  * the plan stays until replaced. QC_ERR_UNSUPPORTED for offload without an offload engine. */
 enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_program *prog,
                                  const uint8_t *policy, size_t prefetch_window);
+struct qc_plan_measure;
+/* What the last forward and backward measured per block application (host seconds of each
+ * forward and backward, the blocks' transient memory), in the program's block order, for the
+ * planner's cost model (qc_plan_cost_update). n: the program's block count; QC_ERR_INVALID
+ * when the last forward had another count. Call before qc_qcnet_release. */
+enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure *out, int32_t n);
 /* Records a real step (tests, the checker of the dry run): prog non-NULL releases the last
  * step, resets prog and appends every allocation, free and marker of the next forward, loss,
  * backward and release to it; NULL stops (call qc_plan_program_finish then). QC_ERR_NOMEM. */
@@ -160,6 +166,8 @@ enum qc_status qc_qcnet_record(struct qc_qcnet *m, struct qc_plan_program *prog)
 enum qc_status qc_qcnet_params_download(const struct qc_qcnet *m, float *host);
 enum qc_status qc_qcnet_params_upload(struct qc_qcnet *m, const float *host);
 enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host);
+/* Host copy in of the gradients (a rollback of a failed step), synchronizing. */
+enum qc_status qc_qcnet_grads_upload(struct qc_qcnet *m, const float *host);
 /* Frees everything (activations included). NULL is a no-op. */
 void qc_qcnet_destroy(struct qc_qcnet *m);
 /* The configuration the model was built with. */
@@ -288,6 +296,14 @@ struct qc_qcnet_ctx {
      * waiting for it), or NULL to let the forward copy it in on the model's stream. It must
      * stay alive and unchanged until qc_qcnet_release, like the host batch. */
     const struct qc_batch *batch_dev;
+    /* NULL, or the loss denominators of a larger group this batch is a part of (the trainer's
+     * admission control runs a group that does not fit as sub-groups): S + 1 host floats, the
+     * per-step regression denominators max(1, Σ_a reg_mask[a,s]) then the classification one
+     * max(1, Σ_a cls_mask[a]), over the whole group (qc_qcnet_loss_norm). qc_qcnet_loss then
+     * gives this batch's share, and the shares of the parts add up to the group's loss (and
+     * their gradients to its gradients) within fp32 rounding. Read at the loss; kept by the
+     * caller until then. */
+    const float *loss_norm;
 };
 
 /* The model's outputs (QCNet's names and shapes; A agents, K modes, S = 60 future steps).
@@ -324,6 +340,11 @@ struct qc_qcnet_loss {
     int64_t num_agents;
 };
 
+/* The loss denominators of batch b (QCNET.md §6.1) into norm (61 floats: the 60 per-step
+ * regression denominators, then the classification one), from its predict_mask: what the
+ * sub-groups of b pass as qc_qcnet_ctx.loss_norm. */
+#define QC_QCNET_LOSS_NORM 61
+void qc_qcnet_loss_norm(const struct qc_batch *b, float *norm);
 /* Computes the loss of the last forward against the batch's targets (batch->target, or the
  * TargetBuilder output computed here when the batch has none). */
 enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out);

@@ -189,9 +189,11 @@ struct qcnet_tape {
     /* loss */
     float *target_own; /* (A,S,4) when the batch had none */
     const float *target;
-    uint8_t *reg_mask;  /* (A,S) */
-    uint8_t *cls_mask;  /* (A) */
-    int64_t *best_mode; /* (A) */
+    uint8_t *reg_mask;           /* (A,S) */
+    uint8_t *cls_mask;           /* (A) */
+    int64_t *best_mode;          /* (A) */
+    const float *loss_norm_host; /* ctx.loss_norm (S+1 host floats), or NULL */
+    float *loss_norm;            /* its device copy, made by the loss */
     struct qc_qcnet_loss loss;
 };
 

@@ -393,6 +393,12 @@ enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host)
     return qc_op_download(m->ex, host, m->grads, (size_t)m->nparams * sizeof(float));
 }
 
+enum qc_status qc_qcnet_grads_upload(struct qc_qcnet *m, const float *host)
+{
+    QC_TRY(qc_op_upload(m->ex, m->grads, host, (size_t)m->nparams * sizeof(float)));
+    return qc_op_sync(m->ex); /* host may be reused at once */
+}
+
 int qc_qcnet_num_keys(const struct qc_qcnet *m)
 {
     return m->nkeys;

@@ -750,6 +750,19 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, floa
     return entry_bwd_end(m, n);
 }
 
+enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure *out, int32_t n)
+{
+    const struct qcnet_tape *t = &m->tape;
+    if (n != t->n_entries)
+        return qc_errorf(QC_ERR_INVALID, "model measure: %d block applications asked, %d ran", n,
+                         t->n_entries);
+    for (int32_t i = 0; i < n; i++) {
+        const struct qcnet_entry *e = &t->e[i];
+        out[i] = (struct qc_plan_measure){e->t_fwd, e->t_bwd, e->scratch_fwd, e->scratch_bwd};
+    }
+    return QC_OK;
+}
+
 // ---- what the stash policies need (qcnet_policy.c) -------------------------------------------
 
 int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160])

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "qc_loader.h"
+#include "qc_offload.h"
 
 #ifdef QC_HAVE_CUDA
 #    include "qc_kernels_cuda.h"
@@ -157,6 +158,8 @@ void qc_train_backend_destroy(struct qc_train_backend *b)
     }
 #endif
     qc_memctx_destroy(b->mc);
+    qc_offload_destroy(b->offload); /* waits for its I/O; no put is outstanding after a step */
+    qc_stream_destroy(b->copy_in);
     if (b->workspace)
         qc_alloc_free(b->alloc, b->workspace, NULL);
     qc_alloc_destroy(b->alloc); /* synchronizes the device: no copy is in flight after it */
@@ -175,6 +178,43 @@ const struct qc_exec *qc_train_backend_exec(const struct qc_train_backend *b)
 struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b)
 {
     return b->alloc;
+}
+
+enum qc_status qc_train_backend_offload(struct qc_train_backend *b, const struct qc_config *cfg)
+{
+    if (b->offload)
+        return QC_OK;
+    struct qc_offload_params op;
+    qc_offload_params_default(&op);
+    op.host_capacity = cfg->offload_placement == QC_PLACE_NVME ? 0 : qc_train_host_tier_bytes(cfg);
+    op.nvme_dir = cfg->offload_nvme_dir[0] ? cfg->offload_nvme_dir : NULL;
+    op.nvme_capacity = qc_train_nvme_tier_bytes(cfg);
+    op.queue_depth = (int)cfg->offload_queue_depth;
+    op.block_size = cfg->offload_block_size;
+    op.max_inflight = cfg->offload_max_inflight;
+    op.prefetch_window = cfg->offload_prefetch_window;
+    op.direct = cfg->offload_direct;
+    op.pinned = b->pinned;
+    if (b->emu) /* the engine's copies move arena memory: they open it */
+        qc_device_cpu_set_emu(b->dev, b->emu);
+    enum qc_status st = qc_stream_create(b->dev, QC_STREAM_COPY, &b->copy_in);
+    if (st == QC_OK)
+        st = qc_offload_create(b->dev, &op, &b->offload);
+    if (st == QC_OK)
+        st = qc_memctx_set_offload(b->mc, b->offload, b->copy_in);
+    if (st != QC_OK) {
+        qc_offload_destroy(b->offload);
+        qc_stream_destroy(b->copy_in);
+        b->offload = NULL;
+        b->copy_in = NULL;
+        return qc_error_wrap(st, "offload tier");
+    }
+    return QC_OK;
+}
+
+struct qc_offload *qc_train_backend_offload_engine(struct qc_train_backend *b)
+{
+    return b->offload;
 }
 
 struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b)

@@ -71,6 +71,7 @@ struct qc_trainer {
     const char **val_paths;              /* copy of the caller's list (pointers only) */
     struct qc_memreport_step *mem_steps; /* [nmem_steps] per-step memory of this process */
     int64_t nmem_steps, cap_mem_steps;
+    struct train_mem *mem; /* the step's memory system: plans, policies, admission, OOM */
 };
 
 static double now_s(void)
@@ -276,6 +277,9 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     if (st != QC_OK)
         goto fail;
 
+    st = train_mem_create(&t->cfg, t->be, t->model, t->out_dir, opts->skip_oversized, &t->mem);
+    if (st != QC_OK)
+        goto fail;
     st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
     if (st != QC_OK)
         goto fail;
@@ -301,6 +305,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     train_stage_deinit(&t->cur);
     train_stage_deinit(&t->next);
     qc_loader_destroy(t->loader);
+    train_mem_destroy(t->mem);
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
@@ -360,6 +365,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     qc_alloc_set_step(t->alloc, t->st.step + 1);
     qc_alloc_reset_peak(t->alloc);
     qc_qcnet_zero_grad(t->model);
+    train_mem_step_begin(t->mem, t->model);
 
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
     int64_t scenes = 0;
@@ -376,25 +382,19 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
                                  " batches, %" PRId64 " planned",
                                  t->st.epoch, t->st.batch_in_epoch + g, t->nb);
         }
-        const struct qc_batch *b = t->cur.host;
-        struct qc_qcnet_ctx ctx = {
+        const struct qc_qcnet_ctx ctx = {
             .training = true,
             .need_backward = true,
             .seed = t->st.seed,
             .step = (uint32_t)t->st.step,
             .micro = (uint32_t)g,
         };
-        struct qc_qcnet_output o;
-        struct qc_qcnet_loss l;
-        enum qc_status st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
-        if (st == QC_OK)
-            st = qc_qcnet_forward(t->model, b, &ctx, &o);
-        if (st == QC_OK)
-            st = qc_qcnet_loss(t->model, &l);
-        if (st == QC_OK)
-            st = qc_qcnet_backward(t->model, 1.0f / (float)groups);
-        qc_qcnet_release(t->model);
-        scenes += b->num_scenes;
+        /* planned, admitted (split when it does not fit), run, rolled back and re-run when the
+         * allocator runs out (stepmem.c) */
+        struct train_group_out l;
+        enum qc_status st =
+            train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx, 1.0f / (float)groups, &l);
+        scenes += l.scenes;
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         /* device backends: stage the next batch of the epoch while this one's work runs (its
          * blocks may reuse the ones just freed, in stream order) */
@@ -403,10 +403,11 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
             st = stage_next(t, &t->next);
         if (st != QC_OK)
             return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1, g);
-        sum_loss += (double)l.loss;
-        sum_rp += (double)l.reg_loss_propose;
-        sum_rr += (double)l.reg_loss_refine;
-        sum_cls += (double)l.cls_loss;
+        /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
+        sum_loss += (double)(float)l.loss;
+        sum_rp += (double)(float)l.reg_loss_propose;
+        sum_rr += (double)(float)l.reg_loss_refine;
+        sum_cls += (double)(float)l.cls_loss;
     }
     qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
     /* the step's device work done (and any asynchronous error reported) before it is timed */
@@ -425,6 +426,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
 
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
+    train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
+    const struct train_mem_step *ms = train_mem_last_step(t->mem);
     struct qc_step_metrics m = {0};
     m.step = t->st.step;
     m.epoch = epoch_of_step;
@@ -440,6 +443,16 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     m.bytes_in_use = as.bytes_allocated;
     m.peak_device_bytes = as.bytes_allocated_peak;
     m.reserved_bytes = as.bytes_reserved;
+    m.predicted_peak_bytes = ms->predicted_peak;
+    m.peak_active_bytes = as.bytes_active_peak;
+    m.offload_host_bytes = ms->host_bytes;
+    m.offload_nvme_bytes = ms->nvme_bytes;
+    m.recompute_bytes = ms->recompute_bytes;
+    m.prefetch_stall_s = ms->stall_s;
+    m.replans = ms->replans;
+    m.splits = ms->splits;
+    m.skipped_scenes = ms->skipped;
+    m.plan_ms = 1e3 * ms->plan_s;
     if (t->nmem_steps == t->cap_mem_steps) {
         const int64_t cap = t->cap_mem_steps ? 2 * t->cap_mem_steps : 64;
         struct qc_memreport_step *ns = realloc(t->mem_steps, (size_t)cap * sizeof(*ns));
@@ -466,6 +479,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
 {
     QC_TRY(qc_checkpoint_save(t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
+    QC_TRY(train_mem_save(t->mem, t->out_dir)); /* the calibrated cost model rides along */
     t->last_saved = t->st.step;
     return QC_OK;
 }
@@ -493,6 +507,7 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     r.bytes_peak_rss = peak_rss_bytes();
     r.steps = t->mem_steps;
     r.nsteps = t->nmem_steps;
+    r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
     return qc_memreport_write(t->out_dir, &r, txt_path, n);
 }
 
@@ -557,6 +572,9 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
         qc_progress_set(t->prog, "samples/s", "%.2f", m.samples_per_s);
         qc_progress_set_bytes(t->prog, "mem", m.bytes_in_use);
         qc_progress_set_bytes(t->prog, "peak", m.peak_device_bytes);
+        if (m.offload_host_bytes + m.offload_nvme_bytes > 0 && m.step_s > 0)
+            qc_progress_set(t->prog, "offload", "%.2f GB/s",
+                            (double)(m.offload_host_bytes + m.offload_nvme_bytes) / m.step_s / 1e9);
         const bool log_now =
             t->cfg.log_every <= 1 || m.step % t->cfg.log_every == 0 || m.step == t->total_steps;
         if (log_now)
@@ -634,6 +652,16 @@ struct qc_optim *qc_trainer_optim(struct qc_trainer *t)
 struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t)
 {
     return t->alloc;
+}
+
+struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t)
+{
+    return qc_train_backend_memctx(t->be);
+}
+
+struct qc_offload *qc_trainer_offload(struct qc_trainer *t)
+{
+    return qc_train_backend_offload_engine(t->be);
 }
 
 const char *qc_trainer_out_dir(const struct qc_trainer *t)

@@ -24,10 +24,16 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
         "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%.9g,"
         "\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,\"lr\":%.17g,"
         "\"step_s\":%.6g,\"samples_per_s\":%.6g,\"bytes_in_use\":%" PRIu64
-        ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64 "}",
+        ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+        ",\"predicted_peak_bytes\":%" PRIu64 ",\"peak_active_bytes\":%" PRIu64
+        ",\"offload_host_bytes\":%" PRIu64 ",\"offload_nvme_bytes\":%" PRIu64
+        ",\"recompute_bytes\":%" PRIu64 ",\"prefetch_stall_s\":%.6g,\"replans\":%" PRId64
+        ",\"splits\":%" PRId64 ",\"skipped_scenes\":%" PRId64 ",\"plan_ms\":%.6g}",
         s->step, s->epoch, s->samples, s->loss, s->reg_loss_propose, s->reg_loss_refine,
         s->cls_loss, s->lr, s->step_s, s->samples_per_s, s->bytes_in_use, s->peak_device_bytes,
-        s->reserved_bytes);
+        s->reserved_bytes, s->predicted_peak_bytes, s->peak_active_bytes, s->offload_host_bytes,
+        s->offload_nvme_bytes, s->recompute_bytes, s->prefetch_stall_s, s->replans, s->splits,
+        s->skipped_scenes, s->plan_ms);
     return n < 0 ? 0 : (size_t)n;
 }
 

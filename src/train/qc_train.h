@@ -143,6 +143,19 @@ struct qc_step_metrics {
     uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+    /* the memory system (stepmem.c): */
+    uint64_t predicted_peak_bytes; /* the planner's peak for the step (highest of its groups) */
+    uint64_t peak_active_bytes;    /* allocator: active peak (allocated + blocks whose
+                                      stream-ordered free waits on a copy): what the prediction
+                                      models */
+    uint64_t offload_host_bytes;   /* stash bytes put to the host tier */
+    uint64_t offload_nvme_bytes;   /* to the NVMe tier */
+    uint64_t recompute_bytes;      /* stash bytes rebuilt by recompute */
+    double prefetch_stall_s;       /* host seconds backward waited for fetches */
+    int64_t replans;               /* groups rolled back after running out, re-planned */
+    int64_t splits;                /* batches run as sub-groups (admission control) */
+    int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
+    double plan_ms;                /* describing and planning the step's batches */
 };
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
@@ -224,7 +237,9 @@ struct qc_train_opts {
     const char *const *val_data; /* qcshard files to validate on; nval == 0: held-out synthetic
                                     scenes (seed train.seed + 1) */
     int nval;
-    int64_t val_scenes; /* synthetic validation scenes when nval == 0; 0 = 8 */
+    int64_t val_scenes;  /* synthetic validation scenes when nval == 0; 0 = 8 */
+    bool skip_oversized; /* a scene that does not fit the budget alone is skipped (warned,
+                            counted) instead of failing the run */
 };
 
 struct qc_trainer; /* one training run (opaque) */
@@ -263,6 +278,12 @@ const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
 struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
 struct qc_optim *qc_trainer_optim(struct qc_trainer *t);
 struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t);
+/* The models' memory context (tests: fault injection, offload statistics). */
+struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t);
+struct qc_offload;
+/* The offload engine of the run's tiers; NULL when the run has none (no budget under
+ * plan.policy=auto, or keep / recompute). Tests: fault injection. */
+struct qc_offload *qc_trainer_offload(struct qc_trainer *t);
 /* The run folder in use. */
 const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
@@ -307,6 +328,15 @@ struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b);
 /* The memory context of the backend's models (qc_memctx.h): the allocator on the compute
  * stream. */
 struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b);
+/* Gives the backend an offload tier (once): the offload engine of offload.* (host tier of
+ * offload.host_capacity, or half the available memory when 0; NVMe tier in offload.nvme_dir;
+ * queue depth, block size, bytes in flight, prefetch window, O_DIRECT), a copy stream for its
+ * gets, and both in the memory context. The engine logs its probe and chosen rung. Errors name
+ * the spill folder (QC_ERR_IO) or what the machine lacks (QC_ERR_UNSUPPORTED). */
+enum qc_status qc_train_backend_offload(struct qc_train_backend *b, const struct qc_config *cfg);
+struct qc_offload;
+/* The offload engine, or NULL before qc_train_backend_offload. */
+struct qc_offload *qc_train_backend_offload_engine(struct qc_train_backend *b);
 /* The device: a CPU device on cpu and emu (its copy streams are worker threads), the GPU on
  * cuda. */
 struct qc_device *qc_train_backend_device(struct qc_train_backend *b);
