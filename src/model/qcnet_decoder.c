@@ -138,14 +138,25 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     qc_op_cumsum_forward(m->ex, t->scale_propose, t->scale_propose, KA, S, 2);
     qc_op_add_scalar_forward(m->ex, t->scale_propose, t->scale_propose, 0.1f, KA * S2);
 
-    // ---- refinement: GRU over the embedded (detached) proposal
-    QC_TRY(qcnet_fe_forward(m, &m->y_emb, "decoder.y_emb", t->loc_propose, NULL, KA * S, &t->y));
-    QC_TRY(qcnet_falloc(m, S * KA * D, "decoder/traj_emb.input", &t->y_tm));
-    qc_op_transpose01_forward(m->ex, t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
-    qcnet_free(m, t->y); /* no backward reads the y_emb output itself */
-    t->y = NULL;
-    /* the refine queries: the GRU's final state */
-    QC_TRY(qcnet_gru_forward(m, t->y_tm, S, KA, "decoder.traj_emb", &t->m_ref_in));
+    // ---- refinement: GRU over the embedded (detached) proposal, in chunks of (agent, mode)
+    // sequences (qcnet_refine_rows): y_emb and the GRU are row-wise, so each chunk is a y_emb
+    // and a GRU application of its own, with its own stash and policy, and the step's peak
+    // holds one chunk's working set instead of all of them
+    const int64_t CR = qcnet_refine_rows(KA);
+    QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.last", &t->m_ref_in));
+    for (int64_t r0 = 0, c = 0; r0 < KA; r0 += CR, c++) {
+        const int64_t n = KA - r0 < CR ? KA - r0 : CR;
+        float *y, *y_tm;
+        snprintf(tag, sizeof tag, "decoder.y_emb/c%lld", (long long)c);
+        QC_TRY(qcnet_fe_forward(m, &m->y_emb, tag, t->loc_propose + r0 * S2, NULL, n * S, &y));
+        snprintf(tag, sizeof tag, "decoder/traj_emb.input/c%lld", (long long)c);
+        QC_TRY(qcnet_falloc(m, S * n * D, tag, &y_tm));
+        qc_op_transpose01_forward(m->ex, y_tm, y, n, S, D); /* [n,S,D] → [S,n,D] */
+        qcnet_free(m, y); /* no backward reads the y_emb output itself */
+        /* the refine queries: the GRU's final state; its input is freed by its backward */
+        snprintf(tag, sizeof tag, "decoder.traj_emb/c%lld", (long long)c);
+        QC_TRY(qcnet_gru_forward(m, y_tm, S, n, tag, t->m_ref_in + r0 * D));
+    }
     for (int64_t i = 0; i < m->NL_dec; i++)
         QC_TRY(stage_kv(m, (int)i, true, kv_r[i]));
     q = t->m_ref_in;
@@ -209,19 +220,23 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     for (int64_t i = 0; i < m->NL_dec; i++)
         QC_TRY(stage_kv_backward(m, (int)i, true, dx_a, dx_pl, dxa49));
 
-    // ---- GRU and y_emb (the proposal input is detached: no gradient to loc_propose)
-    {
+    // ---- GRU and y_emb by chunk, last first (the proposal input is detached: no gradient to
+    // loc_propose)
+    const int64_t CR = qcnet_refine_rows(KA);
+    for (int64_t c = (KA + CR - 1) / CR - 1; c >= 0; c--) {
+        const int64_t r0 = c * CR;
+        const int64_t n = KA - r0 < CR ? KA - r0 : CR;
         float *dy_tm, *dh0;
-        QC_TRY(qcnet_falloc(m, S * KA * D, "grad/decoder.traj_emb.input", &dy_tm));
-        QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.traj_emb.h0", &dh0));
-        QC_TRY(qcnet_gru_backward(m, S, dy_tm, dh0, tmp));
-        qc_op_tile_backward(m->ex, m->grads + m->o_h0, dh0, 1, KA, D, true);
+        QC_TRY(qcnet_falloc(m, S * n * D, "grad/decoder.traj_emb.input", &dy_tm));
+        QC_TRY(qcnet_falloc(m, n * D, "grad/decoder.traj_emb.h0", &dh0));
+        QC_TRY(qcnet_gru_backward(m, (int)c, S, dy_tm, dh0, tmp + r0 * D));
+        qc_op_tile_backward(m->ex, m->grads + m->o_h0, dh0, 1, n, D, true);
         qcnet_free(m, dh0);
         float *dy;
-        QC_TRY(qcnet_falloc(m, KA * S * D, "grad/decoder.y_emb", &dy));
-        qc_op_transpose01_backward(m->ex, dy, dy_tm, KA, S, D);
+        QC_TRY(qcnet_falloc(m, n * S * D, "grad/decoder.y_emb", &dy));
+        qc_op_transpose01_backward(m->ex, dy, dy_tm, n, S, D);
         qcnet_free(m, dy_tm);
-        QC_TRY(qcnet_fe_backward(m, &m->y_emb, NULL, NULL, dy));
+        QC_TRY(qcnet_fe_backward(m, &m->y_emb, (int)c, NULL, NULL, dy));
         qcnet_free(m, dy);
     }
 

@@ -117,14 +117,14 @@ enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2PL));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PT2PL));
     /* x_pl0 = FE(0)(type_pl + int_pl): dcat → both tables */
-    QC_TRY(qcnet_fe_backward(m, &m->x_pl_emb, NULL, d1, dx));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pl_emb, 0, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
     qc_op_embedding_backward(m->ex, m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
     qcnet_free(m, d1);
     /* x_pt = FE(1)(magnitude, type_pt + side_pt) */
     float *dcat;
     QC_TRY(qcnet_falloc(m, Pt * D, "grad/map.x_pt_cat", &dcat));
-    QC_TRY(qcnet_fe_backward(m, &m->x_pt_emb, NULL, dcat, dx_pt));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pt_emb, 0, NULL, dcat, dx_pt));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
     qc_op_embedding_backward(m->ex, m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
     qcnet_free(m, dcat);
@@ -261,7 +261,7 @@ enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_p
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_T));
-    QC_TRY(qcnet_fe_backward(m, &m->x_a_emb, NULL, d1, dx));
+    QC_TRY(qcnet_fe_backward(m, &m->x_a_emb, 0, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
     qcnet_free(m, d1);
     qcnet_free(m, d2);

@@ -83,7 +83,7 @@ struct qcnet_cat {
 enum qcnet_kind { QCNET_FE = 0, QCNET_EDGES, QCNET_KV, QCNET_ATTN, QCNET_MLP, QCNET_GRU };
 
 #define QCNET_ENTRY_NAME  (QC_QCNET_KEY_MAX + 32)
-#define QCNET_MAX_ENTRIES 320 /* block applications of one forward */
+#define QCNET_MAX_ENTRIES 384 /* block applications of one forward */
 
 /* One block application (glossary): one row of the tape. */
 struct qcnet_entry {
@@ -176,8 +176,6 @@ struct qcnet_tape {
     float *sp_elu;      /* (A,K,S*2) ELU(concatenated proposal scale head) */
     float *loc_propose; /* (A,K,S,2) */
     float *scale_propose;
-    float *y;            /* (KA,S,D) y_emb output */
-    float *y_tm;         /* (S,KA,D) time-major GRU input */
     float *m_ref_in;     /* (KA,D) refine queries before the layers (GRU final state) */
     float *m_ref;        /* (KA,D) after m2m_refine */
     float *head_loc_r;   /* (KA,S*2) to_loc_refine_pos output */
@@ -342,10 +340,11 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
                                 float **out);
 enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, const char *tag,
                                  const float *x, int64_t N, float **out);
-/* Their backward (qc_fourier_backward / qc_mlp_backward of the entry); frees the stash. The FE
- * blocks of QCNet run once per forward; an MLP head runs occ-th for the occ-th time. */
-enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, float *dc,
-                                 float *dcat, const float *dout);
+/* Their backward (qc_fourier_backward / qc_mlp_backward of the entry); frees the stash. An FE
+ * block or MLP head runs occ-th for the occ-th time (the encoders' FE blocks once, y_emb once
+ * per refinement chunk). */
+enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, int occ,
+                                 float *dc, float *dcat, const float *dout);
 enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, int occ, float *dx,
                                   const float *dout);
 
@@ -379,14 +378,29 @@ enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *lay
 enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, int occ,
                                    float *dx_dst, const float *dout);
 
+/* The refinement chunks (qcnet_decoder.c): y_emb and the trajectory GRU run as one application
+ * each per chunk of qcnet_refine_rows(KA) (agent, mode) sequences: QCNET_REFINE_ROWS, or more
+ * when that would make more than QCNET_REFINE_CHUNKS chunks. A function of the batch only, so
+ * the bits do not depend on the budget or the plan. */
+#define QCNET_REFINE_ROWS   128
+#define QCNET_REFINE_CHUNKS 32
+static inline int64_t qcnet_refine_rows(int64_t KA)
+{
+    const int64_t r = (KA + QCNET_REFINE_CHUNKS - 1) / QCNET_REFINE_CHUNKS;
+    return r > QCNET_REFINE_ROWS ? r : QCNET_REFINE_ROWS;
+}
+/* The GRU's block identity on the tape (it has no block struct: its parameters are offsets). */
+#define QCNET_GRU_BLOCK(m) ((const void *)&(m)->o_gru_wih)
+
 /* The trajectory GRU over x (L,N,D), time-major, from h0 = traj_emb_h0, as a new entry (named
- * tag) whose stash holds hs (L+1,N,D) and gates (L,N,4D); *last (N,D) is a copy of the final
- * state ("<tag>.last"). */
-enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, int64_t N,
-                                 const char *tag, float **last);
-/* Its backward: dx (L,N,D) OVERWRITE, dh0 (N,D) OVERWRITE, GRU parameter gradients ACCUM,
- * from dh_last (N,D); frees the stash. */
-enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, float *dh0,
+ * tag) whose stash holds hs (L+1,N,D) and gates (L,N,4D); last (N,D) receives a copy of the
+ * final state. x is allocated by the caller (qcnet_falloc) and handed over: the entry's
+ * backward frees it. */
+enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_t N,
+                                 const char *tag, float *last);
+/* The backward of the occ-th GRU application: dx (L,N,D) OVERWRITE, dh0 (N,D) OVERWRITE, GRU
+ * parameter gradients ACCUM, from dh_last (N,D); frees the stash and the input. */
+enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float *dx, float *dh0,
                                   const float *dh_last);
 
 /* Frees every entry's contexts and stashes and every edge context. */

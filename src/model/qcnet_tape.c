@@ -297,10 +297,10 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     return entry_fwd_end(m, n);
 }
 
-enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, float *dc,
-                                 float *dcat, const float *dout)
+enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, int occ,
+                                 float *dc, float *dcat, const float *dout)
 {
-    const int n = qcnet_entry_find(m, QCNET_FE, fe, 0);
+    const int n = qcnet_entry_find(m, QCNET_FE, fe, occ);
     struct qcnet_entry *e = &m->tape.e[n];
     QC_TRY(entry_bwd(m, n));
     if (m->dry)
@@ -693,11 +693,11 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
 
 // ---- the trajectory GRU ---------------------------------------------------------------------
 
-enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, int64_t N,
-                                 const char *tag, float **last)
+enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_t N,
+                                 const char *tag, float *last)
 {
     const int64_t D = m->D;
-    const int n = qcnet_entry_add(m, QCNET_GRU, NULL, tag);
+    const int n = qcnet_entry_add(m, QCNET_GRU, QCNET_GRU_BLOCK(m), tag);
     struct qcnet_entry *e = &m->tape.e[n];
     e->x = x;
     e->rows = N;
@@ -723,17 +723,15 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, const float *x, int64_t L, 
     qcnet_free(m, scratch);
     qcnet_free(m, h0);
     /* the final state, a copy of its own: the stash may leave the device after this entry */
-    snprintf(name, sizeof name, "%s.last", tag);
-    QC_TRY(qcnet_falloc(m, N * D, name, last));
-    qc_op_copy(m->ex, *last, hs + L * N * D, (size_t)(N * D) * sizeof(float));
+    qc_op_copy(m->ex, last, hs + L * N * D, (size_t)(N * D) * sizeof(float));
     return entry_fwd_end(m, n);
 }
 
-enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, float *dh0,
+enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float *dx, float *dh0,
                                   const float *dh_last)
 {
     const int64_t D = m->D;
-    const int n = qcnet_entry_find(m, QCNET_GRU, NULL, 0);
+    const int n = qcnet_entry_find(m, QCNET_GRU, QCNET_GRU_BLOCK(m), occ);
     struct qcnet_entry *e = &m->tape.e[n];
     const int64_t N = e->rows;
     QC_TRY(entry_bwd(m, n));
@@ -747,6 +745,8 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int64_t L, float *dx, floa
                        e->x, w + m->o_gru_wih, w + m->o_gru_whh, L, N, D, D, scratch);
     qcnet_free(m, scratch);
     qcnet_stash_free(m, &e->st);
+    qcnet_free(m, (float *)(uintptr_t)e->x); /* the input, handed over by the forward */
+    e->x = NULL;
     return entry_bwd_end(m, n);
 }
 
