@@ -22,6 +22,8 @@ static const struct bench_target targets[] = {
      qc_bench_offload},
     {"ops", "QCNet blocks forward+backward at AV2 size; fused vs unfused attention", qc_bench_ops},
     {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
+    {"memory", "training steps under device budgets: peaks (measured, predicted), time, offload",
+     qc_bench_memory},
 };
 
 static void bench_usage(FILE *out)

@@ -64,10 +64,20 @@ static void print_text(FILE *out, const struct qc_config *cfg, const struct qc_p
             "\npredicted peak   %s (everything kept: %s; parameters, gradients, optimizer "
             "and batch: %s)\n",
             s1, s2, s4);
+    if (r->peak_block >= 0)
+        fprintf(out, "peak during      %s's %s\n", prog->blocks[r->peak_block].name,
+                r->peak_phase ? "backward" : "forward");
+    if (r->window < cfg->offload_prefetch_window) {
+        qc_format_bytes(r->window, s2, sizeof s2);
+        qc_format_bytes(cfg->offload_prefetch_window, s3, sizeof s3);
+        fprintf(out, "prefetch window  %s (offload.prefetch_window %s: a smaller one fits)\n", s2,
+                s3);
+    }
     if (cfg->device_budget) {
         qc_format_bytes(cfg->device_budget, s3, sizeof s3);
         qc_format_bytes(r->target, s4, sizeof s4);
-        fprintf(out, "budget           %s (planned to %s, a 2 %% margin): %s\n", s3, s4,
+        fprintf(out, "budget           %s (planned to %s, a %.0f %% margin): %s\n", s3, s4,
+                100.0 * (1.0 - (double)r->target / (double)cfg->device_budget),
                 r->fits ? "fits" : "DOES NOT FIT (the trainer splits such a batch)");
     } else {
         fprintf(out, "budget           none (device.budget 0)\n");
@@ -105,6 +115,11 @@ static enum qc_status print_json(FILE *out, const struct qc_config *cfg,
     cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->peak);
     cJSON_AddNumberToObject(o, "keep_peak_bytes", (double)r->keep_peak);
     cJSON_AddNumberToObject(o, "fixed_bytes", (double)prog->fixed_bytes);
+    cJSON_AddNumberToObject(o, "prefetch_window_bytes", (double)r->window);
+    if (r->peak_block >= 0) {
+        cJSON_AddStringToObject(o, "peak_block", prog->blocks[r->peak_block].name);
+        cJSON_AddStringToObject(o, "peak_phase", r->peak_phase ? "backward" : "forward");
+    }
     cJSON_AddBoolToObject(o, "fits", r->fits);
     cJSON_AddNumberToObject(o, "predicted_step_s", r->step_s);
     cJSON_AddNumberToObject(o, "keep_step_s", r->keep_step_s);

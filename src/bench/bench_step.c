@@ -26,7 +26,6 @@
 #include "qc_cli.h"
 
 #include <inttypes.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "bench_util.h"
 #include "qc_alloc.h"
 #include "qc_config.h"
 #include "qc_device.h"
@@ -87,22 +87,6 @@ static uint64_t rss_peak(void)
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return 0;
     return (uint64_t)ru.ru_maxrss * 1024u;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-/* Removes the scratch run folder and everything the trainer wrote into it (checkpoint folders
- * included), deepest first. */
-static void rm_run_dir(const char *dir)
-{
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Parses "1,4" into up to max positive integers. */
@@ -204,7 +188,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_scene_prof
         r->peak_rss_bytes = rss_peak();
     }
     qc_trainer_destroy(t);
-    rm_run_dir(dir);
+    qc_bench_rm_tree(dir);
     return st;
 }
 

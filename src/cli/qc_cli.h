@@ -88,6 +88,7 @@ enum qc_status qc_bench_alloc(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_ops(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_memory(struct qc_cli *cli, int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -211,6 +211,8 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
     void *p = NULL;
     if (injected_failure(mc)) {
         mc->st.n_fail++;
+        mc->st.fail_bytes = bytes;
+        mc->st.fail_allocated = mc->st.fail_reserved = mc->st.fail_reserved_small = 0;
         (void)qc_errorf(QC_ERR_NOMEM, "allocation of %zu bytes for %s failed (injected)", bytes,
                         tag ? tag : "(untagged)");
         return NULL;
@@ -234,6 +236,14 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
     }
     if (!p) {
         mc->st.n_fail++;
+        mc->st.fail_bytes = bytes;
+        if (mc->alloc) {
+            struct qc_alloc_stats as;
+            qc_alloc_stats_get(mc->alloc, &as);
+            mc->st.fail_allocated = as.bytes_allocated;
+            mc->st.fail_reserved = as.bytes_reserved;
+            mc->st.fail_reserved_small = as.bytes_reserved_small;
+        }
         return NULL;
     }
     mc->st.live[cls] += bytes;

@@ -92,6 +92,9 @@ struct qc_memctx_stats {
     size_t work_peak;                     /* peak of live[MODEL] + live[BLOCK] */
     int64_t n_allocs[QC_MEM_CLASS_COUNT]; /* successful allocations per class since create */
     int64_t n_fail;                       /* allocations that failed (injected or not) */
+    /* the last failure: bytes asked for, and the allocator's allocated and reserved bytes
+     * then (0 without an allocator); reserved − allocated is what fragmentation held */
+    size_t fail_bytes, fail_allocated, fail_reserved, fail_reserved_small;
     /* offload: bytes put to each tier and fetched back, and host seconds spent waiting for
      * fetches (the prefetch stall), since create */
     uint64_t put_host_bytes, put_nvme_bytes, fetch_bytes;

@@ -13,8 +13,10 @@
  *
  * The search: everything kept; while the peak is over the target, for the largest stashes
  * live at the peak and each action (offload host, offload NVMe, recompute), simulate, and
- * apply the action with the best bytes removed from the peak per second added (free actions,
- * whose copies hide behind compute, first).
+ * apply the action with the best bytes removed from the peak per second added (a free action,
+ * whose copies hide behind compute, on the largest stash that has one, at once). When no action
+ * lowers the peak, the prefetch window shrinks (a quarter at a time, down to the next backward's
+ * stashes alone) and the search goes on.
  */
 #include "qc_plan.h"
 #include "plan_internal.h"
@@ -527,6 +529,7 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
     sim_run(&s, keep, false, &rk);
     sim_run(&s, policy, false, &r);
     result_fill(out, &s, policy, &r, &rk);
+    out->window = s.window;
     free(keep);
     if (!r.valid) {
         st =
@@ -604,11 +607,6 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
                     continue;
                 if (a == QC_POLICY_OFFLOAD_HOST)
                     host_ok = true;
-                if (getenv("QC_PLAN_DEBUG"))
-                    fprintf(stderr,
-                            "it %d cand %s a %d peak %llu -> %llu time %.4f -> %.4f valid %d\n",
-                            *iters, prog->blocks[b].name, a, (unsigned long long)r->peak,
-                            (unsigned long long)t.peak, r->time, t.time, t.valid);
                 if (t.peak >= r->peak)
                     continue;
                 const double gain = (double)(r->peak - t.peak), cost = t.time - r->time;
@@ -618,7 +616,20 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
                     best = b;
                     best_a = a;
                 }
+                /* a free action (its copies hidden behind compute) is taken at once, on the
+                 * largest candidate that has one: the search then costs about one simulation
+                 * per move while the copies hide */
+                if (cost <= 1e-9)
+                    break;
             }
+            if (best_score >= 1e30)
+                break;
+        }
+        if (best < 0 && s->window > 0) {
+            /* nothing lowers the peak: fetch less far ahead (a quarter of the window at a
+             * time, down to the next backward's stashes alone) and go on */
+            s->window = s->window >= ((uint64_t)4 << 20) ? s->window / 4 : 0;
+            continue;
         }
         if (best < 0)
             return; /* nothing lowers the peak: the batch does not fit */
@@ -665,6 +676,7 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
     }
     sim_run(&s, pol, false, &r);
     result_fill(out, &s, pol, &r, &keep);
+    out->window = s.window;
     out->iterations = iters;
     out->plan_s = now_s() - t0;
     free(pol);
@@ -678,7 +690,9 @@ enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc
                              const struct qc_plan_result *r)
 {
     struct qc_plan_result e;
-    QC_TRY(qc_plan_evaluate(prog, cost, hw, p, r->policy, &e));
+    struct qc_plan_params pw = *p;
+    pw.prefetch_window = r->window; /* the window the plan chose */
+    QC_TRY(qc_plan_evaluate(prog, cost, hw, &pw, r->policy, &e));
     enum qc_status st = QC_OK;
     uint64_t planned = 0;
     for (int32_t b = 0; b < prog->nblocks; b++)

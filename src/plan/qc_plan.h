@@ -240,8 +240,10 @@ struct qc_plan_result {
     bool fits;                                        /* peak <= target (true without a budget) */
     int32_t peak_block; /* the block running at the peak, its phase (0 fwd, 1 bwd) */
     int peak_phase;
-    int iterations; /* search steps */
-    double plan_s;  /* host seconds spent in qc_plan_make */
+    int iterations;  /* search steps */
+    double plan_s;   /* host seconds spent in qc_plan_make */
+    uint64_t window; /* the prefetch window the plan assumes: params.prefetch_window, or less
+                        when only a smaller one fits (the runtime must fetch within it) */
 };
 
 /* Chooses the policies (module comment; README.md "The search"). prog must be finished; its

@@ -664,6 +664,19 @@ struct qc_offload *qc_trainer_offload(struct qc_trainer *t)
     return qc_train_backend_offload_engine(t->be);
 }
 
+const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t)
+{
+    return train_mem_cost(t->mem);
+}
+
+void qc_trainer_set_plan_hook(struct qc_trainer *t,
+                              void (*fn)(void *user, const struct qc_plan_program *prog,
+                                         uint8_t *policy),
+                              void *user)
+{
+    train_mem_set_hook(t->mem, fn, user);
+}
+
 const char *qc_trainer_out_dir(const struct qc_trainer *t)
 {
     return t->out_dir;

@@ -199,8 +199,8 @@ static enum qc_status scene_at(struct qc_train_planner *pl, int64_t i, struct qc
     return qc_errorf(QC_ERR_INVALID, "plan: scene %lld out of range", (long long)i);
 }
 
-/* pl->batch = the first B scenes, collated with targets, graph built. */
-static enum qc_status make_batch(struct qc_train_planner *pl, int64_t B)
+/* pl->batch = scenes first .. first + B - 1, collated with targets, graph built. */
+static enum qc_status make_batch(struct qc_train_planner *pl, int64_t first, int64_t B)
 {
     if (pl->have_batch) {
         qc_batch_release(&pl->batch);
@@ -212,7 +212,7 @@ static enum qc_status make_batch(struct qc_train_planner *pl, int64_t B)
         sc && ptr ? QC_OK : qc_errorf(QC_ERR_NOMEM, "plan: %lld scenes", (long long)B);
     int64_t made = 0;
     for (; made < B && st == QC_OK; made++) {
-        st = scene_at(pl, made, &sc[made]);
+        st = scene_at(pl, first + made, &sc[made]);
         ptr[made] = &sc[made];
     }
     if (st == QC_OK)
@@ -233,7 +233,14 @@ enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
                                      struct qc_plan_result *out,
                                      const struct qc_plan_program **prog)
 {
-    QC_TRY(make_batch(pl, B));
+    return qc_train_planner_plan_at(pl, 0, B, out, prog);
+}
+
+enum qc_status qc_train_planner_plan_at(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                        struct qc_plan_result *out,
+                                        const struct qc_plan_program **prog)
+{
+    QC_TRY(make_batch(pl, first, B));
     QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
                              &pl->prog));
     pl->prog.fixed_bytes =

@@ -284,6 +284,18 @@ struct qc_offload;
 /* The offload engine of the run's tiers; NULL when the run has none (no budget under
  * plan.policy=auto, or keep / recompute). Tests: fault injection. */
 struct qc_offload *qc_trainer_offload(struct qc_trainer *t);
+struct qc_plan_program;
+struct qc_plan_cost;
+/* The run's cost model, calibrated from its steps (saved as RUN/plan_cost.json with each
+ * checkpoint). */
+const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t);
+/* Tests and tools: fn(user, prog, policy) is called after each group is planned and may change
+ * its policies (enum qc_stash_policy per block of prog) before the group runs, e.g. seeded
+ * random mixes; offload policies need the run's tiers (plan.policy=offload). NULL removes it. */
+void qc_trainer_set_plan_hook(struct qc_trainer *t,
+                              void (*fn)(void *user, const struct qc_plan_program *prog,
+                                         uint8_t *policy),
+                              void *user);
 /* The run folder in use. */
 const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
@@ -390,6 +402,10 @@ void qc_train_planner_destroy(struct qc_train_planner *pl);
 enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
                                      struct qc_plan_result *out,
                                      const struct qc_plan_program **prog);
+/* The same for the scenes first .. first + B - 1 (an unshuffled run's batch first / B). */
+enum qc_status qc_train_planner_plan_at(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                        struct qc_plan_result *out,
+                                        const struct qc_plan_program **prog);
 /* The largest batch size <= max_b whose plan fits the budget (0: not even one scene). */
 enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max_b, int64_t *best);
 /* The batch of the last plan, the cost model, the scenes in the files (0: generated). */

@@ -64,6 +64,8 @@ struct train_mem {
     struct train_mem_plan shown; /* memory.json's plan */
     struct train_mem_plan cur;   /* the step's plan with the highest predicted peak */
     uint64_t shown_measured;
+    void (*hook)(void *user, const struct qc_plan_program *prog, uint8_t *policy);
+    void *hook_user;
 };
 
 static double now_s(void)
@@ -190,6 +192,19 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
     }
     *out = tm;
     return QC_OK;
+}
+
+const struct qc_plan_cost *train_mem_cost(const struct train_mem *tm)
+{
+    return tm->cost;
+}
+
+void train_mem_set_hook(struct train_mem *tm,
+                        void (*fn)(void *user, const struct qc_plan_program *prog, uint8_t *policy),
+                        void *user)
+{
+    tm->hook = fn;
+    tm->hook_user = user;
 }
 
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir)
@@ -351,23 +366,29 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
 {
     struct qc_plan_result r = {0};
     enum qc_status st = QC_OK;
+    uint64_t need = 0;    /* the last plan's peak */
+    bool ran_out = false; /* the attempts ran out under plans that fit */
     for (int a = 0; a < MAX_ATTEMPTS; a++) {
         st = plan(tm, host, &r);
         if (st != QC_OK)
             return st;
+        need = r.peak;
+        ran_out = r.fits;
         if (!r.fits)
             break;
-        if (r.peak > tm->step.predicted_peak)
-            tm->step.predicted_peak = r.peak;
+        if (tm->hook)
+            tm->hook(tm->hook_user, &tm->prog, r.policy);
         st = keep_plan(tm, &r);
         if (st == QC_OK)
-            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, tm->par.prefetch_window);
+            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window);
         /* the rollback copy, when earlier groups of the step accumulated gradients */
         const bool dirty = tm->grads_dirty;
         if (st == QC_OK && dirty && tm->par.budget > 0)
             st = qc_qcnet_grads_download(model, tm->grads_host);
         if (st == QC_OK)
             st = attempt(tm, model, host, dev, ctx, norm, weight, out);
+        if (st == QC_OK && r.peak > tm->step.predicted_peak) /* the plans that ran */
+            tm->step.predicted_peak = r.peak;
         if (st != QC_ERR_NOMEM || tm->par.budget == 0) {
             qc_plan_result_free(&r);
             return st;
@@ -385,42 +406,65 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             qc_plan_result_free(&r);
             return st;
         }
-        const double seen = as.bytes_active_peak > r.peak
-                                ? (double)(as.bytes_active_peak - r.peak) / (double)tm->par.budget
+        /* the new margin covers what the prediction missed (an active peak over it) and what
+         * fragmentation held when the allocator ran out (reserved − allocated, after its cache
+         * release): at least 3 points more */
+        const double budget = (double)tm->par.budget;
+        const double seen =
+            as.bytes_active_peak > r.peak ? (double)(as.bytes_active_peak - r.peak) / budget : 0.0;
+        struct qc_memctx_stats ms;
+        qc_memctx_stats_get(qc_train_backend_memctx(tm->be), &ms);
+        const double frag = ms.fail_reserved > ms.fail_allocated
+                                ? (double)(ms.fail_reserved - ms.fail_allocated) / budget
                                 : 0.0;
-        tm->margin += seen > 0.03 ? seen : 0.03;
-        if (tm->margin > MARGIN_MAX)
-            tm->margin = MARGIN_MAX;
+        double m = tm->margin + (seen > 0.03 ? seen : 0.03);
+        if (m < frag + 0.02)
+            m = frag + 0.02;
+        tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
         tm->step.replans++;
         qc_log(QC_LOG_WARN,
                "train: out of device memory under the plan (predicted peak %" PRIu64
-               " bytes); rolled back and re-planned with a %.1f %% margin (%s)",
-               r.peak, 100.0 * tm->margin, msg);
+               " bytes; at the failure %zu bytes allocated, %zu reserved of which %zu small): "
+               "rolled back and re-planned with a %.1f %% margin (%s)",
+               r.peak, ms.fail_allocated, ms.fail_reserved, ms.fail_reserved_small,
+               100.0 * tm->margin, msg);
         qc_plan_result_free(&r);
     }
     /* admission control: even the smallest plan does not fit (or kept running out) */
-    const uint64_t need = r.peak;
     qc_plan_result_free(&r);
     if (host->num_scenes == 1) {
-        char sizes[512], b1[32], b2[32];
+        /* the budget whose target (budget × (1 − margin)) holds the plan's peak */
+        const uint64_t budget_needed = (uint64_t)((double)need / (1.0 - tm->margin)) + 1;
+        char sizes[512], why[160], b1[32], b2[32], b3[32];
         scene_sizes(host, sizes, sizeof sizes);
         qc_format_bytes(need, b1, sizeof b1);
-        qc_format_bytes(tm->par.budget, b2, sizeof b2);
+        qc_format_bytes(budget_needed, b2, sizeof b2);
+        qc_format_bytes(tm->par.budget, b3, sizeof b3);
+        if (ran_out)
+            snprintf(why, sizeof why,
+                     "it ran out of device memory %d times under plans peaking at %s "
+                     "(fragmentation)",
+                     MAX_ATTEMPTS, b1);
+        else
+            snprintf(why, sizeof why, "its smallest plan peaks at %s", b1);
         if (tm->skip_oversized) {
             qc_log(QC_LOG_WARN,
-                   "train: scene %s does not fit the device budget alone (%s; needs at least %s, "
-                   "budget %s): skipped",
-                   host->scenario_id[0], sizes, b1, b2);
+                   "train: scene %s (dataset index %" PRId64
+                   ") does not fit the device budget alone (%s; %s, budget %s): skipped",
+                   host->scenario_id[0], host->scene_index[0], sizes, why, b3);
             tm->step.skipped++;
             return QC_OK;
         }
         return qc_errorf(QC_ERR_NOMEM,
                          "train: scene %s (dataset index %" PRId64
-                         ") does not fit the device budget even alone: %s; its smallest plan "
-                         "needs %s (%" PRIu64 " bytes), the budget is %s\nhint: raise "
-                         "device.budget, give the planner an NVMe tier (offload.nvme_dir), or "
-                         "--skip-oversized to skip such scenes",
-                         host->scenario_id[0], host->scene_index[0], sizes, b1, need, b2);
+                         ") does not fit the device budget even alone: %s; %s: it needs a "
+                         "budget of about %s (%" PRIu64 " bytes), the budget is %s\nhint: raise "
+                         "device.budget%s, or --skip-oversized to skip such scenes",
+                         host->scenario_id[0], host->scene_index[0], sizes, why, b2, budget_needed,
+                         b3,
+                         tm->cfg.offload_nvme_dir[0] ? ""
+                                                     : ", give the planner an NVMe tier "
+                                                       "(offload.nvme_dir)");
     }
     float group_norm[QC_QCNET_LOSS_NORM];
     if (!norm) { /* the whole group's denominators for every part */

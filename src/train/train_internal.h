@@ -131,6 +131,12 @@ enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
 const struct train_mem_step *train_mem_last_step(const struct train_mem *tm);
 /* The plan of the step with the highest measured peak so far (NULL before one ran). */
 const struct qc_memreport_plan *train_mem_plan_shown(const struct train_mem *tm);
+/* The run's cost model. */
+const struct qc_plan_cost *train_mem_cost(const struct train_mem *tm);
+/* qc_trainer_set_plan_hook. */
+void train_mem_set_hook(struct train_mem *tm,
+                        void (*fn)(void *user, const struct qc_plan_program *prog, uint8_t *policy),
+                        void *user);
 /* Writes the cost model to RUN/plan_cost.json (atomically). */
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
 
