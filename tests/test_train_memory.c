@@ -358,7 +358,7 @@ static void test_invariance(int64_t device, bool fused)
             struct qc_config cc = cfg;
             cc.plan_policy = cases[c].policy;
             cc.offload_placement = cases[c].place;
-            if (cases[c].place != QC_PLACE_HOST && device != QC_CONFIG_DEVICE_CUDA)
+            if (cases[c].place != QC_PLACE_HOST)
                 set_nvme(&cc);
             char dir[512];
             snprintf(dir, sizeof dir, "%s/inv-%s-%d-%s", tmp_root, dev, fused, cases[c].name);
@@ -381,8 +381,7 @@ static void test_invariance(int64_t device, bool fused)
             if (c == 2)
                 T_EXPECT(rec > 0 && host == 0 && nvme == 0, "recompute: %g %g %g", host, nvme, rec);
             if (c == 3)
-                T_EXPECT(host > 0 && rec > 0 && (nvme > 0 || device == QC_CONFIG_DEVICE_CUDA),
-                         "mix: %g %g %g", host, nvme, rec);
+                T_EXPECT(host > 0 && rec > 0 && nvme > 0, "mix: %g %g %g", host, nvme, rec);
             t_rm_rf(dir);
         }
         t_rm_rf(ref);

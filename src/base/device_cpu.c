@@ -3,7 +3,8 @@
  *
  * The device's compute stream is inline: each command runs in the calling thread before the
  * call returns. Every other stream is a worker thread draining a FIFO of commands (copy,
- * memset, host function, event record, event wait, injected fault) in enqueue order.
+ * memset, host function, event record, event wait, injected fault) in enqueue order, or, when
+ * created after qc_device_cpu_set_inline_streams(dev, true), inline as well.
  *
  * Events carry generations. Recording assigns the next generation (gen_recorded + 1) and the
  * record command, when its stream reaches it, raises gen_done to at least that generation.
@@ -92,6 +93,7 @@ struct cpu_stream {
 struct cpu_device {
     struct qc_device base; /* must be first */
     struct qc_emu *emu;    /* copies and memsets open this arena (qc_device_cpu_set_emu) */
+    bool inline_streams;   /* new streams run inline (qc_device_cpu_set_inline_streams) */
 };
 
 static const struct device_ops cpu_ops;
@@ -317,7 +319,7 @@ static enum qc_status cpu_stream_create(struct qc_device *dev, enum qc_stream_ki
     if (!s)
         return qc_errorf(QC_ERR_NOMEM, "cpu stream: out of host memory");
     device_stream_header_init(&s->base, dev, kind, is_default);
-    s->worker = !is_default;
+    s->worker = !is_default && !((struct cpu_device *)dev)->inline_streams;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
@@ -586,6 +588,13 @@ void qc_device_cpu_set_emu(struct qc_device *dev, struct qc_emu *emu)
 {
     QC_ASSERT(dev && dev->kind == QC_DEVICE_CPU, "qc_device_cpu_set_emu: not a CPU device");
     ((struct cpu_device *)dev)->emu = emu;
+}
+
+void qc_device_cpu_set_inline_streams(struct qc_device *dev, bool on)
+{
+    QC_ASSERT(dev && dev->kind == QC_DEVICE_CPU,
+              "qc_device_cpu_set_inline_streams: not a CPU device");
+    ((struct cpu_device *)dev)->inline_streams = on;
 }
 
 enum qc_status device_cpu_create(int ordinal, struct qc_device **out)

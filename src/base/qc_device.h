@@ -72,6 +72,11 @@ int qc_device_cuda_count(void);
  * can move "device" memory of the arena. emu (NULL: none) must outlive the device's use. */
 struct qc_emu;
 void qc_device_cpu_set_emu(struct qc_device *dev, struct qc_emu *emu);
+/* CPU devices only: streams created from now on run inline, like the compute stream (each
+ * command in the calling thread before the call returns), instead of on a worker thread. For a
+ * process whose ops already use every core (OpenMP): a copy thread beside them takes a core
+ * that the ops' barriers wait on, which costs far more than the copy itself. */
+void qc_device_cpu_set_inline_streams(struct qc_device *dev, bool on);
 
 /* ---- streams ---------------------------------------------------------------------------- */
 

@@ -226,6 +226,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     s->h2d = hw->h2d_gbps > 0 ? hw->h2d_gbps * 1e9 : 1e12;
     s->nvme_w = hw->nvme_write_gbps > 0 ? hw->nvme_write_gbps * 1e9 : 1e12;
     s->nvme_r = hw->nvme_read_gbps > 0 ? hw->nvme_read_gbps * 1e9 : 1e12;
+    s->serial = hw->serial_copies;
     s->glue_s = plan_cost_glue(cost);
     return QC_OK;
 }
@@ -318,6 +319,16 @@ static void evict(struct ctx *c, int32_t k)
             c->r->valid = false;
     }
     const double bw = nvme ? fmin(s->d2h, s->nvme_w) : s->d2h;
+    if (s->serial) { /* the copy runs now, in the compute's time; then the memory is free */
+        const double w = (double)b / bw;
+        c->now += w;
+        s->added[k] += w;
+        c->r->stall += w;
+        s->free_at[k] = c->now;
+        s->pending[s->npending++] = k;
+        s->state[k] = ST_OUT;
+        return;
+    }
     const double start = fmax(c->now, c->d2h_free);
     c->d2h_free = start + (double)b / bw;
     s->free_at[k] = c->d2h_free;
@@ -331,9 +342,17 @@ static void fetch(struct ctx *c, int32_t k)
     const uint64_t b = s->stash[k];
     const bool nvme = c->pol[k] == QC_POLICY_OFFLOAD_NVME;
     const double bw = nvme ? fmin(s->h2d, s->nvme_r) : s->h2d;
-    const double start = fmax(fmax(c->now, c->h2d_free), s->free_at[k]);
-    c->h2d_free = start + (double)b / bw;
-    s->done[k] = c->h2d_free;
+    if (s->serial) { /* fetched now, in the compute's time */
+        const double w = (double)b / bw;
+        c->now += w;
+        s->added[k] += w;
+        c->r->stall += w;
+        s->done[k] = c->now;
+    } else {
+        const double start = fmax(fmax(c->now, c->h2d_free), s->free_at[k]);
+        c->h2d_free = start + (double)b / bw;
+        s->done[k] = c->h2d_free;
+    }
     c->pol_live += b;
     c->fetch_bytes += b;
     s->state[k] = ST_FETCH;
@@ -625,10 +644,25 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
             if (best_score >= 1e30)
                 break;
         }
-        if (best < 0 && s->window > 0) {
-            /* nothing lowers the peak: fetch less far ahead (a quarter of the window at a
-             * time, down to the next backward's stashes alone) and go on */
-            s->window = s->window >= ((uint64_t)4 << 20) ? s->window / 4 : 0;
+        /* one more action: fetch less far ahead (a quarter of the window at a time, down to
+         * the next backward's stashes alone), scored like the others */
+        const uint64_t window = s->window;
+        bool shrink = false;
+        if (window > 0 && best_score < 1e30) {
+            s->window = window >= ((uint64_t)4 << 20) ? window / 4 : 0;
+            sim_run(s, pol, false, &t);
+            if (t.valid && t.peak < r->peak) {
+                const double gain = (double)(r->peak - t.peak), cost = t.time - r->time;
+                const double score = cost <= 1e-9 ? 1e30 + gain : gain / cost;
+                shrink = score > best_score || best < 0;
+            }
+            if (!shrink && best < 0) /* nothing else lowers the peak: shrink and go on */
+                shrink = true;
+            if (!shrink)
+                s->window = window;
+        }
+        if (shrink) {
+            (*iters)++;
             continue;
         }
         if (best < 0)

@@ -55,6 +55,7 @@ struct sim {
     int32_t *rank;              /* [nb] b's position in the backward order (-1: none) */
     uint64_t fixed, target, window, host_cap, nvme_cap;
     double d2h, h2d, nvme_w, nvme_r; /* bytes per second */
+    bool serial;                     /* copies add to the compute's time (hw.serial_copies) */
     double glue_s;
     /* one run's state */
     uint8_t *state;

@@ -202,6 +202,8 @@ struct qc_plan_hw {
     double nvme_write_gbps, nvme_read_gbps; /* the NVMe leg (in series with the copy) */
     uint64_t host_capacity;                 /* host tier bytes; 0 = no host tier */
     uint64_t nvme_capacity;                 /* NVMe tier bytes; 0 = no NVMe tier */
+    bool serial_copies; /* copies run in the compute's thread (the CPU backend's inline copy
+                           streams): their time adds to the step's, nothing overlaps */
 };
 
 enum qc_plan_mode {

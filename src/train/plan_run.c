@@ -78,6 +78,8 @@ void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw)
     hw->nvme_capacity = qc_train_nvme_tier_bytes(cfg);
     if (cfg->offload_placement == QC_PLACE_NVME)
         hw->host_capacity = 0;
+    /* cpu / emu: the copy streams run inline (qc_train_backend_offload) */
+    hw->serial_copies = cfg->device_kind != QC_CONFIG_DEVICE_CUDA;
 }
 
 /* n bytes as the allocator counts them. */

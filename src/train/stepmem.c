@@ -95,7 +95,8 @@ void train_mem_destroy(struct train_mem *tm)
     free(tm);
 }
 
-/* Bandwidth of the offload engine's tiers, measured with one 32 MiB tensor through each. */
+/* Bandwidth of the offload engine's tiers, measured with one 32 MiB tensor through each, twice:
+ * the second, warm round counts (the first pays for the tier's first touch of its pages). */
 static void probe(struct train_mem *tm)
 {
     struct qc_offload *o = qc_train_backend_offload_engine(tm->be);
@@ -107,36 +108,37 @@ static void probe(struct train_mem *tm)
         return;
     }
     qc_op_zero(qc_train_backend_exec(tm->be), p, n);
-    for (int place = QC_MEMCTX_HOST; place <= QC_MEMCTX_NVME; place++) {
-        if ((place == QC_MEMCTX_HOST && tm->hw.host_capacity < n) ||
-            (place == QC_MEMCTX_NVME && tm->hw.nvme_capacity < n))
-            continue;
-        uint64_t h = 0;
-        const double t0 = now_s();
-        if (qc_offload_put(o, p, n, qc_memctx_compute_stream(mc), (enum qc_offload_place)place,
-                           "probe/offload", &h) != QC_OK ||
-            qc_offload_quiesce(o) != QC_OK) {
+    for (int round = 0; round < 2; round++)
+        for (int place = QC_MEMCTX_HOST; place <= QC_MEMCTX_NVME; place++) {
+            if ((place == QC_MEMCTX_HOST && tm->hw.host_capacity < n) ||
+                (place == QC_MEMCTX_NVME && tm->hw.nvme_capacity < n))
+                continue;
+            uint64_t h = 0;
+            const double t0 = now_s();
+            if (qc_offload_put(o, p, n, qc_memctx_compute_stream(mc), (enum qc_offload_place)place,
+                               "probe/offload", &h) != QC_OK ||
+                qc_offload_quiesce(o) != QC_OK) {
+                (void)qc_offload_release(o, h);
+                continue;
+            }
+            const double t1 = now_s();
+            struct qc_stream *cs = qc_memctx_compute_stream(mc);
+            enum qc_status st = qc_offload_get(o, h, p, cs);
+            if (st == QC_OK)
+                st = qc_stream_synchronize(cs);
+            const double t2 = now_s();
             (void)qc_offload_release(o, h);
-            continue;
+            if (st != QC_OK || t1 <= t0 || t2 <= t1)
+                continue;
+            const double w = (double)n / (t1 - t0) / 1e9, r = (double)n / (t2 - t1) / 1e9;
+            if (place == QC_MEMCTX_HOST) {
+                tm->hw.d2h_gbps = w;
+                tm->hw.h2d_gbps = r;
+            } else {
+                tm->hw.nvme_write_gbps = w;
+                tm->hw.nvme_read_gbps = r;
+            }
         }
-        const double t1 = now_s();
-        struct qc_stream *cs = qc_memctx_compute_stream(mc);
-        enum qc_status st = qc_offload_get(o, h, p, cs);
-        if (st == QC_OK)
-            st = qc_stream_synchronize(cs);
-        const double t2 = now_s();
-        (void)qc_offload_release(o, h);
-        if (st != QC_OK || t1 <= t0 || t2 <= t1)
-            continue;
-        const double w = (double)n / (t1 - t0) / 1e9, r = (double)n / (t2 - t1) / 1e9;
-        if (place == QC_MEMCTX_HOST) {
-            tm->hw.d2h_gbps = w;
-            tm->hw.h2d_gbps = r;
-        } else {
-            tm->hw.nvme_write_gbps = w;
-            tm->hw.nvme_read_gbps = r;
-        }
-    }
     qc_memctx_free(mc, QC_MEM_MODEL, p, n);
     qc_log(QC_LOG_INFO,
            "plan: measured copies %.3g / %.3g GB/s out / in, NVMe %.3g / %.3g GB/s (hw.* gives "
