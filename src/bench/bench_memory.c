@@ -21,7 +21,8 @@
  * steps), time_ratio (step_s over the unconstrained run's, in this process), host_bytes,
  * nvme_bytes and recomputed_bytes (per timed step, mean), and cpu_s (process CPU seconds per
  * timed step, every thread) with cpu_ratio, reserved_peak_bytes, prefetch_stall_s, plan_ms,
- * replans, splits. --rounds N runs the whole list N times, unconstrained and budgets
+ * replans, splits, and the allocator's cache releases and raw maps over the run
+ * (alloc_retries, alloc_maps). --rounds N runs the whole list N times, unconstrained and budgets
  * alternating: step_s is then the median over the rounds and time_ratio the median of the
  * rounds' ratios (step_s_rounds lists them), the other figures are the first round's; a run that
  * fails (a scene that does not fit even alone) is reported with "error" and the bench goes on. The
@@ -107,6 +108,7 @@ struct run_result {
     uint64_t budget, measured_peak, predicted_peak, reserved_peak;
     double step_s, cpu_s, host, nvme, recomputed, stall_s, plan_ms;
     int64_t replans, splits;
+    uint64_t retries, maps; /* the allocator's cache releases and raw maps, the whole run */
 };
 
 /* CPU seconds the process has used (every thread). */
@@ -164,6 +166,8 @@ static enum qc_status run_one(const struct qc_config *base, const char *const *d
         struct qc_alloc_stats as;
         qc_alloc_stats_get(qc_trainer_alloc(t), &as);
         r->reserved_peak = as.bytes_reserved_peak;
+        r->retries = as.n_retries;
+        r->maps = as.n_maps;
         if (keep_cost)
             st = qc_plan_cost_save(qc_trainer_plan_cost(t), keep_cost);
     }
@@ -412,6 +416,8 @@ enum qc_status qc_bench_memory(struct qc_cli *cli, int argc, char **argv)
         cJSON_AddNumberToObject(j, "plan_ms", r->plan_ms);
         cJSON_AddNumberToObject(j, "replans", (double)r->replans);
         cJSON_AddNumberToObject(j, "splits", (double)r->splits);
+        cJSON_AddNumberToObject(j, "alloc_retries", (double)r->retries);
+        cJSON_AddNumberToObject(j, "alloc_maps", (double)r->maps);
         cJSON_AddItemToArray(arr, j);
         char mp[32], ps[32], h[32], n[32], rc[32];
         qc_format_bytes(r->measured_peak, mp, sizeof mp);
