@@ -75,6 +75,25 @@ enum qc_status alloc_raw_cuda_host_register(void *ptr, size_t size);
 void alloc_raw_cuda_host_unregister(void *ptr);
 #endif
 
+// ---- the pinned arena's registration seam (pinned.c) -------------------------------------------
+
+/* How the pinned arena pins and unpins its extents. qc_pinned_create uses cudaHostRegister /
+ * cudaHostUnregister on a CUDA device and no ops (plain memory) on the CPU. Tests pass their
+ * own (alloc_pinned_create_with) to see on a CPU build when and where pinning happens. pin runs
+ * outside every jemalloc hook and lock (it may allocate: the CUDA runtime does), once per
+ * extent, before any allocation in that extent is returned. */
+struct qc_pinned;
+struct alloc_pin_ops {
+    enum qc_status (*pin)(void *ctx, void *base, size_t size); /* NULL: plain memory */
+    void (*unpin)(void *ctx, void *base);
+    void *ctx;
+};
+/* qc_pinned_create with explicit registration ops (NULL: none). */
+enum qc_status alloc_pinned_create_with(const struct alloc_pin_ops *ops, size_t budget,
+                                        struct qc_pinned **out);
+/* True while the calling thread is inside one of the pinned arena's jemalloc extent hooks. */
+bool alloc_pinned_in_hook(void);
+
 // ---- blocks, segments, pools -----------------------------------------------------------------
 
 enum alloc_block_state {
@@ -136,6 +155,7 @@ struct alloc_trace {
     uint64_t count;  /* events recorded so far; ring index = count % capacity */
     FILE *file;      /* NULL = ring only */
     bool file_error; /* a write failed once (logged once) */
+    uint64_t t0_ns;  /* CLOCK_MONOTONIC at creation: the header's t0_ns (docs/TRACE.md) */
 };
 
 /* Peaks folded in by qc_alloc_reset_peak: max over the finished windows (stats.c). */

@@ -1,11 +1,21 @@
 /*
  * pinned.c — the pinned host allocator: one jemalloc arena per qc_pinned whose extents come from
- * our hooks. The alloc hook maps host memory (within the budget) and, on a CUDA device, pins
- * it once with cudaHostRegister (through raw_cuda.c). Extents are never handed back to the OS
- * while the arena lives: the dalloc hook opts out (jemalloc retains the extent), there are no
- * decommit/purge hooks, and decay is off, so a pinned page stays pinned and is reused. Merges
- * are allowed only inside one hook mapping (one registration), so no allocation ever spans two
- * cudaHostRegister ranges. qc_pinned_destroy destroys the arena, then unpins and unmaps.
+ * our hooks. The alloc hook only maps host memory (within the budget) and records the extent;
+ * pinning (cudaHostRegister on a CUDA device, through raw_cuda.c, behind the alloc_pin_ops seam)
+ * happens in qc_pinned_malloc after jemalloc returned, outside its locks and our hooks: the CUDA
+ * runtime may allocate inside cudaHostRegister, which would re-enter jemalloc from a hook.
+ * Extents are never handed back to the OS while the arena lives: the dalloc hook opts out
+ * (jemalloc retains the extent), there are no decommit/purge hooks, and decay is off, so a
+ * pinned page stays pinned and is reused. Merges are allowed only inside one hook mapping (one
+ * registration), so no allocation ever spans two cudaHostRegister ranges. qc_pinned_destroy
+ * destroys the arena, then unpins and unmaps.
+ *
+ * Invariants (lock held):
+ *   ext[0 .. pin_next) are pinned, ext[pin_next .. next) are waiting for their pin (extents are
+ *   pinned in the order the hook mapped them);
+ *   a pointer qc_pinned_malloc returns lies in a pinned extent: before returning, it pins every
+ *   extent still waiting (the new pointer's included), or frees the pointer and fails;
+ *   bytes_pinned = Σ size of the pinned extents <= bytes_reserved.
  */
 #include "qc_pinned.h"
 
@@ -30,19 +40,28 @@ struct pinned_extent {
 };
 
 struct qc_pinned {
-    extent_hooks_t hooks; /* first: the hooks get &hooks and cast back */
-    bool pin;             /* cudaHostRegister each extent */
-    unsigned arena;       /* jemalloc arena index */
+    extent_hooks_t hooks;     /* first: the hooks get &hooks and cast back */
+    struct alloc_pin_ops ops; /* pin / unpin (ops.pin NULL: plain memory) */
+    unsigned arena;           /* jemalloc arena index */
     bool arena_ok;
-    pthread_mutex_t lock; /* guards everything below */
+    pthread_mutex_t pin_lock; /* serialises pinning (never taken inside a hook) */
+    pthread_mutex_t lock;     /* guards everything below */
     struct pinned_extent *ext;
     size_t next, cap_ext;
+    size_t pin_next; /* extents [0, pin_next) are pinned */
     struct qc_pinned_stats st;
 };
 
 static struct qc_pinned *pinned_of(extent_hooks_t *h)
 {
     return (struct qc_pinned *)(void *)h;
+}
+
+static _Thread_local bool in_hook; /* this thread runs one of our extent hooks */
+
+bool alloc_pinned_in_hook(void)
+{
+    return in_hook;
 }
 
 // ---- extent hooks ----------------------------------------------------------------------------
@@ -71,6 +90,36 @@ static const struct pinned_extent *ext_find(const struct qc_pinned *p, const cha
     return NULL;
 }
 
+static void *hook_alloc_locked(struct qc_pinned *p, size_t size, size_t alignment, bool *zero,
+                               bool *commit)
+{
+    if (p->st.bytes_budget &&
+        (size > p->st.bytes_budget || p->st.bytes_reserved > p->st.bytes_budget - size))
+        return NULL;
+    /* Over-map by the alignment, then trim both ends. */
+    size_t span = size + alignment;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    uintptr_t a = ((uintptr_t)raw + alignment - 1) / alignment * alignment;
+    char *base = (char *)a;
+    size_t head = (size_t)(base - raw), tail = span - head - size;
+    if (head)
+        munmap(raw, head);
+    if (tail)
+        munmap(base + size, tail);
+    /* No pinning here: qc_pinned_malloc pins the extent once jemalloc has returned. */
+    if (!ext_record(p, base, size)) {
+        munmap(base, size);
+        return NULL;
+    }
+    alloc_stat_add(&p->st.bytes_reserved, &p->st.bytes_reserved_peak, size);
+    p->st.n_extents++;
+    *zero = true; /* fresh anonymous pages */
+    *commit = true;
+    return base;
+}
+
 static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
                         bool *zero, bool *commit, unsigned arena_ind)
 {
@@ -80,48 +129,11 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
         return NULL;
     if (alignment < 4096)
         alignment = 4096;
+    in_hook = true;
     pthread_mutex_lock(&p->lock);
-    if (p->st.bytes_budget &&
-        (size > p->st.bytes_budget || p->st.bytes_reserved > p->st.bytes_budget - size)) {
-        pthread_mutex_unlock(&p->lock);
-        return NULL;
-    }
-    /* Over-map by the alignment, then trim both ends. */
-    size_t span = size + alignment;
-    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) {
-        pthread_mutex_unlock(&p->lock);
-        return NULL;
-    }
-    uintptr_t a = ((uintptr_t)raw + alignment - 1) / alignment * alignment;
-    char *base = (char *)a;
-    size_t head = (size_t)(base - raw), tail = span - head - size;
-    if (head)
-        munmap(raw, head);
-    if (tail)
-        munmap(base + size, tail);
-#ifdef QC_HAVE_CUDA
-    if (p->pin && alloc_raw_cuda_host_register(base, size) != QC_OK) {
-        qc_log(QC_LOG_WARN, "pinned: %s", qc_error_last());
-        munmap(base, size);
-        pthread_mutex_unlock(&p->lock);
-        return NULL;
-    }
-#endif
-    if (!ext_record(p, base, size)) {
-#ifdef QC_HAVE_CUDA
-        if (p->pin)
-            alloc_raw_cuda_host_unregister(base);
-#endif
-        munmap(base, size);
-        pthread_mutex_unlock(&p->lock);
-        return NULL;
-    }
-    alloc_stat_add(&p->st.bytes_reserved, &p->st.bytes_reserved_peak, size);
-    p->st.n_extents++;
+    void *base = hook_alloc_locked(p, size, alignment, zero, commit);
     pthread_mutex_unlock(&p->lock);
-    *zero = true; /* fresh anonymous pages */
-    *commit = true;
+    in_hook = false;
     return base;
 }
 
@@ -152,11 +164,44 @@ static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *add
 {
     (void)size_a, (void)size_b, (void)committed, (void)arena_ind;
     struct qc_pinned *p = pinned_of(h);
+    in_hook = true;
     pthread_mutex_lock(&p->lock);
     const struct pinned_extent *ea = ext_find(p, addr_a), *eb = ext_find(p, addr_b);
     bool refuse = !ea || ea != eb;
     pthread_mutex_unlock(&p->lock);
+    in_hook = false;
     return refuse;
+}
+
+// ---- pinning (outside the hooks) ------------------------------------------------------------
+
+/* Pins every extent still waiting, in mapping order. Called with no lock of ours or jemalloc's
+ * held; pin_lock makes one thread pin at a time, the others then find the work done. On a
+ * failure the extent stays waiting (a later call tries again) and the error is returned. */
+static enum qc_status pin_waiting(struct qc_pinned *p)
+{
+    if (!p->ops.pin)
+        return QC_OK;
+    QC_ASSERT(!in_hook, "pinned: pinning from inside a jemalloc hook");
+    enum qc_status st = QC_OK;
+    pthread_mutex_lock(&p->pin_lock);
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        const bool waiting = p->pin_next < p->next;
+        const struct pinned_extent e = waiting ? p->ext[p->pin_next] : (struct pinned_extent){0};
+        pthread_mutex_unlock(&p->lock);
+        if (!waiting)
+            break;
+        st = p->ops.pin(p->ops.ctx, e.base, e.size);
+        if (st != QC_OK)
+            break;
+        pthread_mutex_lock(&p->lock);
+        p->pin_next++;
+        p->st.bytes_pinned += e.size;
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->pin_lock);
+    return st;
 }
 
 // ---- API -------------------------------------------------------------------------------------
@@ -171,18 +216,42 @@ static enum qc_status arena_ctl(unsigned arena, const char *name, ssize_t value)
     return QC_OK;
 }
 
+#ifdef QC_HAVE_CUDA
+static enum qc_status pin_cuda(void *ctx, void *base, size_t size)
+{
+    (void)ctx;
+    return alloc_raw_cuda_host_register(base, size);
+}
+
+static void unpin_cuda(void *ctx, void *base)
+{
+    (void)ctx;
+    alloc_raw_cuda_host_unregister(base);
+}
+#endif
+
 enum qc_status qc_pinned_create(struct qc_device *dev, size_t budget, struct qc_pinned **out)
+{
+    if (dev && qc_device_kind_of(dev) == QC_DEVICE_CUDA) {
+#ifdef QC_HAVE_CUDA
+        const struct alloc_pin_ops cuda = {pin_cuda, unpin_cuda, NULL};
+        return alloc_pinned_create_with(&cuda, budget, out);
+#else
+        return qc_errorf(QC_ERR_UNSUPPORTED, "pinned allocator: CUDA device in a CPU-only build");
+#endif
+    }
+    return alloc_pinned_create_with(NULL, budget, out);
+}
+
+enum qc_status alloc_pinned_create_with(const struct alloc_pin_ops *ops, size_t budget,
+                                        struct qc_pinned **out)
 {
     struct qc_pinned *p = calloc(1, sizeof *p);
     if (!p)
         return qc_errorf(QC_ERR_NOMEM, "pinned allocator: out of host memory");
-    p->pin = dev && qc_device_kind_of(dev) == QC_DEVICE_CUDA;
-#ifndef QC_HAVE_CUDA
-    if (p->pin) {
-        free(p);
-        return qc_errorf(QC_ERR_UNSUPPORTED, "pinned allocator: CUDA device in a CPU-only build");
-    }
-#endif
+    if (ops)
+        p->ops = *ops;
+    QC_ASSERT(!p->ops.pin == !p->ops.unpin, "pinned allocator: pin without unpin or back");
     p->st.bytes_budget = budget;
     p->hooks.alloc = hook_alloc;
     p->hooks.dalloc = hook_dalloc;
@@ -190,6 +259,11 @@ enum qc_status qc_pinned_create(struct qc_device *dev, size_t budget, struct qc_
     p->hooks.split = hook_split;
     p->hooks.merge = hook_merge;
     if (pthread_mutex_init(&p->lock, NULL) != 0) {
+        free(p);
+        return qc_errorf(QC_ERR_NOMEM, "pinned allocator: pthread_mutex_init failed");
+    }
+    if (pthread_mutex_init(&p->pin_lock, NULL) != 0) {
+        pthread_mutex_destroy(&p->lock);
         free(p);
         return qc_errorf(QC_ERR_NOMEM, "pinned allocator: pthread_mutex_init failed");
     }
@@ -209,6 +283,8 @@ enum qc_status qc_pinned_create(struct qc_device *dev, size_t budget, struct qc_
         st = arena_ctl(p->arena, "dirty_decay_ms", -1);
     if (st == QC_OK)
         st = arena_ctl(p->arena, "muzzy_decay_ms", -1);
+    if (st == QC_OK) /* the arena's first extent (its metadata) is pinned at once */
+        st = pin_waiting(p);
     if (st != QC_OK) {
         qc_pinned_destroy(p);
         return st;
@@ -229,13 +305,12 @@ void qc_pinned_destroy(struct qc_pinned *p)
             qc_log(QC_LOG_WARN, "pinned: mallctl(%s): %s", key, strerror(rc));
     }
     for (size_t i = 0; i < p->next; i++) {
-#ifdef QC_HAVE_CUDA
-        if (p->pin)
-            alloc_raw_cuda_host_unregister(p->ext[i].base);
-#endif
+        if (i < p->pin_next)
+            p->ops.unpin(p->ops.ctx, p->ext[i].base);
         munmap(p->ext[i].base, p->ext[i].size);
     }
     free(p->ext);
+    pthread_mutex_destroy(&p->pin_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -265,6 +340,31 @@ enum qc_status qc_pinned_malloc(struct qc_pinned *p, size_t size, size_t align, 
                          qc_alloc_bytes_str(s.bytes_allocated, b3, sizeof b3),
                          s.bytes_budget ? qc_alloc_bytes_str(s.bytes_budget, b4, sizeof b4)
                                         : "unlimited");
+    }
+    /* A new extent may hold ptr: pin it now, with jemalloc's locks released. */
+    pthread_mutex_lock(&p->lock);
+    const bool waiting = p->pin_next < p->next;
+    pthread_mutex_unlock(&p->lock);
+    enum qc_status pst = waiting ? pin_waiting(p) : QC_OK;
+    if (pst != QC_OK) { /* fatal for ptr only if its own extent is still waiting */
+        pthread_mutex_lock(&p->lock);
+        const struct pinned_extent *e = ext_find(p, ptr);
+        if (e && (size_t)(e - p->ext) < p->pin_next)
+            pst = QC_OK;
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (pst != QC_OK) {
+        dallocx(ptr, flags);
+        pthread_mutex_lock(&p->lock);
+        p->st.n_pin_failures++;
+        pthread_mutex_unlock(&p->lock);
+        char b1[32], cause[512];
+        snprintf(cause, sizeof cause, "%s", qc_error_last());
+        return qc_errorf(pst,
+                         "pinned host memory: cannot pin a new extent for %s (%zu bytes, tag %s): "
+                         "%s\nhint: the locked-memory limit (ulimit -l) or the driver refused; "
+                         "lower the pinned host budget or the offload window",
+                         qc_alloc_bytes_str(size, b1, sizeof b1), size, tag ? tag : "-", cause);
     }
     size_t usable = sallocx(ptr, flags);
     pthread_mutex_lock(&p->lock);

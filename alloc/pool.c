@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qc_oom.h"
+
 #define ALLOC_MAP_INITIAL 1024
 #define ALLOC_SLOP_LIMIT  ((size_t)1 << 30) /* refuse requests within 1 GiB of 2^48 */
 
@@ -1004,13 +1006,18 @@ enum qc_status qc_alloc_malloc(struct qc_alloc *a, size_t size, struct qc_stream
         }
         if (report)
             alloc_report_format_locked(a, size, report, need);
+        /* the figures for the caller's short message, the hint from its one place (qc_oom.h) */
+        const struct qc_oom_facts facts = {.bytes_requested = size,
+                                           .bytes_budget = a->st.bytes_budget,
+                                           .bytes_allocated = a->st.bytes_allocated,
+                                           .bytes_reserved = a->st.bytes_reserved};
         pthread_mutex_unlock(&a->lock);
-        if (st == QC_ERR_NOMEM)
-            qc_errorf(st,
-                      "%s  cause: %s\nhint: lower the batch size, let the planner offload or "
-                      "recompute, or raise the memory budget",
-                      report ? report : "qc_alloc: out of memory\n", why);
-        else
+        if (st == QC_ERR_NOMEM) {
+            char hint[256];
+            qc_errorf(st, "%s  cause: %s\n%s", report ? report : "qc_alloc: out of memory\n", why,
+                      qc_oom_hint(&facts, hint, sizeof hint));
+            qc_oom_record(&facts);
+        } else
             qc_errorf(st, "allocating %zu bytes (tag %s): %s", size, tag ? tag : "-", why);
         free(report);
         return st;

@@ -221,6 +221,11 @@ const char *qc_alloc_event_kind_str(enum qc_alloc_event_kind kind);
 uint64_t qc_alloc_trace_read(struct qc_alloc *a, struct qc_alloc_event *out, size_t max, size_t *n);
 /* Flushes the trace file (also done by destroy). */
 enum qc_status qc_alloc_trace_flush(struct qc_alloc *a);
+/* Writes n events (e.g. one step's, from qc_alloc_trace_read) as a trace file of the documented
+ * format (docs/TRACE.md; header from a's parameters and creation time), atomically: PATH.tmp,
+ * fsync, rename. Works whether or not a has a trace file of its own. QC_ERR_IO naming the file. */
+enum qc_status qc_alloc_trace_write_file(struct qc_alloc *a, const char *path,
+                                         const struct qc_alloc_event *ev, size_t n);
 /* Reads a whole trace file (docs/TRACE.md) into a malloc'ed array the caller frees. */
 enum qc_status qc_alloc_trace_load(const char *path, struct qc_alloc_event **events, size_t *n);
 

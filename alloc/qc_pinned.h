@@ -1,7 +1,8 @@
 /*
  * qc_pinned.h — the pinned host allocator: a jemalloc arena whose extents come from our own
- * extent hooks, which map host memory and pin each extent once (cudaHostRegister on a CUDA
- * device; plain memory on the CPU backend). Offload staging buffers and loader batches come
+ * extent hooks, which map host memory; each extent is pinned once (cudaHostRegister on a CUDA
+ * device, outside jemalloc's hooks and locks, before any allocation in it is returned; plain
+ * memory on the CPU backend). Offload staging buffers and loader batches come
  * from here, so no tensor pays for a cudaHostAlloc. Extents are kept for the arena's lifetime
  * (never unpinned in between); the budget caps the bytes mapped by the hooks.
  *
@@ -36,15 +37,17 @@ void qc_pinned_free(struct qc_pinned *p, void *ptr); /* NULL is a no-op */
 struct qc_pinned_stats {
     size_t bytes_allocated; /* Σ usable sizes of live allocations */
     size_t bytes_allocated_peak;
-    size_t bytes_reserved; /* mapped (and pinned) by the extent hooks */
+    size_t bytes_reserved; /* mapped by the extent hooks */
     size_t bytes_reserved_peak;
+    size_t bytes_pinned; /* of bytes_reserved, pinned (cudaHostRegister'ed; 0 on the CPU) */
     size_t bytes_budget;
     uint64_t n_allocs;
     uint64_t n_frees;
     uint64_t n_live;
     uint64_t n_extents; /* extents mapped by the hooks */
     uint64_t n_ooms;
-    double fragmentation; /* bytes_reserved_peak / bytes_allocated_peak (1 if none) */
+    uint64_t n_pin_failures; /* allocations refused because their extent could not be pinned */
+    double fragmentation;    /* bytes_reserved_peak / bytes_allocated_peak (1 if none) */
 };
 
 void qc_pinned_stats_get(struct qc_pinned *p, struct qc_pinned_stats *out);

@@ -5,6 +5,8 @@
  */
 #include "alloc_internal.h"
 
+#include "qc_file.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +59,23 @@ const char *qc_alloc_event_kind_str(enum qc_alloc_event_kind kind)
     return "?";
 }
 
+static void trace_header_fill(struct trace_header *h, uint64_t t0_ns,
+                              const struct qc_alloc_params *p)
+{
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, TRACE_MAGIC, 8);
+    h->version = TRACE_VERSION;
+    h->record_size = sizeof(struct qc_alloc_event);
+    h->t0_ns = t0_ns;
+    h->budget = p->budget;
+    h->round = p->round;
+    h->expandable = p->expandable;
+}
+
 enum qc_status alloc_trace_init(struct alloc_trace *t, const struct qc_alloc_params *p)
 {
     memset(t, 0, sizeof *t);
+    t->t0_ns = now_ns();
     if (!p->trace)
         return QC_OK;
     t->ring = calloc(p->trace_capacity, sizeof *t->ring);
@@ -78,14 +94,7 @@ enum qc_status alloc_trace_init(struct alloc_trace *t, const struct qc_alloc_par
                          p->trace_file, strerror(e));
     }
     struct trace_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, TRACE_MAGIC, 8);
-    h.version = TRACE_VERSION;
-    h.record_size = sizeof(struct qc_alloc_event);
-    h.t0_ns = now_ns();
-    h.budget = p->budget;
-    h.round = p->round;
-    h.expandable = p->expandable;
+    trace_header_fill(&h, t->t0_ns, p);
     if (fwrite(&h, sizeof h, 1, t->file) != 1) {
         fclose(t->file);
         free(t->ring);
@@ -152,6 +161,15 @@ enum qc_status qc_alloc_trace_flush(struct qc_alloc *a)
         st = qc_errorf(QC_ERR_IO, "allocator trace file: write failed");
     pthread_mutex_unlock(&a->lock);
     return st;
+}
+
+enum qc_status qc_alloc_trace_write_file(struct qc_alloc *a, const char *path,
+                                         const struct qc_alloc_event *ev, size_t n)
+{
+    struct trace_header h;
+    trace_header_fill(&h, a->trace.t0_ns, &a->params);
+    const struct qc_file_part parts[2] = {{&h, sizeof h}, {ev, n * sizeof *ev}};
+    return qc_file_write_atomic(path, parts, 2, "trace");
 }
 
 enum qc_status qc_alloc_trace_load(const char *path, struct qc_alloc_event **events, size_t *n)

@@ -14,6 +14,7 @@
 #ifndef QC_KERNELS_CUDA_COMMON_CUH
 #define QC_KERNELS_CUDA_COMMON_CUH
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include <cublas_v2.h>
@@ -21,6 +22,7 @@
 #include <cudnn.h>
 
 #include "qc_cuda_check.h"
+#include "qc_cuda_launch.h"
 #include "qc_kernels.h"
 #include "qc_kernels_cuda.h"
 #include "qc_status.h"
@@ -43,36 +45,45 @@ void qc_cudnn_assert(cudnnStatus_t st, const char *call, const char *file, int l
 // ---- context internals -----------------------------------------------------------------------
 
 struct qc_kernels_cuda {
-    int device;               /* CUDA ordinal */
-    bool tf32;                /* cuBLAS math mode TF32 tensor-op (true) or pedantic fp32 */
-    cublasHandle_t cublas;    /* created with the context */
-    cudnnHandle_t cudnn;      /* created on first use (NULL until then) */
-    double *ws;               /* reduction workspace (caller's memory) */
-    size_t ws_bytes;          /* its size */
-    cudaStream_t last_stream; /* stream of the previous launch through this context */
-    bool has_last;            /* last_stream is valid */
-    cudaEvent_t join;         /* orders a stream switch after the previous stream's work */
+    int device;            /* CUDA ordinal */
+    bool tf32;             /* cuBLAS math mode TF32 tensor-op (true) or default fp32 */
+    cublasHandle_t cublas; /* created with the context */
+    cudnnHandle_t cudnn;   /* created on first use (NULL until then) */
+    double *ws;            /* workspace (caller's memory): colsum partials and cuBLAS's */
+    size_t ws_bytes;       /* its size */
+    cudaEvent_t join;      /* orders a stream switch after the previous stream's work */
+    /* mu guards last_stream / has_last: a stream destroyed on another thread clears them
+     * (the stream-destroy listener, qc_device.h) */
+    pthread_mutex_t mu;
+    cudaStream_t last_stream;          /* stream of the previous launch through this context */
+    bool has_last;                     /* last_stream is valid (a live stream) */
+    struct qc_kernels_cuda *next_live; /* in handles.cu's list of live contexts */
+    /* upload staging ring (qc_upload_cuda; stage NULL: none) */
+    unsigned char *stage;                                  /* caller's pinned memory */
+    size_t stage_slot;                                     /* bytes of one slot */
+    unsigned int stage_next;                               /* the slot the next chunk takes */
+    cudaEvent_t stage_done[QC_KERNELS_CUDA_STAGING_SLOTS]; /* the slot's last copy finished */
 };
 
 /* This thread's context, bound to `stream`: if the stream differs from the previous one, the
  * new stream waits for the old one's work so far (the workspace and handle are shared); the
- * cuBLAS handle is set to `stream`. Aborts with a hint when no context is current. */
+ * cuBLAS handle is set to `stream` and given the workspace. Aborts with a hint when no context
+ * is current. */
 struct qc_kernels_cuda *cuda_ctx_bind(cudaStream_t stream, const char *op);
 /* The lazily created cuDNN handle of ctx, bound to `stream`. */
 enum qc_status cuda_ctx_cudnn(struct qc_kernels_cuda *ctx, cudaStream_t stream, cudnnHandle_t *out);
 
 // ---- launch shapes ----------------------------------------------------------------------------
+/* The arithmetic lives in qc_cuda_launch.h (plain C: tests/test_cuda_launch.c checks it on the
+ * CPU build). */
 
-#define CUDA_BLOCK      256   /* threads of a 1-D elementwise block */
-#define CUDA_MAX_BLOCKS 16384 /* cap of 1-D grids; grid-stride loops cover the rest */
+#define CUDA_BLOCK      QC_CUDA_BLOCK
+#define CUDA_MAX_BLOCKS QC_CUDA_MAX_BLOCKS
 
 /* Blocks for n work items of `block` threads each (n > 0), capped: kernels are grid-stride. */
 static inline unsigned int cuda_blocks(int64_t n, int block)
 {
-    int64_t b = (n + block - 1) / block;
-    if (b > CUDA_MAX_BLOCKS)
-        b = CUDA_MAX_BLOCKS;
-    return (unsigned int)(b > 0 ? b : 1);
+    return qc_cuda_blocks(n, block);
 }
 
 /* Global thread id and thread count of a 1-D grid, as int64. */
@@ -115,17 +126,8 @@ __device__ static inline double warp_sum_double(double v)
 
 // ---- deterministic column reduction ------------------------------------------------------------
 
-#define COLSUM_MAX_CHUNKS 128 /* row chunks (level 1); their partials are summed in order */
-#define COLSUM_MIN_ROWS   256 /* rows per chunk at least */
-#define COLSUM_TX         32  /* columns per block */
-#define COLSUM_TY         8   /* row lanes per block */
-
-/* Row chunking for N rows: depends on N only, so the summation order is fixed. */
-static inline int64_t colsum_rows_per_chunk(int64_t N)
-{
-    int64_t r = (N + COLSUM_MAX_CHUNKS - 1) / COLSUM_MAX_CHUNKS;
-    return r < COLSUM_MIN_ROWS ? COLSUM_MIN_ROWS : r;
-}
+#define COLSUM_TX QC_COLSUM_TX /* columns per block */
+#define COLSUM_TY QC_COLSUM_TY /* row lanes per block */
 
 /* Level 1: partial[k][chunk][c - c0] = Σ_{rows of chunk} f(n, c)[k]. Each thread walks rows
  * r0 + ty, r0 + ty + TY, ... in order; the TY lanes are then added in ascending ty. */
@@ -163,22 +165,22 @@ __global__ void colsum_partial_kernel(double *partial, int64_t N, int64_t c0, in
     }
 }
 
-/* Level 2: out[k][c] += (float)Σ_chunk partial[k][chunk][c - c0], chunks ascending. */
+/* Level 2: out[k][c] += (float)Σ_chunk partial[k][chunk][c - c0], chunks ascending. Grid-stride:
+ * the capped grid (qc_cuda_blocks) covers any slab width. */
 template <int NOUT>
 __global__ void colsum_final_kernel(float *o0, float *o1, const double *partial, int64_t c0,
                                     int64_t cs, int64_t nchunk)
 {
-    int64_t cl = cuda_tid();
-    if (cl >= cs)
-        return;
-    for (int k = 0; k < NOUT; k++) {
-        float *o = k == 0 ? o0 : o1;
-        if (!o)
-            continue;
-        double t = 0.0;
-        for (int64_t ch = 0; ch < nchunk; ch++)
-            t += partial[((int64_t)k * nchunk + ch) * cs + cl];
-        o[c0 + cl] += (float)t;
+    for (int64_t cl = cuda_tid(); cl < cs; cl += cuda_nthreads()) {
+        for (int k = 0; k < NOUT; k++) {
+            float *o = k == 0 ? o0 : o1;
+            if (!o)
+                continue;
+            double t = 0.0;
+            for (int64_t ch = 0; ch < nchunk; ch++)
+                t += partial[((int64_t)k * nchunk + ch) * cs + cl];
+            o[c0 + cl] += (float)t;
+        }
     }
 }
 
@@ -192,22 +194,19 @@ static void colsum_launch(struct qc_kernels_cuda *ctx, float *out0, float *out1,
     static_assert(NOUT == 1 || NOUT == 2, "colsum: 1 or 2 outputs");
     if (N <= 0 || C <= 0 || (!out0 && !out1))
         return;
-    int64_t rpc = colsum_rows_per_chunk(N);
-    int64_t nchunk = (N + rpc - 1) / rpc;
-    int64_t per_col = (int64_t)NOUT * nchunk * (int64_t)sizeof(double);
-    int64_t slab = (int64_t)(ctx->ws_bytes / (size_t)per_col);
-    QC_ASSERT(slab >= 1, "colsum: workspace of %zu bytes too small", ctx->ws_bytes);
-    if (slab > C)
-        slab = C;
-    for (int64_t c0 = 0; c0 < C; c0 += slab) {
-        int64_t cs = C - c0 < slab ? C - c0 : slab;
-        dim3 grid((unsigned int)((cs + COLSUM_TX - 1) / COLSUM_TX), (unsigned int)nchunk);
+    struct qc_colsum_plan plan;
+    QC_ASSERT(qc_colsum_plan_make(N, C, NOUT, ctx->ws_bytes, &plan),
+              "colsum: workspace of %zu bytes too small", ctx->ws_bytes);
+    for (int64_t c0 = 0; c0 < C; c0 += plan.slab) {
+        int64_t cs = C - c0 < plan.slab ? C - c0 : plan.slab;
+        const struct qc_colsum_grid g = qc_colsum_grid_of(&plan, cs);
+        dim3 grid(g.partial_x, g.partial_y);
         dim3 block(COLSUM_TX, COLSUM_TY);
         colsum_partial_kernel<NOUT, F>
-            <<<grid, block, 0, stream>>>(ctx->ws, N, c0, cs, rpc, nchunk, f);
+            <<<grid, block, 0, stream>>>(ctx->ws, N, c0, cs, plan.rows_per_chunk, plan.nchunk, f);
         QC_CUDA_LAUNCH_CHECK();
-        colsum_final_kernel<NOUT><<<cuda_blocks(cs, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(
-            out0, out1, ctx->ws, c0, cs, nchunk);
+        colsum_final_kernel<NOUT>
+            <<<g.final_blocks, CUDA_BLOCK, 0, stream>>>(out0, out1, ctx->ws, c0, cs, plan.nchunk);
         QC_CUDA_LAUNCH_CHECK();
     }
 }

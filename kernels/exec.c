@@ -111,8 +111,8 @@ enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src,
     if (bytes == 0 || (x && x->backend == QC_EXEC_DRY))
         return QC_OK;
 #ifdef QC_HAVE_CUDA
-    if (x && x->backend == QC_EXEC_CUDA)
-        return QC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, EXEC_STREAM(x)));
+    if (x && x->backend == QC_EXEC_CUDA) /* staged through the context's pinned ring */
+        return qc_upload_cuda(dst, src, bytes, EXEC_STREAM(x));
 #endif
     if (x && x->backend == QC_EXEC_CUDA)
         exec_no_cuda("upload");

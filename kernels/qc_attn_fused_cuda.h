@@ -181,7 +181,8 @@ void qc_attn_fused_backward_cuda(float *dq, float *dk, float *dv, const float *d
  * forward:  u, smax, ssum of the tile's query rows OVERWRITE.
  * backward: dq of the tile's query rows OVERWRITE; dkt, dvt ACCUM.
  * scatter:  dk[j], dv[j] (H*Dh = D wide) += dkt, dvt of source j's edges in [e0, e1),
- *           ascending edge. */
+ *           ascending edge, for each source j with an edge in the tile, found as the kernel
+ *           does from the tile's edges (by_src.seg: the source of each edge, required). */
 void qc_attn_fused_tile_forward_host(float *u, float *smax, float *ssum, const float *q,
                                      const float *kt, const float *vt, const int64_t *row_ptr,
                                      const int64_t *query_row, int64_t b0, int64_t nb, int64_t e0,

@@ -84,9 +84,10 @@ static inline bool qc_exec_is_device(const struct qc_exec *x)
 void qc_op_zero(const struct qc_exec *ex, void *dst, size_t bytes);
 /* Device-to-device copy of bytes (no overlap). */
 void qc_op_copy(const struct qc_exec *ex, void *dst, const void *src, size_t bytes);
-/* Host-to-device copy. src may be reused when this returns if it is pageable host memory (CUDA
- * stages it); pinned memory must stay untouched until the stream passes the copy (qc_op_sync).
- * QC_ERR_CUDA with the CUDA error on failure. */
+/* Host-to-device copy. src may be reused when this returns if it is pageable host memory (CUDA:
+ * staged through the op context's pinned ring, qc_upload_cuda, so the stream is not
+ * synchronized); pinned memory must stay untouched until the stream passes the copy
+ * (qc_op_sync). QC_ERR_CUDA with the CUDA error on failure. */
 enum qc_status qc_op_upload(const struct qc_exec *ex, void *dst, const void *src, size_t bytes);
 /* Device-to-host copy, synchronous: dst holds the data when this returns (the stream is
  * synchronized). QC_ERR_CUDA on failure (also reports an earlier asynchronous error). */

@@ -46,17 +46,29 @@ extern "C" {
 
 struct qc_kernels_cuda; /* cuBLAS handle, lazily created cuDNN handle, TF32 flag, workspace */
 
-/* Bytes of reduction workspace the ops want (fixed: 16 MiB). More is not used; less still
- * works (column reductions then run in several slabs) down to qc_kernels_cuda_workspace_min. */
+/* Bytes of workspace the ops want (fixed: 16 MiB). It serves the deterministic column
+ * reductions and is cuBLAS's workspace (cublasSetWorkspace: no cuBLAS allocation outside qc_alloc,
+ * and a fixed workspace keeps cuBLAS's choice of kernels, hence its bits, fixed). Less still
+ * works (column reductions then run in several slabs, cuBLAS picks kernels that fit) down to
+ * QC_KERNELS_CUDA_WORKSPACE_MIN. */
 #define QC_KERNELS_CUDA_WORKSPACE_BYTES ((size_t)16 << 20)
 #define QC_KERNELS_CUDA_WORKSPACE_MIN   ((size_t)256 << 10)
+/* Pinned host bytes for the upload staging ring (qc_upload_cuda): QC_KERNELS_CUDA_STAGING_SLOTS
+ * slots, each upload copied through them in slot-sized chunks. */
+#define QC_KERNELS_CUDA_STAGING_BYTES ((size_t)16 << 20)
+#define QC_KERNELS_CUDA_STAGING_SLOTS 8
 
 struct qc_kernels_cuda_params {
     int device;             /* CUDA ordinal the context serves */
     bool tf32;              /* cuBLAS GEMMs (and the cuDNN GRU) may use TF32 tensor cores */
-    void *workspace;        /* device memory for deterministic column reductions, 256-byte
-                               aligned, owned by the caller (from qc_alloc), outlives the ctx */
+    void *workspace;        /* device memory for deterministic column reductions and cuBLAS,
+                               256-byte aligned, owned by the caller (from qc_alloc), outlives
+                               the ctx */
     size_t workspace_bytes; /* >= QC_KERNELS_CUDA_WORKSPACE_MIN */
+    void *staging;          /* optional: pinned host memory (qc_pinned) for the upload ring,
+                               owned by the caller, outlives the ctx; NULL: uploads copy straight
+                               from the caller's memory */
+    size_t staging_bytes;   /* >= QC_KERNELS_CUDA_STAGING_SLOTS * 4096 when staging is set */
 };
 
 /* Creates a context on params->device (made current for the calling thread's CUDA runtime).
@@ -73,9 +85,19 @@ void qc_kernels_cuda_destroy(struct qc_kernels_cuda *ctx);
  * they share the workspace and the cuBLAS handle. */
 void qc_kernels_cuda_set_current(struct qc_kernels_cuda *ctx);
 struct qc_kernels_cuda *qc_kernels_cuda_current(void);
-/* TF32 for later GEMMs of this context (default: params->tf32). */
+/* TF32 for later GEMMs of this context (default: params->tf32). Off: CUBLAS_DEFAULT_MATH
+ * (fp32 in, fp32 compute, no down-conversion); on: CUBLAS_TF32_TENSOR_OP_MATH. */
 enum qc_status qc_kernels_cuda_set_tf32(struct qc_kernels_cuda *ctx, bool tf32);
 bool qc_kernels_cuda_tf32(const struct qc_kernels_cuda *ctx);
+
+/* Host-to-device copy of `bytes` on `stream` (what qc_op_upload runs on CUDA). With this thread's
+ * context holding a staging ring, a pageable source is copied into a free pinned slot and the
+ * device copy runs from there: the call never waits for the stream (a pageable cudaMemcpyAsync
+ * synchronizes the stream first), only, when the ring wraps, for the copy that last used the
+ * slot. A pinned source (cudaHostRegister'ed, qc_pinned) or no ring: one cudaMemcpyAsync
+ * straight from src. src may be reused on return when it is pageable; a pinned src must stay
+ * untouched until the stream passes the copy. QC_ERR_CUDA on failure. */
+enum qc_status qc_upload_cuda(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 
 /* ---- geometry -------------------------------------------------------------------------- */
 
@@ -233,11 +255,13 @@ void qc_gru_backward_cuda(float *dx, float *dh0, float *dw_ih, float *db_ih, flo
  * row-major like PyTorch's row blocks; the biases follow the same ids (b_ih blocks for 0..2,
  * b_hh blocks for 3..5). Packing is therefore a copy of each row block.
  * Determinism: as cuDNN's RNN (not guaranteed across cuDNN versions); the default model path
- * is the plain GRU above. TF32 follows the context (CUDNN_FMA_MATH when off). */
+ * is the plain GRU above. TF32 follows the context (CUDNN_DEFAULT_MATH when on, which permits
+ * TF32; CUDNN_FMA_MATH when off). */
 struct qc_gru_cudnn; /* descriptors of one (L, N, IC, C) problem */
 
-/* Builds the plan on this thread's context (its cuDNN handle). QC_ERR_CUDA on cuDNN errors. */
-enum qc_status qc_gru_cudnn_create(int64_t L, int64_t N, int64_t IC, int64_t C,
+/* Builds the plan on this thread's context (its cuDNN handle, bound to `stream`, the stream the
+ * plan's calls will run on). QC_ERR_CUDA on cuDNN errors. */
+enum qc_status qc_gru_cudnn_create(int64_t L, int64_t N, int64_t IC, int64_t C, cudaStream_t stream,
                                    struct qc_gru_cudnn **out);
 void qc_gru_cudnn_destroy(struct qc_gru_cudnn *g); /* NULL is a no-op */
 /* Device bytes the caller provides (256-byte aligned each): packed weights (also the size of

@@ -24,6 +24,11 @@ static const struct bench_target targets[] = {
     {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
     {"memory", "training steps under device budgets: peaks (measured, predicted), time, offload",
      qc_bench_memory},
+    {"report", "size and writing time of the HTML report of a long synthetic run", qc_bench_report},
+    {"dist",
+     "data-parallel steps under mpirun/srun: bytes reduced, collective time, overlap, "
+     "rank balance",
+     qc_bench_dist},
 };
 
 static void bench_usage(FILE *out)

@@ -1,7 +1,7 @@
 /*
  * cmd_eval.c — `qctrain eval --data FILE... [--weights FILE] [--batch-size N] [--dump FILE]`:
- * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE over the focal
- * agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
+ * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE, minAHE, minFHE
+ * over the focal agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
  * constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, cv_MR). --dump writes
  * the first batch's outputs (QCNet's names and shapes) as safetensors.
  */
@@ -16,7 +16,8 @@
 static const char eval_usage[] =
     "--data FILE... [--weights FILE] [--batch-size N] [--max-batches N] [--dump FILE] [--json]";
 static const char eval_summary[] =
-    "Evaluates QCNet: validation loss, minADE, minFDE, MR and Brier-minFDE at K=6 over the focal "
+    "Evaluates QCNet: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE and minFHE at K=6 "
+    "over the focal "
     "agents, next to a constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, "
     "cv_MR: each agent keeps its velocity at t = 49). Batches follow the file order (no "
     "shuffling): with --batch-size N the first batch "
@@ -91,15 +92,21 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
            r.scenes, r.batches, r.metrics.count, r.seconds, peak);
     printf("val_loss        %.6f  (reg_propose %.6f, reg_refine %.6f, cls %.6f)\n", r.loss,
            r.reg_loss_propose, r.reg_loss_refine, r.cls_loss);
-    printf("minADE (K=6)    %.4f\n", r.metrics.min_ade);
-    printf("minFDE (K=6)    %.4f\n", r.metrics.min_fde);
-    printf("MR (K=6)        %.4f\n", r.metrics.miss_rate);
-    printf("Brier (K=6)     %.4f\n", r.metrics.brier);
-    printf("brier-minFDE    %.4f\n", r.metrics.brier_min_fde);
-    printf("cv_minADE       %.4f  (constant-velocity baseline, 1 mode, same focal agents)\n",
-           r.cv.min_ade);
-    printf("cv_minFDE       %.4f\n", r.cv.min_fde);
-    printf("cv_MR           %.4f\n", r.cv.miss_rate);
+    char b[11][16];
+    printf("minADE (K=6)    %s\n", qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]));
+    printf("minFDE (K=6)    %s\n", qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]));
+    printf("MR (K=6)        %s\n", qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]));
+    printf("Brier (K=6)     %s\n", qc_eval_format_metric(r.metrics.brier, b[3], sizeof b[3]));
+    printf("brier-minFDE    %s\n",
+           qc_eval_format_metric(r.metrics.brier_min_fde, b[4], sizeof b[4]));
+    printf("minAHE (K=6)    %s rad  (heading error of the FDE-best mode, mean over steps)\n",
+           qc_eval_format_metric(r.metrics.min_ahe, b[8], sizeof b[8]));
+    printf("minFHE (K=6)    %s rad  (its heading error at the last valid step)\n",
+           qc_eval_format_metric(r.metrics.min_fhe, b[9], sizeof b[9]));
+    printf("cv_minADE       %s  (constant-velocity baseline, 1 mode, same focal agents)\n",
+           qc_eval_format_metric(r.cv.min_ade, b[5], sizeof b[5]));
+    printf("cv_minFDE       %s\n", qc_eval_format_metric(r.cv.min_fde, b[6], sizeof b[6]));
+    printf("cv_MR           %s\n", qc_eval_format_metric(r.cv.miss_rate, b[7], sizeof b[7]));
     if (dump)
         printf("dump: %s (outputs of the first batch)\n", dump);
     return QC_OK;

@@ -23,7 +23,8 @@ static const char train_summary[] =
     "DIR/metrics.jsonl and checkpoints DIR/ckpt-<step>/ (QCNet state_dict keys, loadable by "
     "PyTorch). A fixed seed gives the same bits; --resume continues bit for bit. Runs on the "
     "global --device: cpu, cuda, or emu (CPU ops on emulated device memory, for tests and "
-    "debugging); checkpoints are the same files whatever the device.";
+    "debugging); checkpoints are the same files whatever the device. Under mpirun -np N or srun "
+    "-n N it trains on N ranks (docs/DISTRIBUTED.md).";
 
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
 {

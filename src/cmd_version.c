@@ -1,6 +1,7 @@
 /*
  * cmd_version.c — `qctrain version`: the version and what this build contains (build type,
- * CUDA with its architectures, MPI, compiler, sanitizers).
+ * CUDA with its architectures, MPI and NCCL (from src/dist, the only place that sees their
+ * headers), compiler, sanitizers).
  *
  * QC_BUILD_TYPE, QC_CUDA_ARCHS and QC_SANITIZE_FLAGS come from src/CMakeLists.txt.
  */
@@ -8,9 +9,7 @@
 
 #include <stdio.h>
 
-#ifdef QC_HAVE_MPI
-#    include <mpi.h> /* MPI_VERSION, OMPI_*_VERSION */
-#endif
+#include "qc_dist.h" /* qc_dist_build_info */
 #ifdef QC_HAVE_CUDA
 #    include <cuda_runtime_api.h> /* CUDART_VERSION */
 #endif
@@ -56,14 +55,9 @@ enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv)
 #else
     printf("cuda: no (CPU-only build)\n");
 #endif
-#if defined(QC_HAVE_MPI) && defined(OMPI_MAJOR_VERSION)
-    printf("mpi: yes (Open MPI %d.%d.%d, MPI %d.%d)\n", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION,
-           OMPI_RELEASE_VERSION, MPI_VERSION, MPI_SUBVERSION);
-#elif defined(QC_HAVE_MPI)
-    printf("mpi: yes (MPI %d.%d)\n", MPI_VERSION, MPI_SUBVERSION);
-#else
-    printf("mpi: no\n");
-#endif
+    char dist[256];
+    qc_dist_build_info(dist, sizeof(dist));
+    fputs(dist, stdout);
     print_compiler(stdout);
     printf("sanitize: %s\n", QC_SANITIZE_FLAGS[0] ? QC_SANITIZE_FLAGS : "none");
     return QC_OK;

@@ -7,15 +7,21 @@
  * is built as defaults < --preset (in order, each with its inheritance chain) < --set (in order)
  * < --device / --log-level / --quiet, then validated. Only this file exits: QC_OK -> 0,
  * QC_ERR_INVALID -> 2 (bad usage or input), anything else -> 1, with
- * "qctrain: error: <message>" on stderr.
+ * "qctrain: error: <message>" on stderr ("qctrain: error: rank R of W: ..." when several ranks
+ * run); a command stopped gracefully by SIGINT / SIGTERM (train, qc_cleanup.h) -> 128 + the
+ * signal (130 / 143). Under mpirun / srun the process then leaves the world of ranks
+ * (qc_dist_world_end): MPI_Finalize on success (a graceful stop included), MPI_Abort with the
+ * exit code otherwise, so one rank's error stops every rank and the launcher exits non-zero.
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_cleanup.h"
 #include "qc_cli.h"
 #include "qc_config.h"
 #include "qc_edit_distance.h"
+#include "qc_dist.h" /* qc_dist_world_end */
 #include "qc_status.h"
 
 struct global_opt {
@@ -279,9 +285,18 @@ static enum qc_status run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     enum qc_status st = run(argc, argv);
-    if (st == QC_OK)
-        return 0;
+    const int sig = qc_cleanup_stop_signal(); /* a graceful stop (train): 130 / 143 */
+    if (st == QC_OK) {
+        qc_dist_world_end(0);
+        return sig ? 128 + sig : 0;
+    }
     const char *msg = qc_error_last();
-    fprintf(stderr, "qctrain: error: %s\n", msg[0] ? msg : qc_status_str(st));
-    return st == QC_ERR_INVALID ? 2 : 1;
+    if (qc_dist_world_size() > 1)
+        fprintf(stderr, "qctrain: error: rank %d of %d: %s\n", qc_dist_world_rank(),
+                qc_dist_world_size(), msg[0] ? msg : qc_status_str(st));
+    else
+        fprintf(stderr, "qctrain: error: %s\n", msg[0] ? msg : qc_status_str(st));
+    const int code = st == QC_ERR_INVALID ? 2 : 1;
+    qc_dist_world_end(code);
+    return code;
 }

@@ -1,9 +1,10 @@
 /*
  * device_testlib.h — the backends of the device tests (test_*_device.c): where one run's
  * memory comes from and where its ops run. CPU (malloc, NULL exec), EMU (an emulated-device
- * arena, src/base/qc_emu.h, with a memory context straight over it) and CUDA (device 0, the caching
- * allocator, a reduction workspace and this thread's op context; TF32 off, since the CPU
- * reference is exact fp32). Header-only, for tests.
+ * arena, src/base/qc_emu.h, with a memory context straight over it) and CUDA (device 0, the
+ * caching allocator, a workspace, a pinned upload staging ring and this thread's op context;
+ * TF32 off, since the CPU reference is exact fp32; skip-or-fail by tests/cuda_probe.h).
+ * Header-only, for tests.
  */
 #ifndef QC_TESTS_DEVICE_TESTLIB_H
 #define QC_TESTS_DEVICE_TESTLIB_H
@@ -16,10 +17,12 @@
 #include "qc_exec.h"
 #include "qc_memctx.h"
 #include "qc_status.h"
+#include "cuda_probe.h"
 #ifdef QC_HAVE_CUDA
 #    include "qc_alloc.h"
 #    include "qc_device.h"
 #    include "qc_kernels.h"
+#    include "qc_pinned.h"
 #endif
 
 struct qc_test_backend {
@@ -33,6 +36,8 @@ struct qc_test_backend {
     struct qc_alloc *alloc;
     struct qc_kernels_cuda *kctx;
     void *ws;
+    struct qc_pinned *pinned; /* the op context's upload staging ring */
+    void *staging;
 #endif
 };
 
@@ -68,21 +73,28 @@ static inline bool qc_test_backend_emu(struct qc_test_backend *b, size_t reserve
     return true;
 }
 
-/* CUDA device 0 ready for ops: 0; 77 (skip, message printed) without a usable GPU or in a
- * CPU-only build; 1 (message printed) when the setup fails on a GPU. */
+/* CUDA device 0 ready for ops: 0; 77 (skip, message printed) where there is no GPU, no driver
+ * or a CPU-only build (tests/cuda_probe.h); 1 (message printed) when a GPU is there but the
+ * setup fails, its initialisation included. */
 static inline int qc_test_backend_cuda(struct qc_test_backend *b)
 {
     memset(b, 0, sizeof *b);
     b->name = "cuda";
     b->kind = QC_EXEC_CUDA;
+    const int probe = qc_test_cuda_probe();
+    if (probe != 0)
+        return probe;
 #ifdef QC_HAVE_CUDA
-    if (qc_device_cuda_count() < 1) {
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
     if (qc_device_create(QC_DEVICE_CUDA, 0, &b->dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return 77;
+        printf("FATAL: device: %s\n", qc_error_last());
+        return 1;
+    }
+    /* pinned memory for the op context's upload ring: uploads run as in the trainer */
+    if (qc_pinned_create(b->dev, 0, &b->pinned) != QC_OK ||
+        qc_pinned_malloc(b->pinned, QC_KERNELS_CUDA_STAGING_BYTES, 4096, "kernels/staging",
+                         &b->staging) != QC_OK) {
+        printf("FATAL: pinned staging ring: %s\n", qc_error_last());
+        return 1;
     }
     struct qc_alloc_params ap;
     qc_alloc_params_default(&ap);
@@ -95,7 +107,12 @@ static inline int qc_test_backend_cuda(struct qc_test_backend *b)
         printf("FATAL: workspace: %s\n", qc_error_last());
         return 1;
     }
-    struct qc_kernels_cuda_params kp = {0, false, b->ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    const struct qc_kernels_cuda_params kp = {.device = 0,
+                                              .tf32 = false,
+                                              .workspace = b->ws,
+                                              .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES,
+                                              .staging = b->staging,
+                                              .staging_bytes = QC_KERNELS_CUDA_STAGING_BYTES};
     if (qc_kernels_cuda_create(&kp, &b->kctx) != QC_OK) {
         printf("FATAL: op context: %s\n", qc_error_last());
         return 1;
@@ -111,8 +128,7 @@ static inline int qc_test_backend_cuda(struct qc_test_backend *b)
     }
     return 0;
 #else
-    printf("skip: a CPU-only build has no CUDA backend\n");
-    return 77;
+    return 77; /* not reached: the probe skips a CPU-only build */
 #endif
 }
 
@@ -128,6 +144,7 @@ static inline void qc_test_backend_destroy(struct qc_test_backend *b)
     if (b->ws)
         qc_alloc_free(b->alloc, b->ws, NULL);
     qc_alloc_destroy(b->alloc);
+    qc_pinned_destroy(b->pinned); /* the staging ring with it */
     qc_device_destroy(b->dev);
 #endif
     memset(b, 0, sizeof *b);

@@ -70,6 +70,54 @@ static inline void fixture_tiny_scene(struct qc_scene *s)
     }
 }
 
+/* A small valid scene for the fuzz seeds (a few KiB a record, so libFuzzer's -max_len reaches
+ * the record-level checks): A agents (the last one the AV, agent 0 focal when A > 1), all
+ * observed over the 110 steps and predicted; P lanes of 2 points, a SUCC chain between them. */
+static inline void fixture_small_scene(struct qc_scene *s, int64_t A, int64_t P, int seed)
+{
+    struct qc_scene_mut m;
+    if (qc_scene_alloc(s, &m, A, P, 2 * P, P > 1 ? P - 1 : 0) != QC_OK)
+        abort();
+    snprintf(s->scenario_id, sizeof(s->scenario_id), "small-%d", seed);
+    snprintf(s->city, sizeof(s->city), "miami");
+    s->av_index = A - 1;
+    for (int64_t a = 0; a < A; a++) {
+        snprintf(m.agent_id[a], QC_AGENT_ID_MAX, a == A - 1 ? "AV" : "%d", (int)(100 + a));
+        m.agent_type[a] = (uint8_t)(a % 3);
+        m.agent_category[a] = (uint8_t)(a == A - 1 ? 1 : a == 0 ? 3 : 2);
+        for (int t = 0; t < QC_SCENE_STEPS; t++) {
+            const int64_t k = a * QC_SCENE_STEPS + t;
+            m.valid_mask[k] = (uint8_t)(t > 0);
+            m.predict_mask[k] = (uint8_t)(t >= 50);
+            m.position[3 * k + 0] = 500.0f + (float)seed + 0.8f * (float)t;
+            m.position[3 * k + 1] = 700.0f + 4.0f * (float)a;
+            m.heading[k] = 0.05f * (float)a;
+            m.velocity[3 * k + 0] = 8.0f;
+        }
+    }
+    for (int64_t p = 0; p < P; p++) {
+        m.pl_position[3 * p + 0] = 500.0f + 20.0f * (float)p;
+        m.pl_position[3 * p + 1] = 700.0f;
+        m.pl_type[p] = (uint8_t)(p % 4);
+        m.pl_is_intersection[p] = (uint8_t)(p % 3);
+        for (int j = 0; j < 2; j++) {
+            const int64_t i = 2 * p + j;
+            m.pt_position[3 * i + 0] = m.pl_position[3 * p] + 10.0f * (float)j;
+            m.pt_position[3 * i + 1] = 700.0f;
+            m.pt_magnitude[i] = 10.0f;
+            m.pt_type[i] = 16;
+            m.pt_side[i] = 2;
+            m.pt2pl[i] = i;
+            m.pt2pl[2 * P + i] = p;
+        }
+    }
+    for (int64_t e = 0; e + 1 < P; e++) {
+        m.pl2pl_edge[e] = e;
+        m.pl2pl_edge[(P - 1) + e] = e + 1;
+        m.pl2pl_type[e] = 2;
+    }
+}
+
 // ---- byte surgery on a whole file in memory -------------------------------------------------
 
 static inline uint64_t fx_get64(const unsigned char *p)

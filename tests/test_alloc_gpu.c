@@ -2,7 +2,7 @@
  * test_alloc_gpu.c — the allocator and the pinned arena on a CUDA device (label gpu): fixed
  * (cudaMalloc) and expandable (VMM) segments under a budget, device contents through the device
  * layer's copies, release-and-retry and OOM, pinned (cudaHostRegister'ed) staging buffers.
- * Skips (77) without a GPU or in a CPU-only build.
+ * Skips (77) without a GPU or driver or in a CPU-only build; fails on a GPU that does not work.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -11,16 +11,20 @@
 
 #include "qc_alloc.h"
 #include "qc_device.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define MiB ((size_t)1 << 20)
 
 int main(void)
 {
+    const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+    if (probe != 0)
+        return probe;
     struct qc_device *dev = NULL;
-    if (qc_device_cuda_count() == 0 || qc_device_create(QC_DEVICE_CUDA, 0, &dev) != QC_OK) {
-        printf("skip: no CUDA device (%s)\n", qc_error_last());
-        return 77;
+    if (qc_device_create(QC_DEVICE_CUDA, 0, &dev) != QC_OK) {
+        printf("FATAL: device: %s\n", qc_error_last());
+        return 1;
     }
     struct qc_stream *cs = qc_device_compute_stream(dev);
     struct qc_pinned *pin = NULL;

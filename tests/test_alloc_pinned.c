@@ -1,7 +1,10 @@
 /*
  * test_alloc_pinned.c — the pinned host arena (jemalloc with our extent hooks) on the CPU
  * backend: alignment and contents, statistics, the budget (QC_ERR_NOMEM and recovery), extents
- * mapped once and reused, and concurrent use (labelled tsan).
+ * mapped once and reused, and concurrent use (labelled tsan). Through the registration seam
+ * (alloc_pinned_create_with, a logging pin/unpin in place of cudaHostRegister): every extent is
+ * pinned once, outside the jemalloc hooks, before any of its memory is returned; a failed pin
+ * fails the allocation and is retried; destroy unpins what was pinned.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -9,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc_internal.h" /* alloc_pinned_create_with, alloc_pinned_in_hook */
 #include "qc_pinned.h"
 #include "testutil.h"
 
@@ -59,6 +63,214 @@ static void *worker(void *user)
     for (int i = 0; i < K; i++)
         qc_pinned_free(t->p, live[i]);
     return NULL;
+}
+
+// ---- the registration seam, logged ---------------------------------------------------------
+
+enum { PIN_MAX = 512 };
+
+struct pin_log {
+    pthread_mutex_t mu;
+    int pins, unpins;
+    int in_hook;   /* pins called from inside a jemalloc hook (must stay 0) */
+    int bad_unpin; /* unpins of a range not pinned */
+    int fail_next; /* the next fail_next pins fail */
+    int n;
+    struct {
+        char *base;
+        size_t size;
+        bool live;
+    } r[PIN_MAX];
+};
+
+static enum qc_status log_pin(void *ctx, void *base, size_t size)
+{
+    struct pin_log *l = ctx;
+    free(malloc(64)); /* as cudaHostRegister may: must not re-enter a hook's locks */
+    pthread_mutex_lock(&l->mu);
+    l->in_hook += alloc_pinned_in_hook();
+    if (l->fail_next > 0) {
+        l->fail_next--;
+        pthread_mutex_unlock(&l->mu);
+        return qc_errorf(QC_ERR_NOMEM, "simulated cudaHostRegister failure");
+    }
+    if (l->n < PIN_MAX) {
+        l->r[l->n].base = base;
+        l->r[l->n].size = size;
+        l->r[l->n].live = true;
+        l->n++;
+    }
+    l->pins++;
+    pthread_mutex_unlock(&l->mu);
+    return QC_OK;
+}
+
+static void log_unpin(void *ctx, void *base)
+{
+    struct pin_log *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    int hit = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->r[i].live && l->r[i].base == base) {
+            l->r[i].live = false;
+            hit = 1;
+            break;
+        }
+    l->bad_unpin += !hit;
+    l->unpins++;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* [p, p + size) lies inside one pinned range. */
+static bool log_covers(struct pin_log *l, const void *p, size_t size)
+{
+    const char *c = p;
+    bool ok = false;
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->n && !ok; i++)
+        ok = l->r[i].live && c >= l->r[i].base && c + size <= l->r[i].base + l->r[i].size;
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+static struct pin_log *log_new(void)
+{
+    struct pin_log *l = calloc(1, sizeof *l);
+    if (!l)
+        T_FATAL("out of memory");
+    pthread_mutex_init(&l->mu, NULL);
+    return l;
+}
+
+static void log_free(struct pin_log *l)
+{
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+/* A pinned arena over the logging seam. */
+static struct qc_pinned *seam_arena(struct pin_log *l)
+{
+    const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
+    struct qc_pinned *p = NULL;
+    if (alloc_pinned_create_with(&ops, 0, &p) != QC_OK)
+        T_FATAL("pinned arena over the seam: %s", qc_error_last());
+    return p;
+}
+
+/* Destroys p (every pin must be undone, once) and the log. */
+static void seam_close(struct qc_pinned *p, struct pin_log *l)
+{
+    qc_pinned_destroy(p);
+    T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
+    T_EXPECT_EQ_I64(l->bad_unpin, 0, "unpins of ranges never pinned");
+    log_free(l);
+}
+
+struct pin_thr {
+    struct qc_pinned *p;
+    struct pin_log *log;
+    uint64_t seed;
+    int uncovered, err;
+};
+
+static void *pin_worker(void *user)
+{
+    struct pin_thr *t = user;
+    uint64_t rng = t->seed;
+    void *live[8] = {0};
+    for (int it = 0; it < 400; it++) {
+        int i = (int)(qc_test_rand(&rng) % 8);
+        qc_pinned_free(t->p, live[i]);
+        live[i] = NULL;
+        size_t size = 1 + (size_t)(qc_test_rand(&rng) % (3 * MiB));
+        if (qc_pinned_malloc(t->p, size, 64, "thr", &live[i]) != QC_OK) {
+            t->err++;
+            continue;
+        }
+        t->uncovered += !log_covers(t->log, live[i], size);
+        memset(live[i], it, size < 4096 ? size : 4096);
+    }
+    for (int i = 0; i < 8; i++)
+        qc_pinned_free(t->p, live[i]);
+    return NULL;
+}
+
+static void test_pin_seam(void)
+{
+    QC_TEST ("pinned: extents are pinned once, outside the hooks, before their memory is used") {
+        struct pin_log *l = log_new();
+        struct qc_pinned *p = seam_arena(l);
+        const size_t sizes[] = {1, 100, 4096, MiB, 10 * MiB + 3, 64 * MiB, 200, 3 * MiB};
+        void *q[8];
+        for (int i = 0; i < 8; i++) {
+            T_EXPECT(qc_pinned_malloc(p, sizes[i], 0, "seam", &q[i]) == QC_OK, "%s",
+                     qc_error_last());
+            T_EXPECT(q[i] && log_covers(l, q[i], sizes[i]),
+                     "allocation %d (%zu bytes) returned before its extent was pinned", i,
+                     sizes[i]);
+        }
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT(s.n_extents >= 2, "only %" PRIu64 " extent(s): the hooks never ran", s.n_extents);
+        T_EXPECT_EQ_U64(l->pins, s.n_extents, "one pin per extent");
+        T_EXPECT_EQ_U64(s.bytes_pinned, s.bytes_reserved, "pinned bytes");
+        T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a jemalloc extent hook");
+        /* reuse: no new extent, no new pin */
+        const int pins = l->pins;
+        for (int i = 0; i < 8; i++)
+            qc_pinned_free(p, q[i]);
+        for (int i = 0; i < 8; i++)
+            T_EXPECT(qc_pinned_malloc(p, sizes[i], 0, "seam", &q[i]) == QC_OK, "%s",
+                     qc_error_last());
+        T_EXPECT_EQ_I64(l->pins, pins, "pins when reusing cached extents");
+        for (int i = 0; i < 8; i++)
+            qc_pinned_free(p, q[i]);
+        seam_close(p, l);
+    }
+
+    QC_TEST ("pinned: a failed pin fails the allocation; the extent is pinned by a later one") {
+        struct pin_log *l = log_new();
+        struct qc_pinned *p = seam_arena(l);
+        void *q = NULL;
+        l->fail_next = 1;
+        enum qc_status st = qc_pinned_malloc(p, 32 * MiB, 0, "stage", &q);
+        T_EXPECT(st == QC_ERR_NOMEM && q == NULL, "got %s", qc_status_str(st));
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "cannot pin a new extent for 32.00 MiB");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "simulated cudaHostRegister failure");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "hint:");
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT_EQ_U64(s.n_pin_failures, 1, "pin failures");
+        T_EXPECT_EQ_U64(s.n_live, 0, "live after the failure");
+        T_EXPECT(s.bytes_pinned < s.bytes_reserved, "the extent is not counted as pinned");
+        st = qc_pinned_malloc(p, 32 * MiB, 0, "stage", &q);
+        T_EXPECT(st == QC_OK && log_covers(l, q, 32 * MiB), "retry: %s", qc_error_last());
+        s = pstats(p);
+        T_EXPECT_EQ_U64(s.bytes_pinned, s.bytes_reserved, "everything pinned after the retry");
+        T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
+        qc_pinned_free(p, q);
+        seam_close(p, l);
+    }
+
+    QC_TEST ("pinned: concurrent threads only ever get pinned memory") {
+        struct pin_log *l = log_new();
+        struct qc_pinned *p = seam_arena(l);
+        enum { NT = 4 };
+        pthread_t th[NT];
+        struct pin_thr a[NT];
+        for (int i = 0; i < NT; i++) {
+            a[i] = (struct pin_thr){p, l, qc_test_seed() + 100 + (uint64_t)i, 0, 0};
+            pthread_create(&th[i], NULL, pin_worker, &a[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            T_EXPECT(a[i].uncovered == 0 && a[i].err == 0, "thread %d: %d unpinned, %d errors", i,
+                     a[i].uncovered, a[i].err);
+        }
+        struct qc_pinned_stats s = pstats(p);
+        T_EXPECT_EQ_U64(l->pins, s.n_extents, "one pin per extent");
+        T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
+        seam_close(p, l);
+    }
 }
 
 int main(void)
@@ -172,5 +384,6 @@ int main(void)
         qc_pinned_destroy(p);
     }
 
+    test_pin_seam();
     return qc_test_summary();
 }

@@ -55,6 +55,7 @@
 #include "qc_kernels_cuda.h"
 #include "qc_stash.h"
 #include "qc_status.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define D_MODEL   128
@@ -807,19 +808,16 @@ int main(int argc, char **argv)
         return qc_test_summary();
     }
 
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
+    const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+    if (probe != 0)
+        return probe;
     struct gctx x;
     memset(&x, 0, sizeof x);
     for (int i = 0; i < GUARD; i++)
         x.pattern[i] = (unsigned char)(0x5A ^ (i * 29 + 7));
     if (qc_device_create(QC_DEVICE_CUDA, 0, &x.dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return 77;
+        printf("FATAL: device: %s\n", qc_error_last());
+        return 1;
     }
     struct qc_alloc_params ap;
     qc_alloc_params_default(&ap);
@@ -835,7 +833,10 @@ int main(int argc, char **argv)
         return 1;
     }
     /* TF32 off: the CPU oracle is exact fp32 GEMM */
-    struct qc_kernels_cuda_params kp = {0, false, x.ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    struct qc_kernels_cuda_params kp = {.device = 0,
+                                        .tf32 = false,
+                                        .workspace = x.ws,
+                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
     if (qc_kernels_cuda_create(&kp, &x.kctx) != QC_OK) {
         printf("FATAL: context: %s\n", qc_error_last());
         return 1;

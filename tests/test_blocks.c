@@ -430,7 +430,7 @@ static void acase_ref(const struct acase *c, double *out)
         for (int64_t kk = 0; kk < c->Q; kk++) {
             int64_t i = c->qrow ? c->qrow[b * c->Q + kk] : b * c->Q + kk;
             for (int64_t h = 0; h < H; h++) {
-                double m = -INFINITY, sum = 0.0;
+                double m = -(double)INFINITY, sum = 0.0;
                 for (int64_t e = 0; e < n; e++) {
                     double acc = 0.0;
                     for (int64_t x = 0; x < Dh; x++) {
@@ -480,6 +480,43 @@ static void acase_ref(const struct acase *c, double *out)
         out[j] = x1[j] + f[j];
     free(xsh), free(xdh), free(q), free(k), free(v), free(kr), free(vr), free(u), free(s);
     free(cat), free(gg), free(sr), free(a), free(x1), free(y), free(h1), free(f);
+}
+
+/* The largest |score| of a case (double, as acase_ref computes them), to show a case reaches
+ * the range it claims. Needs acase_doubles. */
+static double acase_max_score(const struct acase *c)
+{
+    const struct qc_attn *l = &c->l;
+    const double *P = c->w64;
+    const int64_t D = c->D, H = c->H, Dh = D / H, Nd = c->Nd, Ns = c->Ns, E = c->E;
+    double *xsh = dnew(Ns * D), *xdh = dnew(Nd * D), *q = dnew(Nd * D), *k = dnew(Ns * D),
+           *kr = dnew(E * D), mx = 0.0;
+    dlayernorm(xsh, c->xs64, P + l->o_ln_src_w, P + l->o_ln_src_b, Ns, D);
+    dlayernorm(xdh, c->xd64, P + l->o_ln_dst_w, P + l->o_ln_dst_b, Nd, D);
+    dlinear(q, xdh, D, P + l->o_wq, P + l->o_bq, Nd, D, D);
+    dlinear(k, xsh, D, P + l->o_wk, NULL, Ns, D, D);
+    if (c->pos) {
+        double *r = dnew(E * D);
+        dfourier(&c->fe, c->few64, r, c->feat64, NULL, E);
+        dlayernorm(r, r, P + l->o_ln_r_w, P + l->o_ln_r_b, E, D);
+        dlinear(kr, r, D, P + l->o_wkr, NULL, E, D, D);
+        free(r);
+    }
+    for (int64_t b = 0; b < c->nb; b++)
+        for (int64_t e = c->row_ptr[b]; e < c->row_ptr[b + 1]; e++)
+            for (int64_t kk = 0; kk < c->Q; kk++) {
+                const int64_t i = c->qrow ? c->qrow[b * c->Q + kk] : b * c->Q + kk;
+                for (int64_t h = 0; h < H; h++) {
+                    double acc = 0.0;
+                    for (int64_t x = 0; x < Dh; x++)
+                        acc += q[i * D + h * Dh + x] *
+                               (k[c->src[e] * D + h * Dh + x] + kr[e * D + h * Dh + x]);
+                    acc = fabs(acc / sqrt((double)Dh));
+                    mx = acc > mx ? acc : mx;
+                }
+            }
+    free(xsh), free(xdh), free(q), free(k), free(kr);
+    return mx;
 }
 
 static double acase_loss(void *user)
@@ -772,6 +809,50 @@ static void test_attention_grad(enum qc_attn_impl impl)
     acase_free(&c);
 }
 
+/* An empty edge set (E = 0: no edge features, as a zero-byte allocation gives NULL), as a scene
+ * without map polygons or without predicted agents makes them (issue 17): the layer is its
+ * residual path alone (QCNET.md §3.3 step 8: u = 0, steps 9-13 run), checked against the double
+ * reference with its gradients; the edge-only parameters get exactly zero gradient. */
+static void test_attention_empty(enum qc_attn_impl impl)
+{
+    const char *nm = impl == QC_ATTN_FUSED ? "fused" : "unfused";
+    struct acase c;
+    for (int shape = 0; shape < 3; shape++) {
+        /* 0: bipartite FE(3) (pl2a), 1: self FE(3)+cat (pl2pl), 2: bipartite modes FE(4) (t2m) */
+        if (shape == 0)
+            acase_make(&c, 8, 2, 3, 3, true, true, false, 1, 9, 5, 5, true);
+        else if (shape == 1)
+            acase_make(&c, 8, 2, 3, 3, false, true, true, 1, 8, 0, 4, true);
+        else
+            acase_make(&c, 8, 2, 3, 4, true, true, false, 3, 6, 4, 4, true);
+        for (int64_t b = 0; b <= c.nb; b++)
+            c.row_ptr[b] = 0;
+        c.E = 0;
+        c.g.n_edge = 0;
+        free(c.feat);
+        c.feat = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "%s empty edge set, shape %d", nm, shape);
+        attn_gradcheck(what, &c, impl);
+        const struct qc_attn *l = &c.l;
+        const int64_t D = c.D;
+        const int64_t zero_w[] = {l->o_wk, l->o_wv, l->o_wkr, l->o_wvr}; /* D x D each */
+        const int64_t zero_b[] = {l->o_bv, l->o_bvr, l->o_ln_r_w, l->o_ln_r_b};
+        int64_t nonzero = 0;
+        for (int i = 0; i < 4; i++) {
+            for (int64_t j = 0; j < D * D; j++)
+                nonzero += c.dw[zero_w[i] + j] != 0.0f;
+            for (int64_t j = 0; j < D; j++)
+                nonzero += c.dw[zero_b[i] + j] != 0.0f;
+        }
+        for (int64_t j = 0; j < c.fe.params.numel; j++)
+            nonzero += c.fedw[j] != 0.0f;
+        T_EXPECT(nonzero == 0, "%s: %lld nonzero gradients of edge-only parameters", what,
+                 (long long)nonzero);
+        acase_free(&c);
+    }
+}
+
 // ---- fused vs unfused ----------------------------------------------------------------------
 
 static void compare_runs(const char *what, struct acase *c)
@@ -823,6 +904,27 @@ static void test_fused_vs_unfused(void)
     acase_free(&c);
     acase_make(&c, 32, 2, 8, 0, false, false, false, 1, 60, 0, 6, true);
     compare_runs("m2m-like (self, no pos)", &c);
+    acase_free(&c);
+    /* scores in the hundreds (to_q and to_k scaled up): the segment softmax's max subtraction
+     * is what keeps both paths finite and equal to the double reference */
+    acase_make(&c, 32, 2, 8, 3, true, true, false, 1, 120, 40, 30, false);
+    for (int64_t i = 0; i < c.D * c.D; i++) {
+        c.w[c.l.o_wq + i] *= 12.0f;
+        c.w[c.l.o_wk + i] *= 12.0f;
+    }
+    compare_runs("pl2a-like, scores in the hundreds", &c);
+    acase_doubles(&c);
+    double *ref = dnew(c.Nd * c.D), m = 0.0, sc = 1e-6, smax = 0.0;
+    acase_ref(&c, ref);
+    for (int64_t j = 0; j < c.Nd * c.D; j++) {
+        m = fabs(ref[j] - (double)c.out[j]) > m ? fabs(ref[j] - (double)c.out[j]) : m;
+        sc = fabs(ref[j]) > sc ? fabs(ref[j]) : sc;
+    }
+    smax = acase_max_score(&c);
+    printf("  largest |score| %.1f, forward vs double %.2e\n", smax, m / sc);
+    T_EXPECT(smax > 100.0, "scores only reach %.1f", smax);
+    T_EXPECT(m / sc < 1e-5, "fused forward vs the double reference: %.3g", m / sc);
+    free(ref);
     acase_free(&c);
 }
 
@@ -1120,6 +1222,10 @@ int main(void)
     }
     QC_TEST ("blocks: fused attention gradient check (dropout off/on, self, modes)") {
         test_attention_grad(QC_ATTN_FUSED);
+    }
+    QC_TEST ("blocks: attention over an empty edge set is its residual path (both)") {
+        test_attention_empty(QC_ATTN_UNFUSED);
+        test_attention_empty(QC_ATTN_FUSED);
     }
     QC_TEST ("blocks: fused == unfused (outputs and gradients)") {
         test_fused_vs_unfused();

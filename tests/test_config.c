@@ -131,6 +131,8 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "train.save_every",
                                             "train.log_every",
                                             "train.out_dir",
+                                            "train.nonfinite",
+                                            "train.max_skipped",
                                             "data.synthetic_profile",
                                             "data.synthetic_scenes",
                                             "data.loader_threads",
@@ -149,6 +151,8 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "alloc.split_limit",
                                             "alloc.trace",
                                             "alloc.trace_file",
+                                            "alloc.trace_every",
+                                            "alloc.trace_max_bytes",
                                             "offload.placement",
                                             "offload.host_capacity",
                                             "offload.nvme_dir",
@@ -163,9 +167,13 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "hw.gpus_per_node",
                                             "dist.world_size",
                                             "dist.zero_stage",
+                                            "dist.bucket_bytes",
+                                            "dist.timeout",
                                             "plan.policy",
                                             "log.level",
-                                            "log.quiet"};
+                                            "log.quiet",
+                                            "log.tensorboard",
+                                            "log.report"};
 
 /* A valid value different from the default, for the round-trip test. */
 static void other_value(const struct qc_config_option *o, const struct qc_config *cfg, char *buf,
@@ -237,7 +245,7 @@ int main(void)
         T_EXPECT_EQ_I64(c.seed, 2023, "seed");
         T_EXPECT_EQ_I64(c.device_kind, 0, "cpu");
         T_EXPECT_EQ_U64(c.device_budget, 0, "budget");
-        T_EXPECT_EQ_I64(c.world_size, 1, "ranks");
+        T_EXPECT_EQ_I64(c.world_size, 0, "ranks: the launcher's");
         T_EXPECT_EQ_U64(c.alloc_round, 512, "round");
         T_EXPECT_EQ_U64(c.alloc_small_max, 1u << 20, "small_max");
         T_EXPECT_EQ_U64(c.alloc_small_segment, 2u << 20, "small_segment");
@@ -600,12 +608,51 @@ int main(void)
         T_EXPECT(qc_config_apply_preset(&c, "zzzzzzzzz") == QC_ERR_INVALID, "far name");
         T_EXPECT_STR_CONTAINS(qc_error_last(), "\nhint: presets available: cpu-smoke, h200x1");
         T_EXPECT(qc_config_apply_preset(&c, tmp_dir) == QC_ERR_INVALID, "a folder");
-        T_EXPECT_STR_CONTAINS(qc_error_last(), ": not a regular file");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), ": is a folder, not a regular file");
         write_file("inh_missing.json", "{\"inherits\": \"no-such-preset\"}");
         T_EXPECT(qc_config_apply_preset(&c, tmp_path("inh_missing.json")) == QC_ERR_INVALID,
                  "missing parent");
         T_EXPECT_STR_CONTAINS(qc_error_last(), "preset 'no-such-preset' not found");
         T_EXPECT(qc_config_apply_preset(&c, "") == QC_ERR_INVALID, "empty name");
+    }
+
+    QC_TEST ("config: a preset giving a key twice or a \\u0000 in a string is refused") {
+        struct qc_config c, before;
+        qc_config_defaults(&c);
+        memcpy(&before, &c, sizeof c);
+        static const char *const dup[] = {
+            "{\"train.lr\": 1e-3, \"train.lr\": 2e-3}",
+            "{\"train\": {\"lr\": 1e-3}, \"train.lr\": 2e-3}",
+            "{\"train\": {\"lr\": 1e-3}, \"train\": {\"seed\": 3}}",
+            "{\"train\": {\"lr\": 1e-3, \"lr\": 2e-3}}",
+            "{\"description\": \"a\", \"description\": \"b\"}",
+        };
+        for (size_t i = 0; i < sizeof dup / sizeof dup[0]; i++) {
+            T_EXPECT(qc_config_apply_preset_json(&c, dup[i], strlen(dup[i]), "dup.json") ==
+                         QC_ERR_INVALID,
+                     "accepted %s", dup[i]);
+            T_EXPECT(strncmp(qc_error_last(), "dup.json: key '", 15) == 0 &&
+                         strstr(qc_error_last(), "twice") && strstr(qc_error_last(), "hint:"),
+                     "%s: [%s]", dup[i], qc_error_last());
+        }
+        T_EXPECT(memcmp(&c, &before, sizeof c) == 0, "cfg unchanged");
+        static const char *const nul[] = {
+            "{\"description\": \"ab\\u0000cd\"}",
+            "{\"train.out_dir\": \"runs/a\\u0000b\"}",
+            "{\"train.out_dir\\u0000x\": \"runs\"}",
+        };
+        for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+            T_EXPECT(qc_config_apply_preset_json(&c, nul[i], strlen(nul[i]), "nul.json") ==
+                         QC_ERR_INVALID,
+                     "accepted %s", nul[i]);
+            T_EXPECT_STR_CONTAINS(qc_error_last(), "nul.json: line 1: a string holds \\u0000");
+        }
+        T_EXPECT(memcmp(&c, &before, sizeof c) == 0, "cfg unchanged");
+        /* an escaped backslash followed by u0000 is plain text */
+        const char *ok = "{\"train.out_dir\": \"runs/a\\\\u0000\"}";
+        T_EXPECT(qc_config_apply_preset_json(&c, ok, strlen(ok), "ok.json") == QC_OK, "%s",
+                 qc_error_last());
+        T_EXPECT(strcmp(c.out_dir, "runs/a\\u0000") == 0, "out_dir [%s]", c.out_dir);
     }
 
     QC_TEST ("config: a failed preset leaves the configuration unchanged") {

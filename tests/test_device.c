@@ -3,7 +3,8 @@
  * concurrent copies, re-recorded events, inline compute-stream waits, error paths.
  *
  *   test_device          runs the generic suite on the CPU backend plus the CPU-only tests
- *   test_device --cuda   runs the generic suite on CUDA device 0 (exit 77 without a GPU)
+ *   test_device --cuda   runs the generic suite on CUDA device 0 (exit 77 without a GPU or driver,
+ *                        exit 1 on a GPU that does not initialise: tests/cuda_probe.h)
  *
  * No test sleeps or times anything: where work must be "slow", a host function blocks on a
  * gate that the test opens. Run under ThreadSanitizer in CI (label tsan).
@@ -12,6 +13,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #include "device_internal.h" /* device_cpu_inject_error: the CPU fault hook */
@@ -536,6 +538,11 @@ static void set_flag_fn(void *user)
     atomic_store(&((struct flag_box *)user)->value, 1);
 }
 
+/* Work queued behind a gate, the gate opened, then the streams destroyed without a
+ * synchronize: destroy must drain. The gated work is host-to-device and device-to-host copies
+ * of pinned memory, which run asynchronously on every backend. (Not host-to-host copies: CUDA
+ * runs those synchronously with the host, so the enqueue itself would wait for the gate that
+ * only this thread opens afterwards, a deadlock.) */
 static void test_destroy_drains(struct qc_device *dev)
 {
     QC_TEST (tname(qc_device_kind_of(dev), "destroy drains; events may die with work pending")) {
@@ -546,6 +553,7 @@ static void test_destroy_drains(struct qc_device *dev)
         CHECK_OK(qc_event_create(dev, &ev));
         const size_t n = (size_t)ROUNDS * CHUNK;
         unsigned char *src = host_alloc(dev, n), *dst = host_alloc(dev, n);
+        unsigned char *d = dev_alloc(dev, n);
         fill(src, n, 5);
         struct gate g;
         gate_init(&g);
@@ -553,19 +561,27 @@ static void test_destroy_drains(struct qc_device *dev)
         atomic_init(&flag.value, 0);
 
         CHECK_OK(qc_stream_host_func(s, gate_wait_fn, &g));
-        for (int r = 0; r < ROUNDS; r++)
-            CHECK_OK(qc_memcpy_async(s, dst + (size_t)r * CHUNK, src + (size_t)r * CHUNK, CHUNK,
-                                     QC_COPY_H2H));
+        for (int r = 0; r < ROUNDS; r++) { /* up and back, chunk by chunk, all behind the gate */
+            const size_t off = (size_t)r * CHUNK;
+            CHECK_OK(qc_memcpy_async(s, d + off, src + off, CHUNK, QC_COPY_H2D));
+            CHECK_OK(qc_memcpy_async(s, dst + off, d + off, CHUNK, QC_COPY_D2H));
+        }
         CHECK_OK(qc_event_record(ev, s));
         CHECK_OK(qc_stream_wait_event(w, ev));
         CHECK_OK(qc_stream_host_func(w, set_flag_fn, &flag));
-        qc_event_destroy(ev); /* pending record and wait still name it */
+        qc_event_destroy(ev);      /* pending record and wait still name it */
+        gate_wait_arrivals(&g, 1); /* s is parked in the gate: none of the copies ran */
+        size_t early = 0;
+        for (size_t i = 0; i < n; i++)
+            early += dst[i] != 0;
+        T_EXPECT_EQ_U64(early, 0, "bytes copied before the gate opened");
         gate_open(&g);
         qc_stream_destroy(s); /* no synchronize: destroy must drain */
         T_EXPECT(check_fill(dst, n, 5) == n, "stream destroyed before its copies ran");
         qc_stream_destroy(w);
         T_EXPECT(atomic_load(&flag.value) == 1, "waiting stream destroyed before draining");
         gate_deinit(&g);
+        dev_free(dev, d);
         host_free(dev, dst);
         host_free(dev, src);
     }
@@ -809,6 +825,48 @@ static void test_error_paths(void)
     }
 }
 
+/* tests/cuda_probe.h: a GPU test skips only where there is no GPU to test. */
+static void test_cuda_verdict(void)
+{
+    QC_TEST ("device: GPU tests skip without a GPU and fail on a GPU that does not work") {
+        static const struct {
+            int err, count;
+            bool driver;
+            enum qc_test_cuda_outcome want;
+        } cases[] = {
+            {QC_TEST_CUDA_NOT_BUILT, 0, false, QC_TEST_CUDA_SKIP},            /* CPU-only build */
+            {QC_TEST_CUDA_SUCCESS, 1, true, QC_TEST_CUDA_RUN},                /* one GPU */
+            {QC_TEST_CUDA_SUCCESS, 8, true, QC_TEST_CUDA_RUN},                /* eight */
+            {QC_TEST_CUDA_SUCCESS, 0, true, QC_TEST_CUDA_SKIP},               /* none visible */
+            {QC_TEST_CUDA_ERR_NO_DEVICE, 0, true, QC_TEST_CUDA_SKIP},         /* driver, no GPU */
+            {QC_TEST_CUDA_ERR_INSUFFICIENT_DRV, 0, false, QC_TEST_CUDA_SKIP}, /* no driver */
+            {QC_TEST_CUDA_ERR_STUB_LIBRARY, 0, false, QC_TEST_CUDA_SKIP},     /* stub libcuda */
+            {QC_TEST_CUDA_ERR_INSUFFICIENT_DRV, 0, true, QC_TEST_CUDA_FAIL},  /* driver too old */
+            {3, 0, true, QC_TEST_CUDA_FAIL},   /* cudaErrorInitializationError */
+            {46, 0, true, QC_TEST_CUDA_FAIL},  /* cudaErrorDevicesUnavailable (exclusive mode) */
+            {999, 0, true, QC_TEST_CUDA_FAIL}, /* cudaErrorUnknown */
+            {803, 0, true, QC_TEST_CUDA_FAIL}, /* cudaErrorSystemDriverMismatch */
+            {2, 1, true, QC_TEST_CUDA_FAIL},   /* cudaErrorMemoryAllocation, count ignored */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const char *why = NULL;
+            const enum qc_test_cuda_outcome o =
+                qc_test_cuda_verdict(cases[i].err, cases[i].count, cases[i].driver, &why);
+            T_EXPECT(o == cases[i].want, "error %d, %d device(s), driver %d: %d, want %d (%s)",
+                     cases[i].err, cases[i].count, (int)cases[i].driver, (int)o, (int)cases[i].want,
+                     why ? why : "no reason");
+            T_EXPECT(why && why[0], "error %d: no reason given", cases[i].err);
+        }
+        /* this machine: whatever it is, the probe and the device layer agree */
+        int count = -1;
+        const int err = qc_device_cuda_probe(&count);
+        T_EXPECT_EQ_I64(count, qc_device_cuda_count(), "probe and count (error %d)", err);
+#ifndef QC_HAVE_CUDA
+        T_EXPECT_EQ_I64(err, QC_TEST_CUDA_NOT_BUILT, "a CPU-only build reports not built");
+#endif
+    }
+}
+
 static void test_cpu_props(void)
 {
     QC_TEST ("device cpu: properties") {
@@ -851,12 +909,9 @@ int main(int argc, char **argv)
 {
     bool cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
     if (cuda) {
-        if (qc_device_cuda_count() == 0) {
-            QC_TEST ("device cuda: generic suite") {
-                T_SKIP("no CUDA device (or a CPU-only build)");
-            }
-            return qc_test_summary();
-        }
+        const int probe = qc_test_cuda_probe(); /* skip only without a GPU */
+        if (probe != 0)
+            return probe;
         struct qc_device *dev = NULL;
         if (qc_device_create(QC_DEVICE_CUDA, 0, &dev) != QC_OK)
             T_FATAL("qc_device_create(cuda): %s", qc_error_last());
@@ -878,6 +933,7 @@ int main(int argc, char **argv)
     test_cpu_sync_vs_host_func();
     test_cpu_sticky_error();
     test_error_paths();
+    test_cuda_verdict();
     test_cpu_props();
     return qc_test_summary();
 }

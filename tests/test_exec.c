@@ -44,6 +44,7 @@
 #include "qc_exec.h"
 #include "qc_kernels.h"
 #include "qc_status.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define GUARD     4096 /* bytes of byte pattern before and after every device buffer */
@@ -1073,18 +1074,15 @@ static int main_emu(void)
 #ifdef QC_HAVE_CUDA
 static int main_cuda(void)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
+    const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+    if (probe != 0)
+        return probe;
     struct xctx *x = calloc(1, sizeof *x);
     struct qc_device *dev = NULL;
     if (!x || qc_device_create(QC_DEVICE_CUDA, 0, &dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
+        printf("FATAL: device: %s\n", qc_error_last());
         free(x);
-        return 77;
+        return 1;
     }
     struct qc_alloc_params ap;
     qc_alloc_params_default(&ap);
@@ -1096,7 +1094,10 @@ static int main_cuda(void)
     if (qc_alloc_malloc(x->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
                         &ws) != QC_OK)
         T_FATAL("workspace: %s", qc_error_last());
-    struct qc_kernels_cuda_params kp = {0, false, ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    struct qc_kernels_cuda_params kp = {.device = 0,
+                                        .tf32 = false,
+                                        .workspace = ws,
+                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
     struct qc_kernels_cuda *kctx = NULL;
     if (qc_kernels_cuda_create(&kp, &kctx) != QC_OK)
         T_FATAL("kernels context: %s", qc_error_last());

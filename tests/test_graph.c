@@ -175,6 +175,11 @@ static void el_push(struct elist *l, int64_t s, int64_t d)
     l->n++;
 }
 
+/* Queries of ref_radius whose cap bound: k candidates kept and at least one more within the
+ * radius left out. The cap tests require it non-zero, so they test the cap rule, not a graph
+ * in which it never applies. */
+static int64_t ref_cap_bound;
+
 /* torch-cluster radius (GPU): for each y in order, x of the same example ascending, strict
  * fp32 d² < (float)(r·r), first k kept. Emits (y, x). */
 static void ref_radius(const float *x, int64_t nx, const int64_t *bx, const float *y, int64_t ny,
@@ -182,8 +187,8 @@ static void ref_radius(const float *x, int64_t nx, const int64_t *bx, const floa
 {
     float r2 = (float)(r * r);
     for (int64_t j = 0; j < ny; j++) {
-        int64_t cnt = 0;
-        for (int64_t i = 0; i < nx && cnt < k; i++) {
+        int64_t cnt = 0, left_out = 0;
+        for (int64_t i = 0; i < nx && left_out == 0; i++) {
             if (bx[i] != by[j])
                 continue;
             float dx = x[2 * i] - y[2 * j], dy = x[2 * i + 1] - y[2 * j + 1];
@@ -191,10 +196,15 @@ static void ref_radius(const float *x, int64_t nx, const int64_t *bx, const floa
             d2 += dx * dx;
             d2 += dy * dy;
             if (d2 < r2) {
+                if (cnt == k) {
+                    left_out = 1;
+                    continue;
+                }
                 el_push(out, j, i);
                 cnt++;
             }
         }
+        ref_cap_bound += left_out;
     }
 }
 
@@ -797,10 +807,15 @@ int main(void)
         struct qc_graph_params p;
         qc_graph_params_default(&p);
         p.max_num_neighbors = 3;
+        ref_cap_bound = 0;
         for (uint64_t k = 0; k < 3; k++)
             check_against_reference(qc_test_seed() + 100 + k, &p, 60.0, 1);
+        T_EXPECT(ref_cap_bound > 0, "cap 3 never bound");
+        printf("  cap 3 bound for %lld queries\n", (long long)ref_cap_bound);
         p.max_num_neighbors = 1;
+        ref_cap_bound = 0;
         check_against_reference(qc_test_seed() + 200, &p, 60.0, 1);
+        T_EXPECT(ref_cap_bound > 0, "cap 1 never bound");
     }
     QC_TEST ("graph: small radii, long time span, few t2m steps") {
         struct qc_graph_params p;
@@ -818,7 +833,14 @@ int main(void)
     QC_TEST ("graph: dense scenes beyond the official cap (cap 300 binds)") {
         struct qc_graph_params p;
         qc_graph_params_default(&p);
-        check_against_reference(qc_test_seed() + 400, &p, 80.0, 12);
+        T_EXPECT_EQ_I64(p.max_num_neighbors, 300, "the official cap");
+        ref_cap_bound = 0;
+        /* 100-680 polygons and 160-540 agents a scene in an 80 m square: more than 300
+         * candidates within every radius */
+        for (uint64_t k = 0; k < 2; k++)
+            check_against_reference(qc_test_seed() + 400 + k, &p, 80.0, 20);
+        printf("  cap 300 bound for %lld queries\n", (long long)ref_cap_bound);
+        T_EXPECT(ref_cap_bound > 0, "the cap of 300 never bound: the scenes are not dense enough");
     }
     return qc_test_summary();
 }

@@ -31,7 +31,9 @@
 #include "qc_device.h"
 #include "qc_kernels.h"
 #include "qc_kernels_cuda.h"
+#include "qc_pinned.h"
 #include "qc_status.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define GUARD     4096 /* bytes of byte pattern before and after every device buffer */
@@ -860,7 +862,7 @@ static void run_gru_cudnn(struct tctx *x, const struct tcase *tc)
 {
     int64_t N = tc->n, L = tc->d1, C = tc->d2, IC = C;
     struct qc_gru_cudnn *g = NULL;
-    if (qc_gru_cudnn_create(L, N, IC, C, &g) != QC_OK) {
+    if (qc_gru_cudnn_create(L, N, IC, C, x->s, &g) != QC_OK) {
         case_fail(x, "qc_gru_cudnn_create", qc_error_last());
         return;
     }
@@ -1134,25 +1136,129 @@ static const struct tcase cases[] = {
           "same fp32 operation order; FMA contraction of the lerp / update: 1 ulp of p"),
 };
 
+// ---- the op context: streams and uploads -------------------------------------------------------
+
+static void *dev_buf(struct tctx *x, size_t bytes)
+{
+    void *p = NULL;
+    if (qc_alloc_malloc(x->alloc, bytes, NULL, "test", &p) != QC_OK)
+        T_FATAL("device allocation of %zu bytes: %s", bytes, qc_error_last());
+    return p;
+}
+
+/* A GEMM on a stream that is then destroyed, then one on the compute stream: the context must
+ * have forgotten the dead stream (before the fix it recorded its join event there). */
+static void test_context_streams(struct tctx *x)
+{
+    QC_TEST ("cuda: the op context forgets a destroyed stream") {
+        enum { N = 4, IC = 8, OC = 3 };
+        float in[N * IC], w[OC * IC], ref[N * OC], out[N * OC];
+        for (int i = 0; i < N * IC; i++)
+            in[i] = (float)(i % 5) - 2.0f;
+        for (int i = 0; i < OC * IC; i++)
+            w[i] = (float)(i % 3) - 1.0f;
+        qc_linear_forward_cpu(ref, in, IC, w, NULL, N, IC, OC, false); /* small integers: exact */
+        float *din = dev_buf(x, sizeof in), *dw = dev_buf(x, sizeof w);
+        float *dout = dev_buf(x, sizeof out);
+        T_EXPECT(cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+        T_EXPECT(cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+        struct qc_stream *tmp = NULL;
+        T_EXPECT(qc_stream_create(x->dev, QC_STREAM_COMPUTE, &tmp) == QC_OK, "%s", qc_error_last());
+        qc_linear_forward_cuda(dout, din, IC, dw, NULL, N, IC, OC, false,
+                               (cudaStream_t)qc_stream_native(tmp));
+        qc_stream_destroy(tmp); /* drains, then the context forgets it */
+        T_EXPECT(cudaMemsetAsync(dout, 0, sizeof out, x->s) == cudaSuccess, "memset");
+        qc_linear_forward_cuda(dout, din, IC, dw, NULL, N, IC, OC, false, x->s);
+        T_EXPECT(cudaStreamSynchronize(x->s) == cudaSuccess, "%s",
+                 cudaGetErrorString(cudaGetLastError()));
+        T_EXPECT(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost) == cudaSuccess,
+                 "download");
+        for (int i = 0; i < N * OC; i++)
+            T_EXPECT(out[i] == ref[i], "out[%d] = %g, expected %g", i, (double)out[i],
+                     (double)ref[i]);
+        qc_alloc_free(x->alloc, dout, NULL);
+        qc_alloc_free(x->alloc, dw, NULL);
+        qc_alloc_free(x->alloc, din, NULL);
+    }
+}
+
+/* qc_upload_cuda through a context with a staging ring: pageable sources (several chunks, the
+ * ring wrapping) are reusable on return; a pinned source goes straight. */
+static void test_upload_ring(struct tctx *x)
+{
+    QC_TEST ("cuda: uploads stage pageable memory through the pinned ring") {
+        struct qc_pinned *pin = NULL;
+        void *ring = NULL;
+        struct qc_kernels_cuda *k = NULL;
+        T_EXPECT(qc_pinned_create(x->dev, 0, &pin) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_pinned_malloc(pin, QC_KERNELS_CUDA_STAGING_BYTES, 4096, "ring", &ring) == QC_OK,
+                 "%s", qc_error_last());
+        const struct qc_kernels_cuda_params kp = {.device = 0,
+                                                  .tf32 = false,
+                                                  .workspace = x->ws,
+                                                  .workspace_bytes =
+                                                      QC_KERNELS_CUDA_WORKSPACE_BYTES,
+                                                  .staging = ring,
+                                                  .staging_bytes = QC_KERNELS_CUDA_STAGING_BYTES};
+        T_EXPECT(qc_kernels_cuda_create(&kp, &k) == QC_OK, "%s", qc_error_last());
+        qc_kernels_cuda_set_current(k);
+        const size_t sizes[] = {1, 4097, 5 * ((size_t)1 << 20) + 3, 40 * ((size_t)1 << 20) + 7};
+        for (int i = 0; i < 4; i++) {
+            const size_t n = sizes[i];
+            unsigned char *src = malloc(n), *back = malloc(n);
+            unsigned char *d = dev_buf(x, n);
+            if (!src || !back)
+                T_FATAL("out of host memory");
+            for (size_t j = 0; j < n; j++)
+                src[j] = (unsigned char)(j * 131u + (unsigned)i);
+            T_EXPECT(qc_upload_cuda(d, src, n, x->s) == QC_OK, "%s", qc_error_last());
+            memset(src, 0xEE, n); /* pageable: reusable as soon as the call returns */
+            T_EXPECT(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, x->s) == cudaSuccess &&
+                         cudaStreamSynchronize(x->s) == cudaSuccess,
+                     "download");
+            size_t bad = 0;
+            for (size_t j = 0; j < n; j++)
+                bad += back[j] != (unsigned char)(j * 131u + (unsigned)i);
+            T_EXPECT_EQ_U64(bad, 0, "bytes wrong after a staged upload of %zu bytes", n);
+            qc_alloc_free(x->alloc, d, NULL);
+            free(back);
+            free(src);
+        }
+        /* a pinned source: straight copy */
+        unsigned char *ps = NULL;
+        T_EXPECT(qc_pinned_malloc(pin, 1 << 20, 64, "src", (void **)&ps) == QC_OK, "%s",
+                 qc_error_last());
+        memset(ps, 0x5A, 1 << 20);
+        unsigned char *d = dev_buf(x, 1 << 20), *back = malloc(1 << 20);
+        T_EXPECT(qc_upload_cuda(d, ps, 1 << 20, x->s) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(cudaMemcpyAsync(back, d, 1 << 20, cudaMemcpyDeviceToHost, x->s) == cudaSuccess &&
+                     cudaStreamSynchronize(x->s) == cudaSuccess,
+                 "download");
+        T_EXPECT(back && back[0] == 0x5A && back[(1 << 20) - 1] == 0x5A, "pinned upload");
+        free(back);
+        qc_alloc_free(x->alloc, d, NULL);
+        qc_kernels_cuda_set_current(x->kctx);
+        qc_kernels_cuda_destroy(k);
+        qc_pinned_destroy(pin); /* the ring and ps with it */
+    }
+}
+
 // ---- main
 // ----------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv)
 {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        (void)cudaGetLastError();
-        printf("skip: no CUDA device\n");
-        return 77;
-    }
+    const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+    if (probe != 0)
+        return probe;
     const char *filter = argc > 1 ? argv[1] : NULL;
     struct tctx x;
     memset(&x, 0, sizeof(x));
     for (int i = 0; i < GUARD; i++)
         x.pattern[i] = (unsigned char)(0xA5 ^ (i * 37 + 11));
     if (qc_device_create(QC_DEVICE_CUDA, 0, &x.dev) != QC_OK) {
-        printf("skip: %s\n", qc_error_last());
-        return 77;
+        printf("FATAL: device: %s\n", qc_error_last());
+        return 1;
     }
     struct qc_alloc_params ap;
     qc_alloc_params_default(&ap);
@@ -1168,7 +1274,10 @@ int main(int argc, char **argv)
         printf("FATAL: workspace: %s\n", qc_error_last());
         return 1;
     }
-    struct qc_kernels_cuda_params kp = {0, false, x.ws, QC_KERNELS_CUDA_WORKSPACE_BYTES};
+    struct qc_kernels_cuda_params kp = {.device = 0,
+                                        .tf32 = false,
+                                        .workspace = x.ws,
+                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
     if (qc_kernels_cuda_create(&kp, &x.kctx) != QC_OK) {
         printf("FATAL: context: %s\n", qc_error_last());
         return 1;
@@ -1193,12 +1302,15 @@ int main(int argc, char **argv)
     }
 
     QC_TEST ("cuda: context rejects a missing workspace") {
-        struct qc_kernels_cuda_params bad = {0, false, NULL, 0};
+        struct qc_kernels_cuda_params bad = {.device = 0, .tf32 = false, .workspace = NULL};
         struct qc_kernels_cuda *k = NULL;
         T_EXPECT(qc_kernels_cuda_create(&bad, &k) == QC_ERR_INVALID && k == NULL,
                  "create without workspace must fail");
         T_EXPECT_STR_CONTAINS(qc_error_last(), "hint:");
     }
+
+    test_context_streams(&x);
+    test_upload_ring(&x);
 
     qc_kernels_cuda_set_current(NULL);
     qc_kernels_cuda_destroy(x.kctx);

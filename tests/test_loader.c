@@ -1,5 +1,6 @@
 /*
- * test_loader.c — the background loader: epoch plans (shuffle, rank split, cost balance),
+ * test_loader.c — the background loader: epoch plans (shuffle, rank split, cost balance, the
+ * same groups whatever the split between ranks and accumulation),
  * determinism independent of thread count and timing, qcshard and synthetic sources giving the
  * same batches, the allocator hook, epoch restarts and errors.
  */
@@ -24,37 +25,86 @@ static void test_plan_plain(void)
     int64_t ptr[N + 4], idx[N + 4];
     int seen[N] = {0};
     int64_t total = 0;
+    /* steps of W groups of B scenes (6 scenes), group j of a step to rank j mod W: 10 scenes
+     * are 5 groups, 3 in the first step and 2 in the second, so rank 2 has one batch */
+    const int64_t want_nb[W] = {2, 2, 1};
     for (int64_t r = 0; r < W; r++) {
-        int64_t nb = qc_loader_plan_epoch(N, NULL, 7, 0, true, B, r, W, false, false, ptr, idx);
-        T_EXPECT_EQ_I64(nb, 2, "rank %lld batches (4 scenes in 2 batches)", (long long)r);
-        T_EXPECT_EQ_I64(ptr[nb], 4, "rank %lld scenes = ceil(10/3)", (long long)r);
+        int64_t nb = qc_loader_plan_epoch(N, NULL, 7, 0, true, B, 1, r, W, false, false, ptr, idx);
+        T_EXPECT_EQ_I64(nb, want_nb[r], "rank %lld batches", (long long)r);
+        T_EXPECT_EQ_I64(ptr[nb], 2 * want_nb[r], "rank %lld scenes", (long long)r);
         for (int64_t i = 0; i < ptr[nb]; i++) {
             T_EXPECT(idx[i] >= 0 && idx[i] < N, "index %lld", (long long)idx[i]);
             seen[idx[i]]++;
         }
         total += ptr[nb];
     }
-    T_EXPECT_EQ_I64(total, 12, "padded to a multiple of W");
+    T_EXPECT_EQ_I64(total, N, "no padding: every scene once");
     for (int i = 0; i < N; i++)
-        T_EXPECT(seen[i] >= 1 && seen[i] <= 2, "scene %d seen %d times", i, seen[i]);
-    /* no shuffle: rank r takes r, r + W, ... */
-    int64_t nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, B, 1, W, false, false, ptr, idx);
-    T_EXPECT(nb == 2 && idx[0] == 1 && idx[1] == 4 && idx[2] == 7 && idx[3] == 0,
+        T_EXPECT_EQ_I64(seen[i], 1, "scene %d seen once", i);
+    T_EXPECT_EQ_I64(qc_loader_plan_groups(N, B, false), 5, "groups of the epoch");
+    /* no shuffle: rank 1 takes group 1 of each step: scenes 2,3 then 8,9 */
+    int64_t nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, B, 1, 1, W, false, false, ptr, idx);
+    T_EXPECT(nb == 2 && idx[0] == 2 && idx[1] == 3 && idx[2] == 8 && idx[3] == 9,
              "unshuffled rank 1: %lld %lld %lld %lld", (long long)idx[0], (long long)idx[1],
              (long long)idx[2], (long long)idx[3]);
     /* drop_last on one rank: 10 scenes, B 4 -> 2 full batches + 2 dropped */
-    nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, 4, 0, 1, false, true, ptr, idx);
+    nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, 4, 1, 0, 1, false, true, ptr, idx);
     T_EXPECT_EQ_I64(nb, 2, "drop_last batches");
     T_EXPECT_EQ_I64(ptr[nb], 8, "drop_last scenes");
-    nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, 4, 0, 1, false, false, ptr, idx);
+    T_EXPECT_EQ_I64(qc_loader_plan_groups(N, 4, true), 2, "drop_last groups");
+    nb = qc_loader_plan_epoch(N, NULL, 7, 0, false, 4, 1, 0, 1, false, false, ptr, idx);
     T_EXPECT(nb == 3 && ptr[3] - ptr[2] == 2, "last short batch kept");
     /* same seed and epoch: same plan; another epoch: another order */
     int64_t a[N + 4], b[N + 4], c[N + 4];
-    qc_loader_plan_epoch(N, NULL, 7, 3, true, 1, 0, 1, false, false, ptr, a);
-    qc_loader_plan_epoch(N, NULL, 7, 3, true, 1, 0, 1, false, false, ptr, b);
-    qc_loader_plan_epoch(N, NULL, 7, 4, true, 1, 0, 1, false, false, ptr, c);
+    qc_loader_plan_epoch(N, NULL, 7, 3, true, 1, 1, 0, 1, false, false, ptr, a);
+    qc_loader_plan_epoch(N, NULL, 7, 3, true, 1, 1, 0, 1, false, false, ptr, b);
+    qc_loader_plan_epoch(N, NULL, 7, 4, true, 1, 1, 0, 1, false, false, ptr, c);
     T_EXPECT(memcmp(a, b, N * sizeof(int64_t)) == 0, "plan is deterministic");
     T_EXPECT(memcmp(a, c, N * sizeof(int64_t)) != 0, "epochs shuffle differently");
+}
+
+/* The groups of an epoch depend on ranks x groups per rank only: W ranks x G groups give the
+ * groups of 1 rank x W*G groups, group j of a step on rank j mod W (plain and cost mode). */
+static void test_plan_world_independent(void)
+{
+    enum { N = 37, B = 3, MAXW = 4 };
+    int64_t cost[N];
+    for (int i = 0; i < N; i++)
+        cost[i] = 100 + (i * 7919) % 513;
+    for (int bal = 0; bal < 2; bal++) {
+        for (int64_t W = 2; W <= MAXW; W++) {
+            for (int64_t G = 1; G <= 2; G++) {
+                const int64_t P = W * G;
+                int64_t rptr[N + 2], ridx[N + 2];
+                const int64_t rnb =
+                    qc_loader_plan_epoch(N, cost, 5, 1, true, B, P, 0, 1, bal, false, rptr, ridx);
+                T_EXPECT_EQ_I64(rnb, qc_loader_plan_groups(N, B, false), "one rank: every group");
+                for (int64_t r = 0; r < W; r++) {
+                    int64_t ptr[N + 2], idx[N + 2];
+                    const int64_t nb =
+                        qc_loader_plan_epoch(N, cost, 5, 1, true, B, G, r, W, bal, false, ptr, idx);
+                    /* rank r's batch k is global group step*P + r + g*W, k = step*G + g */
+                    int64_t k = 0;
+                    for (int64_t j = 0; j < rnb; j++) {
+                        if ((j % P) % W != r)
+                            continue;
+                        T_EXPECT(k < nb, "W %lld G %lld rank %lld: batch %lld missing",
+                                 (long long)W, (long long)G, (long long)r, (long long)k);
+                        if (k >= nb)
+                            break;
+                        const int64_t n1 = rptr[j + 1] - rptr[j], n2 = ptr[k + 1] - ptr[k];
+                        T_EXPECT(n1 == n2 && memcmp(ridx + rptr[j], idx + ptr[k],
+                                                    (size_t)n1 * sizeof(int64_t)) == 0,
+                                 "balance %d W %lld G %lld rank %lld batch %lld == group %lld", bal,
+                                 (long long)W, (long long)G, (long long)r, (long long)k,
+                                 (long long)j);
+                        k++;
+                    }
+                    T_EXPECT_EQ_I64(nb, k, "rank %lld batches", (long long)r);
+                }
+            }
+        }
+    }
 }
 
 static void test_plan_cost(void)
@@ -67,11 +117,11 @@ static void test_plan_cost(void)
             1000 + (int64_t)(qc_test_rand(&st) % 1000) + (qc_test_rand(&st) % 20 == 0 ? 4000 : 0);
     int64_t ptr[W][N], idx[W][N], nb[W];
     for (int64_t r = 0; r < W; r++)
-        nb[r] = qc_loader_plan_epoch(N, cost, 11, 0, true, B, r, W, true, false, ptr[r], idx[r]);
+        nb[r] = qc_loader_plan_epoch(N, cost, 11, 0, true, B, 1, r, W, true, false, ptr[r], idx[r]);
     double worst_bal = 0, worst_plain = 0;
     int64_t pptr[W][N], pidx[W][N];
     for (int64_t r = 0; r < W; r++)
-        qc_loader_plan_epoch(N, cost, 11, 0, true, B, r, W, false, false, pptr[r], pidx[r]);
+        qc_loader_plan_epoch(N, cost, 11, 0, true, B, 1, r, W, false, false, pptr[r], pidx[r]);
     int seen[N] = {0};
     for (int64_t s = 0; s < nb[0]; s++) {
         int64_t lo = INT64_MAX, hi = 0, plo = INT64_MAX, phi = 0;
@@ -318,8 +368,11 @@ int main(void)
 {
     uint64_t ref[NB_MAX];
     int64_t nref = 0;
-    QC_TEST ("loader: plain plan (shuffle, padding, rank split, drop_last)") {
+    QC_TEST ("loader: plain plan (shuffle, rank split without padding, drop_last)") {
         test_plan_plain();
+    }
+    QC_TEST ("loader: the groups of an epoch do not depend on how ranks x accumulation split") {
+        test_plan_world_independent();
     }
     QC_TEST ("loader: cost-balanced plan evens out every step") {
         test_plan_cost();

@@ -26,7 +26,10 @@ static struct qc_offload *make_rung(enum qc_offload_rung rung, int qd, bool *ski
     if (st == QC_ERR_UNSUPPORTED &&
         (rung == QC_OFFLOAD_RUNG_URING_DIRECT || rung == QC_OFFLOAD_RUNG_URING_BUFFERED)) {
         *skip = true;
-        T_SKIP("rung %s unavailable here: %s", qc_offload_rung_str(rung), qc_error_last());
+        char why[600];
+        snprintf(why, sizeof why, "rung %s unavailable here: %s", qc_offload_rung_str(rung),
+                 qc_error_last());
+        OT_URING_UNAVAILABLE(why);
         return NULL;
     }
     T_EXPECT(st == QC_OK, "create on rung %s: %s", qc_offload_rung_str(rung), qc_error_last());
@@ -697,6 +700,7 @@ int main(void)
 {
     dev = ot_device();
     ot_dir_make();
+    ot_rung_report(dev);
     test_params();
     test_host_tier();
     test_put_done_and_streams();

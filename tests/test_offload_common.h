@@ -10,6 +10,7 @@
 #define QC_TESTS_TEST_OFFLOAD_COMMON_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -116,7 +117,56 @@ static inline void ot_params(struct qc_offload_params *p, enum qc_offload_rung r
     p->block_size = OT_MIB;
     p->max_inflight = 8 * OT_MIB;
     p->prefetch_window = 0;
+    /* QC_TEST_SIM_NO_URING=1: behave as a machine without io_uring (the engine's simulation
+     * hook), to check what the suite does there (OT_URING_UNAVAILABLE) */
+    const char *sim = getenv("QC_TEST_SIM_NO_URING");
+    if (sim && strcmp(sim, "1") == 0)
+        p->sim_uring_errno = ENOSYS;
 }
+
+// ---- the rung this machine gives, and io_uring under CI --------------------------------------
+
+/* The rung an AUTO engine picks here (on a spill file in the test's folder); printed with the
+ * reason by ot_rung_report. */
+static enum qc_offload_rung ot_auto_rung __attribute__((unused)) = QC_OFFLOAD_RUNG_COUNT;
+
+/* Probes the AUTO rung once and prints it ("offload: active rung on this machine: ..."), so
+ * every test log says which I/O path its cases ran on. Call after ot_dir_make. */
+static inline void ot_rung_report(struct qc_device *dev)
+{
+    struct qc_offload_params p;
+    ot_params(&p, QC_OFFLOAD_RUNG_AUTO, 4, true);
+    p.direct = true;
+    struct qc_offload *o = NULL;
+    if (qc_offload_create(dev, &p, &o) != QC_OK) {
+        printf("offload: active rung on this machine: none (%s)\n", qc_error_last());
+        return;
+    }
+    ot_auto_rung = qc_offload_rung_active(o);
+    printf("offload: active rung on this machine: %s%s\n", qc_offload_rung_str(ot_auto_rung),
+           qc_offload_registered(o) ? ", registered buffers" : "");
+    qc_offload_destroy(o);
+    fflush(stdout);
+}
+
+/* A case needs an io_uring rung this machine refused (why: the engine's message). Where
+ * io_uring itself is missing (the AUTO probe fell to the thread pool) and CI=true, that is a
+ * failure unless QC_CI_NO_URING=1 says the CI machine has none (a seccomp profile, an old
+ * kernel): otherwise CI would pass with the NVMe path never run. Elsewhere, and for a missing
+ * O_DIRECT only (tmpfs), it is a skip. Use as the last statement of the case. */
+#define OT_URING_UNAVAILABLE(why)                                                                  \
+    do {                                                                                           \
+        const char *ot_ci_ = getenv("CI"), *ot_no_ = getenv("QC_CI_NO_URING");                     \
+        const bool ot_uring_missing_ =                                                             \
+            ot_auto_rung == QC_OFFLOAD_RUNG_THREADS || ot_auto_rung == QC_OFFLOAD_RUNG_COUNT;      \
+        if (ot_uring_missing_ && ot_ci_ && strcmp(ot_ci_, "true") == 0 &&                          \
+            !(ot_no_ && strcmp(ot_no_, "1") == 0))                                                 \
+            T_FAIL_AT("io_uring is unavailable under CI=true: %s\n    hint: fix the CI "           \
+                      "machine, or set QC_CI_NO_URING=1 to accept running without it",             \
+                      (why));                                                                      \
+        else                                                                                       \
+            T_SKIP("%s", (why));                                                                   \
+    } while (0)
 
 static inline size_t offload_test_round4k(size_t n)
 {

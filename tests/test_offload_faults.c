@@ -54,7 +54,10 @@ static void run_case(enum qc_offload_rung rung, const struct fault_case *fc)
         struct qc_offload *o = NULL;
         enum qc_status st = qc_offload_create(dev, &p, &o);
         if (st == QC_ERR_UNSUPPORTED) {
-            T_SKIP("%s", qc_error_last());
+            if (rung == QC_OFFLOAD_RUNG_THREADS)
+                T_SKIP("%s", qc_error_last());
+            else
+                OT_URING_UNAVAILABLE(qc_error_last());
             continue; /* ends the QC_TEST */
         }
         T_EXPECT(st == QC_OK, "create: %s", qc_error_last());
@@ -132,6 +135,7 @@ int main(void)
 {
     dev = ot_device();
     ot_dir_make();
+    ot_rung_report(dev);
     enum qc_offload_rung rungs[] = {QC_OFFLOAD_RUNG_THREADS, QC_OFFLOAD_RUNG_URING_DIRECT};
     for (int r = 0; r < 2; r++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -244,7 +244,25 @@ static int write_broken(const char *dir)
         free(f);
     }
     free(base);
-    printf("wrote %zu broken files and valid.qcshard to %s\n", NUM_BROKEN, dir);
+    /* small seeds (a few KiB): libFuzzer's -max_len keeps them whole, so mutations reach the
+     * record-level checks */
+    static const int64_t shapes[3][2][2] = {
+        {{1, 0}, {0, 0}}, {{2, 3}, {0, 0}}, {{1, 2}, {1, 0}}}; /* {A, P} per record, A 0 = none */
+    for (int k = 0; k < 3; k++) {
+        struct qc_scene sc[2];
+        int n = 0;
+        for (int j = 0; j < 2 && shapes[k][j][0] > 0; j++, n++)
+            fixture_small_scene(&sc[j], shapes[k][j][0], shapes[k][j][1], 10 * k + j);
+        snprintf(p, sizeof(p), "%s/small_%d.qcshard", dir, k);
+        const enum qc_status st = qc_qcshard_write_file(p, sc, n);
+        for (int j = 0; j < n; j++)
+            qc_scene_free(&sc[j]);
+        if (st != QC_OK) {
+            printf("%s\n", qc_error_last());
+            return 1;
+        }
+    }
+    printf("wrote %zu broken files, valid.qcshard and 3 small seeds to %s\n", NUM_BROKEN, dir);
     return 0;
 }
 

@@ -261,7 +261,10 @@ static void test_adamw_parity(void)
         if (nrows <= 0 || qc_safetensors_open(PARITY_DIR "/weights.safetensors", &w) != QC_OK ||
             qc_safetensors_open(PARITY_DIR "/grads.safetensors", &g) != QC_OK ||
             qc_safetensors_open(PARITY_DIR "/after_step.safetensors", &a) != QC_OK) {
-            T_SKIP("parity data not found under %s", QC_SHARED_DIR);
+            /* a failure, as in test_model: a missing ../shared would otherwise let the parity
+             * check pass without running */
+            T_FAIL_AT("parity data not found under %s (QCNET_state_dict.tsv: %d rows): %s",
+                      QC_SHARED_DIR, nrows, qc_error_last());
             qc_safetensors_close(w);
             qc_safetensors_close(g);
             continue;
@@ -334,7 +337,7 @@ static void test_adamw_parity(void)
         static struct tsv_row rows[1024];
         const int nrows = read_tsv(rows, 1024);
         if (nrows <= 0) {
-            T_SKIP("no %s", TSV_PATH);
+            T_FAIL_AT("cannot read %s", TSV_PATH); /* as above: missing data fails */
             continue;
         }
         struct qc_qcnet_config mc;

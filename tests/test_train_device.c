@@ -27,6 +27,7 @@
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_train.h"
+#include "cuda_probe.h"
 #include "testutil.h"
 
 #define STEPS 3
@@ -213,6 +214,18 @@ static double step_loss(const struct step_values *s)
     return strtod(s->v[3], NULL);
 }
 
+/* Moves run folder dir aside to <dir>.first (aside, n bytes). Runs compared byte for byte train
+ * in the same folder path: a checkpoint records the run folder it was written to
+ * (train.out_dir in its saved configuration). */
+static void move_aside(const char *dir, char *aside, size_t n)
+{
+    if ((size_t)snprintf(aside, n, "%s.first", dir) >= n)
+        T_FATAL("path too long: %s", dir);
+    t_rm_rf(aside);
+    if (rename(dir, aside) != 0)
+        T_FATAL("cannot move %s aside", dir);
+}
+
 // ---- emu vs cpu --------------------------------------------------------------------------------
 
 static void test_emu_train(void)
@@ -223,27 +236,29 @@ static void test_emu_train(void)
                  "train: %d steps on emu == cpu (%s): metrics and checkpoint bytes", STEPS,
                  fused ? "fused" : "unfused");
         QC_TEST (name) {
-            char dcpu[256], demu[256];
-            tmp_dir(dcpu, sizeof(dcpu), fused ? "cpu-fused" : "cpu-unfused");
-            tmp_dir(demu, sizeof(demu), fused ? "emu-fused" : "emu-unfused");
+            char dir[256], dcpu[300];
+            tmp_dir(dir, sizeof(dir), fused ? "emu-vs-cpu-fused" : "emu-vs-cpu-unfused");
             struct qc_config ccpu, cemu;
             tiny_config(&ccpu, QC_CONFIG_DEVICE_CPU, fused);
             tiny_config(&cemu, QC_CONFIG_DEVICE_EMU, fused);
-            if (!train_run(&ccpu, dcpu, NULL) || !train_run(&cemu, demu, NULL))
+            if (!train_run(&ccpu, dir, NULL))
                 continue; /* QC_TEST is a for loop: continue ends the test */
-            expect_same_metrics(dcpu, demu);
-            expect_same_ckpt(dcpu, demu, STEPS);
+            move_aside(dir, dcpu, sizeof(dcpu));
+            if (!train_run(&cemu, dir, NULL))
+                continue;
+            expect_same_metrics(dcpu, dir);
+            expect_same_ckpt(dcpu, dir, STEPS);
         }
     }
 
     QC_TEST ("train: a cpu checkpoint resumed on emu ends with the uninterrupted cpu run's files") {
-        char dfull[256], dpart[256];
-        tmp_dir(dfull, sizeof(dfull), "cpu-unfused"); /* rerun: independent of the test above */
+        char dpart[256], dfull[300];
         tmp_dir(dpart, sizeof(dpart), "cpu-then-emu");
         struct qc_config c;
         tiny_config(&c, QC_CONFIG_DEVICE_CPU, false);
-        if (!train_run(&c, dfull, NULL))
+        if (!train_run(&c, dpart, NULL))
             continue;
+        move_aside(dpart, dfull, sizeof(dfull));
         c.steps = 2;
         if (!train_run(&c, dpart, NULL))
             continue;
@@ -368,15 +383,16 @@ static void test_cuda(void)
                 T_SKIP("no CUDA device (or a CPU-only build)");
                 continue;
             }
-            char dcpu[256], dc1[256], dc2[256];
+            char dcpu[256], dc2[256], dc1[300];
             tmp_dir(dcpu, sizeof(dcpu), fused ? "ref-cpu-fused" : "ref-cpu-unfused");
-            tmp_dir(dc1, sizeof(dc1), fused ? "cuda1-fused" : "cuda1-unfused");
-            tmp_dir(dc2, sizeof(dc2), fused ? "cuda2-fused" : "cuda2-unfused");
+            tmp_dir(dc2, sizeof(dc2), fused ? "cuda-fused" : "cuda-unfused");
             struct qc_config ccpu, ccuda;
             tiny_config(&ccpu, QC_CONFIG_DEVICE_CPU, fused);
             tiny_config(&ccuda, QC_CONFIG_DEVICE_CUDA, fused); /* device.tf32 off: fp32 GEMMs */
-            if (!train_run(&ccpu, dcpu, NULL) || !train_run(&ccuda, dc1, NULL) ||
-                !train_run(&ccuda, dc2, NULL))
+            if (!train_run(&ccpu, dcpu, NULL) || !train_run(&ccuda, dc2, NULL))
+                continue;
+            move_aside(dc2, dc1, sizeof(dc1)); /* the second cuda run in the same folder path */
+            if (!train_run(&ccuda, dc2, NULL))
                 continue;
             /* deterministic kernels (no atomics, fixed reduction orders): the same bits twice */
             expect_same_metrics(dc1, dc2);
@@ -407,6 +423,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+        if (probe != 0) {
+            t_rm_rf(tmp_root);
+            return probe;
+        }
         test_cuda();
     } else {
         test_cuda_unavailable();

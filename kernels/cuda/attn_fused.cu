@@ -13,8 +13,9 @@
  *   backward: one thread per (base destination, head) walks its Q queries in ascending k:
  *             dq (owned), dk̃ and dṽ of the row's edges (owned by the thread: no atomics); then
  *             dk[j], dv[j] += the tile's dk̃, dṽ of source j in ascending edge (one warp per
- *             source over the by-source CSR; tiles ascending, so the global order is ascending
- *             edge id, the CPU's single-thread order); then the tile's to_k_r / to_v_r /
+ *             source with an edge in the tile, found from the tile's edges, over the by-source
+ *             CSR; tiles ascending, so the global order is ascending edge id, the CPU's
+ *             single-thread order); then the tile's to_k_r / to_v_r /
  *             LN_r / FE backward, parameter gradients accumulated tile by tile.
  * The sums inside a thread use __fadd_rn / __fmul_rn so nvcc cannot contract them into FMAs:
  * the row math then differs from the CPU only through expf (a few ulp) and its inputs.
@@ -489,6 +490,21 @@ FUSED_HD void fused_scatter_at(int64_t j, int64_t c, int64_t k0, float *dk, floa
     dv[j * D + c] = av;
 }
 
+/* Source j of tile edge e in [e0, e1) when e is j's first edge in the tile (the smallest of j's
+ * edges >= e0), with *k0 its position in j's list; -1 otherwise. Each source with an edge in
+ * the tile then has exactly one owner, found from the tile's own edges: the scatter costs
+ * O(tile edges · log degree), not O(all sources) per tile. */
+FUSED_HD int64_t fused_scatter_owner(int64_t e, const int64_t *src, const int64_t *ptr,
+                                     const int64_t *perm, int64_t e0, int64_t *k0)
+{
+    const int64_t j = src[e];
+    const int64_t k = fused_src_first(ptr, perm, j, e0);
+    if (k == ptr[j + 1] || fused_item(perm, k) != e)
+        return -1;
+    *k0 = k;
+    return j;
+}
+
 // ---- kernels ------------------------------------------------------------------------------------
 
 /* Empty-row statistics: M = 0, S = QC_SOFTMAX_EPS (n = n_dst·H). */
@@ -521,20 +537,22 @@ static __global__ void fused_rows_backward_kernel(struct fused_tile g, float *dq
         fused_row_backward_at<MAXDH>(t, g, dq, dkt, dvt, du, smax, ssum, q, kt, vt);
 }
 
-#define SCATTER_WARPS 8 /* sources (warps) per block */
+#define SCATTER_WARPS 8 /* tile edges (warps) per block */
 
-/* One warp per source j, lanes over channels; every lane finds the same start position. */
+/* One warp per tile edge e; the warp of the edge that owns its source (fused_scatter_owner)
+ * adds that source's tile rows, lanes over channels. */
 static __global__ void fused_scatter_src_kernel(float *dk, float *dv, const float *dkt,
-                                                const float *dvt, const int64_t *ptr,
-                                                const int64_t *perm, int64_t nsrc, int64_t e0,
+                                                const float *dvt, const int64_t *src,
+                                                const int64_t *ptr, const int64_t *perm, int64_t e0,
                                                 int64_t e1, int64_t D)
 {
     const int lane = threadIdx.x & 31;
-    for (int64_t j = (int64_t)blockIdx.x * SCATTER_WARPS + (threadIdx.x >> 5); j < nsrc;
-         j += (int64_t)gridDim.x * SCATTER_WARPS) {
-        const int64_t k0 = fused_src_first(ptr, perm, j, e0);
-        if (k0 == ptr[j + 1] || fused_item(perm, k0) >= e1)
-            continue; /* no edge of j in this tile */
+    for (int64_t e = e0 + (int64_t)blockIdx.x * SCATTER_WARPS + (threadIdx.x >> 5); e < e1;
+         e += (int64_t)gridDim.x * SCATTER_WARPS) {
+        int64_t k0 = 0;
+        const int64_t j = fused_scatter_owner(e, src, ptr, perm, e0, &k0);
+        if (j < 0)
+            continue; /* another edge of the tile owns j */
         for (int64_t c = lane; c < D; c += 32)
             fused_scatter_at(j, c, k0, dk, dv, dkt, dvt, ptr, perm, e0, e1, D);
     }
@@ -633,9 +651,11 @@ void qc_attn_fused_tile_backward_host(float *dq, float *dkt, float *dvt, const f
 void qc_attn_fused_tile_scatter_host(float *dk, float *dv, const float *dkt, const float *dvt,
                                      struct qc_csr by_src, int64_t e0, int64_t e1, int64_t D)
 {
-    for (int64_t j = 0; j < by_src.nseg; j++) {
-        const int64_t k0 = fused_src_first(by_src.ptr, by_src.perm, j, e0);
-        if (k0 == by_src.ptr[j + 1] || fused_item(by_src.perm, k0) >= e1)
+    QC_ASSERT(by_src.seg, "attn fused scatter host: by_src.seg (the source of each edge) missing");
+    for (int64_t e = e0; e < e1; e++) { /* the kernel's walk: owners among the tile's edges */
+        int64_t k0 = 0;
+        const int64_t j = fused_scatter_owner(e, by_src.seg, by_src.ptr, by_src.perm, e0, &k0);
+        if (j < 0)
             continue;
         for (int64_t c = 0; c < D; c++)
             fused_scatter_at(j, c, k0, dk, dv, dkt, dvt, by_src.ptr, by_src.perm, e0, e1, D);
@@ -826,10 +846,10 @@ void qc_attn_fused_backward_cuda(float *dq, float *dk, float *dv, const float *d
             fused_tile_make(ed->row_ptr, ed->query_row, b0, nb, e0, Q, E, H, l->Dh, l->scale, drop);
         fused_rows_backward_launch(g, dq, dkt, dvt, du, smax, ssum, q, kt, vt, stream);
         /* dk[src] += dk̃, dv[src] += dṽ (ascending edge per source) */
-        if (Ns > 0) {
-            fused_scatter_src_kernel<<<cuda_blocks(Ns, SCATTER_WARPS), SCATTER_WARPS * 32, 0,
-                                       stream>>>(dk, dv, dkt, dvt, ed->by_src.ptr, ed->by_src.perm,
-                                                 Ns, e0, e0 + te, D);
+        if (Ns > 0) { /* over the tile's edges, not all sources */
+            fused_scatter_src_kernel<<<cuda_blocks(te, SCATTER_WARPS), SCATTER_WARPS * 32, 0,
+                                       stream>>>(dk, dv, dkt, dvt, ed->src, ed->by_src.ptr,
+                                                 ed->by_src.perm, e0, e0 + te, D);
             QC_CUDA_LAUNCH_CHECK();
         }
         if (!l->has_pos)

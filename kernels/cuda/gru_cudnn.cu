@@ -7,6 +7,21 @@
  * work buffer layout: [cuDNN work space | devSeqLengths (N int32) | dy zeros (L,N,C floats)]
  * each part 256-byte aligned. cuDNN needs dy for every step; QCNet only back-propagates the final
  * state, so dy is zero and the gradient enters through dhy.
+ *
+ * Descriptor rules (cuDNN 8/9 RNN API, checked by a static review; never run on a GPU yet):
+ *   - padded I/O disabled (auxFlags CUDNN_RNN_PADDED_IO_DISABLED) goes with the packed layout
+ *     CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED only (the unpacked layouts need padded I/O enabled:
+ *     CUDNN_STATUS_BAD_PARAM otherwise). Every sequence has length L, so packed and unpacked
+ *     seq-major memory are the same (L, N, vector) array; the lengths are sorted (all equal).
+ *   - mathType: CUDNN_FMA_MATH keeps fp32 exact (no tensor cores); with TF32 CUDNN_DEFAULT_MATH,
+ *     which permits TF32 on Ampere and later. (CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION would also
+ *     allow down-conversion of fp32 to fp16: not what device.tf32 promises.)
+ *   - hDesc: a fully packed (numLayers·dirs, N, hiddenSize) tensor; no cDesc for a GRU.
+ *   - devSeqLengths: device memory (cuDNN reads it asynchronously), written on the stream.
+ *   - work space: the larger of the training and inference sizes (the forward runs in both
+ *     modes); the reserve space: training size, NULL with size 0 for inference.
+ *   - every call that may run work binds the cuDNN handle to the caller's stream first
+ *     (cuda_ctx_cudnn), the plan included.
  */
 #include "cuda_common.cuh"
 
@@ -35,7 +50,7 @@ static enum qc_status gru_cudnn_setup(struct qc_gru_cudnn *g, cudnnHandle_t h)
     /* dropout 0: no states are needed (nothing is drawn); a single layer applies none anyway */
     QC_TRY(QC_CUDNN(cudnnSetDropoutDescriptor(g->drop, h, 0.0f, NULL, 0, 0)));
     QC_TRY(QC_CUDNN(cudnnCreateRNNDescriptor(&g->rnn)));
-    cudnnMathType_t math = g->ctx->tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
+    cudnnMathType_t math = g->ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     QC_TRY(QC_CUDNN(cudnnSetRNNDescriptor_v8(
         g->rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS, CUDNN_UNIDIRECTIONAL,
         CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, IC, C, C, 1, g->drop,
@@ -48,13 +63,13 @@ static enum qc_status gru_cudnn_setup(struct qc_gru_cudnn *g, cudnnHandle_t h)
     enum qc_status st = QC_CUDNN(cudnnCreateRNNDataDescriptor(&g->xdesc));
     if (st == QC_OK)
         st = QC_CUDNN(cudnnSetRNNDataDescriptor(g->xdesc, CUDNN_DATA_FLOAT,
-                                                CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, L, N, IC,
+                                                CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED, L, N, IC,
                                                 lens, NULL));
     if (st == QC_OK)
         st = QC_CUDNN(cudnnCreateRNNDataDescriptor(&g->ydesc));
     if (st == QC_OK)
         st = QC_CUDNN(cudnnSetRNNDataDescriptor(g->ydesc, CUDNN_DATA_FLOAT,
-                                                CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED, L, N, C,
+                                                CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED, L, N, C,
                                                 lens, NULL));
     free(lens);
     QC_TRY(st);
@@ -64,24 +79,27 @@ static enum qc_status gru_cudnn_setup(struct qc_gru_cudnn *g, cudnnHandle_t h)
     QC_TRY(QC_CUDNN(cudnnGetRNNWeightSpaceSize(h, g->rnn, &g->weight_bytes)));
     QC_TRY(QC_CUDNN(cudnnGetRNNTempSpaceSizes(h, g->rnn, CUDNN_FWD_MODE_TRAINING, g->xdesc,
                                               &g->cudnn_work_bytes, &g->reserve_bytes)));
+    size_t infer_work = 0, infer_reserve = 0;
+    QC_TRY(QC_CUDNN(cudnnGetRNNTempSpaceSizes(h, g->rnn, CUDNN_FWD_MODE_INFERENCE, g->xdesc,
+                                              &infer_work, &infer_reserve)));
+    if (infer_work > g->cudnn_work_bytes)
+        g->cudnn_work_bytes = infer_work;
     g->seq_off = align256(g->cudnn_work_bytes);
     g->dy_off = g->seq_off + align256((size_t)N * sizeof(int32_t));
     g->work_bytes = g->dy_off + (size_t)(g->L * g->N * g->C) * sizeof(float);
     return QC_OK;
 }
 
-enum qc_status qc_gru_cudnn_create(int64_t L, int64_t N, int64_t IC, int64_t C,
+enum qc_status qc_gru_cudnn_create(int64_t L, int64_t N, int64_t IC, int64_t C, cudaStream_t stream,
                                    struct qc_gru_cudnn **out)
 {
     QC_ASSERT(L > 0 && N > 0 && IC > 0 && C > 0 && L <= INT32_MAX && N * C <= INT32_MAX &&
                   IC <= INT32_MAX,
               "gru cudnn: L %lld N %lld IC %lld C %lld", (long long)L, (long long)N, (long long)IC,
               (long long)C);
-    struct qc_kernels_cuda *ctx = qc_kernels_cuda_current();
-    QC_ASSERT(ctx, "gru cudnn: no CUDA op context on this thread\n"
-                   "hint: qc_kernels_cuda_set_current() first");
+    struct qc_kernels_cuda *ctx = cuda_ctx_bind(stream, "gru cudnn create");
     cudnnHandle_t h;
-    QC_TRY(cuda_ctx_cudnn(ctx, ctx->has_last ? ctx->last_stream : (cudaStream_t)0, &h));
+    QC_TRY(cuda_ctx_cudnn(ctx, stream, &h));
     struct qc_gru_cudnn *g = (struct qc_gru_cudnn *)calloc(1, sizeof(*g));
     if (!g)
         return qc_errorf(QC_ERR_NOMEM, "gru cudnn: out of host memory");

@@ -221,20 +221,53 @@ void qc_embedding_forward_cuda(float *out, const int64_t *idx, const float *tabl
     QC_CUDA_LAUNCH_CHECK();
 }
 
-/* Thread (v, c) walks all n ascending, adding dout[n, c] where idx[n] == v: the CPU's order. The
- * index of row n is the same for every thread of a block (same n), so its load is a broadcast. */
+/* dtable[v, c] += dout[n, c] over the rows n with idx[n] == v, n ascending in fp32: the CPU's
+ * order, so the bits equal the CPU's. One warp per (v, 32 columns) walks the rows in chunks of
+ * EMB_CHUNKS x 32: the lanes load the chunks' indices at once, a ballot per chunk marks the rows
+ * of category v, their values are loaded together (independent loads in flight), then added in
+ * ascending n. Work: V·N/32 index loads and N·C adds, against V·C·N compares for one thread per
+ * (v, c) walking every row (that kernel, run once per fused tile, was the bottleneck a static
+ * review flagged; the gain is not measured yet: no GPU run). */
+#define EMB_WARPS  4 /* warps per block */
+#define EMB_CHUNKS 4 /* 32-row chunks whose indices are loaded together */
+
 static __global__ void embedding_backward_kernel(float *dtable, const float *dout,
                                                  const int64_t *idx, int64_t N, int64_t C,
                                                  int64_t V)
 {
-    int64_t total = V * C;
-    for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
-        int64_t v = t / C, c = t % C;
-        float acc = dtable[t];
-        for (int64_t n = 0; n < N; n++)
-            if (idx[n] == v)
-                acc += dout[n * C + c];
-        dtable[t] = acc;
+    const int lane = threadIdx.x & 31;
+    const int64_t groups = (C + 31) / 32, nwarp = V * groups;
+    /* w is the same for all lanes of a warp: the ballots below see the whole warp */
+    for (int64_t w = (int64_t)blockIdx.x * EMB_WARPS + (threadIdx.x >> 5); w < nwarp;
+         w += (int64_t)gridDim.x * EMB_WARPS) {
+        const int64_t v = w / groups, c = (w % groups) * 32 + lane;
+        const bool col = c < C;
+        float acc = col ? dtable[v * C + c] : 0.0f;
+        for (int64_t n0 = 0; n0 < N; n0 += 32 * EMB_CHUNKS) {
+            int64_t id[EMB_CHUNKS];
+#pragma unroll
+            for (int k = 0; k < EMB_CHUNKS; k++) {
+                const int64_t n = n0 + 32 * k + lane;
+                id[k] = n < N ? idx[n] : -1;
+            }
+#pragma unroll
+            for (int k = 0; k < EMB_CHUNKS; k++) {
+                const unsigned int mask = __ballot_sync(0xffffffffu, id[k] == v);
+                if (!mask)
+                    continue;
+                const int64_t nk = n0 + 32 * k;
+                float val[32];
+#pragma unroll
+                for (int b = 0; b < 32; b++)
+                    val[b] = col && ((mask >> b) & 1u) ? dout[(nk + b) * C + c] : 0.0f;
+#pragma unroll
+                for (int b = 0; b < 32; b++)
+                    if ((mask >> b) & 1u)
+                        acc = __fadd_rn(acc, val[b]);
+            }
+        }
+        if (col)
+            dtable[v * C + c] = acc;
     }
 }
 
@@ -245,8 +278,8 @@ void qc_embedding_backward_cuda(float *dtable, const float *dout, const int64_t 
               (long long)C, (long long)V);
     if (N == 0)
         return;
-    /* small blocks: V*C is only a few thousand threads; spread them over the SMs */
-    embedding_backward_kernel<<<cuda_blocks(V * C, 64), 64, 0, stream>>>(dtable, dout, idx, N, C,
-                                                                         V);
+    const int64_t warps = V * ((C + 31) / 32);
+    embedding_backward_kernel<<<cuda_blocks(warps, EMB_WARPS), EMB_WARPS * 32, 0, stream>>>(
+        dtable, dout, idx, N, C, V);
     QC_CUDA_LAUNCH_CHECK();
 }

@@ -5,6 +5,11 @@
  * and calls async-signal-safe functions (unlink, sigaction, raise); a path is written before its
  * flag is set and its flag cleared before the slot is reused, so the handler never sees a path
  * half-written.
+ *
+ * Graceful stop: while stop_armed is set, the first SIGINT/SIGTERM only stores its number in
+ * stop_sig (a lock-free atomic: the handler does nothing else) and returns; the owner polls
+ * qc_cleanup_stop_signal() between units of work. A second signal takes the ordinary path:
+ * registered files unlinked, the default disposition restored, the signal re-raised.
  */
 #include "qc_cleanup.h"
 
@@ -23,6 +28,8 @@ static pthread_mutex_t cleanup_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t cleanup_once = PTHREAD_ONCE_INIT;
 static struct sigaction cleanup_old_int;
 static struct sigaction cleanup_old_term;
+static atomic_int stop_armed; /* 1: the next SIGINT/SIGTERM requests a graceful stop */
+static atomic_int stop_sig;   /* the signal that requested it, 0 when none */
 
 static void cleanup_unlink_all(void)
 {
@@ -33,6 +40,9 @@ static void cleanup_unlink_all(void)
 
 static void cleanup_on_signal(int sig, siginfo_t *info, void *ctx)
 {
+    int none = 0;
+    if (atomic_load(&stop_armed) && atomic_compare_exchange_strong(&stop_sig, &none, sig))
+        return; /* the first signal of a graceful stop: the owner finishes and exits */
     const struct sigaction *old = sig == SIGINT ? &cleanup_old_int : &cleanup_old_term;
     if (old->sa_flags & SA_SIGINFO) {
         old->sa_sigaction(sig, info, ctx);
@@ -91,4 +101,21 @@ void qc_cleanup_unregister(int slot)
     pthread_mutex_lock(&cleanup_mu);
     atomic_store(&cleanup_used[slot], 0);
     pthread_mutex_unlock(&cleanup_mu);
+}
+
+void qc_cleanup_stop_begin(void)
+{
+    pthread_once(&cleanup_once, cleanup_install_once);
+    atomic_store(&stop_sig, 0);
+    atomic_store(&stop_armed, 1);
+}
+
+void qc_cleanup_stop_end(void)
+{
+    atomic_store(&stop_armed, 0);
+}
+
+int qc_cleanup_stop_signal(void)
+{
+    return atomic_load(&stop_sig);
 }

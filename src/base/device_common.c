@@ -90,6 +90,26 @@ int qc_device_cuda_count(void)
 #endif
 }
 
+int qc_device_cuda_probe(int *count)
+{
+    QC_ASSERT(count != NULL, "qc_device_cuda_probe: count is NULL");
+#ifdef QC_HAVE_CUDA
+    return device_cuda_probe(count);
+#else
+    *count = 0;
+    return -1;
+#endif
+}
+
+void qc_device_set_stream_destroy_listener(void (*fn)(void *native))
+{
+#ifdef QC_HAVE_CUDA
+    device_cuda_set_stream_destroy_listener(fn);
+#else
+    (void)fn; /* no CUDA streams to report */
+#endif
+}
+
 enum qc_status qc_device_create(enum qc_device_kind kind, int ordinal, struct qc_device **out)
 {
     QC_ASSERT(out != NULL, "qc_device_create: out is NULL");

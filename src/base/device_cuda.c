@@ -5,10 +5,12 @@
  * cudaStream_t created with cudaStreamNonBlocking (so no stream serialises against the legacy
  * default stream), including the device's compute stream. A qc_event wraps a cudaEvent_t with
  * timing disabled. Copies are cudaMemcpyAsync with the kind given; host functions are
- * cudaLaunchHostFunc. Calls that create resources first make the device current.
+ * cudaLaunchHostFunc. Calls that create resources first make the device current. A destroyed
+ * stream is reported to the stream-destroy listener (qc_device.h) once it has drained.
  */
 #include "device_internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +51,29 @@ static enum qc_status make_current(const struct qc_device *dev)
 int device_cuda_count(void)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky; do not leave it for the next check */
-        return 0;
-    }
+    (void)device_cuda_probe(&n);
     return n;
+}
+
+int device_cuda_probe(int *count)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky; do not leave it for the next check */
+        n = 0;
+    }
+    *count = n;
+    return (int)err;
+}
+
+// ---- stream-destroy listener ------------------------------------------------------------------
+
+static _Atomic(void (*)(void *)) stream_destroy_listener;
+
+void device_cuda_set_stream_destroy_listener(void (*fn)(void *native))
+{
+    atomic_store(&stream_destroy_listener, fn);
 }
 
 // ---- device ---------------------------------------------------------------------------------
@@ -137,6 +157,9 @@ static void cuda_stream_destroy(struct qc_stream *base)
     /* Drain first (the contract), then release; a sticky error here is logged, not lost. */
     if (QC_CUDA(cudaStreamSynchronize(s->stream)) != QC_OK)
         qc_log(QC_LOG_WARN, "destroying stream %u: %s", base->id, qc_error_last());
+    void (*forget)(void *) = atomic_load(&stream_destroy_listener);
+    if (forget) /* drained: nothing of it is pending that a cached handle would order after */
+        forget((void *)s->stream);
     if (QC_CUDA(cudaStreamDestroy(s->stream)) != QC_OK)
         qc_log(QC_LOG_WARN, "destroying stream %u: %s", base->id, qc_error_last());
     free(s);

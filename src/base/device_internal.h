@@ -81,6 +81,8 @@ void device_event_header_init(struct qc_event *ev, struct qc_device *dev);
 enum qc_status device_cpu_create(int ordinal, struct qc_device **out);
 enum qc_status device_cuda_create(int ordinal, struct qc_device **out);
 int device_cuda_count(void);
+int device_cuda_probe(int *count);
+void device_cuda_set_stream_destroy_listener(void (*fn)(void *native));
 
 /* CPU backend fault hook (tests): enqueues a command on s that fails with st and message msg
  * when the stream reaches it, as a failed copy would. On the inline stream the failure is

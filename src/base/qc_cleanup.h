@@ -10,7 +10,14 @@
  * An atexit() hook unlinks whatever is still registered at exit(). SIGKILL cannot be caught:
  * files that must never stay behind are unlinked right after open (the offload engine does).
  *
- * Thread safety: register and unregister may be called from any thread.
+ * Graceful stop (the trainer, docs/RELIABILITY.md): between qc_cleanup_stop_begin and
+ * qc_cleanup_stop_end the FIRST SIGINT or SIGTERM only records itself (async-signal-safe: one
+ * atomic store) and the process goes on; its owner polls qc_cleanup_stop_signal() at safe
+ * points, finishes its unit of work, saves, and exits with 128 + signal (130 / 143). A second
+ * signal ends the process at once through the path above (registered files unlinked, the
+ * signal re-raised), so whatever the owner had completed stays.
+ *
+ * Thread safety: every function may be called from any thread.
  */
 #ifndef QC_BASE_QC_CLEANUP_H
 #define QC_BASE_QC_CLEANUP_H
@@ -27,6 +34,14 @@ extern "C" {
 int qc_cleanup_register(const char *path);
 /* Forgets a slot from qc_cleanup_register (does not unlink). -1 is a no-op. */
 void qc_cleanup_unregister(int slot);
+
+/* Arms the graceful stop (installing the handlers if needed) and forgets any earlier request. */
+void qc_cleanup_stop_begin(void);
+/* Disarms it: later signals take the ordinary path. The recorded signal stays readable. */
+void qc_cleanup_stop_end(void);
+/* The signal that requested a graceful stop since the last qc_cleanup_stop_begin (SIGINT or
+ * SIGTERM), or 0. */
+int qc_cleanup_stop_signal(void);
 
 #ifdef __cplusplus
 }

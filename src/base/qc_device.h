@@ -77,6 +77,17 @@ void qc_device_cpu_set_emu(struct qc_device *dev, struct qc_emu *emu);
  * process whose ops already use every core (OpenMP): a copy thread beside them takes a core
  * that the ops' barriers wait on, which costs far more than the copy itself. */
 void qc_device_cpu_set_inline_streams(struct qc_device *dev, bool on);
+/* The raw answer behind qc_device_cuda_count, for callers that must tell "no GPU here" from "a
+ * GPU that fails" (the GPU tests: tests/cuda_probe.h): returns cudaGetDeviceCount's
+ * cudaError_t as an int (0 = success) and sets *count (0 on failure). A CPU-only build returns
+ * -1 and *count = 0. The error is cleared, not left for the next CUDA call. */
+int qc_device_cuda_probe(int *count);
+/* CUDA builds: fn(native) is called with a CUDA stream's native handle (cudaStream_t) when the
+ * stream has drained and is about to be destroyed, from the destroying thread, so that a layer
+ * above that caches stream handles (the CUDA op contexts, kernels/cuda/handles.cu) forgets it
+ * before the handle dies. One listener per process: a second call replaces it, NULL removes
+ * it. CPU streams are never reported. */
+void qc_device_set_stream_destroy_listener(void (*fn)(void *native));
 
 /* ---- streams ---------------------------------------------------------------------------- */
 

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "qc_alloc.h"
+#include "qc_json.h"
 #include "qc_rand.h"
 
 #define BENCH_MAX_LIVE 8192
@@ -421,16 +422,18 @@ enum qc_status qc_bench_alloc(struct qc_cli *cli, int argc, char **argv)
     if (json) {
         printf("{\"bench\": \"alloc\", \"backend\": \"host\", \"steps\": %" PRId64
                ", \"batch\": %" PRId64 ", \"seed\": %" PRId64 ", "
-               "\"alloc_free_ns_median\": %.1f, \"alloc_free_ns_p90\": %.1f, "
-               "\"alloc_free_ns_median_single_block\": %.1f, "
-               "\"fragmentation\": %.4f, \"fragmentation_pytorch_like\": %.4f, "
+               "\"alloc_free_ns_median\": %s, \"alloc_free_ns_p90\": %s, "
+               "\"alloc_free_ns_median_single_block\": %s, "
+               "\"fragmentation\": %s, \"fragmentation_pytorch_like\": %s, "
                "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, "
                "\"peak_reserved_bytes_pytorch_like\": %zu, \"maps\": %" PRIu64
                ", \"maps_pytorch_like\": %" PRIu64 ", \"ops\": %" PRIu64
-               ", \"replay_seconds\": %.2f, \"check\": \"ok\"}\n",
-               steps, batch, seed, med, p90, med1, o->fragmentation, t->fragmentation,
-               o->bytes_allocated_peak, o->bytes_reserved_peak, t->bytes_reserved_peak, o->n_maps,
-               t->n_maps, fr.ops, fr.seconds);
+               ", \"replay_seconds\": %s, \"check\": \"ok\"}\n",
+               steps, batch, seed, QC_JSON_NUM("%.1f", med), QC_JSON_NUM("%.1f", p90),
+               QC_JSON_NUM("%.1f", med1), QC_JSON_NUM("%.4f", o->fragmentation),
+               QC_JSON_NUM("%.4f", t->fragmentation), o->bytes_allocated_peak,
+               o->bytes_reserved_peak, t->bytes_reserved_peak, o->n_maps, t->n_maps, fr.ops,
+               QC_JSON_NUM("%.2f", fr.seconds));
     } else {
         printf("allocator benchmark (host backend, %" PRId64 " steps of %" PRId64
                " scenes, seed %" PRId64 ")\n",

@@ -40,7 +40,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "bench_util.h"
+#include "bench_common.h"
 #include "qc_alloc.h"
 #include "qc_plan.h"
 #include "qc_progress.h" /* qc_format_bytes */
@@ -131,17 +131,15 @@ static enum qc_status run_one(const struct qc_config *base, const char *const *d
     cfg.device_budget = budget;
     memset(r, 0, sizeof *r);
     r->budget = budget;
-    char dir[] = "/tmp/qctrain-bench-memory-XXXXXX";
-    if (!mkdtemp(dir))
-        return qc_errorf(QC_ERR_IO, "bench memory: cannot create a temporary folder in /tmp");
+    struct qc_bench_run run;
+    QC_TRY(qc_bench_run_folder("memory", &run));
     char path[256];
-    snprintf(path, sizeof path, "%s/plan_cost.json", dir);
+    snprintf(path, sizeof path, "%s/plan_cost.json", run.dir);
     enum qc_status st = cost ? qc_bench_copy_file(cost, path) : QC_OK;
-    const struct qc_train_opts to = {
-        .cfg = &cfg, .data = data, .ndata = ndata, .out_dir = dir, .quiet = true};
-    struct qc_trainer *t = NULL;
+    const struct qc_train_opts to = {.cfg = &cfg, .data = data, .ndata = ndata};
     if (st == QC_OK)
-        st = qc_trainer_create(&to, &t);
+        st = qc_bench_run_trainer(&run, &to, 0);
+    struct qc_trainer *t = run.t;
     for (int64_t i = 0; st == QC_OK && i < warmup + repeats; i++) {
         struct qc_step_metrics m;
         const double c0 = cpu_seconds();
@@ -171,8 +169,7 @@ static enum qc_status run_one(const struct qc_config *base, const char *const *d
         if (keep_cost)
             st = qc_plan_cost_save(qc_trainer_plan_cost(t), keep_cost);
     }
-    qc_trainer_destroy(t);
-    qc_bench_rm_tree(dir);
+    qc_bench_run_end(&run);
     return st;
 }
 

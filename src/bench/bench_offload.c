@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,7 +31,9 @@
 
 #include "qc_alloc.h"
 #include "qc_device.h"
+#include "qc_json.h"
 #include "qc_offload.h"
+#include "qc_progress.h" /* qc_format_bytes */
 
 #define MIB       ((size_t)1 << 20)
 #define GIB_D     (1024.0 * 1024.0 * 1024.0)
@@ -53,6 +56,7 @@ struct bench_env {
     void *src; /* device, tensor bytes */
     void *dst;
     size_t tensor;
+    bool direct; /* offload.direct: try O_DIRECT on the spill file */
 };
 
 struct bw {
@@ -75,6 +79,7 @@ static enum qc_status measure(struct bench_env *e, size_t total, int qd,
     p.max_inflight = (size_t)qd * e->block * 2 > 64 * MIB ? (size_t)qd * e->block * 2 : 64 * MIB;
     p.prefetch_window = p.max_inflight;
     p.force_rung = e->rung;
+    p.direct = e->direct;
     if (place == QC_OFFLOAD_PLACE_HOST) {
         p.host_capacity = total + MIB;
         p.nvme_dir = NULL;
@@ -162,6 +167,7 @@ static enum qc_status roundtrip(struct bench_env *e, size_t bytes, double *ms, b
     p.nvme_dir = e->dir;
     p.nvme_capacity = bytes + 64 * MIB;
     p.force_rung = e->rung;
+    p.direct = e->direct;
     struct qc_offload *o = NULL;
     if (st == QC_OK)
         st = qc_offload_create(e->dev, &p, &o);
@@ -288,6 +294,26 @@ static enum qc_status parse_rung(const char *s, enum qc_offload_rung *out)
                      s);
 }
 
+/* The engine's errors name the trainer's options (offload.nvme_dir, offload.nvme_capacity);
+ * here the folder is --dir and the bytes are --size / --roundtrip / --sweep-size: rewrite the
+ * last error's option names to the bench's own. Returns st. */
+static enum qc_status bench_own_options(enum qc_status st)
+{
+    static const char *const from[] = {"offload.nvme_dir", "offload.nvme_capacity"};
+    static const char *const to[] = {"--dir", "--size (and --roundtrip, --sweep-size)"};
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", qc_error_last());
+    for (int k = 0; k < 2; k++) {
+        char *at;
+        while ((at = strstr(msg, from[k])) != NULL) {
+            char rest[4096];
+            snprintf(rest, sizeof rest, "%s", at + strlen(from[k]));
+            snprintf(at, sizeof msg - (size_t)(at - msg), "%s%s", to[k], rest);
+        }
+    }
+    return qc_errorf(st, "bench offload: %s", msg);
+}
+
 enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
 {
     bool json = false, no_fio = false;
@@ -351,6 +377,26 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
     struct bench_env e;
     memset(&e, 0, sizeof e);
     QC_TRY(parse_rung(rung_s, &e.rung));
+    e.direct = cli->cfg.offload_direct;
+    if (!e.direct && e.rung == QC_OFFLOAD_RUNG_URING_DIRECT)
+        return qc_errorf(QC_ERR_INVALID, "bench offload: --rung uring-direct with "
+                                         "offload.direct=false\nhint: drop one of the two");
+    {
+        /* the largest spill file the bench makes, before any is made: a full folder is an
+         * error naming --dir, not a failure half-way */
+        uint64_t need = size > sweep_size ? size : sweep_size;
+        need = (need > rt_size ? need : rt_size) + 64 * MIB;
+        struct statvfs vfs;
+        if (statvfs(dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+            char have_s[32], need_s[32];
+            qc_format_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, have_s, sizeof have_s);
+            qc_format_bytes(need, need_s, sizeof need_s);
+            return qc_errorf(QC_ERR_IO,
+                             "bench offload: --dir %s has %s free, the benchmark needs %s\nhint: "
+                             "free space there, give another --dir, or lower --size",
+                             dir, have_s, need_s);
+        }
+    }
     e.dir = dir;
     e.block = (size_t)block;
     e.tensor = (size_t)tensor;
@@ -393,7 +439,8 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
         qc_alloc_free(e.alloc, e.dst, e.cs);
     qc_alloc_destroy(e.alloc);
     qc_device_destroy(e.dev);
-    QC_TRY(st);
+    if (st != QC_OK)
+        return bench_own_options(st);
 
     double rt_gibps = (double)rt_size / (rt_ms / 1e3) / GIB_D;
     if (json) {
@@ -406,22 +453,27 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv)
         printf("{\"bench\": \"offload\", \"device\": \"%s\", \"dir\": %s, \"rung\": \"%s\", "
                "\"registered\": %s, \"block_bytes\": %zu, \"queue_depth\": %" PRId64
                ", \"size_bytes\": %" PRIu64 ", \"tensor_bytes\": %zu, "
-               "\"write_gibps\": %.3f, \"read_gibps\": %.3f, \"read_stalls\": %" PRIu64 ", "
-               "\"host_write_gibps\": %.3f, \"host_read_gibps\": %.3f, \"sweep\": [",
+               "\"write_gibps\": %s, \"read_gibps\": %s, \"read_stalls\": %" PRIu64 ", "
+               "\"host_write_gibps\": %s, \"host_read_gibps\": %s, \"sweep\": [",
                qc_device_kind_str(kind), jdir, qc_offload_rung_str(main_bw.rung),
                main_bw.registered ? "true" : "false", e.block, qd, size, e.tensor,
-               main_bw.write_gibps, main_bw.read_gibps, main_bw.stalls, host_bw.write_gibps,
-               host_bw.read_gibps);
+               QC_JSON_NUM("%.3f", main_bw.write_gibps), QC_JSON_NUM("%.3f", main_bw.read_gibps),
+               main_bw.stalls, QC_JSON_NUM("%.3f", host_bw.write_gibps),
+               QC_JSON_NUM("%.3f", host_bw.read_gibps));
         for (int i = 0; i < nsweep; i++)
-            printf("%s{\"queue_depth\": %d, \"write_gibps\": %.3f, \"read_gibps\": %.3f}",
-                   i ? ", " : "", qds[i], sw[i].write_gibps, sw[i].read_gibps);
-        printf("], \"roundtrip_bytes\": %" PRIu64 ", \"roundtrip_ms\": %.1f, "
-               "\"roundtrip_gibps\": %.3f, \"roundtrip_check\": \"%s\"",
-               rt_size, rt_ms, rt_gibps, rt_ok ? "ok" : "MISMATCH");
+            printf("%s{\"queue_depth\": %d, \"write_gibps\": %s, \"read_gibps\": %s}",
+                   i ? ", " : "", qds[i], QC_JSON_NUM("%.3f", sw[i].write_gibps),
+                   QC_JSON_NUM("%.3f", sw[i].read_gibps));
+        printf("], \"roundtrip_bytes\": %" PRIu64 ", \"roundtrip_ms\": %s, "
+               "\"roundtrip_gibps\": %s, \"roundtrip_check\": \"%s\"",
+               rt_size, QC_JSON_NUM("%.1f", rt_ms), QC_JSON_NUM("%.3f", rt_gibps),
+               rt_ok ? "ok" : "MISMATCH");
         if (fio_w > 0 && fio_r > 0)
-            printf(", \"fio_write_gibps\": %.3f, \"fio_read_gibps\": %.3f, "
-                   "\"write_vs_fio\": %.3f, \"read_vs_fio\": %.3f",
-                   fio_w, fio_r, main_bw.write_gibps / fio_w, main_bw.read_gibps / fio_r);
+            printf(", \"fio_write_gibps\": %s, \"fio_read_gibps\": %s, "
+                   "\"write_vs_fio\": %s, \"read_vs_fio\": %s",
+                   QC_JSON_NUM("%.3f", fio_w), QC_JSON_NUM("%.3f", fio_r),
+                   QC_JSON_NUM("%.3f", main_bw.write_gibps / fio_w),
+                   QC_JSON_NUM("%.3f", main_bw.read_gibps / fio_r));
         else
             printf(", \"fio\": \"%s\"", have_fio ? "failed" : "not run");
         printf("}\n");

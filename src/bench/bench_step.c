@@ -35,7 +35,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "bench_util.h"
+#include "bench_common.h"
 #include "qc_alloc.h"
 #include "qc_config.h"
 #include "qc_device.h"
@@ -150,16 +150,11 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_scene_prof
     cfg.attention = attn;
     cfg.steps = warmup + repeats;
     cfg.save_every = 0;
-    char dir[] = "/tmp/qctrain-bench-step-XXXXXX";
-    if (!mkdtemp(dir))
-        return qc_errorf(QC_ERR_IO, "bench step: cannot create a temporary folder in /tmp");
     *rss_was_reset = rss_reset();
-    const struct qc_train_opts to = {.cfg = &cfg, .out_dir = dir, .quiet = true};
-    struct qc_trainer *t = NULL;
-    enum qc_status st = qc_trainer_create(&to, &t);
     memset(r, 0, sizeof(*r));
-    for (int64_t i = 0; st == QC_OK && i < warmup; i++)
-        st = qc_trainer_step(t, NULL);
+    struct qc_bench_run run;
+    enum qc_status st = qc_bench_run_start(&cfg, "step", warmup, &run);
+    struct qc_trainer *t = run.t;
     double secs = 0, loss = 0;
     const struct qc_exec *ex = st == QC_OK ? qc_qcnet_exec(qc_trainer_model(t)) : NULL;
     if (st == QC_OK && qc_exec_is_device(ex))
@@ -187,8 +182,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_scene_prof
         r->loss = loss;
         r->peak_rss_bytes = rss_peak();
     }
-    qc_trainer_destroy(t);
-    qc_bench_rm_tree(dir);
+    qc_bench_run_end(&run);
     return st;
 }
 

@@ -7,11 +7,13 @@
 
 const struct qc_cli_command qc_cli_commands[] = {
     {"train", "train QCNet (on generated scenes when no --data is given)", qc_cmd_train},
-    {"eval", "evaluate weights: validation loss, minADE, minFDE, MR, Brier-minFDE", qc_cmd_eval},
+    {"eval", "evaluate weights: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE, minFHE",
+     qc_cmd_eval},
     {"plan", "plan a step's memory under the budget (policies, peak, time) without training",
      qc_cmd_plan},
     {"gen", "generate synthetic AV2-like scenes into a qcshard file", qc_cmd_gen},
     {"inspect", "print scene and edge-set statistics of qcshard files", qc_cmd_inspect},
+    {"report", "write a run's memory-profile report: one self-contained HTML page", qc_cmd_report},
     {"bench", "run a benchmark (loader, alloc, offload, ops, step) and print JSON", qc_cmd_bench},
     {"config", "show the option table, or check and dump a configuration", qc_cmd_config},
     {"version", "print the version and the build's backends", qc_cmd_version},

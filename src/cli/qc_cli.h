@@ -81,6 +81,7 @@ enum qc_status qc_cmd_inspect(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_bench(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_report(struct qc_cli *cli, int argc, char **argv);
 
 /* `qctrain bench <what>` targets (src/bench/bench_<what>.c); argv[0] is <what>. */
 enum qc_status qc_bench_loader(struct qc_cli *cli, int argc, char **argv);
@@ -89,6 +90,11 @@ enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_ops(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_memory(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_report(struct qc_cli *cli, int argc, char **argv);
+/* The synthetic run folder of `bench report` (src/bench/bench_report.c): `steps` steps of
+ * metrics.jsonl, a memory.json with a plan, one step's trace of about `events` events. */
+enum qc_status qc_bench_report_make_run(const char *dir, int64_t steps, int64_t events);
+enum qc_status qc_bench_dist(struct qc_cli *cli, int argc, char **argv);
 
 #ifdef __cplusplus
 }

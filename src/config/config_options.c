@@ -64,7 +64,8 @@
 
 static const char *const attention_names[] = {"fused", "unfused", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
-static const char *const balance_names[] = {"none", "cost", NULL};
+static const char *const balance_names[] = {"none", "cost", "auto", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
@@ -73,7 +74,8 @@ static const char *const log_level_names[] = {"error", "warn", "info", "debug", 
 _Static_assert(QC_ATTENTION_FUSED == 0 && QC_ATTENTION_UNFUSED == 1, "attention_names order");
 _Static_assert(QC_SCENE_TYPICAL == 0 && QC_SCENE_DENSE == 1 && QC_SCENE_MIXED == 2,
                "scene_profile_names order");
-_Static_assert(QC_BALANCE_NONE == 0 && QC_BALANCE_COST == 1, "balance_names order");
+_Static_assert(QC_BALANCE_NONE == 0 && QC_BALANCE_COST == 1 && QC_BALANCE_AUTO == 2,
+               "balance_names order");
 _Static_assert(QC_DEVICE_CPU == 0 && QC_DEVICE_CUDA == 1, "device_kind_names order");
 _Static_assert(QC_CONFIG_DEVICE_CPU == (int)QC_DEVICE_CPU &&
                    QC_CONFIG_DEVICE_CUDA == (int)QC_DEVICE_CUDA && QC_CONFIG_DEVICE_EMU == 2,
@@ -144,6 +146,12 @@ static const struct qc_config_option options[] = {
             "steps between progress lines"),
     OPT_STRING("train.out_dir", out_dir, "runs/latest",
                "run directory: checkpoints, metrics, trace, report"),
+    /* train.* reliability (docs/RELIABILITY.md) */
+    OPT_CHOICE("train.nonfinite", nonfinite, "stop", nonfinite_names,
+               "a step with a non-finite loss or gradient: stop (error, last checkpoint kept) or "
+               "skip (parameters untouched)"),
+    OPT_INT("train.max_skipped", max_skipped, "10", 1, BIG_COUNT, "steps",
+            "train.nonfinite=skip: stop after this many skipped steps in a row"),
 
     /* data.* */
     OPT_CHOICE("data.synthetic_profile", synthetic_profile, "typical", scene_profile_names,
@@ -155,8 +163,9 @@ static const struct qc_config_option options[] = {
     OPT_INT("data.prefetch_batches", prefetch_batches, "2", 0, 64, "batches",
             "batches built ahead of the step"),
     OPT_BOOL("data.shuffle", shuffle, "true", "shuffle scenes every epoch"),
-    OPT_CHOICE("data.balance", balance, "none", balance_names,
-               "sampler: none, or cost (similar edge counts on every rank)"),
+    OPT_CHOICE("data.balance", balance, "auto", balance_names,
+               "groups of a step: none (consecutive scenes), cost (similar edge counts in every "
+               "group, so every rank), or auto (cost with several ranks, else none)"),
 
     /* device.* */
     OPT_CHOICE("device.kind", device_kind, "cpu", device_kind_names,
@@ -184,6 +193,12 @@ static const struct qc_config_option options[] = {
     OPT_BOOL("alloc.trace", alloc_trace, "true", "record the allocation trace (for the report)"),
     OPT_STRING("alloc.trace_file", alloc_trace_file, "",
                "write the trace to this file; empty = in-memory ring buffer only"),
+    OPT_INT("alloc.trace_every", alloc_trace_every, "1000", 0, 1000000000, "steps",
+            "train also keeps the trace of every N-th step in RUN/trace/ (besides the first "
+            "steps and the peak step); 0 = only those"),
+    OPT_SIZE("alloc.trace_max_bytes", alloc_trace_max_bytes, "64MiB", 0, 1 * TIB,
+             "bound on RUN/trace/: the oldest periodic steps are dropped first; 0 = no step "
+             "traces"),
 
     /* offload.* */
     OPT_CHOICE("offload.placement", offload_placement, "auto", placement_names,
@@ -210,10 +225,16 @@ static const struct qc_config_option options[] = {
     OPT_INT("hw.gpus_per_node", hw_gpus_per_node, "1", 1, 1024, "", "GPUs sharing one node"),
 
     /* dist.* */
-    OPT_INT("dist.world_size", world_size, "1", 1, 65536, "ranks",
-            "ranks the run is planned for (mpirun -np must match)"),
+    OPT_INT("dist.world_size", world_size, "0", 0, 65536, "ranks",
+            "ranks the run is planned for: mpirun -np / srun -n must match; 0 = whatever the "
+            "launcher starts (1 without one)"),
     OPT_INT("dist.zero_stage", zero_stage, "0", 0, 2, "",
-            "0 = plain data parallel, 1 = sharded optimizer state, 2 = + sharded gradients"),
+            "0 = plain data parallel, 1 = AdamW moments sharded (each rank updates 1/N, then "
+            "all-gather), 2 = + gradients reduce-scattered"),
+    OPT_SIZE("dist.bucket_bytes", bucket_bytes, "8MiB", 4 * KIB, 1 * GIB,
+             "largest piece of the gradient reduction; pieces start as backward makes them final"),
+    OPT_FLOAT("dist.timeout", dist_timeout, "60", 0.1, 86400.0, "s",
+              "a rank waited on that answers nothing for this long has gone away: the job stops"),
 
     /* plan.* */
     OPT_CHOICE(
@@ -224,6 +245,10 @@ static const struct qc_config_option options[] = {
     /* log.* */
     OPT_CHOICE("log.level", log_level, "info", log_level_names, "log level"),
     OPT_BOOL("log.quiet", quiet, "false", "no progress output"),
+    OPT_BOOL("log.tensorboard", log_tensorboard, "true",
+             "train writes TensorBoard event files under RUN/tb/"),
+    OPT_BOOL("log.report", log_report, "true",
+             "train writes RUN/report.html (qctrain report) at the end of the run"),
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

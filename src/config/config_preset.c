@@ -25,6 +25,7 @@
 
 #include "config_internal.h"
 #include "qc_edit_distance.h"
+#include "qc_file.h"
 
 #define PRESET_MAX_BYTES (1u << 20) /* a preset is a few hundred bytes; refuse anything huge */
 #define PRESET_MAX_DEPTH 16         /* inheritance levels */
@@ -187,19 +188,10 @@ enum qc_status qc_config_preset_path(const char *name_or_path, char *out, size_t
 /* Reads a whole regular file (at most PRESET_MAX_BYTES) into a malloc'd NUL-terminated buffer. */
 static enum qc_status read_file(const char *path, char **out, size_t *out_len)
 {
-    /* stat first: never open a FIFO or a device (opening some has side effects). */
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return qc_errorf(QC_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return qc_errorf(QC_ERR_INVALID, "%s: not a regular file", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return qc_errorf(QC_ERR_INVALID, "%s: not a regular file", path);
-    }
+    /* never open a FIFO or a device (qc_file.h); every preset error is bad input (exit 2) */
+    int fd = -1;
+    if (qc_file_open_regular(path, "preset", &fd, NULL) != QC_OK)
+        return QC_ERR_INVALID; /* the message is set */
     char *buf = malloc(PRESET_MAX_BYTES + 1);
     if (!buf) {
         close(fd);
@@ -246,9 +238,65 @@ static char *printed(const cJSON *item, char *buf, size_t n)
     return buf;
 }
 
+/* The option keys one preset file has set, to refuse a key given twice (flat and nested
+ * spellings of one key included): last-wins would hide a mistake. */
+struct preset_seen {
+    const struct qc_config_option *opt[256];
+    int n;
+};
+
+/* A JSON object with two members of the same name, anywhere in the tree: refused (cJSON keeps
+ * both and a lookup would silently take one). */
+static enum qc_status check_duplicate_members(const cJSON *obj, const char *path,
+                                              const char *origin)
+{
+    for (const cJSON *a = obj->child; a; a = a->next) {
+        for (const cJSON *b = a->next; b && a->string; b = b->next)
+            if (b->string && strcmp(a->string, b->string) == 0)
+                return qc_errorf(QC_ERR_INVALID,
+                                 "%s: key '%s%s%.80s' appears twice\nhint: keep one of them (a "
+                                 "preset states each setting once)",
+                                 origin, path, path[0] ? "." : "", a->string);
+        if (cJSON_IsObject(a) && a->string) {
+            char sub[PRESET_KEY_MAX];
+            snprintf(sub, sizeof sub, "%s%s%.80s", path, path[0] ? "." : "", a->string);
+            QC_TRY(check_duplicate_members(a, sub, origin));
+        }
+    }
+    return QC_OK;
+}
+
+/* A "\u0000" escape anywhere in a string of the JSON text: it would end the C string there
+ * and silently truncate the value (or key). Escaped backslashes ("\\u0000") are text. */
+static enum qc_status check_nul_escape(const char *text, size_t len, const char *origin)
+{
+    bool in_string = false;
+    int line = 1;
+    for (size_t i = 0; i < len; i++) {
+        const char c = text[i];
+        if (c == '\n')
+            line++;
+        if (!in_string) {
+            in_string = c == '"';
+            continue;
+        }
+        if (c == '"') {
+            in_string = false;
+        } else if (c == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && strncmp(text + i + 2, "0000", 4) == 0)
+                return qc_errorf(QC_ERR_INVALID,
+                                 "%s: line %d: a string holds \\u0000 (a NUL character), which "
+                                 "would cut it short\nhint: remove it",
+                                 origin, line);
+            i++; /* the escaped character */
+        }
+    }
+    return QC_OK;
+}
+
 /* One member of the preset object: a known key, or a section object to descend into. */
 static enum qc_status apply_member(struct qc_config *cfg, const cJSON *item, const char *prefix,
-                                   const char *origin)
+                                   const char *origin, struct preset_seen *seen)
 {
     char key[PRESET_KEY_MAX];
     const char *name = item->string ? item->string : "";
@@ -257,11 +305,20 @@ static enum qc_status apply_member(struct qc_config *cfg, const cJSON *item, con
     if (w < 0 || (size_t)w >= sizeof key)
         return qc_errorf(QC_ERR_INVALID, "%s: key '%.80s...': unknown key", origin, key);
     const struct qc_config_option *opt = qc_config_option_find(key);
-    if (opt)
+    if (opt) {
+        for (int i = 0; i < seen->n; i++)
+            if (seen->opt[i] == opt)
+                return qc_errorf(QC_ERR_INVALID,
+                                 "%s: key '%s' is set twice (flat and nested spellings count as "
+                                 "one key)\nhint: keep one of them",
+                                 origin, key);
+        if (seen->n < (int)(sizeof seen->opt / sizeof seen->opt[0]))
+            seen->opt[seen->n++] = opt;
         return config_set_json(cfg, opt, item, origin);
+    }
     if (cJSON_IsObject(item)) {
         for (const cJSON *c = item->child; c; c = c->next)
-            QC_TRY(apply_member(cfg, c, key, origin));
+            QC_TRY(apply_member(cfg, c, key, origin, seen));
         return QC_OK;
     }
     return config_unknown_key(origin, key);
@@ -284,6 +341,7 @@ static enum qc_status apply_text(struct qc_config *cfg, const char *text, size_t
 {
     if (memchr(text, '\0', len))
         return qc_errorf(QC_ERR_INVALID, "%s: malformed JSON: contains a NUL byte", origin);
+    QC_TRY(check_nul_escape(text, len, origin));
     /* A NUL-terminated copy: the caller's buffer need not be terminated, and cJSON flags
      * trailing garbage only when it can see the terminator (len + 1 below). */
     char *copy = malloc(len + 1);
@@ -312,11 +370,15 @@ static enum qc_status apply_text(struct qc_config *cfg, const char *text, size_t
     }
     enum qc_status st = QC_OK;
     char shown[100];
+    struct preset_seen seen = {.n = 0};
     if (!cJSON_IsObject(root)) {
         st = qc_errorf(QC_ERR_INVALID, "%s: expected a JSON object of keys, got %s", origin,
                        printed(root, shown, sizeof shown));
         goto out;
     }
+    st = check_duplicate_members(root, "", origin);
+    if (st != QC_OK)
+        goto out;
     /* Parents first, so this file's keys override what it inherits. */
     const cJSON *inh = cJSON_GetObjectItemCaseSensitive(root, "inherits");
     if (inh) {
@@ -343,7 +405,7 @@ static enum qc_status apply_text(struct qc_config *cfg, const char *text, size_t
             }
             continue;
         }
-        st = apply_member(cfg, c, "", origin);
+        st = apply_member(cfg, c, "", origin, &seen);
         if (st != QC_OK)
             goto out;
     }

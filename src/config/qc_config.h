@@ -32,7 +32,9 @@ enum qc_attention_impl { QC_ATTENTION_FUSED = 0, QC_ATTENTION_UNFUSED };
 enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
-enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST };
+enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST, QC_BALANCE_AUTO };
+/* train.nonfinite: what a step with a non-finite loss term or gradient does. */
+enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };
 /* device.kind: the device layer's kinds (qc_device.h: cpu = 0, cuda = 1) plus the emulated
  * device of the tests (kernels/qc_exec.h backend EMU: CPU ops on protected host memory). */
 enum qc_config_device {
@@ -78,6 +80,8 @@ struct qc_config {
     int64_t save_every;              /* steps between checkpoints; 0 = only at the end */
     int64_t log_every;               /* steps between progress lines, 1 */
     char out_dir[QC_CONFIG_STR_MAX]; /* run directory */
+    enum qc_nonfinite nonfinite;     /* stop | skip (docs/RELIABILITY.md) */
+    int64_t max_skipped;             /* skip: steps skipped in a row before stopping, 10 */
 
     /* data.* */
     enum qc_scene_profile synthetic_profile; /* typical | dense | mixed */
@@ -85,7 +89,7 @@ struct qc_config {
     int64_t loader_threads;   /* 0 = all cores */
     int64_t prefetch_batches; /* batches built ahead, 2 */
     bool shuffle;             /* true */
-    enum qc_balance balance;  /* none | cost */
+    enum qc_balance balance;  /* none | cost | auto (cost with several ranks) */
 
     /* device.* */
     int64_t device_kind;    /* enum qc_config_device: cpu | cuda | emu */
@@ -102,6 +106,8 @@ struct qc_config {
     uint64_t alloc_split_limit;   /* bytes; blocks larger are never split; 0 = no limit */
     bool alloc_trace;             /* keep the allocation trace */
     char alloc_trace_file[QC_CONFIG_STR_MAX]; /* "" = ring buffer only */
+    int64_t alloc_trace_every;                /* steps; also trace every N-th step, 0 = off */
+    uint64_t alloc_trace_max_bytes;           /* bytes; bound on RUN/trace/ */
 
     /* offload.* */
     enum qc_placement offload_placement;      /* auto | host | nvme */
@@ -120,8 +126,10 @@ struct qc_config {
     int64_t hw_gpus_per_node; /* 1 */
 
     /* dist.* */
-    int64_t world_size; /* ranks, 1 */
-    int64_t zero_stage; /* 0, 1 or 2 */
+    int64_t world_size;    /* ranks; 0 = the launcher's (1 without one) */
+    int64_t zero_stage;    /* 0, 1 or 2 */
+    uint64_t bucket_bytes; /* bytes, largest piece of the gradient reduction, 8 MiB */
+    double dist_timeout;   /* s, silence after which a rank has gone away, 60 */
 
     /* plan.* */
     enum qc_plan_policy plan_policy; /* auto | keep | offload | recompute */
@@ -129,6 +137,8 @@ struct qc_config {
     /* log.* */
     int64_t log_level; /* enum qc_log_level */
     bool quiet;
+    bool log_tensorboard; /* TensorBoard event files under RUN/tb/, true */
+    bool log_report;      /* RUN/report.html at the end of train, true */
 };
 
 // ---- the option table ------------------------------------------------------------------

@@ -22,13 +22,12 @@ static bool grid_finite2(const float *p)
     return isfinite(p[0]) && isfinite(p[1]);
 }
 
-static void grid_dims(struct graph_grid *g, double xmin, double ymin, double xmax, double ymax)
+/* Cells along one axis for the span [lo, hi], in double: the span of far-flung (but finite)
+ * coordinates can exceed any integer, so it is converted only once it is known to be small. */
+static double grid_cells(double lo, double hi, double cell)
 {
-    g->ox = xmin - g->cell;
-    g->oy = ymin - g->cell;
     /* Query cells lie in [1, nc − 2], so the 3×3 neighbourhood never leaves the grid. */
-    g->ncx = (int64_t)floor((xmax - g->ox) / g->cell) + 2;
-    g->ncy = (int64_t)floor((ymax - g->oy) / g->cell) + 2;
+    return floor((hi - (lo - cell)) / cell) + 2.0;
 }
 
 enum qc_status graph_grid_build(struct graph_grid *g, const float *pts, int64_t stride, int64_t n,
@@ -49,13 +48,14 @@ enum qc_status graph_grid_build(struct graph_grid *g, const float *pts, int64_t 
     if (n == 0 || !(r > 0.0) || !(xmin <= xmax))
         return QC_OK;
     g->cell = r * (1.0 + 1e-5);
-    grid_dims(g, xmin, ymin, xmax, ymax);
     /* Keep the grid proportional to the work: widen the cells of sparse, far-flung scenes. */
-    double limit = 4.0 * (double)(n + nq) + 64.0;
-    while ((double)g->ncx * (double)g->ncy > limit) {
+    const double limit = 4.0 * (double)(n + nq) + 64.0;
+    while (grid_cells(xmin, xmax, g->cell) * grid_cells(ymin, ymax, g->cell) > limit)
         g->cell *= 2.0;
-        grid_dims(g, xmin, ymin, xmax, ymax);
-    }
+    g->ox = xmin - g->cell;
+    g->oy = ymin - g->cell;
+    g->ncx = (int64_t)grid_cells(xmin, xmax, g->cell);
+    g->ncy = (int64_t)grid_cells(ymin, ymax, g->cell);
     int64_t ncell = g->ncx * g->ncy;
     if (ncell + 1 > g->cap_cells) {
         int64_t *s = realloc(g->start, (size_t)(ncell + 1) * sizeof(int64_t));

@@ -31,6 +31,7 @@ void qc_loader_opts_default(struct qc_loader_opts *o)
     o->seed = 2023;
     o->rank = 0;
     o->world_size = 1;
+    o->groups_per_rank = 1;
     qc_graph_params_default(&o->graph);
     o->synthetic_scenes = 1024;
     o->synthetic_profile = QC_SYNTH_TYPICAL;
@@ -82,15 +83,15 @@ static int costpos_cmp(const void *a, const void *b)
 }
 
 int64_t qc_loader_plan_epoch(int64_t n, const int64_t *cost, uint64_t seed, int64_t epoch,
-                             bool shuffle, int64_t batch_size, int64_t rank, int64_t world_size,
-                             bool balance_cost, bool drop_last, int64_t *ptr, int64_t *idx)
+                             bool shuffle, int64_t batch_size, int64_t groups_per_rank,
+                             int64_t rank, int64_t world_size, bool balance_cost, bool drop_last,
+                             int64_t *ptr, int64_t *idx)
 {
-    const int64_t W = world_size, B = batch_size;
+    const int64_t W = world_size, B = batch_size, P = world_size * groups_per_rank;
     ptr[0] = 0;
     if (n <= 0)
         return 0;
-    int64_t total = (n + W - 1) / W * W;
-    int64_t *order = malloc((size_t)total * sizeof(int64_t));
+    int64_t *order = malloc((size_t)n * sizeof(int64_t));
     QC_ASSERT(order, "out of memory planning %lld scenes", (long long)n);
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
@@ -103,60 +104,64 @@ int64_t qc_loader_plan_epoch(int64_t n, const int64_t *cost, uint64_t seed, int6
             order[j] = t;
         }
     }
-    for (int64_t i = n; i < total; i++)
-        order[i] = order[i - n]; /* pad by repeating the head */
+    /* steps of P groups of B scenes; within a step, group j of the step goes to rank j mod W */
+    const int64_t S = P * B;
+    struct costpos *cp = malloc((size_t)S * sizeof(*cp));
+    int64_t *load = calloc((size_t)P, sizeof(int64_t));
+    int64_t *room = calloc((size_t)P, sizeof(int64_t));
+    int64_t *own = malloc((size_t)S * sizeof(int64_t));
+    QC_ASSERT(cp && load && room && own, "out of memory planning");
     int64_t nb = 0, k = 0;
-    if (!balance_cost) {
-        int64_t m = total / W;
-        for (int64_t i = 0; i < m; i++) {
-            if (i % B == 0) {
-                if (drop_last && m - i < B)
-                    break;
-                if (i > 0)
-                    ptr[++nb] = k;
-            }
-            idx[k++] = order[rank + i * W];
+    for (int64_t s0 = 0; s0 < n; s0 += S) {
+        int64_t ws = n - s0 < S ? n - s0 : S;
+        if (drop_last)
+            ws = ws / B * B; /* the short group of the epoch's last step is dropped */
+        const int64_t q = (ws + B - 1) / B; /* groups of this step */
+        if (q == 0)
+            break;
+        for (int64_t j = 0; j < q; j++) {
+            room[j] = j + 1 < q ? B : ws - (q - 1) * B;
+            load[j] = 0;
         }
-        if (k > ptr[nb])
-            ptr[++nb] = k;
-    } else {
-        struct costpos *cp = malloc((size_t)(W * B) * sizeof(*cp));
-        int64_t *load = calloc((size_t)W, sizeof(int64_t));
-        int64_t *fill = calloc((size_t)W, sizeof(int64_t));
-        int64_t *own = malloc((size_t)(W * B) * sizeof(int64_t));
-        QC_ASSERT(cp && load && fill && own, "out of memory planning");
-        for (int64_t s0 = 0; s0 < total; s0 += W * B) {
-            int64_t ws = total - s0 < W * B ? total - s0 : W * B, room = ws / W;
-            if (drop_last && room < B)
-                break;
+        if (!balance_cost) {
+            for (int64_t i = 0; i < ws; i++)
+                own[i] = i / B;
+        } else {
             for (int64_t i = 0; i < ws; i++) {
                 cp[i].pos = i;
                 cp[i].cost = cost ? cost[order[s0 + i]] : 1;
             }
             qsort(cp, (size_t)ws, sizeof(*cp), costpos_cmp);
-            memset(load, 0, (size_t)W * sizeof(int64_t));
-            memset(fill, 0, (size_t)W * sizeof(int64_t));
             for (int64_t i = 0; i < ws; i++) {
                 int64_t best = -1;
-                for (int64_t r = 0; r < W; r++)
-                    if (fill[r] < room && (best < 0 || load[r] < load[best]))
-                        best = r;
+                for (int64_t j = 0; j < q; j++)
+                    if (room[j] > 0 && (best < 0 || load[j] < load[best]))
+                        best = j;
                 own[cp[i].pos] = best;
                 load[best] += cp[i].cost;
-                fill[best]++;
+                room[best]--;
             }
+        }
+        for (int64_t j = rank; j < q; j += W) {
             for (int64_t i = 0; i < ws; i++)
-                if (own[i] == rank)
+                if (own[i] == j)
                     idx[k++] = order[s0 + i];
             ptr[++nb] = k;
         }
-        free(cp);
-        free(load);
-        free(fill);
-        free(own);
     }
+    free(cp);
+    free(load);
+    free(room);
+    free(own);
     free(order);
     return nb;
+}
+
+int64_t qc_loader_plan_groups(int64_t n, int64_t batch_size, bool drop_last)
+{
+    if (n <= 0)
+        return 0;
+    return drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
 }
 
 // ---- the loader ----------------------------------------------------------------------------
@@ -208,6 +213,11 @@ int64_t qc_loader_num_scenes(const struct qc_loader *l)
 int64_t qc_loader_num_batches(const struct qc_loader *l)
 {
     return l->nb;
+}
+
+int64_t qc_loader_num_groups(const struct qc_loader *l)
+{
+    return qc_loader_plan_groups(l->nscenes, l->o.batch_size, l->o.drop_last);
 }
 
 void qc_loader_plan(const struct qc_loader *l, const int64_t **ptr, const int64_t **idx)
@@ -382,12 +392,14 @@ void qc_loader_destroy(struct qc_loader *l)
 static enum qc_status check_opts(const struct qc_loader_opts *o)
 {
     if (o->batch_size < 1 || o->prefetch_batches < 1 || o->threads < 0 || o->world_size < 1 ||
-        o->rank < 0 || o->rank >= o->world_size)
+        o->rank < 0 || o->rank >= o->world_size || o->groups_per_rank < 1)
         return qc_errorf(QC_ERR_INVALID,
                          "loader: bad options (batch_size %lld >= 1, prefetch_batches %lld >= 1, "
-                         "threads %lld >= 0, rank %lld in [0, world_size %lld))",
+                         "threads %lld >= 0, rank %lld in [0, world_size %lld), groups_per_rank "
+                         "%lld >= 1)",
                          (long long)o->batch_size, (long long)o->prefetch_batches,
-                         (long long)o->threads, (long long)o->rank, (long long)o->world_size);
+                         (long long)o->threads, (long long)o->rank, (long long)o->world_size,
+                         (long long)o->groups_per_rank);
     if ((o->alloc.alloc == NULL) != (o->alloc.free == NULL))
         return qc_errorf(QC_ERR_INVALID, "loader: allocator hook needs both alloc and free");
     return QC_OK;
@@ -501,8 +513,7 @@ enum qc_status qc_loader_start_epoch(struct qc_loader *l, int64_t epoch)
     pthread_mutex_unlock(&l->mu);
 
     /* workers are idle (nb == 0): plan outside the lock */
-    int64_t W = l->o.world_size;
-    int64_t cap = l->nscenes / W + W + 2;
+    int64_t cap = l->nscenes + 2;
     if (cap > l->plan_cap) {
         int64_t *p = realloc(l->ptr, (size_t)cap * sizeof(int64_t));
         if (p)
@@ -515,9 +526,9 @@ enum qc_status qc_loader_start_epoch(struct qc_loader *l, int64_t epoch)
                              (long long)epoch);
         l->plan_cap = cap;
     }
-    int64_t nb =
-        qc_loader_plan_epoch(l->nscenes, l->cost, l->o.seed, epoch, l->o.shuffle, l->o.batch_size,
-                             l->o.rank, W, l->o.balance_cost, l->o.drop_last, l->ptr, l->idx);
+    int64_t nb = qc_loader_plan_epoch(
+        l->nscenes, l->cost, l->o.seed, epoch, l->o.shuffle, l->o.batch_size, l->o.groups_per_rank,
+        l->o.rank, l->o.world_size, l->o.balance_cost, l->o.drop_last, l->ptr, l->idx);
     struct slot *slots = calloc((size_t)(nb > 0 ? nb : 1), sizeof(*slots));
     if (!slots)
         return qc_errorf(QC_ERR_NOMEM, "loader: out of memory planning epoch %lld",

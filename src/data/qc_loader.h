@@ -5,18 +5,24 @@
  * ahead of the consumer.
  *
  * Determinism: the batches of an epoch (which scenes, in which order, and every byte built from
- * them) depend only on (the data, seed, epoch, rank, world size, batch size, options), never on
- * thread timing; the consumer receives them in plan order.
+ * them) depend only on (the data, seed, epoch, rank, world size, groups per rank, batch size,
+ * options), never on thread timing; the consumer receives them in plan order.
  *
- * Epoch plan, for N scenes and W ranks:
+ * Epoch plan, for N scenes, W ranks, G groups per rank and step (P = W·G groups per step):
  *   1. order = 0..N−1, shuffled (Fisher–Yates from splitmix64 keyed by seed and epoch) when
  *      shuffle is on;
- *   2. padded to a multiple of W by repeating its head (as DistributedSampler does);
- *   3. plain mode: rank r takes order[r], order[r + W], ... and cuts it into batches of B (the
- *      last one shorter unless drop_last);
- *      cost mode: the padded order is cut into steps of W·B scenes; within a step, scenes are
- *      dealt largest cost first to the rank with the smallest total so far that still has room
- *      (ties: lower rank), so every rank's batch of that step holds a similar number of edges.
+ *   2. the order is cut into steps of P·B scenes (the last step shorter), each step into
+ *      ceil(scenes / B) groups of B scenes (the last group of the epoch shorter; dropped with
+ *      drop_last);
+ *      plain mode: group j of a step is the step's scenes j·B .. j·B + B − 1, in order;
+ *      cost mode: the step's scenes are dealt largest cost first to the group with the smallest
+ *      total so far that still has room (ties: lower group), so every group of the step, and
+ *      every rank, holds a similar number of edges;
+ *   3. rank r takes groups r, r + W, r + 2W, ... of every step, as its batches in order.
+ * So the groups of an epoch depend on P, never on how P splits into ranks and accumulation:
+ * W ranks × 1 group read exactly the groups of 1 rank × W groups (resumable across world
+ * sizes), and every scene is read once per epoch (no padding: a rank may get fewer groups in
+ * the epoch's last step).
  *
  * Cost of a scene: qc_loader_cost_estimate() from its counts (read from the qcshard index
  * without touching records; for synthetic scenes, from a counting pre-pass).
@@ -52,6 +58,7 @@ struct qc_loader_opts {
     uint64_t seed;            /* shuffle seed */
     int64_t rank;             /* 0 ≤ rank < world_size */
     int64_t world_size;       /* ≥ 1 */
+    int64_t groups_per_rank;  /* G: batches a rank takes per step (gradient accumulation), ≥ 1 */
     struct qc_graph_params graph;
     struct qc_host_alloc alloc; /* batch memory; alloc == NULL means malloc */
     /* synthetic scenes, used when no file is given */
@@ -61,8 +68,8 @@ struct qc_loader_opts {
 };
 
 /* Defaults: B 4, threads 0, prefetch 2, shuffle, no drop_last, no balance, target and graph
- * built, seed 2023, rank 0 of 1, official graph parameters, malloc, 1024 typical synthetic
- * scenes of seed 2023. */
+ * built, seed 2023, rank 0 of 1, 1 group per rank, official graph parameters, malloc, 1024
+ * typical synthetic scenes of seed 2023. */
 void qc_loader_opts_default(struct qc_loader_opts *o);
 
 /* Fills a host allocator hook that serves batches from the pinned allocator p. */
@@ -81,8 +88,10 @@ void qc_loader_destroy(struct qc_loader *l);
 
 /* Scenes in the dataset (before the rank split). */
 int64_t qc_loader_num_scenes(const struct qc_loader *l);
-/* Batches this rank gets per epoch. */
+/* Batches this rank gets per epoch (planned by the last qc_loader_start_epoch). */
 int64_t qc_loader_num_batches(const struct qc_loader *l);
+/* Groups of the whole epoch over all ranks (qc_loader_plan_groups): world-size independent. */
+int64_t qc_loader_num_groups(const struct qc_loader *l);
 
 /* Plans epoch `epoch` and lets the workers start building. Any batch of a previous epoch not
  * yet consumed is discarded. */
@@ -110,12 +119,15 @@ void qc_loader_plan(const struct qc_loader *l, const int64_t **ptr, const int64_
 int64_t qc_loader_cost_estimate(int64_t num_agents, int64_t num_polygons, int64_t num_points,
                                 int64_t num_pl2pl);
 
-/* Plans one epoch without a loader (pure function, for tests and tools): given N scene costs,
- * writes the batches of `rank` into ptr (room for N/W + 2 entries) and idx (room for N/W + W
- * entries); returns the number of batches. */
+/* Plans one epoch without a loader (pure function, for tests and tools): given N scene costs
+ * (NULL: all equal), writes the batches of `rank` into ptr (room for ceil(N/B) + 1 entries) and
+ * idx (room for N entries); returns the number of batches. */
 int64_t qc_loader_plan_epoch(int64_t n, const int64_t *cost, uint64_t seed, int64_t epoch,
-                             bool shuffle, int64_t batch_size, int64_t rank, int64_t world_size,
-                             bool balance_cost, bool drop_last, int64_t *ptr, int64_t *idx);
+                             bool shuffle, int64_t batch_size, int64_t groups_per_rank,
+                             int64_t rank, int64_t world_size, bool balance_cost, bool drop_last,
+                             int64_t *ptr, int64_t *idx);
+/* Groups of an epoch of n scenes over all ranks: ceil(n / B), or floor with drop_last. */
+int64_t qc_loader_plan_groups(int64_t n, int64_t batch_size, bool drop_last);
 
 #ifdef __cplusplus
 }

@@ -111,6 +111,13 @@ void qc_qcshard_writer_destroy(struct qc_qcshard_writer *writer);
 /* Convenience: writes n scenes to path (create, append each, finish, destroy). */
 enum qc_status qc_qcshard_write_file(const char *path, const struct qc_scene *scenes, int64_t n);
 
+/* Fuzz builds only (-DQC_FUZZ=ON defines QC_FUZZ_BUILD): records whose record-level checks
+ * began (checksum, header, counts, layout, padding) and records that passed them and reached
+ * the value checks (qc_scene_validate), since the process started. Both 0 in other builds.
+ * tests/fuzz/fuzz_qcshard.c requires them non-zero: proof that its inputs get past the header
+ * and index checks. */
+void qc_qcshard_fuzz_counters(uint64_t *records_opened, uint64_t *records_validated);
+
 #ifdef __cplusplus
 }
 #endif

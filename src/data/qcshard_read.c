@@ -22,6 +22,7 @@
 
 #include <xxhash.h> /* XXH3_64bits */
 
+#include "qc_file.h"
 #include "qcshard_internal.h"
 
 struct qc_qcshard_reader {
@@ -188,29 +189,22 @@ enum qc_status qc_qcshard_reader_create(const char *path, struct qc_qcshard_read
 {
     struct qc_qcshard_reader *r = NULL;
     QC_TRY(reader_new(path, &r));
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
+    int fd = -1;
+    uint64_t size = 0;
+    const enum qc_status ost = qc_file_open_regular(path, "qcshard", &fd, &size);
+    if (ost != QC_OK) {
         qc_qcshard_reader_destroy(r);
-        return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(err));
+        return ost;
     }
-    struct stat sb;
-    const int stat_err = fstat(fd, &sb) != 0 ? errno : 0; /* sb is undefined when fstat fails */
-    if (stat_err || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        qc_qcshard_reader_destroy(r);
-        return qc_errorf(QC_ERR_IO, "%s: %s", path,
-                         stat_err ? strerror(stat_err) : "not a regular file");
-    }
-    r->size = (uint64_t)sb.st_size;
+    r->size = size;
     if (r->size >= QC_QCSHARD_HEADER_SIZE) {
         void *m = mmap(NULL, (size_t)r->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             const int err = errno;
             close(fd);
             qc_qcshard_reader_destroy(r);
-            return qc_errorf(QC_ERR_IO, "%s: cannot map %" PRIu64 " bytes: %s", path,
-                             (uint64_t)sb.st_size, strerror(err));
+            return qc_errorf(QC_ERR_IO, "%s: cannot map %" PRIu64 " bytes: %s", path, size,
+                             strerror(err));
         }
         r->map = m;
         r->data = m;
@@ -313,6 +307,21 @@ static void scene_view(struct qc_scene *s, const unsigned char *rec,
 #undef AT
 }
 
+#ifdef QC_FUZZ_BUILD
+/* fuzz builds: how deep the inputs got (qc_qcshard_fuzz_counters) */
+static _Atomic uint64_t fuzz_records_opened, fuzz_records_validated;
+#endif
+
+void qc_qcshard_fuzz_counters(uint64_t *records_opened, uint64_t *records_validated)
+{
+#ifdef QC_FUZZ_BUILD
+    *records_opened = atomic_load(&fuzz_records_opened);
+    *records_validated = atomic_load(&fuzz_records_validated);
+#else
+    *records_opened = *records_validated = 0;
+#endif
+}
+
 /* Decodes record i's header and builds the view; when full, checks checksum, layout, padding
  * and every value first. */
 static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, int full,
@@ -321,6 +330,10 @@ static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, 
     const char *f = r->path;
     const struct qc_qcshard_entry *e = &r->entries[i];
     const unsigned char *rec = r->data + e->offset; /* e->offset + e->size <= r->size (index) */
+#ifdef QC_FUZZ_BUILD
+    if (full)
+        atomic_fetch_add(&fuzz_records_opened, 1);
+#endif
     if (full) {
         const uint64_t sum = XXH3_64bits(rec, (size_t)e->size);
         if (sum != e->checksum)
@@ -393,6 +406,10 @@ static enum qc_status record_open(const struct qc_qcshard_reader *r, int64_t i, 
     memcpy(s.scenario_id, rec + 48, QC_SCENE_ID_MAX);
     memcpy(s.city, rec + 112, QC_SCENE_CITY_MAX);
     scene_view(&s, rec, &lay);
+#ifdef QC_FUZZ_BUILD
+    if (full)
+        atomic_fetch_add(&fuzz_records_validated, 1);
+#endif
     if (full)
         QC_TRY(qc_scene_validate(&s, f, i));
     *out = s;

@@ -20,6 +20,7 @@
 
 #include "data_internal.h"
 #include "qc_cleanup.h"
+#include "qc_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #    error "qc_safetensors assumes a little-endian host"
@@ -389,20 +390,14 @@ enum qc_status qc_safetensors_open(const char *path, struct qc_safetensors **out
 {
     struct qc_safetensors *st = NULL;
     QC_TRY(st_alloc(path, &st));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        enum qc_status rc = qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = -1;
+    uint64_t size = 0;
+    const enum qc_status ost = qc_file_open_regular(path, "safetensors", &fd, &size);
+    if (ost != QC_OK) {
         qc_safetensors_close(st);
-        return rc;
+        return ost;
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        enum qc_status rc = qc_errorf(QC_ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        qc_safetensors_close(st);
-        return rc;
-    }
-    st->len = (size_t)sb.st_size;
+    st->len = (size_t)size;
     if (st->len > 0) {
         void *m = mmap(NULL, st->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {

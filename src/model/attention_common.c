@@ -275,7 +275,9 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
     const int64_t E = g->n_edge;
     qc_stash_init(&ed->fe_stash, impl == QC_ATTN_FUSED ? "edges.fe(fused: none)" : "edges.fe");
     qc_stash_init(&ed->stash, "edges");
-    if (fe && fe->d > 0 && !feat)
+    /* an empty edge set has no features (a zero-byte allocation may be NULL): the layer is
+     * then its residual path alone (QCNET.md §3.3 step 8, u = 0) */
+    if (fe && fe->d > 0 && !feat && E > 0)
         return qc_errorf(QC_ERR_INVALID, "attention edges: FE(%lld) needs edge features",
                          (long long)fe->d);
     if (cat_table && !cat_idx)

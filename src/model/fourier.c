@@ -10,6 +10,7 @@
 #include "blocks_internal.h"
 #include "qc_exec.h" /* every op and memory move on the block's backend (fe->mem.ex) */
 #include "qc_kernels.h"
+#include "qc_oom.h"
 
 // ---- scratch helpers (blocks_internal.h) ---------------------------------------------------
 
@@ -38,10 +39,8 @@ void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n)
 
 enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n)
 {
-    return qc_errorf(QC_ERR_NOMEM,
-                     "%s/%s: allocation of %lld floats failed\n"
-                     "hint: a smaller batch, --attention fused, or a larger device budget",
-                     bm && bm->name[0] ? bm->name : "block", what, (long long)n);
+    return qc_oom_errorf(QC_OOM_ATTENTION_UNKNOWN, "%s/%s: allocation of %lld floats failed",
+                         bm && bm->name[0] ? bm->name : "block", what, (long long)n);
 }
 
 // ---- parameters -------------------------------------------------------------------------

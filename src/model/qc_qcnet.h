@@ -356,6 +356,20 @@ enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out);
  * need_backward and a loss. Stashes are freed as backward passes them. */
 enum qc_status qc_qcnet_backward(struct qc_qcnet *m, float dloss_scale);
 
+/* Told that gradients [lo, hi) of the flat buffer are final for this backward: on the CPU
+ * computed; on a device backend all the work producing them is enqueued on the model's stream.
+ * Called on the thread running backward. */
+typedef void (*qc_qcnet_grads_ready_fn)(void *ctx, int64_t lo, int64_t hi);
+/* Sets (fn NULL: clears) the callback of qc_qcnet_backward. Parameters are laid out in
+ * state_dict order (map encoder, agent encoder, decoder) and backward runs decoder → agent
+ * encoder → map encoder, so each backward reports three ranges from the top of the buffer down,
+ * each starting where the previous one ended: [decoder, n), [agent encoder, decoder),
+ * [0, agent encoder) (data-parallel training starts reducing each as soon as it is reported). */
+void qc_qcnet_set_grads_ready(struct qc_qcnet *m, qc_qcnet_grads_ready_fn fn, void *ctx);
+/* Where those ranges meet (the first parameter of the agent encoder, of the decoder), known
+ * before any backward: writes up to cap offsets into out and returns how many there are (2). */
+int qc_qcnet_grads_cuts(const struct qc_qcnet *m, int64_t *out, int cap);
+
 /* Gives every activation and stash back to the allocation hook. Idempotent. */
 void qc_qcnet_release(struct qc_qcnet *m);
 
@@ -385,17 +399,25 @@ struct qc_qcnet_metrics {
     double sum_min_fde;
     double sum_miss;  /* agents with minFDE > 2 m */
     double sum_brier; /* Σ (1 − p_k̂)² */
+    double sum_ahe;   /* Σ over agents of the mean |wrap(heading error)| of mode k̂, radians */
+    double sum_fhe;   /* Σ |wrap(heading error)| of mode k̂ at the last valid step, radians */
     int64_t count;    /* focal agents with at least one valid future step */
 };
 
 struct qc_qcnet_metric_values {
     double min_ade, min_fde, miss_rate, brier, brier_min_fde; /* brier_min_fde = minFDE + Brier */
+    double min_ahe, min_fhe; /* heading errors of the FDE-best mode, radians in [0, π] */
     int64_t count;
 };
 
 void qc_qcnet_metrics_reset(struct qc_qcnet_metrics *mt);
 /* Adds the focal agents (category == 3) of one batch: loc (A,K,S,2) refined locations,
- * pi (A,K) logits, target (A,S,4) (x, y first), predict_mask (A,T+S), category (A). */
+ * pi (A,K) logits, target (A,S,4) (x, y, z, heading: TargetBuilder), predict_mask (A,T+S),
+ * category (A). k̂ = argmin_k FDE_k at the last valid step s*. Headings as the official
+ * validation_step derives them without a heading head: step s of a mode points along its
+ * motion from step s−1 (from the origin for s = 0), h_s = atan2(Δy, Δx) (0 for no motion);
+ * minAHE averages |wrap(h_{k̂,s} − target_s.heading)| over the valid steps, minFHE takes it at
+ * s*; wrap(a) = −π + ((a + π) mod 2π), floor modulo, as QCNet's wrap_angle. */
 void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, const float *pi,
                              const float *target, const uint8_t *predict_mask,
                              const uint8_t *category, int64_t A, int64_t K, int64_t T, int64_t S);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_json.h"
 #include "qc_kernels.h"
 #include "qc_qcnet.h"
 #include "qcnet_internal.h"
@@ -95,11 +96,11 @@ size_t qc_qcnet_config_json(const struct qc_qcnet_config *c, char *buf, size_t n
         "\"num_historical_steps\": %lld, \"num_future_steps\": %lld, \"num_modes\": %lld, "
         "\"num_recurrent_steps\": %lld, \"num_freq_bands\": %lld, \"num_map_layers\": %lld, "
         "\"num_agent_layers\": %lld, \"num_dec_layers\": %lld, \"num_heads\": %lld, "
-        "\"head_dim\": %lld, \"dropout\": %.17g, \"attention\": \"%s\"}",
+        "\"head_dim\": %lld, \"dropout\": %s, \"attention\": \"%s\"}",
         (long long)c->hidden_dim, (long long)c->num_historical_steps,
         (long long)c->num_future_steps, (long long)c->num_modes, (long long)c->num_recurrent_steps,
         (long long)c->num_freq_bands, (long long)c->num_map_layers, (long long)c->num_agent_layers,
-        (long long)c->num_dec_layers, (long long)c->num_heads, (long long)c->head_dim, c->dropout,
-        c->attention == QC_ATTN_FUSED ? "fused" : "unfused");
+        (long long)c->num_dec_layers, (long long)c->num_heads, (long long)c->head_dim,
+        QC_JSON_NUM("%.17g", c->dropout), c->attention == QC_ATTN_FUSED ? "fused" : "unfused");
     return len < 0 ? 0 : (size_t)len;
 }

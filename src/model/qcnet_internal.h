@@ -257,6 +257,10 @@ struct qc_qcnet {
      * after a read failure (qcnet_policy.c) */
     uint64_t recompute_bytes;
     int64_t recomputes, repaired;
+
+    /* qc_qcnet_set_grads_ready: told as backward finishes each part's gradients (or NULL) */
+    qc_qcnet_grads_ready_fn grads_ready;
+    void *grads_ready_ctx;
 };
 
 // ---- qcnet_params.c -----------------------------------------------------------------------

@@ -193,6 +193,25 @@ void qc_qcnet_metrics_reset(struct qc_qcnet_metrics *mt)
     memset(mt, 0, sizeof *mt);
 }
 
+/* QCNet's wrap_angle: into [−π, π) with a floor modulo (Python's %). */
+static double wrap_angle(double a)
+{
+    const double pi = 3.14159265358979323846, two_pi = 2.0 * pi;
+    double r = fmod(a + pi, two_pi);
+    if (r < 0)
+        r += two_pi;
+    return r - pi;
+}
+
+/* Heading of step s of one mode's trajectory p (S,2): the direction of its motion from step
+ * s − 1 (the origin for s = 0). The displacement is formed in fp32 as PyTorch does. */
+static double step_heading(const float *p, int64_t s)
+{
+    const float dx = s ? p[s * 2] - p[(s - 1) * 2] : p[0];
+    const float dy = s ? p[s * 2 + 1] - p[(s - 1) * 2 + 1] : p[1];
+    return atan2((double)dy, (double)dx);
+}
+
 void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, const float *pi,
                              const float *target, const uint8_t *predict_mask,
                              const uint8_t *category, int64_t A, int64_t K, int64_t T, int64_t S)
@@ -222,15 +241,18 @@ void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, cons
                 kbest = k;
             }
         }
-        double ade = 0.0;
+        double ade = 0.0, ahe = 0.0;
+        const float *best = loc + (a * K + kbest) * S * 2;
         for (int64_t s = 0; s < S; s++) {
             if (!valid[s])
                 continue;
-            const float *p = loc + ((a * K + kbest) * S + s) * 2;
+            const float *p = best + s * 2;
             double dx = (double)p[0] - (double)g[s * 4];
             double dy = (double)p[1] - (double)g[s * 4 + 1];
             ade += sqrt(dx * dx + dy * dy);
+            ahe += fabs(wrap_angle(step_heading(best, s) - (double)g[s * 4 + 3]));
         }
+        const double fhe = fabs(wrap_angle(step_heading(best, last) - (double)g[last * 4 + 3]));
         double mx = -(double)INFINITY, sum = 0.0;
         for (int64_t k = 0; k < K; k++)
             mx = fmax(mx, (double)pi[a * K + k]);
@@ -241,6 +263,8 @@ void qc_qcnet_metrics_update(struct qc_qcnet_metrics *mt, const float *loc, cons
         mt->sum_min_fde += fbest;
         mt->sum_miss += fbest > 2.0 ? 1.0 : 0.0;
         mt->sum_brier += (1.0 - prob) * (1.0 - prob);
+        mt->sum_ahe += ahe / (double)nvalid;
+        mt->sum_fhe += fhe;
         mt->count++;
     }
 }
@@ -279,6 +303,8 @@ void qc_qcnet_metrics_merge(struct qc_qcnet_metrics *dst, const struct qc_qcnet_
     dst->sum_min_fde += src->sum_min_fde;
     dst->sum_miss += src->sum_miss;
     dst->sum_brier += src->sum_brier;
+    dst->sum_ahe += src->sum_ahe;
+    dst->sum_fhe += src->sum_fhe;
     dst->count += src->count;
 }
 
@@ -294,4 +320,6 @@ void qc_qcnet_metrics_compute(const struct qc_qcnet_metrics *mt, struct qc_qcnet
     v->miss_rate = mt->sum_miss / n;
     v->brier = mt->sum_brier / n;
     v->brier_min_fde = v->min_fde + v->brier;
+    v->min_ahe = mt->sum_ahe / n;
+    v->min_fhe = mt->sum_fhe / n;
 }

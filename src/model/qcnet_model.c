@@ -27,6 +27,7 @@
 #include "qc_graph.h"
 #include "qc_kernels.h"
 #include "qc_plan.h"
+#include "qc_oom.h"
 #include "qcnet_internal.h"
 
 // ---- activation memory --------------------------------------------------------------------
@@ -42,11 +43,11 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
 {
     QC_TRY(bufs_reserve(m));
     void *p = qc_memctx_alloc(m->mc, QC_MEM_MODEL, bytes, tag);
-    if (!p)
-        return qc_errorf(QC_ERR_NOMEM,
-                         "model: allocation of %zu bytes for %s failed (%zu bytes live)\n"
-                         "hint: a smaller batch, --attention fused, or a larger device budget",
-                         bytes, tag, m->bytes_bufs);
+    if (!p) /* the figures and the hint: qc_oom.h */
+        return qc_oom_errorf(m->cfg.attention == QC_ATTN_FUSED ? QC_OOM_ATTENTION_FUSED
+                                                               : QC_OOM_ATTENTION_UNFUSED,
+                             "model: allocation of %zu bytes for %s failed (%zu bytes live)", bytes,
+                             tag, m->bytes_bufs);
     m->bufs[m->nbufs].p = p;
     m->bufs[m->nbufs].bytes = bytes;
     m->nbufs++;
@@ -595,6 +596,38 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
     return QC_OK;
 }
 
+void qc_qcnet_set_grads_ready(struct qc_qcnet *m, qc_qcnet_grads_ready_fn fn, void *ctx)
+{
+    m->grads_ready = fn;
+    m->grads_ready_ctx = ctx;
+}
+
+/* Offset of the first parameter whose key starts with prefix (n when none does). */
+static int64_t first_offset_of(const struct qc_qcnet *m, const char *prefix)
+{
+    const size_t len = strlen(prefix);
+    for (int i = 0; i < m->nkeys; i++)
+        if (m->keys[i].alias_of < 0 && strncmp(m->keys[i].name, prefix, len) == 0)
+            return m->keys[i].offset;
+    return m->nparams;
+}
+
+int qc_qcnet_grads_cuts(const struct qc_qcnet *m, int64_t *out, int cap)
+{
+    const int64_t cuts[2] = {first_offset_of(m, "encoder.agent_encoder."),
+                             first_offset_of(m, "decoder.")};
+    for (int i = 0; i < 2 && i < cap; i++)
+        out[i] = cuts[i];
+    return 2;
+}
+
+/* Reports [lo, hi) final to the grads-ready callback, if any. */
+static void grads_ready(struct qc_qcnet *m, int64_t lo, int64_t hi)
+{
+    if (m->grads_ready)
+        m->grads_ready(m->grads_ready_ctx, lo, hi);
+}
+
 enum qc_status qc_qcnet_backward(struct qc_qcnet *m, float dloss_scale)
 {
     struct qcnet_tape *t = &m->tape;
@@ -614,14 +647,19 @@ enum qc_status qc_qcnet_backward(struct qc_qcnet *m, float dloss_scale)
     QC_TRY(qcnet_zalloc(m, P * D, "grad/x_pl", &dx_pl));
     QC_TRY(qcnet_zalloc(m, QCNET_T * A * D, "grad/x_a", &dx_a));
     QC_TRY(qcnet_decoder_backward(m, dloc_p, dscale_p, dloc_r, dscale_r, dpi, dx_pl, dx_a));
+    const int64_t o_dec = first_offset_of(m, "decoder.");
+    const int64_t o_agent = first_offset_of(m, "encoder.agent_encoder.");
+    grads_ready(m, o_dec, m->nparams);
     qcnet_free(m, dloc_p);
     qcnet_free(m, dscale_p);
     qcnet_free(m, dloc_r);
     qcnet_free(m, dscale_r);
     qcnet_free(m, dpi);
     QC_TRY(qcnet_agent_backward(m, dx_a, dx_pl));
+    grads_ready(m, o_agent, o_dec);
     qcnet_free(m, dx_a);
     QC_TRY(qcnet_map_backward(m, dx_pl));
+    grads_ready(m, 0, o_agent);
     qcnet_free(m, dx_pl);
     t->need_backward = false; /* one backward per forward */
     return QC_OK;

@@ -62,21 +62,26 @@ static void alloc_params_from_config(const struct qc_config *cfg, struct qc_allo
 }
 
 #ifdef QC_HAVE_CUDA
-/* The CUDA part of create: workspace, op context (made current), copy stream, pinned memory. */
+/* The CUDA part of create: workspace, pinned memory (the loader's, and the ops' upload staging
+ * ring), op context (made current), copy stream. */
 static enum qc_status backend_cuda_init(struct qc_train_backend *b, const struct qc_config *cfg)
 {
     QC_TRY(qc_alloc_malloc(b->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
                            &b->workspace));
+    QC_TRY(qc_pinned_create(b->dev, 0, &b->pinned));
+    QC_TRY(qc_pinned_malloc(b->pinned, QC_KERNELS_CUDA_STAGING_BYTES, 4096, "kernels/staging",
+                            &b->staging));
     const struct qc_kernels_cuda_params kp = {
         .device = (int)cfg->device_ordinal,
         .tf32 = cfg->tf32,
         .workspace = b->workspace,
         .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES,
+        .staging = b->staging, /* uploads of pageable memory do not stall the stream */
+        .staging_bytes = QC_KERNELS_CUDA_STAGING_BYTES,
     };
     QC_TRY(qc_kernels_cuda_create(&kp, &b->kctx));
     qc_kernels_cuda_set_current(b->kctx);
     QC_TRY(qc_stream_create(b->dev, QC_STREAM_COPY, &b->copy));
-    QC_TRY(qc_pinned_create(b->dev, 0, &b->pinned));
     b->exec = (struct qc_exec){
         .backend = QC_EXEC_CUDA,
         .stream = qc_stream_native(qc_device_compute_stream(b->dev)),
@@ -162,6 +167,8 @@ void qc_train_backend_destroy(struct qc_train_backend *b)
     qc_stream_destroy(b->copy_in);
     if (b->workspace)
         qc_alloc_free(b->alloc, b->workspace, NULL);
+    if (b->staging) /* the context that copied from it is gone (it synchronized the device) */
+        qc_pinned_free(b->pinned, b->staging);
     qc_alloc_destroy(b->alloc); /* synchronizes the device: no copy is in flight after it */
     qc_stream_destroy(b->copy);
     qc_pinned_destroy(b->pinned);

@@ -8,7 +8,9 @@
  * loop position (step, epoch, batch within the epoch, samples), the seed and the effective
  * configuration. Both files are written by the atomic safetensors writer into
  * ckpt-<step>.tmp/, which is then renamed to ckpt-<step>/ and the run folder fsynced: a
- * checkpoint folder under its final name is always complete.
+ * checkpoint folder under its final name is always complete. A ckpt-<step>.tmp/ left by a
+ * killed save is removed whole by the next save of that step and, under the run lock, when a
+ * trainer opens the run folder (run_dir.c).
  *
  * Device independence: the files are the same bytes whatever device.kind ran the model. On a
  * device backend the parameters (inside the model) and the moments (here) travel through host
@@ -17,6 +19,7 @@
  * of what it computed, and a checkpoint resumes on any device.
  */
 #include "qc_train.h"
+#include "train_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -25,10 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "qc_config.h"
 #include "qc_exec.h"
+#include "qc_file.h"
 #include "qc_qcnet.h"
 #include "qc_safetensors.h"
 
@@ -90,15 +95,30 @@ static enum qc_status fsync_dir(const char *path)
     return QC_OK;
 }
 
-/* Removes a checkpoint folder we created (its two files and itself). Best effort. */
+/* Removes a checkpoint folder of ours (.tmp or .old) whole: whatever an interrupted save left
+ * in it too (a writer's temporary file). Best effort: a failure shows in the next step. */
 static void remove_ckpt_dir(const char *dir)
 {
-    char p[CKPT_PATH_MAX];
-    if (path_join(p, sizeof(p), dir, CKPT_MODEL_FILE) == QC_OK)
-        unlink(p);
-    if (path_join(p, sizeof(p), dir, CKPT_OPTIM_FILE) == QC_OK)
-        unlink(p);
-    rmdir(dir);
+    if (train_remove_tree(dir) != QC_OK)
+        qc_error_clear();
+}
+
+/* Test hook (docs/RELIABILITY.md): QC_FAULT_CKPT_DELAY_MS=N sleeps N ms at each stage of a save
+ * (folder created, model written, optim written), widening the windows a crash test aims its
+ * kills at. Read once; unset or invalid: no delay. */
+static void fault_delay(void)
+{
+    static long delay_ms = -1;
+    if (delay_ms < 0) {
+        const char *e = getenv("QC_FAULT_CKPT_DELAY_MS");
+        char *end = NULL;
+        const long v = e ? strtol(e, &end, 10) : 0;
+        delay_ms = e && end != e && *end == '\0' && v > 0 && v < 60000 ? v : 0;
+    }
+    if (delay_ms > 0) {
+        const struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static bool file_exists(const char *path)
@@ -123,6 +143,12 @@ static int64_t ckpt_name_step(const char *name)
 
 enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
 {
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* never opendir() a FIFO */
+        return qc_errorf(QC_ERR_INVALID,
+                         "checkpoint %s: is %s, not a folder\nhint: --resume takes a "
+                         "checkpoint folder (RUN/ckpt-000100) or a run folder",
+                         dir, qc_file_kind(sb.st_mode));
     char p[CKPT_PATH_MAX];
     QC_TRY(path_join(p, sizeof(p), dir, CKPT_MODEL_FILE));
     if (file_exists(p)) {
@@ -230,13 +256,18 @@ static enum qc_status moments_host(struct qc_optim *o, const float **m, const fl
     return QC_OK;
 }
 
-static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o,
-                                       const struct qc_train_state *s, const struct qc_config *cfg,
-                                       const char *path)
+static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o, const float *given_m,
+                                       const float *given_v, const struct qc_train_state *s,
+                                       const struct qc_config *cfg, const char *path)
 {
-    const float *hm = NULL, *hv = NULL;
+    const float *hm = given_m, *hv = given_v;
     float *owned = NULL;
-    QC_TRY(moments_host(o, &hm, &hv, &owned));
+    if (!hm || !hv) {
+        if (qc_optim_numel(o) != qc_qcnet_num_params(m))
+            return qc_errorf(QC_ERR_INVALID, "checkpoint: a sharded optimizer's moments must be "
+                                             "gathered first (qc_checkpoint_save_moments)");
+        QC_TRY(moments_host(o, &hm, &hv, &owned));
+    }
     struct qc_st_writer *w = NULL;
     enum qc_status st = qc_st_writer_create(&w);
     if (st != QC_OK) {
@@ -283,6 +314,14 @@ enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struc
                                   const struct qc_train_state *s, const struct qc_config *cfg,
                                   char *path_out, size_t n)
 {
+    return qc_checkpoint_save_moments(run_dir, m, o, NULL, NULL, s, cfg, path_out, n);
+}
+
+enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *m,
+                                          struct qc_optim *o, const float *exp_avg,
+                                          const float *exp_avg_sq, const struct qc_train_state *s,
+                                          const struct qc_config *cfg, char *path_out, size_t n)
+{
     char final[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], old[CKPT_PATH_MAX], p[CKPT_PATH_MAX];
     char name[64];
     snprintf(name, sizeof(name), "ckpt-%06" PRId64, s->step);
@@ -291,19 +330,26 @@ enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struc
     QC_TRY(path_join(tmp, sizeof(tmp), run_dir, name));
     snprintf(name, sizeof(name), "ckpt-%06" PRId64 ".old", s->step);
     QC_TRY(path_join(old, sizeof(old), run_dir, name));
-    remove_ckpt_dir(tmp); /* a leftover of an interrupted save */
-    if (mkdir(tmp, 0777) != 0)
-        return qc_errorf(QC_ERR_IO,
-                         "checkpoint %s: cannot create folder: %s\nhint: is %s "
-                         "writable and not full?",
-                         tmp, strerror(errno), run_dir);
+    remove_ckpt_dir(tmp); /* a leftover of an interrupted save, whatever it holds */
+    if (mkdir(tmp, 0777) != 0) {
+        const int e = errno;
+        const bool fixable = e == ENOSPC || e == EACCES || e == EROFS || e == EDQUOT;
+        return qc_errorf(QC_ERR_IO, "checkpoint %s: cannot create folder: %s%s%s%s", tmp,
+                         strerror(e), fixable ? "\nhint: is " : "", fixable ? run_dir : "",
+                         fixable ? " writable and not full?" : "");
+    }
+    fault_delay();
     enum qc_status st = path_join(p, sizeof(p), tmp, CKPT_MODEL_FILE);
     if (st == QC_OK)
         st = write_model_file(m, s, p);
     if (st == QC_OK)
+        fault_delay();
+    if (st == QC_OK)
         st = path_join(p, sizeof(p), tmp, CKPT_OPTIM_FILE);
     if (st == QC_OK)
-        st = write_optim_file(m, o, s, cfg, p);
+        st = write_optim_file(m, o, exp_avg, exp_avg_sq, s, cfg, p);
+    if (st == QC_OK)
+        fault_delay();
     if (st != QC_OK) {
         remove_ckpt_dir(tmp);
         return qc_error_wrap(st, "checkpoint %s not written", final);
@@ -411,11 +457,14 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
     if (rc != QC_OK)
         return rc;
     if (o) {
-        /* into host buffers: the optimizer's own on CPU, temporaries uploaded on a device */
-        const bool device = qc_exec_is_device(qc_optim_exec(o));
-        const int64_t n = qc_optim_numel(o);
+        /* into host buffers: the optimizer's own on CPU, else temporaries of the whole buffer
+         * whose owned range (all of it unless sharded) is uploaded */
+        const int64_t n = qc_qcnet_num_params(m);
+        int64_t lo = 0, hi = 0;
+        qc_optim_range(o, &lo, &hi);
+        const bool direct = !qc_exec_is_device(qc_optim_exec(o)) && lo == 0 && hi == n;
         float *buf = NULL;
-        if (device) {
+        if (!direct) {
             buf = malloc((size_t)(2 * n > 0 ? 2 * n : 1) * sizeof(float));
             if (!buf)
                 return qc_errorf(QC_ERR_NOMEM,
@@ -423,8 +472,8 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
                                  "(%lld floats)",
                                  (long long)(2 * n));
         }
-        float *hm = device ? buf : qc_optim_exp_avg(o);
-        float *hv = device ? buf + n : qc_optim_exp_avg_sq(o);
+        float *hm = direct ? qc_optim_exp_avg(o) : buf;
+        float *hv = direct ? qc_optim_exp_avg_sq(o) : buf + n;
         rc = path_join(p, sizeof(p), ckpt_dir, CKPT_OPTIM_FILE);
         if (rc == QC_OK)
             rc = qc_safetensors_open(p, &st);
@@ -434,8 +483,8 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
                 rc = qc_qcnet_read_buffer(m, st, "exp_avg_sq.", hv);
             qc_safetensors_close(st);
         }
-        if (rc == QC_OK && device)
-            rc = qc_optim_moments_upload(o, hm, hv);
+        if (rc == QC_OK && !direct)
+            rc = qc_optim_moments_upload(o, hm + lo, hv + lo);
         free(buf);
         if (rc != QC_OK)
             return rc;
@@ -475,17 +524,47 @@ static const char *const resume_keys[] = {
     "train.weight_decay",
     "train.t_max",
     "train.batch_size",
-    "train.grad_accum",
     "train.seed",
     "data.synthetic_profile",
     "data.synthetic_scenes",
     "data.shuffle",
-    "data.balance",
 };
+
+/* Groups of batch_size scenes per optimizer step over all ranks (a checkpoint of before ranks
+ * were recorded has dist.world_size 0 or its preset's: 1 unless it says more). */
+static int64_t global_groups(const struct qc_config *c)
+{
+    return c->grad_accum * (c->world_size > 0 ? c->world_size : 1);
+}
 
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir)
 {
+    /* the data plan: the same groups per step whatever the split between ranks and
+     * accumulation (2 ranks x 1 group resumes as 1 rank x 2 groups), and the same sampler
+     * (auto takes the saved run's) */
+    if (global_groups(saved) != global_groups(now))
+        return qc_errorf(QC_ERR_INVALID,
+                         "checkpoint %s was saved with %lld groups per step (train.grad_accum "
+                         "%lld x %lld ranks), this run has %lld (train.grad_accum %lld x %lld "
+                         "ranks)\nhint: resume with ranks x train.grad_accum = %lld (e.g. "
+                         "--grad-accum %lld on one rank)",
+                         ckpt_dir, (long long)global_groups(saved), (long long)saved->grad_accum,
+                         (long long)(saved->world_size > 0 ? saved->world_size : 1),
+                         (long long)global_groups(now), (long long)now->grad_accum,
+                         (long long)(now->world_size > 0 ? now->world_size : 1),
+                         (long long)global_groups(saved), (long long)global_groups(saved));
+    if (now->balance != QC_BALANCE_AUTO && saved->balance != QC_BALANCE_AUTO &&
+        now->balance != saved->balance) {
+        const struct qc_config_option *opt = qc_config_option_find("data.balance");
+        char a[64], b[64];
+        qc_config_format_value(saved, opt, a, sizeof(a));
+        qc_config_format_value(now, opt, b, sizeof(b));
+        return qc_errorf(QC_ERR_INVALID,
+                         "checkpoint %s was saved with data.balance = %s, this run has "
+                         "data.balance = %s\nhint: resume with --set data.balance=%s (or auto)",
+                         ckpt_dir, a, b, a);
+    }
     for (size_t i = 0; i < sizeof(resume_keys) / sizeof(resume_keys[0]); i++) {
         const struct qc_config_option *opt = qc_config_option_find(resume_keys[i]);
         if (!opt)

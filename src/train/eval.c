@@ -1,7 +1,7 @@
 /*
  * eval.c — validation: the training loss (QCNET.md §6.1) and the K = 6 metrics of §6.2
- * (minADE, minFDE, MR, Brier, brier-minFDE over the focal agents) of a model on a dataset, in
- * eval mode (no dropout, no backward), batches in file order (no shuffling), so with
+ * (minADE, minFDE, MR, Brier, brier-minFDE, minAHE, minFHE over the focal agents) of a model on a
+ * dataset, in eval mode (no dropout, no backward), batches in file order (no shuffling), so with
  * --batch-size N the first batch is the first N scenes. --dump writes that first batch's
  * predictions under QCNet's output names.
  *
@@ -27,6 +27,7 @@
 #include "qc_batch.h"
 #include "qc_config.h"
 #include "qc_exec.h"
+#include "qc_json.h"
 #include "qc_loader.h"
 #include "qc_safetensors.h"
 
@@ -177,6 +178,16 @@ static enum qc_status eval_dump(const struct qc_qcnet *m, const struct qc_qcnet_
     return st;
 }
 
+/* No focal agent was evaluated: the metrics are not available (NAN: null in JSON, "n/a" in
+ * text), not a perfect 0. */
+static void eval_metrics_na(struct qc_qcnet_metric_values *v)
+{
+    if (v->count > 0)
+        return;
+    v->min_ade = v->min_fde = v->miss_rate = v->brier = v->brier_min_fde = (double)NAN;
+    v->min_ahe = v->min_fhe = (double)NAN;
+}
+
 enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
                              const struct qc_eval_opts *opts, struct qc_eval_result *out)
 {
@@ -247,6 +258,8 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
     r.cls_loss = sum_cls / (double)r.batches;
     qc_qcnet_metrics_compute(&mt, &r.metrics);
     qc_qcnet_metrics_compute(&cv, &r.cv);
+    eval_metrics_na(&r.metrics);
+    eval_metrics_na(&r.cv);
     QC_ASSERT(r.cv.count == r.metrics.count, "eval: baseline on %lld agents, model on %lld",
               (long long)r.cv.count, (long long)r.metrics.count);
     *out = r;
@@ -278,16 +291,31 @@ enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_resul
 
 size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap)
 {
+    const struct qc_qcnet_metric_values *m = &r->metrics, *cv = &r->cv;
     const int n = snprintf(
         buf, cap,
         "{\"eval\":{\"batches\":%" PRId64 ",\"scenes\":%" PRId64 ",\"agents\":%" PRId64
-        ",\"loss\":%.9g,\"reg_loss_propose\":%.9g,\"reg_loss_refine\":%.9g,\"cls_loss\":%.9g,"
-        "\"minADE\":%.9g,\"minFDE\":%.9g,\"MR\":%.9g,\"Brier\":%.9g,\"brier_minFDE\":%.9g,"
-        "\"cv_minADE\":%.9g,\"cv_minFDE\":%.9g,\"cv_MR\":%.9g,"
-        "\"seconds\":%.6g,\"peak_device_bytes\":%" PRIu64 "}}",
-        r->batches, r->scenes, r->metrics.count, r->loss, r->reg_loss_propose, r->reg_loss_refine,
-        r->cls_loss, r->metrics.min_ade, r->metrics.min_fde, r->metrics.miss_rate, r->metrics.brier,
-        r->metrics.brier_min_fde, r->cv.min_ade, r->cv.min_fde, r->cv.miss_rate, r->seconds,
-        r->peak_device_bytes);
+        ",\"loss\":%s,\"reg_loss_propose\":%s,\"reg_loss_refine\":%s,\"cls_loss\":%s,"
+        "\"minADE\":%s,\"minFDE\":%s,\"MR\":%s,\"Brier\":%s,\"brier_minFDE\":%s,"
+        "\"minAHE\":%s,\"minFHE\":%s,"
+        "\"cv_minADE\":%s,\"cv_minFDE\":%s,\"cv_MR\":%s,"
+        "\"seconds\":%s,\"peak_device_bytes\":%" PRIu64 "}}",
+        r->batches, r->scenes, m->count, QC_JSON_NUM("%.9g", r->loss),
+        QC_JSON_NUM("%.9g", r->reg_loss_propose), QC_JSON_NUM("%.9g", r->reg_loss_refine),
+        QC_JSON_NUM("%.9g", r->cls_loss), QC_JSON_NUM("%.9g", m->min_ade),
+        QC_JSON_NUM("%.9g", m->min_fde), QC_JSON_NUM("%.9g", m->miss_rate),
+        QC_JSON_NUM("%.9g", m->brier), QC_JSON_NUM("%.9g", m->brier_min_fde),
+        QC_JSON_NUM("%.9g", m->min_ahe), QC_JSON_NUM("%.9g", m->min_fhe),
+        QC_JSON_NUM("%.9g", cv->min_ade), QC_JSON_NUM("%.9g", cv->min_fde),
+        QC_JSON_NUM("%.9g", cv->miss_rate), QC_JSON_NUM("%.6g", r->seconds), r->peak_device_bytes);
     return n < 0 ? 0 : (size_t)n;
+}
+
+const char *qc_eval_format_metric(double v, char *buf, size_t cap)
+{
+    if (isfinite(v))
+        snprintf(buf, cap, "%.4f", v);
+    else
+        snprintf(buf, cap, "n/a");
+    return buf;
 }

@@ -22,6 +22,15 @@
  * synchronization (qc_op_sync) so step_s is the step's device time and an asynchronous error
  * surfaces at the step that caused it.
  *
+ * Ranks (train_dist.h): under mpirun / srun with W ranks, a step is P = W·G groups (G =
+ * grad_accum per rank), rank r computing groups r, r + W, ... of the step (the loader plans
+ * exactly those for it), each backward seeded with 1/L for the step's L groups; the gradients
+ * are summed across ranks while backward runs (the model's grads-ready callback), AdamW updates
+ * the whole buffer or the rank's shard (ZeRO), and the losses are combined in global group
+ * order. The loop position counts global groups, so a checkpoint resumes on another world size
+ * with the same P. Rank 0 alone writes the run folder (metrics, checkpoints, memory report) and
+ * prints; validation runs on rank 0. With one rank none of this runs (t->dist is NULL).
+ *
  * Memory: parameters, gradients, activations, stashes, staged batches and the AdamW moments go
  * through the model's allocation hook (or the optimizer) to the caching allocator; the
  * allocator's budget (device.budget) caps them. Each step's allocated / reserved peaks are kept
@@ -29,21 +38,29 @@
  * checkpoint and at the end of the run.
  */
 #include "qc_train.h"
+#include "train_dist.h"
 #include "train_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "qc_alloc.h"
+#include "qc_cleanup.h"
 #include "qc_config.h"
+#include "qc_device.h"
+#include "qc_dist.h"
 #include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
 #include "qc_progress.h"
+#include "qc_report.h"
+#include "qc_steptrace.h"
 
 struct qc_trainer {
     struct qc_config cfg;
@@ -58,12 +75,20 @@ struct qc_trainer {
     struct train_stage cur;  /* the batch of the group being computed */
     struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
     struct qc_train_state st;
-    int64_t nb;            /* batches per epoch */
-    int64_t G;             /* groups per step (grad_accum) */
-    int64_t total_steps;   /* the run ends at this step */
-    bool epoch_started;    /* the loader is planned for st.epoch */
-    int64_t last_saved;    /* step of the last checkpoint written (or resumed from) */
-    bool warned_nonfinite; /* a non-finite loss was reported */
+    int64_t nb;               /* groups per epoch over all ranks (batch_in_epoch counts these) */
+    int64_t G;                /* groups per rank per step (grad_accum) */
+    int64_t P;                /* groups per step over all ranks: G x world */
+    int rank, world;          /* this process's rank of world (0 of 1 without a launcher) */
+    struct train_dist *dist;  /* data-parallel state; NULL with one rank */
+    int64_t local_in_epoch;   /* this rank's batches of the epoch consumed */
+    double comm_wait_seen;    /* the communicator's reduction wait already logged, s */
+    int64_t total_steps;      /* the run ends at this step */
+    bool epoch_started;       /* the loader is planned for st.epoch */
+    int64_t last_saved;       /* step of the last checkpoint written (or resumed from) */
+    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c; rank 0) */
+    int64_t skipped_in_row;   /* train.nonfinite=skip: consecutive skipped steps */
+    int64_t skipped_total;    /* ... and all of this process's */
+    float *host_check;        /* device backends: host copy for the finiteness checks */
     bool quiet;
     FILE *out;
     int64_t eval_every;                  /* 0 = no validation */
@@ -71,6 +96,8 @@ struct qc_trainer {
     const char **val_paths;              /* copy of the caller's list (pointers only) */
     struct qc_memreport_step *mem_steps; /* [nmem_steps] per-step memory of this process */
     int64_t nmem_steps, cap_mem_steps;
+    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
+    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
     struct train_mem *mem; /* the step's memory system: plans, policies, admission, OOM */
 };
 
@@ -142,7 +169,76 @@ static enum qc_status load_init_from(struct qc_qcnet *m, const char *path)
 
 // ---- create / destroy ---------------------------------------------------------------------------
 
+/* The run folder of a run: --out, else for --resume the run the checkpoint belongs to (RUN
+ * for RUN/ckpt-000100, which holds model.safetensors; RUN itself for a run folder), else
+ * cfg.out_dir. */
+static void run_dir_of(const struct qc_train_opts *opts, const char *cfg_out, char *out, size_t n)
+{
+    if (opts->out_dir) {
+        snprintf(out, n, "%s", opts->out_dir);
+        return;
+    }
+    if (!opts->resume) {
+        snprintf(out, n, "%s", cfg_out);
+        return;
+    }
+    snprintf(out, n, "%s", opts->resume);
+    char model[4200];
+    snprintf(model, sizeof model, "%s/model.safetensors", opts->resume);
+    struct stat sb;
+    if (stat(model, &sb) != 0) /* a run folder */
+        return;
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/')
+        out[--len] = '\0'; /* "RUN/ckpt-000100/" */
+    char *slash = strrchr(out, '/');
+    if (slash && slash != out)
+        *slash = '\0';
+    else
+        snprintf(out, n, "%s", slash ? "/" : ".");
+}
+
+/* Takes the run folder's lock and recovers what an interrupted writer left there. */
+static enum qc_status take_run_dir(struct qc_trainer *t)
+{
+    QC_TRY(qc_run_lock_acquire(t->out_dir, &t->lock));
+    return qc_run_dir_recover(t->out_dir, NULL);
+}
+
 static enum qc_status ensure_epoch(struct qc_trainer *t);
+
+static enum qc_status tb_tee(void *ctx, const char *line)
+{
+    return qc_tb_write_metrics_line(ctx, line);
+}
+
+/* What the report and TensorBoard read besides metrics.jsonl: RUN/run.json (configuration,
+ * machine, device, versions), the step traces (RUN/trace/, alloc.trace_*) and the TensorBoard
+ * event file (RUN/tb/, log.tensorboard), which receives every metrics.jsonl line. */
+static enum qc_status trainer_open_logs(struct qc_trainer *t, bool resumed)
+{
+    char *cfg_json = NULL;
+    QC_TRY(qc_config_to_json(&t->cfg, &cfg_json));
+    char devname[256] = "";
+    struct qc_device *dev = qc_train_backend_device(t->be);
+    struct qc_device_props props;
+    if (t->cfg.device_kind == QC_CONFIG_DEVICE_CPU)
+        snprintf(devname, sizeof devname, "host memory (the CPU backend)");
+    else if (dev && qc_device_props_get(dev, &props) == QC_OK)
+        snprintf(devname, sizeof devname, "%s", props.name);
+    const enum qc_status st = qc_report_write_run_info(
+        t->out_dir, cfg_json, qc_train_backend_name(t->be), devname, t->st.step + 1, resumed);
+    free(cfg_json);
+    QC_TRY(st);
+    if (t->cfg.alloc_trace && t->cfg.alloc_trace_max_bytes > 0)
+        QC_TRY(qc_steptrace_create(t->alloc, t->out_dir, t->cfg.alloc_trace_every,
+                                   t->cfg.alloc_trace_max_bytes, &t->trace));
+    if (t->cfg.log_tensorboard) {
+        QC_TRY(qc_tb_open(t->out_dir, t->st.step + 1, &t->tb));
+        qc_metrics_set_tee(t->log, tb_tee, t->tb);
+    }
+    return QC_OK;
+}
 
 enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_trainer **out)
 {
@@ -177,12 +273,36 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         .synthetic_scenes = opts->val_scenes > 0 ? opts->val_scenes : 8,
         .quiet = true,
     };
-    enum qc_status st = QC_OK;
+    char *agreement = NULL;
+    /* the ranks of the run (one without a launcher): resolves dist.world_size */
+    enum qc_status st = train_dist_world(&t->cfg, &t->rank, &t->world);
+    if (st != QC_OK)
+        goto fail;
+    t->P = t->G * t->world;
+    if (t->rank != 0)
+        t->quiet = true; /* rank 0 reports */
+
+    /* the run folder: locked before anything in it is read (one writer per run folder,
+     * run_dir.c); a folder that does not exist yet is created, then locked, once the data
+     * and the checkpoint have been read, so a failure before leaves nothing behind */
+    run_dir_of(opts, t->cfg.out_dir, t->out_dir, sizeof(t->out_dir));
+    if (!t->out_dir[0]) {
+        st = qc_errorf(QC_ERR_INVALID, "train: no output folder\nhint: --out DIR");
+        goto fail;
+    }
+    /* the configuration records the folder actually written (checkpoint metadata) */
+    snprintf(t->cfg.out_dir, sizeof(t->cfg.out_dir), "%s", t->out_dir);
+    struct stat sb;
+    if (t->rank == 0 && stat(t->out_dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        st = take_run_dir(t);
+        if (st != QC_OK)
+            goto fail;
+    }
 
     /* resume: the checkpoint's folder, state and configuration first */
     char ckpt[4096] = "";
+    struct qc_config saved;
     if (opts->resume) {
-        struct qc_config saved;
         struct qc_train_state rs;
         st = qc_checkpoint_resolve(opts->resume, ckpt, sizeof(ckpt));
         if (st == QC_OK)
@@ -192,6 +312,14 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st != QC_OK)
             goto fail;
     }
+    train_dist_resolve(&t->cfg, opts->resume ? &saved : NULL);
+    if (t->world > 1) {
+        agreement = train_dist_agreement_text(&t->cfg, opts);
+        if (!agreement) {
+            st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+            goto fail;
+        }
+    }
 
     /* backend (device, allocator), model, optimizer */
     st = qc_train_backend_create(&t->cfg, &t->be);
@@ -199,18 +327,10 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         goto fail;
     t->alloc = qc_train_backend_alloc(t->be);
     st = qc_train_backend_model(t->be, &t->cfg, &t->model);
-    if (st != QC_OK)
-        goto fail;
-    const int64_t *offsets = NULL;
-    const uint8_t *decay = NULL;
-    int64_t ntensors = 0;
-    qc_qcnet_param_groups(t->model, &offsets, &decay, &ntensors);
-    struct qc_optim_params op;
-    qc_optim_params_default(&op);
-    op.lr = t->cfg.lr;
-    op.weight_decay = t->cfg.weight_decay;
-    st = qc_optim_create_on(t->alloc, qc_train_backend_exec(t->be), qc_qcnet_num_params(t->model),
-                            offsets, decay, ntensors, &op, &t->optim);
+    if (st == QC_OK && t->world > 1)
+        st = train_dist_create(&t->cfg, agreement, t->model, t->be, &t->dist);
+    if (st == QC_OK)
+        st = train_dist_optim(t->dist, &t->cfg, t->model, t->be, &t->optim);
     if (st != QC_OK)
         goto fail;
 
@@ -226,10 +346,16 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     } else {
         qc_qcnet_init_params(t->model, (uint64_t)t->cfg.seed);
     }
+    st = train_dist_check_params(t->dist, t->model);
+    if (st != QC_OK)
+        goto fail;
 
-    /* data */
+    /* data: this rank's groups of every step */
     struct qc_loader_opts lo;
     qc_train_backend_loader_opts(t->be, &t->cfg, &lo);
+    lo.rank = t->rank;
+    lo.world_size = t->world;
+    lo.groups_per_rank = t->G;
     st = qc_loader_create(opts->data, opts->ndata, &lo, &t->loader);
     if (st != QC_OK)
         goto fail;
@@ -238,54 +364,37 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     st = ensure_epoch(t);
     if (st != QC_OK)
         goto fail;
-    t->nb = qc_loader_num_batches(t->loader);
+    t->nb = qc_loader_num_groups(t->loader);
     if (t->nb <= 0) {
         st = qc_errorf(QC_ERR_INVALID, "train: the data gives no batch (%" PRId64 " scenes)",
                        qc_loader_num_scenes(t->loader));
         goto fail;
     }
-    const int64_t spe = (t->nb + t->G - 1) / t->G;
+    const int64_t spe = (t->nb + t->P - 1) / t->P;
     t->total_steps = t->cfg.steps > 0 ? t->cfg.steps : t->cfg.epochs * spe;
 
-    /* run folder: created once the data and the checkpoint have been read, so a failure
-     * before leaves nothing behind */
-    const char *dir = opts->out_dir;
-    char parent[4096];
-    if (!dir && opts->resume) {
-        /* RUN/ckpt-000100 given: the run is its parent; a run folder given: itself */
-        snprintf(parent, sizeof(parent), "%s", opts->resume);
-        if (strcmp(ckpt, opts->resume) == 0) {
-            size_t len = strlen(parent);
-            while (len > 1 && parent[len - 1] == '/')
-                parent[--len] = '\0'; /* "RUN/ckpt-000100/" */
-            char *slash = strrchr(parent, '/');
-            if (slash && slash != parent)
-                *slash = '\0';
-            else
-                snprintf(parent, sizeof(parent), "%s", slash ? "/" : ".");
-        }
-        dir = parent;
-    }
-    if (!dir)
-        dir = t->cfg.out_dir;
-    if (!dir[0]) {
-        st = qc_errorf(QC_ERR_INVALID, "train: no output folder\nhint: --out DIR");
-        goto fail;
-    }
-    snprintf(t->out_dir, sizeof(t->out_dir), "%s", dir);
-    st = qc_train_mkdir(t->out_dir);
-    if (st != QC_OK)
-        goto fail;
-
+    /* the memory system: every rank plans its own groups; a resumed run's cost model is read
+     * from the run folder (rank 0 writes it) */
     st = train_mem_create(&t->cfg, t->be, t->model, t->out_dir, opts->skip_oversized, &t->mem);
     if (st != QC_OK)
         goto fail;
-    st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
-    if (st != QC_OK)
-        goto fail;
+
+    if (t->rank == 0) { /* rank 0 writes the run folder */
+        st = qc_train_mkdir(t->out_dir);
+        if (st == QC_OK && !t->lock)
+            st = take_run_dir(t);
+        if (st == QC_OK)
+            st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
+        if (st == QC_OK)
+            st = trainer_open_logs(t, opts->resume != NULL);
+        if (st != QC_OK)
+            goto fail;
+    }
+    free(agreement);
     *out = t;
     return QC_OK;
 fail:
+    free(agreement);
     qc_trainer_destroy(t);
     return st;
 }
@@ -296,6 +405,9 @@ void qc_trainer_destroy(struct qc_trainer *t)
         return;
     qc_progress_destroy(t->prog);
     qc_metrics_close(t->log);
+    qc_run_lock_release(t->lock);
+    qc_tb_close(t->tb);
+    qc_steptrace_destroy(t->trace);
     if (t->model)
         qc_qcnet_release(t->model);
     if (t->be) {
@@ -306,23 +418,29 @@ void qc_trainer_destroy(struct qc_trainer *t)
     train_stage_deinit(&t->next);
     qc_loader_destroy(t->loader);
     train_mem_destroy(t->mem);
+    train_dist_destroy(t->dist);
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
     free(t->val_paths);
     free(t->mem_steps);
+    free(t->host_check);
     free(t);
 }
 
 // ---- one step -----------------------------------------------------------------------------------
 
-/* Plans the loader for st.epoch (once) and skips the batches a resumed run already used. */
+/* Plans the loader for st.epoch (once) and skips the batches a resumed run already used: this
+ * rank's batches of the first batch_in_epoch global groups (whole steps of P groups). */
 static enum qc_status ensure_epoch(struct qc_trainer *t)
 {
     if (t->epoch_started)
         return QC_OK;
     QC_TRY(qc_loader_start_epoch(t->loader, t->st.epoch));
-    for (int64_t i = 0; i < t->st.batch_in_epoch; i++) {
+    const int64_t skip = t->st.batch_in_epoch / t->P * t->G +
+                         train_dist_local_groups(t->rank, t->world, t->st.batch_in_epoch % t->P);
+    t->local_in_epoch = skip;
+    for (int64_t i = 0; i < skip; i++) {
         struct qc_batch *b = NULL;
         QC_TRY(qc_loader_next(t->loader, &b));
         if (!b)
@@ -349,6 +467,67 @@ static enum qc_status stage_next(struct qc_trainer *t, struct train_stage *s)
     return st;
 }
 
+/* "RUN/ckpt-<step>" of the last checkpoint written or resumed from, or "none". */
+static const char *last_ckpt_str(struct qc_trainer *t)
+{
+    static _Thread_local char buf[4200];
+    if (t->last_saved < 0)
+        return "none";
+    snprintf(buf, sizeof buf, "%s/ckpt-%06" PRId64, t->out_dir, t->last_saved);
+    return buf;
+}
+
+/* Index of the first non-finite value of n floats of backend memory (a device buffer is
+ * copied into t->host_check first), or -1. */
+static enum qc_status first_nonfinite(struct qc_trainer *t, const float *x, int64_t n,
+                                      int64_t *first)
+{
+    const struct qc_exec *ex = qc_train_backend_exec(t->be);
+    const float *h = x;
+    if (qc_exec_is_device(ex)) {
+        if (!t->host_check) {
+            t->host_check = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+            if (!t->host_check)
+                return qc_errorf(QC_ERR_NOMEM, "train: out of host memory (%" PRId64 " floats)", n);
+        }
+        QC_TRY(qc_op_download(ex, t->host_check, x, (size_t)n * sizeof(float)));
+        h = t->host_check;
+    }
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(h[i])) {
+            *first = i;
+            break;
+        }
+    return QC_OK;
+}
+
+/* What went non-finite in this step, into bad ("" when nothing): the loss terms by name (each
+ * is summed over the step's groups, so one non-finite group shows), else the first non-finite
+ * gradient element. */
+static enum qc_status step_nonfinite(struct qc_trainer *t, double rp, double rr, double cls,
+                                     char *bad, size_t n)
+{
+    bad[0] = '\0';
+    const double v[3] = {rp, rr, cls};
+    const char *name[3] = {"reg_loss_propose", "reg_loss_refine", "cls_loss"};
+    size_t len = 0;
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(v[i]) && len < n)
+            len +=
+                (size_t)snprintf(bad + len, n - len, "%s%s = %g", len ? ", " : "", name[i], v[i]);
+    if (len > 0) {
+        if (len < n)
+            snprintf(bad + len, n - len, " (not finite)");
+        return QC_OK;
+    }
+    int64_t i = -1;
+    QC_TRY(first_nonfinite(t, qc_qcnet_grads(t->model), qc_qcnet_num_params(t->model), &i));
+    if (i >= 0)
+        snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", i);
+    return QC_OK;
+}
+
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
 {
     if (t->st.batch_in_epoch >= t->nb) { /* defensive: the epoch is used up */
@@ -358,66 +537,129 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     }
     QC_TRY(ensure_epoch(t));
     const int64_t left = t->nb - t->st.batch_in_epoch;
-    const int64_t groups = left < t->G ? left : t->G;
+    const int64_t groups = left < t->P ? left : t->P; /* over all ranks */
+    const int64_t nlocal = train_dist_local_groups(t->rank, t->world, groups);
+    const int64_t nb_local = qc_loader_num_batches(t->loader);
     const double lr = qc_lr_cosine(t->cfg.lr, t->cfg.t_max, t->st.epoch);
     const double t0 = now_s();
     /* the step first: the step window's peak snapshot taken by the reset carries it */
     qc_alloc_set_step(t->alloc, t->st.step + 1);
     qc_alloc_reset_peak(t->alloc);
+    if (t->trace)
+        qc_steptrace_begin(t->trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
+    QC_TRY(train_dist_step_begin(t->dist));
     train_mem_step_begin(t->mem, t->model);
 
-    double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
-    int64_t scenes = 0;
-    for (int64_t g = 0; g < groups; g++) {
+    double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
+    if (!losses)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    int64_t scenes = 0, edges = 0;
+    enum qc_status st = QC_OK;
+    for (int64_t g = 0; g < nlocal && st == QC_OK; g++) {
         if (t->next.host) { /* staged ahead during the previous group */
             const struct train_stage tmp = t->cur;
             t->cur = t->next;
             t->next = tmp;
         } else {
-            QC_TRY(stage_next(t, &t->cur));
-            if (!t->cur.host)
-                return qc_errorf(QC_ERR_INVALID,
-                                 "train: epoch %" PRId64 " ended after %" PRId64
-                                 " batches, %" PRId64 " planned",
-                                 t->st.epoch, t->st.batch_in_epoch + g, t->nb);
+            st = stage_next(t, &t->cur);
+            if (st == QC_OK && !t->cur.host)
+                st = qc_errorf(QC_ERR_INVALID,
+                               "train: epoch %" PRId64 " ended after %" PRId64 " batches of rank "
+                               "%d, %" PRId64 " planned",
+                               t->st.epoch, t->local_in_epoch + g, t->rank, nb_local);
+            if (st != QC_OK)
+                break;
         }
+        const struct qc_batch *b = t->cur.host;
         const struct qc_qcnet_ctx ctx = {
             .training = true,
             .need_backward = true,
             .seed = t->st.seed,
             .step = (uint32_t)t->st.step,
-            .micro = (uint32_t)g,
+            .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
         };
+        /* the last group's backward makes the gradients final: armed before it */
+        if (g + 1 == nlocal)
+            st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
         /* planned, admitted (split when it does not fit), run, rolled back and re-run when the
          * allocator runs out (stepmem.c) */
-        struct train_group_out l;
-        enum qc_status st =
-            train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx, 1.0f / (float)groups, &l);
+        struct train_group_out l = {0};
+        if (st == QC_OK)
+            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
+                                 1.0f / (float)groups, &l);
         scenes += l.scenes;
+        edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         /* device backends: stage the next batch of the epoch while this one's work runs (its
          * blocks may reuse the ones just freed, in stream order) */
         if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
-            t->st.batch_in_epoch + g + 1 < t->nb)
+            t->local_in_epoch + g + 1 < nb_local)
             st = stage_next(t, &t->next);
         if (st != QC_OK)
-            return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1, g);
+            st = qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
+                               t->rank + g * t->world);
         /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
-        sum_loss += (double)(float)l.loss;
-        sum_rp += (double)(float)l.reg_loss_propose;
-        sum_rr += (double)(float)l.reg_loss_refine;
-        sum_cls += (double)(float)l.cls_loss;
+        losses[4 * g] = (double)(float)l.loss;
+        losses[4 * g + 1] = (double)(float)l.reg_loss_propose;
+        losses[4 * g + 2] = (double)(float)l.reg_loss_refine;
+        losses[4 * g + 3] = (double)(float)l.cls_loss;
     }
-    qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
-    /* the step's device work done (and any asynchronous error reported) before it is timed */
+    /* the gradients summed over ranks (they reduce while backward runs); the step's device
+     * work done (and any asynchronous error reported) before they are checked and timed */
+    if (st == QC_OK)
+        st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
+    if (st == QC_OK)
+        st = qc_op_sync(qc_train_backend_exec(t->be));
+    struct train_dist_sums sums;
+    if (st == QC_OK)
+        st = train_dist_combine(t->dist, nlocal, losses, scenes, edges, &sums);
+    free(losses);
+    QC_TRY(st);
+
+    /* non-finite numbers (train.nonfinite): the step's loss terms (summed over every rank's
+     * groups), then its gradients; with several ranks one rank's finding skips the step
+     * everywhere, so the ranks stay in step */
+    char bad[160];
+    QC_TRY(step_nonfinite(t, sums.reg_loss_propose, sums.reg_loss_refine, sums.cls_loss, bad,
+                          sizeof bad));
+    bool skipped = bad[0] != '\0';
+    if (t->dist) {
+        bool any = skipped;
+        QC_TRY(train_dist_any(t->dist, skipped, &any));
+        if (any && !skipped)
+            snprintf(bad, sizeof bad, "another rank's gradients are not finite");
+        skipped = any;
+    }
+    if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: step %" PRId64 ": %s; stopped before updating the parameters "
+                         "(last checkpoint: %s)\nhint: lower train.lr, check the data (qctrain "
+                         "inspect), or set train.nonfinite=skip to step over such batches",
+                         t->st.step + 1, bad, last_ckpt_str(t));
+    if (!skipped) {
+        /* AdamW on this rank's part, the parameters gathered (ZeRO) */
+        qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+        QC_TRY(train_dist_update(t->dist, qc_qcnet_params(t->model)));
+        t->skipped_in_row = 0;
+    } else {
+        /* skip: parameters, moments and AdamW's step count stay as they were */
+        t->skipped_in_row++;
+        t->skipped_total++;
+        qc_log(QC_LOG_WARN,
+               "train: step %" PRId64 ": %s; skipped (%" PRId64 " in a row, %" PRId64
+               " in all; train.max_skipped = %" PRId64 ")",
+               t->st.step + 1, bad, t->skipped_in_row, t->skipped_total, t->cfg.max_skipped);
+    }
     QC_TRY(qc_op_sync(qc_train_backend_exec(t->be)));
+    train_dist_step_end(t->dist);
 
     const int64_t epoch_of_step = t->st.epoch;
     t->st.step++;
     t->st.adam_step = qc_optim_steps(t->optim);
     t->st.batch_in_epoch += groups;
-    t->st.samples += scenes;
+    t->local_in_epoch += nlocal;
+    t->st.samples += sums.scenes;
     if (t->st.batch_in_epoch >= t->nb) {
         t->st.epoch++;
         t->st.batch_in_epoch = 0;
@@ -426,6 +668,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
 
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
+    if (t->trace)
+        QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
     train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
     const struct train_mem_step *ms = train_mem_last_step(t->mem);
     struct qc_step_metrics m = {0};
@@ -433,13 +677,22 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     m.epoch = epoch_of_step;
     m.samples = t->st.samples;
     /* the mean of the group losses, rounded to fp32 as a torch scalar would be */
-    m.loss = (double)(float)(sum_loss / (double)groups);
-    m.reg_loss_propose = (double)(float)(sum_rp / (double)groups);
-    m.reg_loss_refine = (double)(float)(sum_rr / (double)groups);
-    m.cls_loss = (double)(float)(sum_cls / (double)groups);
+    m.loss = (double)(float)(sums.loss / (double)groups);
+    m.reg_loss_propose = (double)(float)(sums.reg_loss_propose / (double)groups);
+    m.reg_loss_refine = (double)(float)(sums.reg_loss_refine / (double)groups);
+    m.cls_loss = (double)(float)(sums.cls_loss / (double)groups);
     m.lr = lr;
     m.step_s = now_s() - t0;
-    m.samples_per_s = m.step_s > 0 ? (double)scenes / m.step_s : 0.0;
+    m.samples_per_s = m.step_s > 0 ? (double)sums.scenes / m.step_s : 0.0;
+    if (t->world > 1) {
+        m.ranks = t->world;
+        m.rank_time_ratio = sums.rank_time_ratio;
+        m.rank_edge_ratio = sums.rank_edge_ratio;
+        struct qc_dist_stats ds;
+        train_dist_stats(t->dist, &ds);
+        m.comm_wait_s = ds.grads_wait_s - t->comm_wait_seen;
+        t->comm_wait_seen = ds.grads_wait_s;
+    }
     m.bytes_in_use = as.bytes_allocated;
     m.peak_device_bytes = as.bytes_allocated_peak;
     m.reserved_bytes = as.bytes_reserved;
@@ -466,22 +719,40 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         .bytes_allocated_peak = as.bytes_allocated_peak,
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
-    if (!isfinite(m.loss) && !t->warned_nonfinite) {
-        qc_log(QC_LOG_WARN, "train: step %" PRId64 ": the loss is not finite (%g)", m.step, m.loss);
-        t->warned_nonfinite = true;
-    }
-    QC_TRY(qc_metrics_write_step(t->log, &m));
+    m.skipped = skipped;
+    if (t->log)
+        QC_TRY(qc_metrics_write_step(t->log, &m));
     if (out)
         *out = m;
+    if (skipped && t->skipped_in_row >= t->cfg.max_skipped)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: %" PRId64 " steps in a row had non-finite numbers, the last "
+                         "one step %" PRId64 " (train.max_skipped = %" PRId64
+                         "); stopped (last checkpoint: %s)\nhint: lower train.lr or check the "
+                         "data (qctrain inspect)",
+                         t->skipped_in_row, m.step, t->cfg.max_skipped, last_ckpt_str(t));
     return QC_OK;
 }
 
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
 {
-    QC_TRY(qc_checkpoint_save(t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
-    QC_TRY(train_mem_save(t->mem, t->out_dir)); /* the calibrated cost model rides along */
+    /* never a checkpoint of non-finite weights (train.nonfinite=skip steps over them, so they
+     * can only come from the initial weights); the parameters are whole and equal on every
+     * rank, so every rank decides alike */
+    int64_t bad = -1;
+    QC_TRY(first_nonfinite(t, qc_qcnet_params(t->model), qc_qcnet_num_params(t->model), &bad));
+    if (bad >= 0)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: step %" PRId64 ": parameter element %" PRId64
+                         " is not finite; checkpoint not written (last checkpoint: %s)\nhint: "
+                         "check the weights given to --init-from / --resume",
+                         t->st.step, bad, last_ckpt_str(t));
+    /* every rank (the ZeRO moments are gathered); rank 0 writes */
+    QC_TRY(train_dist_save(t->dist, t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
+    if (t->rank == 0) /* the calibrated cost model rides along */
+        QC_TRY(train_mem_save(t->mem, t->out_dir));
     t->last_saved = t->st.step;
-    return QC_OK;
+    return t->tb ? qc_tb_sync(t->tb) : QC_OK;
 }
 
 // ---- the run ------------------------------------------------------------------------------------
@@ -507,8 +778,17 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     r.bytes_peak_rss = peak_rss_bytes();
     r.steps = t->mem_steps;
     r.nsteps = t->nmem_steps;
+    /* data-parallel: every rank's bytes (collective), rank 0 writes */
+    struct qc_memreport_rank *ranks = NULL;
+    QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak, &ranks,
+                                &r.nranks));
+    r.ranks = ranks;
+    r.zero_stage = t->cfg.zero_stage;
     r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
-    return qc_memreport_write(t->out_dir, &r, txt_path, n);
+    const enum qc_status st =
+        t->rank == 0 ? qc_memreport_write(t->out_dir, &r, txt_path, n) : QC_OK;
+    free(ranks);
+    return st;
 }
 
 /* Validates the current weights and appends {"step": S, "eval": {...}} to metrics.jsonl. */
@@ -523,16 +803,47 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
     QC_TRY(qc_metrics_write_raw(t->log, line));
     if (!t->quiet) {
         qc_progress_clear(t->prog);
+        char b[6][16];
         fprintf(t->out,
-                "eval @ step %" PRId64 ": val_loss %.4f minADE %.3f minFDE %.3f MR %.3f "
-                "brier-minFDE %.3f (%" PRId64 " scenes)\n",
-                t->st.step, r.loss, r.metrics.min_ade, r.metrics.min_fde, r.metrics.miss_rate,
-                r.metrics.brier_min_fde, r.scenes);
+                "eval @ step %" PRId64 ": val_loss %.4f minADE %s minFDE %s MR %s "
+                "brier-minFDE %s minAHE %s minFHE %s (%" PRId64 " scenes)\n",
+                t->st.step, r.loss, qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]),
+                qc_eval_format_metric(r.metrics.min_fde, b[1], sizeof b[1]),
+                qc_eval_format_metric(r.metrics.miss_rate, b[2], sizeof b[2]),
+                qc_eval_format_metric(r.metrics.brier_min_fde, b[3], sizeof b[3]),
+                qc_eval_format_metric(r.metrics.min_ahe, b[4], sizeof b[4]),
+                qc_eval_format_metric(r.metrics.min_fhe, b[5], sizeof b[5]), r.scenes);
     }
     return QC_OK;
 }
 
+static enum qc_status trainer_loop(struct qc_trainer *t);
+
 enum qc_status qc_trainer_run(struct qc_trainer *t)
+{
+    /* SIGINT / SIGTERM: the first one finishes the step, saves and returns (qctrain exits
+     * 128 + signal); a second one ends the process at once (qc_cleanup.h) */
+    qc_cleanup_stop_begin();
+    const enum qc_status st = trainer_loop(t);
+    qc_cleanup_stop_end();
+    return st;
+}
+
+/* Saves, writes the memory report and flushes the log after a graceful stop at sig. */
+static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
+{
+    qc_progress_clear(t->prog);
+    if (t->last_saved != t->st.step && t->st.step > 0)
+        QC_TRY(qc_trainer_save(t, NULL, 0));
+    if (t->nmem_steps > 0)
+        QC_TRY(qc_trainer_memory_report(t, NULL, 0));
+    QC_TRY(qc_metrics_sync(t->log));
+    fprintf(stderr, "train: %s: stopped after step %" PRId64 " of %" PRId64 "; checkpoint %s\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", t->st.step, t->total_steps, last_ckpt_str(t));
+    return QC_OK;
+}
+
+static enum qc_status trainer_loop(struct qc_trainer *t)
 {
     struct qc_progress_opts po;
     qc_progress_opts_init(&po);
@@ -550,8 +861,15 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
         fprintf(t->out,
                 "train: %" PRId64 " parameters, %" PRId64 " batches/epoch of %" PRId64
                 " scenes x %" PRId64 " groups/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
-                qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->G, t->st.step,
+                qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->P, t->st.step,
                 t->total_steps, t->out_dir);
+        if (t->world > 1)
+            fprintf(t->out,
+                    "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
+                    ", data.balance %s, %s backend\n",
+                    t->world, qc_dist_world_launcher(), t->G, t->cfg.zero_stage,
+                    t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
+                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI");
     }
     qc_progress_update(t->prog, (uint64_t)t->st.step);
     double first_loss = (double)NAN, last_loss = (double)NAN;
@@ -584,8 +902,12 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
             QC_TRY(qc_trainer_save(t, NULL, 0));
             QC_TRY(qc_trainer_memory_report(t, NULL, 0));
         }
-        if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps))
+        if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps) &&
+            t->rank == 0) /* the others go on (their communicators answer rank 0's meanwhile) */
             QC_TRY(trainer_validate(t));
+        const int sig = qc_cleanup_stop_signal();
+        if (sig)
+            return trainer_stop(t, sig);
     }
     qc_progress_finish(t->prog);
     if (!t->quiet && sps_n == 0)
@@ -596,8 +918,14 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
     /* the memory report of the steps this process ran (a run with nothing to do keeps the
      * previous one) */
     char mem_txt[4200] = "";
-    if (t->nmem_steps > 0)
+    struct qc_report_info ri = {.path = ""};
+    if (t->nmem_steps > 0) {
         QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
+        if (t->cfg.log_report && t->rank == 0) { /* rank 0 writes the run folder */
+            const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
+            QC_TRY(qc_report_write(&ro, &ri));
+        }
+    }
     if (!t->quiet && sps_n > 0) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
@@ -614,10 +942,13 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
                 "train: loss %.4f -> %.4f over %" PRId64 " steps, %.2f samples/s\n"
                 "memory: device peak %s allocated, %s reserved (budget %s); params+grads %s; "
                 "peak RSS %s\n"
-                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl\n"
+                "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl%s%s%s\n"
                 "memory report: %s\n",
                 first_loss, last_loss, sps_n, sps_sum / (double)sps_n, b1, b2, b5, b3, b4,
-                t->out_dir, t->st.step, t->out_dir, mem_txt);
+                t->out_dir, t->st.step, t->out_dir, t->tb ? ", TensorBoard in " : "",
+                t->tb ? t->out_dir : "", t->tb ? "/tb/" : "", mem_txt);
+        if (ri.path[0])
+            fprintf(t->out, "open %s\n", ri.path);
     }
     return QC_OK;
 }
@@ -631,7 +962,27 @@ int64_t qc_trainer_total_steps(const struct qc_trainer *t)
 
 int64_t qc_trainer_steps_per_epoch(const struct qc_trainer *t)
 {
-    return (t->nb + t->G - 1) / t->G;
+    return (t->nb + t->P - 1) / t->P;
+}
+
+void qc_trainer_dist_stats(struct qc_trainer *t, struct qc_dist_stats *out)
+{
+    train_dist_stats(t->dist, out);
+}
+
+void qc_trainer_dist_stats_reset(struct qc_trainer *t)
+{
+    train_dist_stats_reset(t->dist);
+}
+
+int qc_trainer_rank(const struct qc_trainer *t)
+{
+    return t->rank;
+}
+
+int qc_trainer_world(const struct qc_trainer *t)
+{
+    return t->world;
 }
 
 const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t)

@@ -3,25 +3,23 @@
  * docs/MEMORY_REPORT.md).
  *
  * Both documents are formatted into memory first (two passes: the length, then the text) and
- * written through one atomic helper: FILE.tmp in the same folder (registered for removal on
- * SIGINT/SIGTERM), fsync, rename over FILE, fsync of the folder. JSON integers are printed as
- * exact unsigned decimals (byte counts can pass 2^53 only on machines we do not have, but a
- * reader using doubles still gets every figure below 8 PiB exactly).
+ * written through one atomic helper (qc_file_write_atomic): FILE.tmp in the same folder
+ * (registered for removal on SIGINT/SIGTERM), fsync, rename over FILE, fsync of the folder. JSON
+ * integers are printed as exact unsigned decimals (byte counts can pass 2^53 only on machines we do
+ * not have, but a reader using doubles still gets every figure below 8 PiB exactly).
  */
+
 #include "qc_memreport.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "qc_cleanup.h"
+#include "qc_json.h"
+#include "qc_file.h"
 #include "qc_progress.h" /* qc_format_bytes */
 
 #define TEXT_TOP_BLOCKS 10
@@ -60,15 +58,6 @@ static void sb_json_str(struct sbuf *b, const char *s)
     sb_printf(b, "\"");
 }
 
-/* A JSON number (null when not finite). */
-static void sb_json_num(struct sbuf *b, double v)
-{
-    if (isfinite(v))
-        sb_printf(b, "%.6g", v);
-    else
-        sb_printf(b, "null");
-}
-
 static double share(uint64_t part, uint64_t whole)
 {
     return whole ? (double)part / (double)whole : 0.0;
@@ -93,8 +82,9 @@ static void json_breakdown(struct sbuf *b, const char *key, const struct qc_allo
         sb_printf(b, "%s\n      {\"name\": ", i ? "," : "");
         sb_json_str(b, e->name);
         sb_printf(b,
-                  ", \"bytes\": %zu, \"allocations\": %" PRIu64 ", \"share\": %.6f, \"other\": %s}",
-                  e->bytes, e->blocks, share(e->bytes, whole), i < ntop ? "false" : "true");
+                  ", \"bytes\": %zu, \"allocations\": %" PRIu64 ", \"share\": %s, \"other\": %s}",
+                  e->bytes, e->blocks, QC_JSON_NUM("%.6f", share(e->bytes, whole)),
+                  i < ntop ? "false" : "true");
     }
     sb_printf(b, "%s]", n ? "\n    " : "");
 }
@@ -129,10 +119,10 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
               ",\n    \"n_live\": %" PRIu64 ",\n    \"n_pending\": %" PRIu64
               ",\n    \"n_segments\": %" PRIu64 ",\n    \"n_maps\": %" PRIu64
               ",\n    \"n_unmaps\": %" PRIu64 ",\n    \"n_retries\": %" PRIu64
-              ",\n    \"n_ooms\": %" PRIu64
-              ",\n    \"fragmentation\": %.6f,\n    \"step\": %" PRId64 "\n  },\n",
+              ",\n    \"n_ooms\": %" PRIu64 ",\n    \"fragmentation\": %s,\n    \"step\": %" PRId64
+              "\n  },\n",
               s->n_allocs, s->n_frees, s->n_live, s->n_pending, s->n_segments, s->n_maps,
-              s->n_unmaps, s->n_retries, s->n_ooms, s->fragmentation, s->step);
+              s->n_unmaps, s->n_retries, s->n_ooms, QC_JSON_NUM("%.6f", s->fragmentation), s->step);
     sb_printf(&b,
               "  \"peak\": {\n    \"step\": %" PRId64 ",\n    \"bytes_allocated_peak\": %zu,\n"
               "    \"snapshot_bytes_allocated\": %zu,\n    \"snapshot_bytes_reserved\": %zu,\n"
@@ -165,11 +155,28 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
             sb_json_str(&b, e->name);
             sb_printf(&b, ", \"policy\": ");
             sb_json_str(&b, e->policy);
-            sb_printf(&b, ", \"bytes\": %" PRIu64 ", \"predicted_time_s\": ", e->bytes);
-            sb_json_num(&b, e->predicted_time_s);
-            sb_printf(&b, "}");
+            sb_printf(&b, ", \"bytes\": %" PRIu64 ", \"predicted_time_s\": %s}", e->bytes,
+                      QC_JSON_NUM("%.6g", e->predicted_time_s));
         }
         sb_printf(&b, "%s]\n  }", pl->nblocks ? "\n    " : "");
+    }
+    if (r->nranks > 0) {
+        sb_printf(&b,
+                  ",\n  \"dist\": {\n    \"world_size\": %" PRId64 ",\n    \"zero_stage\": %" PRId64
+                  ",\n    \"ranks\": [",
+                  r->nranks, r->zero_stage);
+        for (int64_t i = 0; i < r->nranks; i++) {
+            const struct qc_memreport_rank *e = &r->ranks[i];
+            sb_printf(&b,
+                      "%s\n      {\"rank\": %" PRId64 ", \"params_bytes\": %" PRIu64
+                      ", \"grads_bytes\": %" PRIu64 ", \"grads_reduced_bytes\": %" PRIu64
+                      ", \"moments_bytes\": %" PRIu64 ", \"comm_bytes\": %" PRIu64
+                      ", \"peak_allocated_bytes\": %" PRIu64 "}",
+                      i ? "," : "", e->rank, e->params_bytes, e->grads_bytes,
+                      e->grads_reduced_bytes, e->moments_bytes, e->comm_bytes,
+                      e->peak_allocated_bytes);
+        }
+        sb_printf(&b, "\n    ]\n  }");
     }
     sb_printf(&b, "\n}\n");
     sb_finish(&b);
@@ -267,72 +274,30 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
         sb_printf(&b, "  (nothing was allocated)\n");
     if (r->plan)
         text_plan(&b, r->plan);
+    if (r->nranks > 0) {
+        sb_printf(&b,
+                  "\nper rank (%" PRId64 " ranks, ZeRO stage %" PRId64
+                  "): params, grads (reduced), AdamW moments, comm buffers, peak\n",
+                  r->nranks, r->zero_stage);
+        for (int64_t i = 0; i < r->nranks; i++) {
+            const struct qc_memreport_rank *e = &r->ranks[i];
+            char p1[32], p2[32], p3[32], p4[32], p5[32], p6[32];
+            qc_format_bytes(e->params_bytes, p1, sizeof p1);
+            qc_format_bytes(e->grads_bytes, p2, sizeof p2);
+            qc_format_bytes(e->grads_reduced_bytes, p3, sizeof p3);
+            qc_format_bytes(e->moments_bytes, p4, sizeof p4);
+            qc_format_bytes(e->comm_bytes, p5, sizeof p5);
+            qc_format_bytes(e->peak_allocated_bytes, p6, sizeof p6);
+            sb_printf(&b, "  rank %-3" PRId64 " %10s  %10s (%s)  %10s  %10s  %10s\n", e->rank, p1,
+                      p2, p3, p4, p5, p6);
+        }
+    }
     sb_printf(&b, "\nevery figure: memory.json (docs/MEMORY_REPORT.md)\n");
     sb_finish(&b);
     return b.len;
 }
 
 // ---- writing -----------------------------------------------------------------------------------
-
-/* fsyncs the folder holding path (EINVAL: a file system without directory fsync, ignored). */
-static enum qc_status fsync_dir_of(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_IO, "memory report: folder %s: %s", dir, strerror(errno));
-    const int rc = fsync(fd);
-    const int e = errno;
-    close(fd);
-    if (rc != 0 && e != EINVAL)
-        return qc_errorf(QC_ERR_IO, "memory report: fsync of folder %s: %s", dir, strerror(e));
-    return QC_OK;
-}
-
-/* Writes len bytes of text to path atomically (module comment). */
-static enum qc_status write_atomic(const char *path, const char *text, size_t len)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return qc_errorf(QC_ERR_IO,
-                         "memory report %s: cannot write: %s\nhint: check that the run "
-                         "folder exists and is writable",
-                         tmp, strerror(errno));
-    const int slot = qc_cleanup_register(tmp);
-    int err = 0;
-    for (size_t off = 0; off < len && !err;) {
-        const ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            err = w < 0 ? errno : EIO;
-        else
-            off += (size_t)w;
-    }
-    if (!err && fsync(fd) != 0)
-        err = errno;
-    if (close(fd) != 0 && !err)
-        err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
-    if (err) {
-        unlink(tmp);
-        qc_cleanup_unregister(slot);
-        return qc_errorf(QC_ERR_IO, "memory report %s: write failed: %s", path, strerror(err));
-    }
-    qc_cleanup_unregister(slot);
-    return fsync_dir_of(path);
-}
 
 /* Formats with fmt into a malloc'ed string and writes it to DIR/name atomically. */
 static enum qc_status write_doc(const char *dir, const char *name,
@@ -347,7 +312,8 @@ static enum qc_status write_doc(const char *dir, const char *name,
     if (!text)
         return qc_errorf(QC_ERR_NOMEM, "memory report: out of memory (%zu bytes)", len + 1);
     fmt(r, text, len + 1);
-    const enum qc_status st = write_atomic(path, text, len);
+    const struct qc_file_part part = {text, len};
+    const enum qc_status st = qc_file_write_atomic(path, &part, 1, "memory report");
     free(text);
     return st;
 }

@@ -10,6 +10,13 @@
  * moves the moments through qc_optim_moments_download / _upload. PyTorch orders the groups by
  * sorted name, which affects only where each tensor's state lives, not the values: every element's
  * update is independent of every other.
+ *
+ * Sharding (ZeRO stages 1 and 2, qc_optim_create_shard): an optimizer may own only the element
+ * range [lo, hi) of the flat buffer. Its segments are the model's cut at lo and hi (a tensor
+ * straddling a boundary is split, both parts keeping its decay flag), its moments hold hi − lo
+ * floats, and qc_optim_step updates param[lo, hi) from grad[lo, hi) only. Because every
+ * element's update is independent, the shards of W optimizers together give exactly the bits of
+ * one optimizer over the whole buffer.
  */
 #include "qc_train.h"
 
@@ -51,7 +58,9 @@ struct qc_optim {
     struct qc_alloc *alloc;   /* NULL: moments from malloc (CPU only) */
     const struct qc_exec *ex; /* backend of the step (NULL = CPU) */
     struct qc_optim_params hp;
-    int64_t numel;      /* floats in the flat buffer */
+    int64_t numel;      /* floats this optimizer owns (hi − lo) */
+    int64_t lo;         /* first element of the flat buffer it owns (0 unless sharded) */
+    int64_t numel_full; /* floats in the whole flat buffer */
     int64_t nseg;       /* tensors */
     int64_t *offsets;   /* (nseg+1) host */
     uint8_t *decay;     /* (nseg) host */
@@ -157,6 +166,7 @@ enum qc_status qc_optim_create_on(struct qc_alloc *alloc, const struct qc_exec *
     else
         qc_optim_params_default(&o->hp);
     o->numel = numel;
+    o->numel_full = numel;
     o->nseg = nseg;
     o->offsets = malloc((size_t)(nseg + 1) * sizeof(int64_t));
     o->decay = calloc((size_t)(nseg > 0 ? nseg : 1), 1);
@@ -219,7 +229,56 @@ void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double l
     /* the op reads the segment arrays as tensors: the device copies on a device backend */
     const int64_t *offsets = o->d_offsets ? o->d_offsets : o->offsets;
     const uint8_t *decay = o->d_decay ? o->d_decay : o->decay;
-    qc_op_adamw_step_segments(o->ex, param, o->m, o->v, grad, offsets, decay, o->nseg, &hp);
+    qc_op_adamw_step_segments(o->ex, param + o->lo, o->m, o->v, grad + o->lo, offsets, decay,
+                              o->nseg, &hp);
+}
+
+enum qc_status qc_optim_create_shard(struct qc_alloc *alloc, const struct qc_exec *ex,
+                                     int64_t numel, const int64_t *offsets, const uint8_t *decay,
+                                     int64_t nseg, int64_t lo, int64_t hi,
+                                     const struct qc_optim_params *params, struct qc_optim **out)
+{
+    if (lo < 0 || hi < lo || hi > numel || !offsets || offsets[nseg] != numel)
+        return qc_errorf(QC_ERR_INVALID,
+                         "optimizer: shard [%lld, %lld) is not inside the buffer of %lld",
+                         (long long)lo, (long long)hi, (long long)numel);
+    /* the segments intersecting [lo, hi), cut at its ends and rebased to lo */
+    int64_t *so = malloc((size_t)(nseg + 1) * sizeof(int64_t));
+    uint8_t *sd = malloc((size_t)(nseg > 0 ? nseg : 1));
+    if (!so || !sd) {
+        free(so);
+        free(sd);
+        return qc_errorf(QC_ERR_NOMEM, "optimizer: out of memory");
+    }
+    int64_t k = 0;
+    so[0] = 0;
+    for (int64_t s = 0; s < nseg; s++) {
+        const int64_t a = offsets[s] > lo ? offsets[s] : lo;
+        const int64_t b = offsets[s + 1] < hi ? offsets[s + 1] : hi;
+        if (b <= a)
+            continue;
+        sd[k] = decay[s];
+        so[++k] = b - lo;
+    }
+    enum qc_status st = qc_optim_create_on(alloc, ex, hi - lo, so, sd, k, params, out);
+    free(so);
+    free(sd);
+    if (st == QC_OK) {
+        (*out)->lo = lo;
+        (*out)->numel_full = numel;
+    }
+    return st;
+}
+
+void qc_optim_range(const struct qc_optim *o, int64_t *lo, int64_t *hi)
+{
+    *lo = o->lo;
+    *hi = o->lo + o->numel;
+}
+
+int64_t qc_optim_numel_full(const struct qc_optim *o)
+{
+    return o->numel_full;
 }
 
 int64_t qc_optim_steps(const struct qc_optim *o)

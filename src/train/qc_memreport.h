@@ -6,10 +6,12 @@
  *
  * What it holds: the allocator's run-wide statistics (every field of struct qc_alloc_stats,
  * peaks since the allocator was created), the budget, params+grads bytes, the peak RSS, the
- * per-step series (step, allocated peak, reserved peak of each step), and the breakdown of the
+ * per-step series (step, allocated peak, reserved peak of each step), the breakdown of the
  * live bytes at the run's peak by tag and by block (the allocator's run-wide peak snapshot,
- * taken within 1 % below the true peak: qc_alloc.h), and the planner's plan of the step with
- * the highest measured peak (policy, stash bytes and predicted time per block application).
+ * taken within 1 % below the true peak: qc_alloc.h), the planner's plan of the step with the
+ * highest measured peak (policy, stash bytes and predicted time per block application), and for
+ * a data-parallel run each rank's bytes of parameters, gradients, AdamW moments and
+ * communication buffers (rank 0 writes the report; the rest of it is rank 0's own figures).
  */
 #ifndef QC_TRAIN_QC_MEMREPORT_H
 #define QC_TRAIN_QC_MEMREPORT_H
@@ -48,6 +50,17 @@ struct qc_memreport_plan {
     int32_t nblocks;
 };
 
+/* One rank's share of a data-parallel run (sharded data parallelism, src/dist). */
+struct qc_memreport_rank {
+    int64_t rank;
+    uint64_t params_bytes;        /* the flat parameters (whole on every rank) */
+    uint64_t grads_bytes;         /* the flat gradient buffer backward accumulates into */
+    uint64_t grads_reduced_bytes; /* of which reduced and kept: all below stage 2, the shard at 2 */
+    uint64_t moments_bytes;       /* AdamW exp_avg + exp_avg_sq: whole, or the shard (stage >= 1) */
+    uint64_t comm_bytes;          /* the communication thread's receive buffers (high water) */
+    uint64_t peak_allocated_bytes; /* the rank's allocator peak over the run */
+};
+
 /* Everything one report shows; the pointers are borrowed for the call. */
 struct qc_memreport {
     const char *device;                    /* "cpu" / "cuda" */
@@ -60,6 +73,10 @@ struct qc_memreport {
     const struct qc_memreport_step *steps; /* [nsteps], the steps this process ran */
     int64_t nsteps;
     const struct qc_memreport_plan *plan; /* NULL: no plan recorded (no "plan" object) */
+    /* data-parallel runs only (nranks 0 otherwise: the "dist" object is left out) */
+    int64_t zero_stage;
+    const struct qc_memreport_rank *ranks; /* [nranks], in rank order */
+    int64_t nranks;
 };
 
 /* Fills r's allocator part from a: run-wide statistics and the run-wide peak snapshot. */

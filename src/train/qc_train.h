@@ -28,7 +28,8 @@
  *   optim.safetensors  AdamW state: "exp_avg.<key>" and "exp_avg_sq.<key>" per distinct
  *                      parameter; metadata: format, step, epoch, batch position in the epoch,
  *                      seed, samples seen, the effective config (JSON).
- * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0). Both
+ * The same bytes whatever the device (the saved config has device.kind cpu, ordinal 0; its
+ * train.out_dir is the run folder written, so runs compared byte for byte share that path). Both
  * files are written atomically (temp + fsync + rename); the folder is assembled as
  * ckpt-<step>.tmp/ and renamed into place, so a crash never leaves a half checkpoint under the
  * final name.
@@ -96,22 +97,37 @@ enum qc_status qc_optim_create(struct qc_alloc *alloc, int64_t numel, const int6
 enum qc_status qc_optim_create_on(struct qc_alloc *alloc, const struct qc_exec *ex, int64_t numel,
                                   const int64_t *offsets, const uint8_t *decay, int64_t nseg,
                                   const struct qc_optim_params *params, struct qc_optim **out);
+/* A sharded optimizer (ZeRO stages 1 and 2): like qc_optim_create_on over the model's segments
+ * (numel, offsets, decay, nseg), but owning only elements [lo, hi) of the flat buffer: segments
+ * cut at lo and hi (decay flags kept), moments of hi − lo floats; qc_optim_step still takes the
+ * WHOLE param and grad buffers and updates [lo, hi) of param. The shards of several optimizers
+ * give the bits of one over the whole buffer. QC_ERR_INVALID for a range outside the buffer. */
+enum qc_status qc_optim_create_shard(struct qc_alloc *alloc, const struct qc_exec *ex,
+                                     int64_t numel, const int64_t *offsets, const uint8_t *decay,
+                                     int64_t nseg, int64_t lo, int64_t hi,
+                                     const struct qc_optim_params *params, struct qc_optim **out);
+/* The elements [lo, hi) of the flat buffer the optimizer owns ([0, numel) unless sharded). */
+void qc_optim_range(const struct qc_optim *o, int64_t *lo, int64_t *hi);
+/* Floats of the whole flat buffer (== qc_optim_numel unless sharded). */
+int64_t qc_optim_numel_full(const struct qc_optim *o);
 /* NULL is a no-op. */
 void qc_optim_destroy(struct qc_optim *o);
 
 /* One AdamW step at learning rate lr (PyTorch 2.0 order, QCNET.md §1): increments the step
  * count n, then for every element p ← p·(1 − lr·wd); m, v updated; p ← p − lr/(1−β1ⁿ) ·
- * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold numel floats, in the optimizer's
- * backend memory (the model's qc_qcnet_params / qc_qcnet_grads). One op,
- * qc_op_adamw_step_segments, on every backend (asynchronous on CUDA). */
+ * m / (sqrt(v)/sqrt(1−β2ⁿ) + eps). param and grad hold the whole flat buffer (numel_full
+ * floats; a sharded optimizer touches only its range), in the optimizer's backend memory (the
+ * model's qc_qcnet_params / qc_qcnet_grads). One op, qc_op_adamw_step_segments, on every
+ * backend (asynchronous on CUDA). */
 void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double lr);
 
 /* Steps taken so far (PyTorch's state['step']). */
 int64_t qc_optim_steps(const struct qc_optim *o);
 /* Restores the step count (checkpoint load). */
 void qc_optim_set_steps(struct qc_optim *o, int64_t steps);
-/* The moments, numel floats each; writable. DEVICE pointers on a device backend (host code
- * uses qc_optim_moments_download / _upload there). */
+/* The moments, numel floats each (the owned range: element 0 is the flat buffer's lo);
+ * writable. DEVICE pointers on a device backend (host code uses qc_optim_moments_download /
+ * _upload there). */
 float *qc_optim_exp_avg(struct qc_optim *o);
 float *qc_optim_exp_avg_sq(struct qc_optim *o);
 /* Host copies of the moments (numel floats each; either may be NULL to skip it): download
@@ -156,24 +172,42 @@ struct qc_step_metrics {
     int64_t splits;                /* batches run as sub-groups (admission control) */
     int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
     double plan_ms;                /* describing and planning the step's batches */
+    bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
+    /* data-parallel runs (ranks > 1; the keys are left out of the line otherwise) */
+    int64_t ranks;          /* world size */
+    double rank_time_ratio; /* slowest / mean compute time (forward + backward) of the ranks that
+                               computed a group this step */
+    double rank_edge_ratio; /* most / mean graph edges of those ranks' groups: the balance of the
+                               work itself, free of timing noise */
+    double comm_wait_s;     /* s rank 0 waited for the gradient reduction after its backward */
 };
 
 struct qc_metrics_log; /* metrics.jsonl writer (opaque) */
 
-/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), lines
- * whose "step" is greater are first dropped (the file is rewritten atomically), so a resumed
- * run's log equals the uninterrupted one's; keep_through_step < 0 truncates the file (a new
+/* Opens DIR/metrics.jsonl for appending. When keep_through_step >= 0 (a resumed run), the
+ * file is first rewritten atomically keeping only complete records (a whole line of valid
+ * JSON) whose "step" is not greater, so a resumed run's log equals the uninterrupted one's and
+ * a torn last line (crash, full disk) is gone; keep_through_step < 0 truncates the file (a new
  * run). QC_ERR_IO naming the path. */
 enum qc_status qc_metrics_open(const char *dir, int64_t keep_through_step,
                                struct qc_metrics_log **out);
-/* Appends one line and flushes it. QC_ERR_IO (disk full) naming the file. */
+/* Appends one line, newline included, in one write() (a crash can only cut the last line).
+ * QC_ERR_IO (disk full) naming the file. */
 enum qc_status qc_metrics_write_step(struct qc_metrics_log *m, const struct qc_step_metrics *s);
 /* Appends an arbitrary JSON object line (e.g. {"eval": ...}); `json` is one line, no newline. */
 enum qc_status qc_metrics_write_raw(struct qc_metrics_log *m, const char *json);
+/* fsyncs the log (a graceful stop flushes it before exiting). QC_ERR_IO. */
+enum qc_status qc_metrics_sync(struct qc_metrics_log *m);
+/* Every line written from now on is also passed, after it is in the file, to fn(ctx, line)
+ * (the TensorBoard writer: its scalars are the log's numbers by construction); a failure of fn
+ * is the write's failure. fn NULL removes the tee. */
+void qc_metrics_set_tee(struct qc_metrics_log *m, enum qc_status (*fn)(void *ctx, const char *line),
+                        void *ctx);
 /* Closes (fsyncs) the log; NULL is a no-op. */
 void qc_metrics_close(struct qc_metrics_log *m);
 /* Formats one step as the JSON line written to the log (no newline) into buf (cap bytes);
- * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g. */
+ * returns the length needed. "loss" and its parts print with %.9g, "lr" with %.17g; a
+ * non-finite value is null (qc_json.h). */
 size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t cap);
 
 // ---- checkpoints (checkpoint.c) --------------------------------------------------------------
@@ -199,6 +233,14 @@ enum qc_status qc_train_mkdir(const char *path);
 enum qc_status qc_checkpoint_save(const char *run_dir, struct qc_qcnet *m, struct qc_optim *o,
                                   const struct qc_train_state *s, const struct qc_config *cfg,
                                   char *path_out, size_t n);
+/* The same with the AdamW moments given as host buffers of the whole flat buffer (exp_avg,
+ * exp_avg_sq: qc_qcnet_num_params floats each; e.g. gathered from the shards of a ZeRO run)
+ * instead of read from o (o still gives the step count). NULL moments: read from o, which must
+ * then own the whole buffer (QC_ERR_INVALID for a sharded one). */
+enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *m,
+                                          struct qc_optim *o, const float *exp_avg,
+                                          const float *exp_avg_sq, const struct qc_train_state *s,
+                                          const struct qc_config *cfg, char *path_out, size_t n);
 /* Resolves --resume DIR: DIR itself when it holds model.safetensors, else its complete
  * ckpt-<step>/ folder of the highest step. QC_ERR_IO / QC_ERR_INVALID naming DIR. */
 enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n);
@@ -209,16 +251,37 @@ enum qc_status qc_checkpoint_weights_path(const char *path, char *out, size_t n)
  * the defaults) from CKPT/optim.safetensors. QC_ERR_INVALID naming the file and key. */
 enum qc_status qc_checkpoint_read_state(const char *ckpt_dir, struct qc_train_state *s,
                                         struct qc_config *saved_cfg);
-/* Loads weights (model.safetensors) and, when o != NULL, the AdamW moments and step count.
+/* Loads weights (model.safetensors) and, when o != NULL, the AdamW moments (of o's range: the
+ * owned shard of a sharded optimizer) and step count.
  * A checkpoint of another configuration fails naming the first mismatched tensor and both
  * shapes (QC_ERR_INVALID); a corrupt file fails naming the file. */
 enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, struct qc_optim *o,
                                   struct qc_train_state *s);
 /* Checks that the options deciding what a resumed run computes (model shape, optimizer,
- * schedule, batch size, accumulation, seed, synthetic data) are equal in both configs.
- * QC_ERR_INVALID naming the first differing key and both values, with a hint. */
+ * schedule, batch size, seed, synthetic data) are equal in both configs, that the groups per
+ * step over all ranks (train.grad_accum × dist.world_size, the resolved world size) are equal
+ * (the split between ranks and accumulation may change), and that data.balance agrees unless
+ * one of them is auto. QC_ERR_INVALID naming the first differing key and both values, with a
+ * hint. */
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir);
+
+// ---- the run folder (run_dir.c) --------------------------------------------------------------
+
+struct qc_run_lock; /* the one-writer lock of a run folder (opaque) */
+
+/* Takes RUN's lock: an exclusive flock on RUN/.lock (created; RUN must exist), the caller's PID
+ * written into it, held until qc_run_lock_release or the end of the process (kill -9
+ * included). Fails at once when another holder has it, in this process or another:
+ * QC_ERR_INVALID naming RUN and the holder's PID, with a hint; QC_ERR_IO when the file cannot
+ * be opened or locked. */
+enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out);
+/* Drops the lock; NULL is a no-op. */
+void qc_run_lock_release(struct qc_run_lock *l);
+/* With RUN's lock held: removes what an interrupted writer left (ckpt-<step>.tmp/ folders
+ * whole, *.tmp and *.tmp.XXXXXX files) and puts back a ckpt-<step>.old/ whose replacement never
+ * arrived. *recovered (may be NULL) counts the entries handled. QC_ERR_IO. */
+enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered);
 
 // ---- the training loop (loop.c) ---------------------------------------------------------------
 
@@ -244,10 +307,11 @@ struct qc_train_opts {
 
 struct qc_trainer; /* one training run (opaque) */
 
-/* Sets up a run: the backend of device.kind (qc_train_backend_create: the caching allocator
- * under device.budget, from which every parameter, gradient, activation, stash and optimizer
- * byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader, the
- * run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
+/* Sets up a run: the run folder's lock taken and its leftovers recovered (run_dir.c) before
+ * anything in it is read, the backend of device.kind (qc_train_backend_create: the caching
+ * allocator under device.budget, from which every parameter, gradient, activation, stash and
+ * optimizer byte comes), the model on it (initialised, --init-from or resumed), AdamW, the loader,
+ * the run folder and its metrics.jsonl. Errors name the thing at fault (data file, checkpoint, out
  * folder, device) and leave nothing half-written. QC_ERR_UNSUPPORTED (with a hint) for cuda in
  * a CPU-only build or without a GPU. The trainer must then be used from the thread that
  * created it (the CUDA op context is per thread).
@@ -262,17 +326,32 @@ void qc_trainer_destroy(struct qc_trainer *t);
 /* Runs optimizer steps until qc_trainer_total_steps(), writing metrics, progress and
  * checkpoints (every cfg.save_every steps and at the end), and, with eval_every > 0, a
  * validation line {"step": S, "eval": {...}} (qc_eval_format_json) every eval_every steps and
- * at the end. */
+ * at the end. A first SIGINT / SIGTERM during the run (qc_cleanup_stop_begin) finishes the
+ * step, saves, writes the memory report, syncs the log and returns QC_OK with
+ * qc_cleanup_stop_signal() set (qctrain then exits 128 + signal). A step with a non-finite loss
+ * term or gradient follows cfg.nonfinite (qc_trainer_step). */
 enum qc_status qc_trainer_run(struct qc_trainer *t);
 /* One optimizer step (grad_accum micro-batches of batch_size scenes; fewer at the end of an
- * epoch); fills *out when non-NULL and appends it to metrics.jsonl. */
+ * epoch); fills *out when non-NULL and appends it to metrics.jsonl. A non-finite loss term or
+ * gradient: with train.nonfinite=stop, QC_ERR_INVALID naming the step and the terms, nothing
+ * updated or logged; with skip, parameters, moments and AdamW's step count stay, the line is
+ * logged with "skipped":true, and QC_ERR_INVALID after train.max_skipped in a row. */
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out);
-/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/). */
+/* Saves a checkpoint of the current state now (RUN/ckpt-<step>/); QC_ERR_INVALID (nothing
+ * written) when a parameter is not finite. */
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n);
+
+/* Data-parallel runs (mpirun / srun): this process's rank and the world size (0 and 1
+ * otherwise), and the communicator's statistics (zeros with one rank; struct in qc_dist.h). */
+struct qc_dist_stats;
+int qc_trainer_rank(const struct qc_trainer *t);
+int qc_trainer_world(const struct qc_trainer *t);
+void qc_trainer_dist_stats(struct qc_trainer *t, struct qc_dist_stats *out);
+void qc_trainer_dist_stats_reset(struct qc_trainer *t);
 
 /* Steps the run goes to: cfg.steps when > 0, else cfg.epochs × steps per epoch. */
 int64_t qc_trainer_total_steps(const struct qc_trainer *t);
-/* Optimizer steps per epoch: ceil(batches per epoch / grad_accum). */
+/* Optimizer steps per epoch: ceil(groups per epoch / (grad_accum × ranks)). */
 int64_t qc_trainer_steps_per_epoch(const struct qc_trainer *t);
 const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
 struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
@@ -445,7 +524,9 @@ struct qc_eval_result {
     int64_t batches, scenes;
     double loss; /* validation loss: mean over batches (as in training, §6.1) */
     double reg_loss_propose, reg_loss_refine, cls_loss;
-    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE (K = 6) */
+    struct qc_qcnet_metric_values metrics; /* minADE, minFDE, MR, Brier, brier-minFDE, minAHE,
+                                              minFHE (K = 6); NAN (not available) when
+                                              metrics.count == 0 */
     double seconds;
     uint64_t peak_device_bytes;       /* allocator peak during the evaluation */
     struct qc_qcnet_metric_values cv; /* constant-velocity baseline on the same focal agents
@@ -462,8 +543,11 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
                              const struct qc_eval_opts *opts, struct qc_eval_result *out);
 /* Builds the model from opts->cfg, loads opts->weights (or initialises it), evaluates. */
 enum qc_status qc_eval_run(const struct qc_eval_opts *opts, struct qc_eval_result *out);
-/* One line of JSON with the result (no newline), for metrics.jsonl and --json. */
+/* One line of JSON with the result (no newline), for metrics.jsonl and --json. Metrics that
+ * are not available (no focal agent evaluated: agents 0) and any non-finite figure are null. */
 size_t qc_eval_format_json(const struct qc_eval_result *r, char *buf, size_t cap);
+/* A metric for text output: "%.4f", or "n/a" when it is not available (NAN). Returns buf. */
+const char *qc_eval_format_metric(double v, char *buf, size_t cap);
 
 /* The constant-velocity baseline of one agent (QCNET.md §6.2 agents, §7.4 frame): for future
  * step s (0..59) the prediction is o + (s+1)·0.1 s·v with o = position[49], v = velocity[49],

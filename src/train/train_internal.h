@@ -49,6 +49,7 @@ struct qc_train_backend {
     struct qc_stream *copy_in;    /* its gets' stream */
     struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
+    void *staging;                /* CUDA: the ops' upload staging ring (from pinned) */
     struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */
     struct qc_exec exec;          /* the backend of every op (backend CPU on CPU) */
 };
@@ -139,5 +140,9 @@ void train_mem_set_hook(struct train_mem *tm,
                         void *user);
 /* Writes the cost model to RUN/plan_cost.json (atomically). */
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
+/* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the
+ * run lock or created it). Symbolic links are removed, not followed. A missing path is fine.
+ * QC_ERR_IO. */
+enum qc_status train_remove_tree(const char *path);
 
 #endif /* QC_TRAIN_TRAIN_INTERNAL_H */

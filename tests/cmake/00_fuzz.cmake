@@ -27,10 +27,12 @@ function(qc_add_fuzzer name)
     string(REGEX REPLACE "^fuzz_" "" short ${name})
     set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus_${short})
     if(EXISTS ${corpus})
-        # Replays every seed once (no mutation): the corpus doubles as a regression suite.
+        # Replays every seed once (no mutation): the corpus doubles as a regression suite, and
+        # the target must report that its inputs reached the checks past the header and index
+        # (QC_FUZZ_REQUIRE_RECORD_CHECKS, see tests/fuzz/fuzz_qcshard.c).
         file(GLOB seeds CONFIGURE_DEPENDS ${corpus}/*)
         add_test(NAME ${name}_corpus COMMAND ${name} -runs=0 ${seeds})
         set_tests_properties(${name}_corpus PROPERTIES LABELS "fuzz" TIMEOUT 300
-            ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles")
+            ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;QC_FUZZ_REQUIRE_RECORD_CHECKS=1")
     endif()
 endfunction()

@@ -18,6 +18,29 @@
 #include "qc_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+static unsigned long long accepted, rejected; /* inputs that reached each branch */
+
+/* At exit: how many inputs were accepted (got through parsing and every key check) and
+ * rejected; with QC_FUZZ_REQUIRE_RECORD_CHECKS=1, exit 1 when none was accepted. */
+static void report_depth(void)
+{
+    fprintf(stderr, "fuzz_config: presets accepted: %llu, rejected: %llu\n", accepted, rejected);
+    const char *req = getenv("QC_FUZZ_REQUIRE_RECORD_CHECKS");
+    if (req && strcmp(req, "1") == 0 && accepted == 0) {
+        fprintf(stderr, "fuzz_config: error: no input was accepted\n");
+        _Exit(1);
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    atexit(report_depth);
+    return 0;
+}
 
 static void fail(const char *what, const char *detail)
 {
@@ -33,6 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qc_error_clear();
     enum qc_status st = qc_config_apply_preset_json(&cfg, (const char *)data, size, "fuzz.json");
     if (st != QC_OK) {
+        rejected++;
         if (st != QC_ERR_INVALID && st != QC_ERR_NOMEM)
             fail("unexpected status", qc_status_str(st));
         if (memcmp(&cfg, &before, sizeof cfg) != 0)
@@ -41,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("a rejected preset left no message", NULL);
         return 0;
     }
+    accepted++;
     (void)qc_config_validate(&cfg);
     char *dump = NULL, *dump2 = NULL;
     if (qc_config_to_json(&cfg, &dump) != QC_OK)

@@ -11,6 +11,12 @@
  * out-of-bounds read" (ASan), it checks the reader's contract: failures are QC_ERR_INVALID with
  * a message that names the input; an accepted scene passes qc_scene_validate and its arrays lie
  * inside the input.
+ *
+ * Depth: at exit it prints how many records got past the header and index checks into the
+ * record-level checks, and how many passed those into the value checks (qc_qcshard_fuzz_counters,
+ * counted in fuzz builds only). With QC_FUZZ_REQUIRE_RECORD_CHECKS=1 (ctest's corpus replay and
+ * .ci/run) it exits 1 when either is 0: the inputs never reached the checks that matter. Seeds
+ * must fit the run's -max_len whole (corpus_qcshard/small_*.qcshard are a few KiB).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +28,31 @@
 #include "qc_qcshard.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+static void report_depth(void)
+{
+    uint64_t opened = 0, validated = 0;
+    qc_qcshard_fuzz_counters(&opened, &validated);
+    fprintf(stderr,
+            "fuzz_qcshard: record-level checks reached: %llu records opened, %llu "
+            "validated\n",
+            (unsigned long long)opened, (unsigned long long)validated);
+    const char *req = getenv("QC_FUZZ_REQUIRE_RECORD_CHECKS");
+    if (req && strcmp(req, "1") == 0 && (opened == 0 || validated == 0)) {
+        fprintf(stderr, "fuzz_qcshard: error: no input reached the record-level checks "
+                        "(seeds longer than -max_len?)\n");
+        _Exit(1);
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    atexit(report_depth);
+    return 0;
+}
 
 static uint64_t get64(const uint8_t *p)
 {

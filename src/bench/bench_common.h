@@ -1,0 +1,37 @@
+/*
+ * bench_common.h — what the training benches (bench step, bench dist) share: a quiet trainer in
+ * a scratch run folder of its own, warmed up, and the folder removed with everything the
+ * trainer wrote into it (bench memory too, which seeds the folder before its trainer starts).
+ */
+#ifndef QC_BENCH_BENCH_COMMON_H
+#define QC_BENCH_BENCH_COMMON_H
+
+#include <stdint.h>
+
+#include "qc_config.h"
+#include "qc_status.h"
+#include "qc_train.h"
+
+struct qc_bench_run {
+    char dir[64];         /* /tmp/qctrain-bench-<name>-XXXXXX */
+    struct qc_trainer *t; /* NULL when creation failed */
+};
+
+/* Creates the scratch folder and a quiet trainer of cfg in it (out_dir there), then runs
+ * `warmup` untimed steps. On failure the folder is removed again. QC_ERR_IO naming /tmp. */
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name, int64_t warmup,
+                                  struct qc_bench_run *r);
+/* The two halves of qc_bench_run_start, for a bench that puts files into the folder before its
+ * trainer starts (a cost model to start from): the folder alone (r->t NULL), then a quiet
+ * trainer of *to with out_dir set to the folder and `warmup` untimed steps. On failure the
+ * folder is removed again. */
+enum qc_status qc_bench_run_folder(const char *name, struct qc_bench_run *r);
+enum qc_status qc_bench_run_trainer(struct qc_bench_run *r, const struct qc_train_opts *to,
+                                    int64_t warmup);
+/* Destroys the trainer and removes the folder, deepest first (checkpoints included). */
+void qc_bench_run_end(struct qc_bench_run *r);
+
+/* Copies the file src to dst (created or truncated). QC_ERR_IO naming the file. */
+enum qc_status qc_bench_copy_file(const char *src, const char *dst);
+
+#endif /* QC_BENCH_BENCH_COMMON_H */

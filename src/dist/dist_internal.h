@@ -1,0 +1,156 @@
+/*
+ * dist_internal.h — the communicator behind qc_dist.h, shared by the files of src/dist (never
+ * included from outside this folder). MPI builds only.
+ *
+ * Files: launch.c (launch, world), shard.c (shards, pieces, rank-order sum), comm.c (the
+ * communication thread: job queue, collectives, heartbeats, the watchdog), dist.c (the public
+ * API on the main thread), nccl.c (the NCCL backend, CUDA builds), dist_stub.c (builds without
+ * MPI).
+ *
+ * Threads. The main thread (the trainer's) posts jobs and waits for their sequence numbers;
+ * the communication thread runs them in order and is the only thread that calls MPI after
+ * qc_dist_create. Under `mu`: the queue, seq_posted, seq_done, stop, watch, the per-step
+ * timestamps and the statistics; everything MPI (requests, scratch, heard/pinged) belongs to
+ * the communication thread alone.
+ *
+ * Message tags on `data` (one per kind of exchange, so a rank that fell out of step blocks
+ * instead of mixing messages): DIST_TAG_*; heartbeats on `hb`.
+ */
+#ifndef QC_DIST_DIST_INTERNAL_H
+#define QC_DIST_DIST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "qc_dist.h"
+
+enum {
+    DIST_TAG_RS = 11,     /* gradient piece: contributions to the chunk's owner */
+    DIST_TAG_AG = 12,     /* gradient piece: the reduced chunk back to every rank */
+    DIST_TAG_PARAMS = 13, /* parameter shards */
+    DIST_TAG_SMALL = 14,  /* all-gather and broadcast of host bytes */
+    DIST_TAG_GATHER = 15, /* float shards to rank 0 */
+    DIST_TAG_PING = 21,   /* on hb: "are you there?" */
+    DIST_TAG_PONG = 22,   /* on hb: "yes" */
+};
+
+enum dist_job_kind {
+    DIST_JOB_PIECE,     /* [lo, hi) of the gradients: reduce-scatter, + all-gather below stage 2 */
+    DIST_JOB_PARAMS,    /* every rank's shard of the parameters to every rank */
+    DIST_JOB_ALLGATHER, /* bytes of every rank to every rank, in rank order */
+    DIST_JOB_BCAST,     /* bytes of rank `root` to every rank */
+    DIST_JOB_GATHER,    /* the float shards of every rank to rank 0 */
+};
+
+struct dist_job {
+    enum dist_job_kind kind;
+    int64_t seq;       /* posting order, from 1 */
+    int64_t lo, hi;    /* PIECE: elements of the gradient buffer */
+    float *f;          /* PIECE: gradients; PARAMS: parameters; GATHER: the full buffer (rank 0) */
+    const float *fsrc; /* GATHER: this rank's shard */
+    const void *src;   /* ALLGATHER: this rank's bytes */
+    void *dst;         /* ALLGATHER: size * bytes; BCAST: the buffer */
+    size_t bytes;      /* ALLGATHER, BCAST */
+    int root;          /* BCAST */
+    const char *what;  /* for the watchdog's message */
+    struct dist_job *next;
+};
+
+/* Who a rank is, for messages about it. */
+struct dist_peer {
+    int pid;
+    char host[64];
+};
+
+struct dist_nccl; /* nccl.c */
+
+struct qc_dist {
+    struct qc_dist_opts o;
+    int rank, size;
+    int64_t shard_lo, shard_hi; /* this rank's shard (qc_dist_shard_range) */
+    int64_t piece_elems;        /* bucket_bytes / 4 */
+    struct dist_peer *peers;    /* (size) */
+
+    /* the communication thread and its queue (under mu) */
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_done;
+    struct dist_job *head, *tail;
+    int64_t seq_posted, seq_done;
+    bool stop;               /* destroy: leave now (a job in progress is abandoned) */
+    bool abandoned;          /* the thread left in the middle of a job: MPI state is not clean */
+    bool watch;              /* NCCL work in flight: every peer is pinged while it lasts */
+    double step_t0, step_t1; /* first piece started, last piece ended (this step) */
+    struct qc_dist_stats stats;
+
+    /* communication thread only */
+    MPI_Comm data, hb;
+    bool data_ok, hb_ok; /* duplicated (to be freed) */
+    MPI_Request hb_req;
+    int hb_buf;
+    bool hb_posted;
+    double hb_interval;     /* s between pings of a silent peer */
+    double *heard, *pinged; /* (size) last time anything came from / a ping went to r */
+    float *scratch;         /* receive buffers of a piece */
+    size_t scratch_cap;     /* floats */
+    MPI_Request *reqs;      /* (2 * size) */
+    int *req_peer, *idx;    /* (2 * size) */
+    MPI_Status *sts;        /* (2 * size) */
+    const float **srcs;     /* (size) */
+    int64_t *chunk;         /* (size + 1) chunk boundaries of a piece */
+    bool watching;          /* the thread's view of `watch` (heard[] reset on the edge) */
+
+    /* one step (main thread) */
+    float *grads;
+    int64_t frontier; /* [frontier, numel) of the gradients has been reported final */
+    bool in_step;
+    int64_t step_no;
+    int64_t *layout;         /* (2 npieces) the pieces, top down (qc_dist_pieces) */
+    struct dist_job *pieces; /* (npieces) their jobs in this step */
+    int64_t npieces;
+    int64_t next_piece; /* pieces [0, next_piece) have been started this step */
+    int64_t last_piece_seq;
+
+    struct dist_nccl *nccl; /* NCCL backend state; NULL for MPI */
+};
+
+// ---- comm.c ----
+
+/* The communication thread's body (arg: the qc_dist). */
+void *dist_comm_main(void *arg);
+/* Posts a job (the caller keeps it alive until done); returns its sequence number. */
+int64_t dist_post(struct qc_dist *d, struct dist_job *j);
+/* Waits until job seq (and every earlier one) is done. */
+void dist_wait_seq(struct qc_dist *d, int64_t seq);
+/* Posts a job and waits for it. */
+void dist_run(struct qc_dist *d, struct dist_job *j);
+/* Prints "qctrain: error: rank R of W: <message>" and ends the job (MPI_Abort). */
+_Noreturn void dist_fail(struct qc_dist *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Seconds on the monotonic clock. */
+double dist_now(void);
+
+// ---- nccl.c (CUDA builds; stubs that fail elsewhere) ----
+
+enum qc_status dist_nccl_create(struct qc_dist *d);
+/* abort: ncclCommAbort (a peer is gone or the run failed) instead of ncclCommDestroy. */
+void dist_nccl_destroy(struct qc_dist *d, bool abort);
+/* Enqueues pieces [first, last) of the layout after the compute stream's work so far. */
+enum qc_status dist_nccl_pieces(struct qc_dist *d, int64_t first, int64_t last);
+enum qc_status dist_nccl_end(struct qc_dist *d);
+enum qc_status dist_nccl_params(struct qc_dist *d, float *params);
+/* After the step's device work: folds the step's timestamps into the statistics. */
+void dist_nccl_step_end(struct qc_dist *d);
+/* From the communication thread while watching: the communicator's asynchronous error, as a
+ * message, or NULL. */
+const char *dist_nccl_async_error(struct qc_dist *d);
+/* From the communication thread before ending the job: aborts the communicator so no kernel
+ * waits on a gone peer. */
+void dist_nccl_abort(struct qc_dist *d);
+
+#endif /* QC_DIST_DIST_INTERNAL_H */

@@ -1,0 +1,202 @@
+/*
+ * launch.c — how this process was started (the launcher's environment) and the process's world
+ * of ranks: MPI is initialised only when a launcher started more than one rank, so a plain
+ * `qctrain train` never touches MPI.
+ *
+ * Environment, first match wins:
+ *   mpirun (Open MPI)   OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK / _LOCAL_SIZE
+ *   Hydra / PMI-1/2     PMI_SIZE / PMI_RANK (local: MPI_LOCALRANKID / MPI_LOCALNRANKS)
+ *   srun                SLURM_STEP_NUM_TASKS / SLURM_PROCID / SLURM_LOCALID (set for job steps,
+ *                       not in the batch script itself, so `qctrain` run by sbatch is one rank)
+ *   PMIx                PMIX_RANK without a size: MPI_Init tells the size
+ */
+#include "qc_dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef QC_HAVE_MPI
+#    include <mpi.h>
+#endif
+#if defined(QC_HAVE_CUDA) && defined(QC_HAVE_MPI)
+#    include <nccl.h> /* NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH */
+#endif
+
+// ---- the launcher's environment ----------------------------------------------------------------
+
+/* A non-negative integer environment variable, or -1. */
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return -1;
+    char *end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1 << 30)
+        return -1;
+    return (int)x;
+}
+
+void qc_dist_launch_detect(struct qc_dist_launch *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->size = 1;
+    out->local_size = 1;
+    out->launcher = "none";
+    out->size_known = true;
+    static const struct {
+        const char *launcher, *size, *rank, *local_rank, *local_size;
+    } kinds[] = {
+        {"mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+         "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        {"pmi", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+        {"srun", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", NULL},
+    };
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        const int size = env_int(kinds[i].size);
+        const int rank = env_int(kinds[i].rank);
+        if (size < 1 || rank < 0 || rank >= size)
+            continue;
+        out->launcher = kinds[i].launcher;
+        out->size = size;
+        out->rank = rank;
+        const int lr = env_int(kinds[i].local_rank);
+        const int ls = kinds[i].local_size ? env_int(kinds[i].local_size) : -1;
+        out->local_rank = lr >= 0 ? lr : 0;
+        out->local_size = ls > out->local_rank ? ls : out->local_rank + 1;
+        return;
+    }
+    if (env_int("PMIX_RANK") >= 0) {
+        out->launcher = "pmi";
+        out->rank = env_int("PMIX_RANK");
+        out->size_known = false;
+    }
+}
+
+// ---- the world ---------------------------------------------------------------------------------
+
+static struct {
+    bool init_done;
+    bool mpi_up; /* this module called MPI_Init_thread */
+    int rank, size, local_rank;
+    const char *launcher;
+} world = {.size = 1, .launcher = "none"};
+
+enum qc_status qc_dist_world_init(void)
+{
+    if (world.init_done)
+        return QC_OK;
+    struct qc_dist_launch l;
+    qc_dist_launch_detect(&l);
+    world.launcher = l.launcher;
+    world.rank = 0;
+    world.size = 1;
+    world.local_rank = 0;
+    if (l.size_known && l.size <= 1) {
+        world.init_done = true;
+        return QC_OK; /* one rank: MPI is not needed, and not initialised */
+    }
+#ifdef QC_HAVE_MPI
+    int provided = 0;
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS)
+        return qc_errorf(QC_ERR_UNSUPPORTED,
+                         "dist: MPI_Init_thread failed (error %d) under %s\nhint: is this "
+                         "qctrain's MPI (`qctrain version`) the one of the launcher?",
+                         rc, l.launcher);
+    world.mpi_up = true;
+    if (provided < MPI_THREAD_SERIALIZED) {
+        return qc_errorf(QC_ERR_UNSUPPORTED,
+                         "dist: the MPI library gives thread level %d, qctrain needs "
+                         "MPI_THREAD_SERIALIZED (%d): a communication thread makes the calls\n"
+                         "hint: use an MPI built with thread support (Open MPI is)",
+                         provided, MPI_THREAD_SERIALIZED);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    /* the node-local rank: from the launcher, else from a shared-memory split */
+    world.local_rank = l.local_rank;
+    if (!l.size_known || strcmp(l.launcher, "srun") == 0 || strcmp(l.launcher, "pmi") == 0) {
+        MPI_Comm node;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL,
+                                &node) == MPI_SUCCESS) {
+            MPI_Comm_rank(node, &world.local_rank);
+            MPI_Comm_free(&node);
+        }
+    }
+    world.init_done = true;
+    return QC_OK;
+#else
+    return qc_errorf(QC_ERR_UNSUPPORTED,
+                     "dist: %s started %d ranks, but this qctrain was built without MPI "
+                     "(QC_MPI=OFF)\nhint: rebuild with -DQC_MPI=ON (apt-get install "
+                     "libopenmpi-dev openmpi-bin), or run one rank without a launcher",
+                     l.launcher, l.size);
+#endif
+}
+
+int qc_dist_world_rank(void)
+{
+    return world.rank;
+}
+
+int qc_dist_world_size(void)
+{
+    return world.size;
+}
+
+int qc_dist_world_local_rank(void)
+{
+    return world.local_rank;
+}
+
+const char *qc_dist_world_launcher(void)
+{
+    return world.launcher;
+}
+
+void qc_dist_world_end(int exit_code)
+{
+#ifdef QC_HAVE_MPI
+    if (!world.mpi_up)
+        return;
+    world.mpi_up = false;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return;
+    if (exit_code != 0) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, exit_code); /* ends every rank; does not return */
+    }
+    MPI_Finalize();
+#else
+    (void)exit_code;
+#endif
+}
+
+size_t qc_dist_build_info(char *buf, size_t n)
+{
+    int k = 0;
+#if defined(QC_HAVE_MPI) && defined(OMPI_MAJOR_VERSION)
+    k = snprintf(buf, n, "mpi: yes (Open MPI %d.%d.%d, MPI %d.%d)\n", OMPI_MAJOR_VERSION,
+                 OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION, MPI_VERSION, MPI_SUBVERSION);
+#elif defined(QC_HAVE_MPI)
+    k = snprintf(buf, n, "mpi: yes (MPI %d.%d)\n", MPI_VERSION, MPI_SUBVERSION);
+#else
+    k = snprintf(buf, n, "mpi: no\n");
+#endif
+    if (k < 0)
+        return 0;
+    const size_t used = (size_t)k < n ? (size_t)k : (n ? n - 1 : 0);
+    int k2 = 0;
+#if defined(QC_HAVE_CUDA) && defined(QC_HAVE_MPI)
+    k2 = snprintf(n ? buf + used : NULL, n ? n - used : 0, "nccl: yes (%d.%d.%d)\n", NCCL_MAJOR,
+                  NCCL_MINOR, NCCL_PATCH);
+#else
+    k2 = snprintf(n ? buf + used : NULL, n ? n - used : 0, "nccl: no\n");
+#endif
+    return (size_t)k + (k2 > 0 ? (size_t)k2 : 0);
+}

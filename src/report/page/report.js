@@ -1,0 +1,546 @@
+/*
+ * report.js — draws qctrain's memory report from the page's data (<script id="qc-data">).
+ * Charts are drawn by the inlined libraries (dygraphs: timeline and curves; Chart.js: the
+ * bars); without one, its charts become tables and a notice says why. Each section renders on
+ * its own: an error in one is shown in that section (and logged) and the others still render.
+ * Figures the tests read carry exact values in data-* attributes (id fig-*).
+ */
+(function () {
+  'use strict';
+
+  var D = null;
+  var HAVE_DYGRAPHS = typeof window.Dygraph === 'function';
+  var HAVE_CHART = typeof window.Chart === 'function';
+  var COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
+    '#ff9da7', '#9c755f', '#bab0ac', '#1f77b4', '#d62728', '#7f7f7f', '#17becf'];
+
+  // ---- helpers ---------------------------------------------------------------------------------
+
+  function fmtBytes(b) {
+    if (b === null || b === undefined || isNaN(b)) return '—';
+    var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+    var v = Math.abs(b), i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    var s = i === 0 ? String(Math.round(v)) : v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0);
+    return (b < 0 ? '-' : '') + s + ' ' + units[i];
+  }
+  function fmtInt(n) {
+    return Number(n).toLocaleString('en-US');
+  }
+  function fmtNum(v) {
+    if (v === null || v === undefined) return '—';
+    if (typeof v !== 'number') return String(v);
+    if (Number.isInteger(v) && Math.abs(v) < 1e15) return fmtInt(v);
+    return Math.abs(v) >= 1e-3 && Math.abs(v) < 1e6 ? v.toPrecision(5) : v.toExponential(4);
+  }
+  function shortNum(v) {
+    if (v === 0) return '0';
+    var a = Math.abs(v);
+    return a >= 1e-3 && a < 1e6 ? String(Number(v.toPrecision(3))) : v.toExponential(1);
+  }
+  function stepLabel(v) { return Number.isInteger(v) ? fmtInt(v) : ''; }
+  /* The legend: the series' colours when nothing is hovered, else text(row). */
+  function legendWith(title, text) {
+    return function (data) {
+      if (data.x === null || data.x === undefined) {
+        return title + ': ' + data.series.map(function (s) {
+          return '<span class="swatch" style="background:' + s.color + '"></span>' + s.labelHTML;
+        }).join(' &nbsp;');
+      }
+      return text(data);
+    };
+  }
+  function fmtUnit(v, unit) {
+    return unit === 'bytes' ? fmtBytes(v) : fmtNum(v) + (unit && unit !== '1/s' ? ' ' + unit : '');
+  }
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    if (attrs) Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined && text !== null) e.textContent = text;
+    return e;
+  }
+  function add(parent, child) { parent.appendChild(child); return child; }
+  function note(parent, text, cls) {
+    return add(parent, el('div', { 'class': 'notice' + (cls ? ' ' + cls : '') }, text));
+  }
+  function body(id) {
+    return document.querySelector('#' + id + ' .body') || document.getElementById(id);
+  }
+  function get(o, path, dflt) {
+    var parts = path.split('.');
+    for (var i = 0; i < parts.length; i++) {
+      if (o === null || o === undefined || typeof o !== 'object') return dflt;
+      o = o[parts[i]];
+    }
+    return o === undefined ? dflt : o;
+  }
+
+  /* A table from rows of cells; cols: [{label, num, sort}] (sort: sortable by click). Each
+   * cell is text or {text, sort, attrs}. */
+  function table(parent, cols, rows, id) {
+    var t = el('table', id ? { id: id } : null);
+    var tr = add(add(t, el('thead')), el('tr'));
+    cols.forEach(function (c, ci) {
+      var th = add(tr, el('th', { 'class': (c.num ? 'num ' : '') + (c.sort ? 'sortable' : '') },
+        c.label));
+      if (c.sort) th.addEventListener('click', function () { sortTable(t, ci, c.num); });
+    });
+    var tb = add(t, el('tbody'));
+    rows.forEach(function (r) {
+      var row = add(tb, el('tr'));
+      r.forEach(function (cell, ci) {
+        var isObj = cell !== null && typeof cell === 'object';
+        var td = add(row, el('td', isObj && cell.attrs ? cell.attrs : null,
+          isObj ? cell.text : cell));
+        if (cols[ci].num) td.classList.add('num');
+        if (isObj && cell.sort !== undefined) td.setAttribute('data-sort', cell.sort);
+      });
+    });
+    add(parent, t);
+    return t;
+  }
+  function sortTable(t, ci, numeric) {
+    var tb = t.tBodies[0];
+    var rows = Array.prototype.slice.call(tb.rows);
+    var dir = t.getAttribute('data-sort-col') === String(ci) &&
+      t.getAttribute('data-sort-dir') === 'desc' ? 'asc' : 'desc';
+    function key(r) {
+      var c = r.cells[ci];
+      var s = c.hasAttribute('data-sort') ? c.getAttribute('data-sort') : c.textContent;
+      return numeric ? parseFloat(s) || 0 : s.toLowerCase();
+    }
+    rows.sort(function (a, b) {
+      var x = key(a), y = key(b);
+      var c = x < y ? -1 : x > y ? 1 : 0;
+      return dir === 'asc' ? c : -c;
+    });
+    rows.forEach(function (r) { tb.appendChild(r); });
+    t.setAttribute('data-sort-col', String(ci));
+    t.setAttribute('data-sort-dir', dir);
+  }
+  function fig(parent, label, id, text, attrs) {
+    var f = add(parent, el('div', { 'class': 'fig' }));
+    add(f, el('b', null, label));
+    var a = attrs || {};
+    if (id) a.id = id;
+    add(f, el('span', a, text));
+  }
+  function bytesCell(b) { return { text: fmtBytes(b), sort: b, attrs: { title: fmtInt(b) + ' bytes' } }; }
+
+  /* Zoom of dygraphs charts kept together. */
+  function syncX(graphs) {
+    var busy = false;
+    graphs.forEach(function (g) {
+      g.updateOptions({
+        drawCallback: function (me, initial) {
+          if (busy || initial) return;
+          busy = true;
+          var range = me.xAxisRange();
+          graphs.forEach(function (o) {
+            if (o !== me) o.updateOptions({ dateWindow: range });
+          });
+          busy = false;
+        }
+      }, true);
+    });
+  }
+
+  // ---- header ----------------------------------------------------------------------------------
+
+  function renderHeader() {
+    var sub = document.getElementById('subtitle');
+    var m = D.memory || {};
+    sub.textContent = D.run_dir + ' · ' + (m.device || '?') + ' · step ' + m.step + ' of ' +
+      m.total_steps + ' · written ' + D.generated;
+    var box = document.getElementById('notices');
+    [['dygraphs', HAVE_DYGRAPHS, 'the timeline and the curves are shown as tables'],
+      ['chartjs', HAVE_CHART, 'the bar chart of the blocks is not drawn (the table has every figure)']]
+      .forEach(function (l) {
+        var info = get(D, 'libs.' + l[0], {});
+        if (!l[1]) {
+          note(box, (info.name || l[0]) + ' was not found when this report was written (' +
+            (info.path || '?') + '): ' + l[2] + '. Install Debian\'s ' + (info['package'] || '') +
+            ' (tools/install-deps) and run qctrain report again for charts.').id = 'lib-missing-' + l[0];
+        }
+      });
+    (D.notes || []).forEach(function (t) { note(box, t); });
+  }
+
+  // ---- timeline --------------------------------------------------------------------------------
+
+  function renderTimeline() {
+    var b = body('timeline');
+    var T = D.timeline;
+    if (!T) {
+      add(b, el('p', { 'class': 'muted' }, 'No allocation trace was recorded for this run.'));
+      return;
+    }
+    var avail = (T.available || []).map(function (a) {
+      return a.step + ' (' + a.reasons.join(', ') + ')';
+    }).join(', ');
+    add(b, el('p', null, 'Step ' + T.step + ' (' + T.reasons.join(', ') + '): ' +
+      fmtInt(T.events) + ' allocator events in ' + fmtNum(T.duration_ms) + ' ms; peak ' +
+      fmtBytes(T.bytes_allocated_peak) + ' allocated, ' + fmtBytes(T.bytes_reserved_peak) +
+      ' reserved' + (T.merged > 1 ? '; every point merges ' + T.merged +
+        ' events and shows the one with the most allocated bytes' : '') +
+      (T.events_lost ? '; the ring had dropped the step\'s first ' + fmtInt(T.events_lost) +
+        ' events' : '') + '.'));
+    add(b, el('p', { 'class': 'muted' }, 'Steps with a trace: ' + avail +
+      '. Another one: qctrain report RUN --step N. Hover for the event (tensor tag, bytes, ' +
+      'time); drag to zoom, double-click to reset.'));
+    var budget = get(D, 'memory.budget_bytes', 0);
+    var used = [];
+    T.groups.forEach(function (g, k) {
+      if (T.stack.some(function (row) { return row[k] !== 0; })) used.push(k);
+    });
+    if (!HAVE_DYGRAPHS) {
+      timelineTables(b, T, used);
+      return;
+    }
+    var legend1 = add(b, el('div', { 'class': 'legend-box', id: 'timeline-legend' }));
+    var div1 = add(b, el('div', { 'class': 'chart', id: 'timeline-stack' }));
+    /* dygraphs stacks its last series at the bottom: what lives through the step (parameters,
+     * optimizer state) goes there, the step's activations above it */
+    var order = used.slice().reverse();
+    var rows1 = T.x.map(function (x, i) {
+      return [x].concat(order.map(function (k) { return T.stack[i][k]; }));
+    });
+    function hover(data) {
+      var i = data.dygraph.getSelection();
+      if (i < 0 || i >= T.ev.length) return '';
+      var ev = T.ev[i];
+      var kinds = { 1: 'alloc', 2: 'free', 4: 'map', 5: 'unmap', 6: 'oom' };
+      var t = document.createElement('span');
+      t.textContent = 't = ' + fmtNum(T.x[i]) + ' ms · ' + (kinds[ev[0]] || 'event ' + ev[0]) +
+        ' ' + (T.tags[ev[1]] || '(untagged)') + ' · ' + fmtBytes(ev[2]) + ' · allocated ' +
+        fmtBytes(T.allocated[i]) + ', reserved ' + fmtBytes(T.reserved[i]);
+      return t.outerHTML;
+    }
+    function marks(canvas, area, g) {
+      (T.marks || []).forEach(function (m) {
+        var xc = g.toDomXCoord(m.x);
+        canvas.strokeStyle = m.kind === 'oom' ? '#d62728' : '#7f7f7f';
+        canvas.setLineDash([4, 3]);
+        canvas.beginPath();
+        canvas.moveTo(xc, area.y);
+        canvas.lineTo(xc, area.y + area.h);
+        canvas.stroke();
+      });
+      canvas.setLineDash([]);
+    }
+    var yAxis = { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, axisLabelWidth: 70 };
+    var g1 = new window.Dygraph(div1, rows1, {
+      labels: ['time (ms)'].concat(order.map(function (k) { return T.groups[k]; })),
+      stackedGraph: true, fillGraph: true, fillAlpha: 0.6, strokeWidth: 0.8,
+      colors: order.map(function (k) { return COLORS[k % COLORS.length]; }),
+      labelsDiv: legend1, legend: 'always',
+      legendFormatter: legendWith('allocated by block group (stacked)', hover),
+      xlabel: 'ms since the step began', axes: { y: yAxis }, underlayCallback: marks
+    });
+    var legend2 = add(b, el('div', { 'class': 'legend-box' }));
+    var div2 = add(b, el('div', { 'class': 'chart small', id: 'timeline-totals' }));
+    var labels2 = ['time (ms)', 'allocated', 'reserved'];
+    if (budget > 0) labels2.push('budget');
+    var rows2 = T.x.map(function (x, i) {
+      var r = [x, T.allocated[i], T.reserved[i]];
+      if (budget > 0) r.push(budget);
+      return r;
+    });
+    var g2 = new window.Dygraph(div2, rows2, {
+      labels: labels2, labelsDiv: legend2, legend: 'always', strokeWidth: 1.5,
+      colors: ['#4e79a7', '#e15759', '#111111'], xlabel: 'ms since the step began',
+      axes: { y: yAxis }, underlayCallback: marks,
+      legendFormatter: legendWith('totals', hover)
+    });
+    syncX([g1, g2]);
+    add(b, el('p', { 'class': 'muted' }, 'Dashed lines mark unmaps (cache releases, grey) and ' +
+      'out-of-memory failures (red); ' + (T.marks || []).length + ' in this step.'));
+    timelineGroupTable(b, T, used);
+  }
+
+  /* Live bytes by group at the step's allocated peak. */
+  function timelineGroupTable(b, T, used) {
+    var best = 0;
+    T.allocated.forEach(function (a, i) { if (a > T.allocated[best]) best = i; });
+    add(b, el('h3', null, 'At the step\'s peak (t = ' + fmtNum(T.x[best]) + ' ms)'));
+    var total = T.allocated[best] || 1;
+    table(b, [{ label: 'block group', sort: true }, { label: 'bytes', num: true, sort: true },
+      { label: 'share', num: true, sort: true }],
+    used.map(function (k) {
+      var v = T.stack[best][k];
+      return [T.groups[k], bytesCell(v), { text: (100 * v / total).toFixed(1) + ' %', sort: v }];
+    }), 'timeline-groups');
+  }
+
+  function timelineTables(b, T, used) {
+    timelineGroupTable(b, T, used);
+    add(b, el('h3', null, 'Events (every ' + Math.max(1, Math.ceil(T.x.length / 200)) +
+      'th point)'));
+    var step = Math.max(1, Math.ceil(T.x.length / 200)), rows = [];
+    var kinds = { 1: 'alloc', 2: 'free', 4: 'map', 5: 'unmap', 6: 'oom' };
+    for (var i = 0; i < T.x.length; i += step) {
+      var ev = T.ev[i];
+      rows.push([fmtNum(T.x[i]), kinds[ev[0]] || String(ev[0]), T.tags[ev[1]] || '',
+        bytesCell(ev[2]), bytesCell(T.allocated[i]), bytesCell(T.reserved[i])]);
+    }
+    var s = add(b, el('div', { 'class': 'scroll' }));
+    table(s, [{ label: 'ms' }, { label: 'event' }, { label: 'tag' }, { label: 'bytes', num: true },
+      { label: 'allocated', num: true }, { label: 'reserved', num: true }], rows, 'timeline-table');
+  }
+
+  // ---- blocks ----------------------------------------------------------------------------------
+
+  function renderBlocks() {
+    var b = body('blocks');
+    var m = D.memory, a = m.allocator || {}, p = m.peak || {};
+    var figs = add(b, el('div', { 'class': 'figs' }));
+    fig(figs, 'peak allocated', 'fig-peak-allocated', fmtBytes(a.bytes_allocated_peak) + ' (' +
+      fmtInt(a.bytes_allocated_peak) + ' bytes)', { 'data-bytes': String(a.bytes_allocated_peak) });
+    fig(figs, 'peak reserved', 'fig-peak-reserved', fmtBytes(a.bytes_reserved_peak),
+      { 'data-bytes': String(a.bytes_reserved_peak) });
+    fig(figs, 'fragmentation', 'fig-fragmentation',
+      typeof a.fragmentation === 'number' ? a.fragmentation.toFixed(3) : '—',
+      { 'data-value': String(a.fragmentation) });
+    fig(figs, 'budget', 'fig-budget', m.budget_bytes ? fmtBytes(m.budget_bytes) : 'unlimited',
+      { 'data-bytes': String(m.budget_bytes) });
+    fig(figs, 'params + grads', null, fmtBytes(m.params_grads_bytes));
+    fig(figs, 'peak RSS', null, fmtBytes(m.peak_rss_bytes));
+    add(b, el('p', { 'class': 'muted' }, 'Breakdown at step ' + p.step + ': ' +
+      fmtBytes(p.snapshot_bytes_allocated) + ' live in ' + fmtInt(p.blocks) + ' blocks and ' +
+      fmtInt(p.tags) + ' tags (the snapshot is within 1 % below the true peak, ' +
+      'docs/MEMORY_REPORT.md). Click a column to sort.'));
+    var plan = m.plan || null;
+    var planBy = {};
+    if (plan) renderPlan(b, plan, p, planBy);
+    var grid = add(b, el('div', { 'class': 'grid2' }));
+    var left = add(grid, el('div'));
+    var right = add(grid, el('div'));
+    add(left, el('h3', null, 'By block'));
+    var cols = [{ label: 'block', sort: true }, { label: 'group', sort: true },
+      { label: 'bytes', num: true, sort: true }, { label: 'share', num: true, sort: true },
+      { label: 'allocations', num: true, sort: true }];
+    if (plan) cols.push({ label: 'policy', sort: true }, { label: 'predicted', num: true, sort: true });
+    var rows = (p.by_block || []).map(function (e) {
+      var r = [e.name, e.other ? '' : (D.groups_of_blocks || {})[e.name] || '', bytesCell(e.bytes),
+        { text: (100 * e.share).toFixed(1) + ' %', sort: e.share }, fmtInt(e.allocations)];
+      if (plan) {
+        var pb = planBy[e.name];
+        r.push(pb ? pb.policy : '—', pb ? bytesCell(pb.bytes) : { text: '—', sort: -1 });
+      }
+      return r;
+    });
+    add(left, el('div', { 'class': 'scroll' })).appendChild(
+      table(document.createDocumentFragment(), cols, rows, 'blocks-table'));
+    add(left, el('h3', null, 'By tag'));
+    add(left, el('div', { 'class': 'scroll' })).appendChild(table(document.createDocumentFragment(),
+      [{ label: 'tag', sort: true }, { label: 'bytes', num: true, sort: true },
+        { label: 'share', num: true, sort: true }, { label: 'allocations', num: true, sort: true }],
+      (p.by_tag || []).map(function (e) {
+        return [e.name, bytesCell(e.bytes), { text: (100 * e.share).toFixed(1) + ' %', sort: e.share },
+          fmtInt(e.allocations)];
+      }), 'tags-table'));
+    add(right, el('h3', null, 'Bytes by block at the peak'));
+    if (!HAVE_CHART) {
+      add(right, el('p', { 'class': 'muted' }, 'Chart.js is missing: the table has every figure.'));
+      return;
+    }
+    var box = add(right, el('div', { style: 'position: relative; height: ' +
+      Math.max(300, 22 * (p.by_block || []).length) + 'px' }));
+    var canvas = add(box, el('canvas', { id: 'blocks-chart' }));
+    var sets = [{ label: 'measured', data: (p.by_block || []).map(function (e) { return e.bytes; }),
+      backgroundColor: '#4e79a7' }];
+    if (plan) {
+      sets.push({ label: 'planned (predicted)', data: (p.by_block || []).map(function (e) {
+        return planBy[e.name] ? planBy[e.name].bytes : null;
+      }), backgroundColor: '#f28e2b' });
+    }
+    new window.Chart(canvas.getContext('2d'), {
+      type: 'bar',
+      data: { labels: (p.by_block || []).map(function (e) { return e.name; }), datasets: sets },
+      options: {
+        indexAxis: 'y', responsive: true, maintainAspectRatio: false, animation: false,
+        plugins: { legend: { display: !!plan }, tooltip: { callbacks: {
+          label: function (c) { return c.dataset.label + ': ' + fmtBytes(c.raw) + ' (' + fmtInt(c.raw) + ' B)'; }
+        } } },
+        scales: { x: { ticks: { callback: function (v) { return fmtBytes(v); } } },
+          y: { ticks: { autoSkip: false, font: { size: 10 } } } }
+      }
+    });
+  }
+
+  function renderPlan(b, plan, peak, planBy) {
+    add(b, el('h3', null, 'The plan at step ' + plan.step));
+    var figs = add(b, el('div', { 'class': 'figs' }));
+    fig(figs, 'predicted peak', 'fig-plan-predicted', fmtBytes(plan.predicted_peak_bytes),
+      { 'data-bytes': String(plan.predicted_peak_bytes) });
+    fig(figs, 'measured peak', 'fig-plan-measured', fmtBytes(plan.measured_peak_bytes),
+      { 'data-bytes': String(plan.measured_peak_bytes) });
+    var err = plan.predicted_peak_bytes ?
+      100 * (plan.measured_peak_bytes - plan.predicted_peak_bytes) / plan.predicted_peak_bytes : 0;
+    fig(figs, 'measured vs predicted', null, (err >= 0 ? '+' : '') + err.toFixed(1) + ' %');
+    var measured = {};
+    (peak.by_block || []).forEach(function (e) { measured[e.name] = e.bytes; });
+    (plan.blocks || []).forEach(function (pb) { planBy[pb.name] = pb; });
+    table(b, [{ label: 'block', sort: true }, { label: 'policy', sort: true },
+      { label: 'predicted bytes', num: true, sort: true },
+      { label: 'measured bytes', num: true, sort: true },
+      { label: 'predicted time (s)', num: true, sort: true }],
+    (plan.blocks || []).map(function (pb) {
+      var mb = measured[pb.name];
+      return [pb.name, pb.policy, bytesCell(pb.bytes),
+        mb === undefined ? { text: '—', sort: -1 } : bytesCell(mb),
+        { text: fmtNum(pb.predicted_time_s), sort: pb.predicted_time_s }];
+    }), 'plan-table');
+  }
+
+  // ---- curves ----------------------------------------------------------------------------------
+
+  var CHARTS = [
+    ['loss', 'loss and its terms'], ['lr', 'learning rate'], ['speed', 'samples/s'],
+    ['memory', 'device memory per step'], ['offload', 'bytes offloaded and recomputed per step'],
+    ['stall', 'prefetch stall (s)'], ['plan', 're-plans and splits'],
+    ['eval_loss', 'validation loss'], ['eval_dist', 'validation displacement errors (m)'],
+    ['eval_rate', 'validation miss rate and Brier'], ['eval_heading', 'validation heading errors (rad)']
+  ];
+
+  function renderCurves() {
+    var b = body('curves');
+    var C = D.curves || {};
+    if (!C.lines) {
+      add(b, el('p', { 'class': 'muted' }, 'No step was logged in metrics.jsonl.'));
+      return;
+    }
+    add(b, el('p', null, fmtInt(C.lines) + ' steps logged' + (C.bucket > 1 ? ', drawn as ' +
+      C.x.length + ' buckets of ' + C.bucket + ' steps: the line is the bucket mean, the band ' +
+      'its minimum and maximum' : '') + (C.eval && C.eval.lines ? '; ' + C.eval.lines +
+      ' validations' : '') + '.'));
+    var meta = D.metrics || [];
+    var graphs = [];
+    CHARTS.forEach(function (ch) {
+      var isEval = ch[0].indexOf('eval_') === 0;
+      var src = isEval ? C.eval : C;
+      if (!src || !src.series) return;
+      var ms = meta.filter(function (m) {
+        return m.chart === ch[0] && m.eval === isEval && src.series[m.key];
+      });
+      if (!ms.length) return;
+      var unit = ms[0].unit;
+      add(b, el('h3', null, ch[1]));
+      if (!HAVE_DYGRAPHS) {
+        curveTable(b, src, ms, ch[0]);
+        return;
+      }
+      var legend = add(b, el('div', { 'class': 'legend-box' }));
+      var div = add(b, el('div', { 'class': 'chart small', id: 'curve-' + ch[0] }));
+      var rows = src.x.map(function (x, i) {
+        return [x].concat(ms.map(function (m) { return src.series[m.key][i]; }));
+      });
+      var fmt = function (v) { return fmtUnit(v, unit); };
+      var axisFmt = unit === 'bytes' ? fmtBytes : shortNum;
+      var g = new window.Dygraph(div, rows, {
+        labels: ['step'].concat(ms.map(function (m) { return m.key; })), customBars: true,
+        labelsDiv: legend, legend: 'always', xlabel: 'step', strokeWidth: 1.4,
+        drawPoints: src.x.length < 60, connectSeparatedPoints: true,
+        colors: COLORS.slice(0, ms.length),
+        axes: { y: { valueFormatter: fmt, axisLabelFormatter: axisFmt, axisLabelWidth: 70 },
+          x: { axisLabelFormatter: stepLabel } }
+      });
+      if (!isEval) graphs.push(g);
+    });
+    if (graphs.length > 1) syncX(graphs);
+  }
+
+  function curveTable(b, src, ms, id) {
+    var step = Math.max(1, Math.ceil(src.x.length / 50)), rows = [];
+    for (var i = 0; i < src.x.length; i += step) {
+      rows.push([fmtInt(src.x[i])].concat(ms.map(function (m) {
+        var v = src.series[m.key][i];
+        return v ? fmtUnit(v[1], m.unit) : '—';
+      })));
+    }
+    table(b, [{ label: 'step' }].concat(ms.map(function (m) { return { label: m.key, num: true }; })),
+      rows, 'curve-table-' + id);
+  }
+
+  // ---- run -------------------------------------------------------------------------------------
+
+  function kvTable(parent, obj, id, bytesKeys) {
+    var rows = [];
+    Object.keys(obj || {}).forEach(function (k) {
+      var v = obj[k];
+      if (v !== null && typeof v === 'object') v = JSON.stringify(v);
+      var isBytes = bytesKeys && /bytes/.test(k) && typeof v === 'number';
+      rows.push([k, isBytes ? fmtBytes(v) + ' (' + fmtInt(v) + ')' : fmtNum(v)]);
+    });
+    return table(parent, [{ label: 'key' }, { label: 'value' }], rows, id);
+  }
+
+  function flatten(o, prefix, out) {
+    Object.keys(o || {}).forEach(function (k) {
+      var v = o[k], key = prefix ? prefix + '.' + k : k;
+      if (v !== null && typeof v === 'object' && !Array.isArray(v)) flatten(v, key, out);
+      else out[key] = v;
+    });
+    return out;
+  }
+
+  function renderRun() {
+    var b = body('run');
+    var R = D.run, m = D.memory || {};
+    var grid = add(b, el('div', { 'class': 'grid2' }));
+    var left = add(grid, el('div')), right = add(grid, el('div'));
+    add(left, el('h3', null, 'Run'));
+    var runInfo = {
+      'run folder': D.run_dir, device: m.device, 'steps done': m.step, 'steps planned': m.total_steps,
+      'first step of this process': R ? R.first_step : null, resumed: R ? String(R.resumed) : null,
+      started: R ? R.started : null, 'report written': D.generated
+    };
+    kvTable(left, runInfo, 'run-table');
+    if (R) {
+      add(left, el('h3', null, 'Machine and device'));
+      kvTable(left, Object.assign({}, flatten(R.machine, 'machine', {}),
+        flatten(R.device, 'device', {})), 'machine-table', true);
+      add(left, el('h3', null, 'Versions'));
+      kvTable(left, R.versions, 'versions-table');
+    } else {
+      note(left, 'run.json was not found in the run folder: no configuration, machine or ' +
+        'version information (runs of qctrain before this report existed).');
+    }
+    add(right, el('h3', null, 'Allocator statistics (run-wide)'));
+    var stats = Object.assign({}, m.allocator || {});
+    var C = D.curves || {};
+    var rp = C.series && C.series.replans;
+    var lastRp = (rp || []).filter(function (v) { return v !== null; }).pop();
+    stats['re-plans'] = lastRp ? lastRp[2] : 'not recorded';
+    kvTable(right, stats, 'alloc-table', true);
+    if (R && R.config) {
+      add(b, el('h3', null, 'Effective configuration (qctrain config --config-dump)'));
+      var s = add(b, el('div', { 'class': 'scroll' }));
+      kvTable(s, flatten(R.config, '', {}), 'config-table');
+    }
+  }
+
+  // ---- main ------------------------------------------------------------------------------------
+
+  function guarded(id, fn) {
+    try {
+      fn();
+    } catch (e) {
+      console.error('qctrain report: section ' + id + ': ' + (e && e.stack ? e.stack : e));
+      note(body(id), 'This section could not be drawn: ' + e, 'error');
+    }
+  }
+
+  function main() {
+    D = JSON.parse(document.getElementById('qc-data').textContent);
+    guarded('notices', renderHeader);
+    guarded('timeline', renderTimeline);
+    guarded('blocks', renderBlocks);
+    guarded('curves', renderCurves);
+    guarded('run', renderRun);
+    document.body.setAttribute('data-rendered', 'yes');
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', main);
+  else main();
+})();

@@ -1,0 +1,504 @@
+/*
+ * train_dist.c — data-parallel training on the trainer's side (train_dist.h): the world and
+ * its checks, the communicator and the model's grads-ready callback, the sharded optimizer,
+ * one step's reduction and the combination of the ranks' figures, checkpoints written by rank 0
+ * from gathered moments, and every rank's bytes for the memory report.
+ */
+#include "train_dist.h"
+#include "train_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qc_batch.h"
+#include "qc_device.h"
+#include "qc_dist.h"
+#include "qc_exec.h"
+
+struct train_dist {
+    struct qc_dist *d;
+    struct qc_train_backend *be;
+    struct qc_qcnet *model;
+    int rank, world;
+    int64_t G; /* groups per rank per step (train.grad_accum) */
+    int zero_stage;
+    bool armed;                /* the grads-ready callback forwards to the communicator */
+    enum qc_status cb_status;  /* first failure inside the callback */
+    struct qc_stream *compute; /* device backends: where the compute clock is read */
+    double t_begin, t_end;     /* the step's compute clock (host functions on CUDA) */
+    double *gather;            /* (world * record) the step's combine exchange */
+    size_t record;             /* doubles per rank in it */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---- the world ---------------------------------------------------------------------------------
+
+enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world)
+{
+    QC_TRY(qc_dist_world_init());
+    const int W = qc_dist_world_size(), r = qc_dist_world_rank();
+    const char *launcher = qc_dist_world_launcher();
+    if (cfg->world_size != 0 && cfg->world_size != W) {
+        if (W == 1)
+            return qc_errorf(QC_ERR_INVALID,
+                             "dist.world_size is %lld but qctrain was started as one rank (no "
+                             "mpirun or srun)\nhint: mpirun -np %lld build/qctrain train ... (or "
+                             "srun -n %lld), or --set dist.world_size=1 (0: whatever the "
+                             "launcher starts)",
+                             (long long)cfg->world_size, (long long)cfg->world_size,
+                             (long long)cfg->world_size);
+        return qc_errorf(QC_ERR_INVALID,
+                         "dist.world_size is %lld but %s started %d ranks\nhint: launch %lld "
+                         "ranks, or --set dist.world_size=%d (0: whatever the launcher starts)",
+                         (long long)cfg->world_size, launcher, W, (long long)cfg->world_size, W);
+    }
+    cfg->world_size = W;
+    if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_EMU)
+        return qc_errorf(QC_ERR_UNSUPPORTED,
+                         "device.kind emu runs one rank (the emulated device is a test backend)"
+                         "\nhint: --device cpu under mpirun");
+    if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_CUDA) {
+        /* one GPU per rank of the node: device.ordinal + the node-local rank, wrapped over the
+         * GPUs this process sees (srun --gpus-per-task=1 shows each rank its own GPU only; more
+         * ranks than GPUs share them, which NCCL refuses with a message of its own) */
+        const int ngpu = qc_device_cuda_count();
+        const int64_t want = cfg->device_ordinal + qc_dist_world_local_rank();
+        cfg->device_ordinal = ngpu > 0 ? want % ngpu : want;
+    }
+    *rank = r;
+    *world = W;
+    return QC_OK;
+}
+
+void train_dist_resolve(struct qc_config *cfg, const struct qc_config *saved)
+{
+    if (cfg->balance != QC_BALANCE_AUTO)
+        return;
+    if (saved && saved->balance != QC_BALANCE_AUTO)
+        cfg->balance = saved->balance;
+    else
+        cfg->balance = cfg->world_size > 1 ? QC_BALANCE_COST : QC_BALANCE_NONE;
+}
+
+/* Appends "key=value\n" to a growing string. */
+static bool text_add(char **buf, size_t *len, size_t *cap, const char *key, const char *value)
+{
+    const size_t need = strlen(key) + strlen(value) + 3;
+    if (*len + need > *cap) {
+        size_t nc = *cap ? 2 * *cap : 4096;
+        while (nc < *len + need)
+            nc *= 2;
+        char *p = realloc(*buf, nc);
+        if (!p)
+            return false;
+        *buf = p;
+        *cap = nc;
+    }
+    *len += (size_t)snprintf(*buf + *len, *cap - *len, "%s=%s\n", key, value);
+    return true;
+}
+
+char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = true;
+    for (int i = 0; ok && i < qc_config_option_count(); i++) {
+        const struct qc_config_option *o = qc_config_option_at(i);
+        if (strcmp(o->key, "train.out_dir") == 0)
+            continue; /* rank 0's alone is used (it writes the run folder) */
+        char v[QC_CONFIG_STR_MAX + 64];
+        qc_config_format_value(cfg, o, v, sizeof(v));
+        ok = text_add(&buf, &len, &cap, o->key, v);
+    }
+    for (int i = 0; ok && i < opts->ndata; i++)
+        ok = text_add(&buf, &len, &cap, "--data", opts->data[i]);
+    for (int i = 0; ok && i < opts->nval; i++)
+        ok = text_add(&buf, &len, &cap, "--val-data", opts->val_data[i]);
+    char num[32];
+    snprintf(num, sizeof(num), "%" PRId64, opts->eval_every);
+    ok = ok && text_add(&buf, &len, &cap, "--eval-every", num);
+    ok = ok && text_add(&buf, &len, &cap, "--resume", opts->resume ? opts->resume : "");
+    ok = ok && text_add(&buf, &len, &cap, "--init-from", opts->init_from ? opts->init_from : "");
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+// ---- the communicator
+// ----------------------------------------------------------------------------
+
+/* The model's grads-ready callback: forwards while armed (the rank's last backward). */
+static void grads_ready_cb(void *ctx, int64_t lo, int64_t hi)
+{
+    struct train_dist *td = ctx;
+    if (!td->armed || td->cb_status != QC_OK)
+        return;
+    td->cb_status = qc_dist_grads_ready(td->d, lo, hi);
+}
+
+enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreement,
+                                 struct qc_qcnet *m, struct qc_train_backend *be,
+                                 struct train_dist **out)
+{
+    struct train_dist *td = calloc(1, sizeof(*td));
+    if (!td)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    td->be = be;
+    td->model = m;
+    td->rank = qc_dist_world_rank();
+    td->world = qc_dist_world_size();
+    td->G = cfg->grad_accum > 0 ? cfg->grad_accum : 1;
+    td->zero_stage = (int)cfg->zero_stage;
+    td->record = 4 + 4 * (size_t)td->G;
+    td->gather = calloc((size_t)td->world * td->record, sizeof(double));
+    if (!td->gather) {
+        free(td);
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    }
+    const bool cuda = cfg->device_kind == QC_CONFIG_DEVICE_CUDA;
+    struct qc_device *dev = qc_train_backend_device(be);
+    td->compute = dev ? qc_device_compute_stream(dev) : NULL;
+    int64_t cuts[4];
+    const int ncuts = qc_qcnet_grads_cuts(m, cuts, 4);
+    const struct qc_dist_opts o = {
+        .backend = cuda ? QC_DIST_NCCL : QC_DIST_MPI,
+        .numel = qc_qcnet_num_params(m),
+        .zero_stage = (int)cfg->zero_stage,
+        .bucket_bytes = (size_t)cfg->bucket_bytes,
+        .timeout_s = cfg->dist_timeout,
+        .dev = cuda ? dev : NULL,
+        .compute = cuda ? td->compute : NULL,
+        .cuts = cuts,
+        .ncuts = ncuts < 4 ? ncuts : 4,
+        .agreement = agreement,
+        .agreement_what = "the effective configuration",
+    };
+    const enum qc_status st = qc_dist_create(&o, &td->d);
+    if (st != QC_OK) {
+        train_dist_destroy(td);
+        return st;
+    }
+    qc_qcnet_set_grads_ready(m, grads_ready_cb, td);
+    *out = td;
+    return QC_OK;
+}
+
+void train_dist_destroy(struct train_dist *td)
+{
+    if (!td)
+        return;
+    if (td->model)
+        qc_qcnet_set_grads_ready(td->model, NULL, NULL);
+    qc_dist_destroy(td->d);
+    free(td->gather);
+    free(td);
+}
+
+int64_t train_dist_local_groups(int rank, int world, int64_t L)
+{
+    return L > rank ? (L - rank + world - 1) / world : 0;
+}
+
+// ---- optimizer and start-up checks -------------------------------------------------------------
+
+enum qc_status train_dist_optim(struct train_dist *td, const struct qc_config *cfg,
+                                struct qc_qcnet *m, struct qc_train_backend *be,
+                                struct qc_optim **out)
+{
+    const int64_t *offsets = NULL;
+    const uint8_t *decay = NULL;
+    int64_t ntensors = 0;
+    qc_qcnet_param_groups(m, &offsets, &decay, &ntensors);
+    struct qc_optim_params op;
+    qc_optim_params_default(&op);
+    op.lr = cfg->lr;
+    op.weight_decay = cfg->weight_decay;
+    const int64_t n = qc_qcnet_num_params(m);
+    if (!td || td->zero_stage == 0)
+        return qc_optim_create_on(qc_train_backend_alloc(be), qc_train_backend_exec(be), n, offsets,
+                                  decay, ntensors, &op, out);
+    int64_t lo, hi;
+    qc_dist_my_shard(td->d, &lo, &hi);
+    return qc_optim_create_shard(qc_train_backend_alloc(be), qc_train_backend_exec(be), n, offsets,
+                                 decay, ntensors, lo, hi, &op, out);
+}
+
+enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m)
+{
+    if (!td)
+        return QC_OK;
+    const int64_t n = qc_qcnet_num_params(m);
+    float *host = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!host)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory checking the weights");
+    enum qc_status st = qc_qcnet_params_download(m, host);
+    if (st == QC_OK) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        const unsigned char *p = (const unsigned char *)host;
+        for (size_t i = 0; i < (size_t)n * sizeof(float); i++) {
+            h ^= p[i];
+            h *= 0x100000001b3ull;
+        }
+        uint64_t *all = calloc((size_t)td->world, sizeof(uint64_t));
+        if (!all)
+            st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+        if (st == QC_OK)
+            st = qc_dist_allgather(td->d, &h, sizeof(h), all);
+        for (int r = 1; st == QC_OK && r < td->world; r++)
+            if (all[r] != all[0])
+                st = qc_errorf(QC_ERR_INVALID,
+                               "dist: rank %d starts from other weights than rank 0\nhint: every "
+                               "rank must read the same checkpoint (a shared folder) or "
+                               "initialise from the same train.seed",
+                               r);
+        free(all);
+    }
+    free(host);
+    return st;
+}
+
+// ---- one step ----------------------------------------------------------------------------------
+
+static void stamp(void *p)
+{
+    *(double *)p = now_s();
+}
+
+/* *slot = the time the compute stream reaches this point (now on the CPU backend). */
+static enum qc_status clock_at(struct train_dist *td, double *slot)
+{
+    if (!td->compute) {
+        *slot = now_s();
+        return QC_OK;
+    }
+    return qc_stream_host_func(td->compute, stamp, slot);
+}
+
+enum qc_status train_dist_step_begin(struct train_dist *td)
+{
+    if (!td)
+        return QC_OK;
+    td->t_begin = td->t_end = 0;
+    return clock_at(td, &td->t_begin);
+}
+
+enum qc_status train_dist_arm(struct train_dist *td, float *grads)
+{
+    if (!td)
+        return QC_OK;
+    td->cb_status = QC_OK;
+    QC_TRY(qc_dist_grads_begin(td->d, grads));
+    td->armed = true;
+    return QC_OK;
+}
+
+enum qc_status train_dist_reduce(struct train_dist *td, float *grads)
+{
+    if (!td)
+        return QC_OK;
+    if (!td->armed)
+        QC_TRY(train_dist_arm(td, grads)); /* no group this step: zero gradients, still summed */
+    td->armed = false;
+    QC_TRY(td->cb_status);
+    QC_TRY(clock_at(td, &td->t_end));
+    return qc_dist_grads_end(td->d);
+}
+
+enum qc_status train_dist_update(struct train_dist *td, float *params)
+{
+    if (!td)
+        return QC_OK;
+    return qc_dist_params_allgather(td->d, params);
+}
+
+void train_dist_step_end(struct train_dist *td)
+{
+    if (td)
+        qc_dist_step_end(td->d);
+}
+
+int64_t train_dist_batch_edges(const struct qc_batch *b)
+{
+    int64_t e = 0;
+    if (b->has_graph)
+        for (int k = 0; k < QC_EDGE_SET_COUNT; k++)
+            e += b->graph.e[k].num_edges;
+    return e;
+}
+
+enum qc_status train_dist_any(struct train_dist *td, bool mine, bool *any)
+{
+    if (!td) {
+        *any = mine;
+        return QC_OK;
+    }
+    uint8_t *all = calloc((size_t)td->world, 1);
+    if (!all)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    const uint8_t m = mine ? 1 : 0;
+    const enum qc_status st = qc_dist_allgather(td->d, &m, 1, all);
+    bool a = false;
+    for (int r = 0; r < td->world; r++)
+        a = a || all[r] != 0;
+    free(all);
+    QC_TRY(st);
+    *any = a;
+    return QC_OK;
+}
+
+enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
+                                  int64_t scenes, int64_t edges, struct train_dist_sums *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!td) {
+        for (int64_t g = 0; g < nlocal; g++) {
+            out->loss += loss[4 * g];
+            out->reg_loss_propose += loss[4 * g + 1];
+            out->reg_loss_refine += loss[4 * g + 2];
+            out->cls_loss += loss[4 * g + 3];
+        }
+        out->scenes = scenes;
+        return QC_OK;
+    }
+    /* record: nlocal, scenes, compute seconds, edges, then the groups' 4 losses */
+    const size_t R = td->record;
+    double *mine = calloc(R, sizeof(double));
+    if (!mine)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    mine[0] = (double)nlocal;
+    mine[1] = (double)scenes;
+    mine[2] = td->t_end > td->t_begin ? td->t_end - td->t_begin : 0;
+    mine[3] = (double)edges;
+    QC_ASSERT(nlocal <= td->G, "train: %lld local groups > %lld", (long long)nlocal,
+              (long long)td->G);
+    memcpy(mine + 4, loss, (size_t)nlocal * 4 * sizeof(double));
+    const enum qc_status st = qc_dist_allgather(td->d, mine, R * sizeof(double), td->gather);
+    free(mine);
+    QC_TRY(st);
+    /* losses in global group order: j = r + g W */
+    int64_t L = 0;
+    for (int r = 0; r < td->world; r++)
+        L += (int64_t)td->gather[(size_t)r * R];
+    for (int64_t j = 0; j < L; j++) {
+        const double *rec = td->gather + (size_t)(j % td->world) * R;
+        const double *l = rec + 4 + 4 * (j / td->world);
+        out->loss += l[0];
+        out->reg_loss_propose += l[1];
+        out->reg_loss_refine += l[2];
+        out->cls_loss += l[3];
+    }
+    double tmax = 0, tsum = 0, emax = 0, esum = 0;
+    int busy = 0;
+    for (int r = 0; r < td->world; r++) {
+        const double *rec = td->gather + (size_t)r * R;
+        out->scenes += (int64_t)rec[1];
+        if (rec[0] > 0) {
+            busy++;
+            tsum += rec[2];
+            tmax = rec[2] > tmax ? rec[2] : tmax;
+            esum += rec[3];
+            emax = rec[3] > emax ? rec[3] : emax;
+        }
+    }
+    out->rank_time_ratio = busy > 0 && tsum > 0 ? tmax / (tsum / busy) : 1.0;
+    out->rank_edge_ratio = busy > 0 && esum > 0 ? emax / (esum / busy) : 1.0;
+    return QC_OK;
+}
+
+// ---- checkpoints and the memory report
+// -----------------------------------------------------------
+
+enum qc_status train_dist_save(struct train_dist *td, const char *run_dir, struct qc_qcnet *m,
+                               struct qc_optim *o, const struct qc_train_state *s,
+                               const struct qc_config *cfg, char *path_out, size_t n)
+{
+    if (!td || td->zero_stage == 0) {
+        if (td && td->rank != 0)
+            return QC_OK; /* rank 0 holds the same weights and moments and writes them */
+        return qc_checkpoint_save(run_dir, m, o, s, cfg, path_out, n);
+    }
+    /* ZeRO: each rank's shard of the moments (host copies) to rank 0 */
+    const int64_t full = qc_qcnet_num_params(m);
+    const int64_t mine = qc_optim_numel(o);
+    float *shard = malloc((size_t)(2 * mine > 0 ? 2 * mine : 1) * sizeof(float));
+    float *all =
+        td->rank == 0 ? malloc((size_t)(2 * full > 0 ? 2 * full : 1) * sizeof(float)) : NULL;
+    enum qc_status st = QC_OK;
+    if (!shard || (td->rank == 0 && !all))
+        st = qc_errorf(QC_ERR_NOMEM, "checkpoint: out of host memory for the AdamW moments");
+    if (st == QC_OK)
+        st = qc_optim_moments_download(o, shard, shard + mine);
+    /* every rank gathers even after a local failure would leave the others waiting: a failure
+     * here ends the job (main), so return at once */
+    if (st == QC_OK)
+        st = qc_dist_gather_shards(td->d, shard, all);
+    if (st == QC_OK)
+        st = qc_dist_gather_shards(td->d, shard + mine, all ? all + full : NULL);
+    if (st == QC_OK && td->rank == 0)
+        st = qc_checkpoint_save_moments(run_dir, m, o, all, all + full, s, cfg, path_out, n);
+    free(shard);
+    free(all);
+    return st;
+}
+
+enum qc_status train_dist_mem_ranks(struct train_dist *td, struct qc_qcnet *m, struct qc_optim *o,
+                                    uint64_t peak_allocated, struct qc_memreport_rank **out,
+                                    int64_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!td)
+        return QC_OK;
+    struct qc_dist_stats ds;
+    qc_dist_stats_get(td->d, &ds);
+    int64_t lo, hi;
+    qc_dist_my_shard(td->d, &lo, &hi);
+    const uint64_t full = (uint64_t)qc_qcnet_num_params(m) * sizeof(float);
+    const struct qc_memreport_rank me = {
+        .rank = td->rank,
+        .params_bytes = full,
+        .grads_bytes = full,
+        .grads_reduced_bytes = td->zero_stage >= 2 ? (uint64_t)(hi - lo) * sizeof(float) : full,
+        .moments_bytes = 2u * (uint64_t)qc_optim_numel(o) * sizeof(float),
+        .comm_bytes = ds.scratch_bytes,
+        .peak_allocated_bytes = peak_allocated,
+    };
+    struct qc_memreport_rank *all = calloc((size_t)td->world, sizeof(*all));
+    if (!all)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    const enum qc_status st = qc_dist_allgather(td->d, &me, sizeof(me), all);
+    if (st != QC_OK) {
+        free(all);
+        return st;
+    }
+    *out = all;
+    *n = td->world;
+    return QC_OK;
+}
+
+void train_dist_stats(struct train_dist *td, struct qc_dist_stats *out)
+{
+    if (!td) {
+        memset(out, 0, sizeof(*out));
+        return;
+    }
+    qc_dist_stats_get(td->d, out);
+}
+
+void train_dist_stats_reset(struct train_dist *td)
+{
+    if (td)
+        qc_dist_stats_reset(td->d);
+}

@@ -1,0 +1,121 @@
+/*
+ * train_dist.h — the trainer's side of data-parallel training (train_dist.c), private to
+ * src/train. loop.c calls these at fixed points of a run; with one rank (the common case) the
+ * trainer holds no train_dist and only train_dist_world / train_dist_resolve run, so a
+ * single-rank run computes exactly what it did before ranks existed.
+ *
+ * A step with W ranks and G = train.grad_accum groups per rank (P = W·G groups per step, L ≤ P
+ * in the epoch's last step): rank r computes global groups j = r, r + W, ... < L of the step
+ * (the loader's plan gives it exactly those), each backward seeded with 1/L, so that the sum
+ * over ranks of the gradients is the gradient of the mean of the L group losses, as one rank
+ * computing the L groups would. Dropout is keyed by the global group index j.
+ *
+ *   train_dist_world      joins the world, checks dist.world_size, resolves it in cfg
+ *   train_dist_resolve    data.balance auto -> cost (several ranks) or none; the saved run's on
+ *                         resume
+ *   train_dist_create     the communicator (config agreement first), the model's grads-ready
+ *                         callback (world > 1)
+ *   train_dist_optim      AdamW: whole, or this rank's shard (ZeRO stage >= 1)
+ *   step                  _step_begin, _arm before the last local backward, _reduce after the
+ *                         local groups, optimizer, _update, synchronisation, _step_end, _combine
+ *   train_dist_save       rank 0 writes the checkpoint (moments gathered from the shards)
+ */
+#ifndef QC_TRAIN_TRAIN_DIST_H
+#define QC_TRAIN_TRAIN_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qc_config.h"
+#include "qc_dist.h" /* struct qc_dist_stats */
+#include "qc_memreport.h"
+#include "qc_train.h"
+
+struct train_dist; /* NULL: one rank */
+
+/* Joins the world (qc_dist_world_init) and checks the launch against dist.world_size (0: the
+ * launcher's); sets cfg->world_size to the number of ranks. With several ranks: device.kind emu
+ * is refused, and on cuda cfg->device_ordinal becomes device.ordinal + the node-local rank
+ * (modulo the GPUs this process sees).
+ * QC_ERR_INVALID with a hint on a mismatch. */
+enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world);
+/* data.balance auto: the saved run's value when resuming one that resolved it, else cost with
+ * several ranks and none with one. saved may be NULL. */
+void train_dist_resolve(struct qc_config *cfg, const struct qc_config *saved);
+/* The rank's canonical text of what every rank must agree on (the effective config and the
+ * command's inputs, but the run folder: only rank 0's is used), malloc'd. */
+char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts);
+
+/* The communicator of a run of world > 1 ranks on backend be, model m: checks the agreement
+ * text across ranks first (a difference fails on every rank naming the rank and the key), and
+ * installs the model's grads-ready callback. */
+enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreement,
+                                 struct qc_qcnet *m, struct qc_train_backend *be,
+                                 struct train_dist **out);
+/* NULL is a no-op. */
+void train_dist_destroy(struct train_dist *td);
+
+/* The run's AdamW: over the whole buffer (td NULL or stage 0), or over this rank's shard. */
+enum qc_status train_dist_optim(struct train_dist *td, const struct qc_config *cfg,
+                                struct qc_qcnet *m, struct qc_train_backend *be,
+                                struct qc_optim **out);
+/* Checks that every rank starts from the same weights (after init or load). */
+enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m);
+
+/* Local groups of rank r of W in a step of L global groups: #{ j = r + gW < L }. */
+int64_t train_dist_local_groups(int rank, int world, int64_t L);
+
+// ---- one step (td NULL: no-ops) ----
+
+/* Before the step's first group: the rank's compute clock starts. */
+enum qc_status train_dist_step_begin(struct train_dist *td);
+/* Before the rank's last local backward of the step: its grads-ready reports start the
+ * reduction of grads (the model's flat gradient buffer). */
+enum qc_status train_dist_arm(struct train_dist *td, float *grads);
+/* After the rank's local groups (arms first when it had none): the compute clock stops and the
+ * rest of the reduction runs; the summed gradients are then in grads (qc_dist_grads_end). */
+enum qc_status train_dist_reduce(struct train_dist *td, float *grads);
+/* After the optimizer updated the rank's part: the parameter all-gather (stages 1, 2). */
+enum qc_status train_dist_update(struct train_dist *td, float *params);
+/* After the step's device work completed. */
+void train_dist_step_end(struct train_dist *td);
+
+/* *any = whether `mine` is true on any rank (the same answer on every rank: a step's skip
+ * decision). td NULL: *any = mine. QC_ERR_* of the collective. */
+enum qc_status train_dist_any(struct train_dist *td, bool mine, bool *any);
+
+/* The step's figures over all ranks. */
+struct train_dist_sums {
+    double loss, reg_loss_propose, reg_loss_refine, cls_loss; /* sums over the step's groups */
+    int64_t scenes;                                           /* over all ranks */
+    double rank_time_ratio;                                   /* slowest / mean compute time */
+    double rank_edge_ratio; /* most / mean graph edges of the ranks' groups (the work) */
+    double comm_wait_s;     /* this rank's reduction wait */
+};
+/* The base edges of a batch's graph (every edge set): the work a group holds. */
+struct qc_batch;
+int64_t train_dist_batch_edges(const struct qc_batch *b);
+/* Combines the step: loss[g][0..3] (loss, reg_propose, reg_refine, cls) of the rank's nlocal
+ * groups, its scenes and edges; sums the losses in global group order (j = r + gW), exactly as
+ * one rank adding the L groups in order would. td NULL: the local sums. */
+enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
+                                  int64_t scenes, int64_t edges, struct train_dist_sums *out);
+
+// ---- checkpoints and the memory report ----
+
+/* Saves a checkpoint: the gathered AdamW moments (stage >= 1) and rank 0 writing the files;
+ * every rank calls it. path_out as qc_checkpoint_save (rank 0). */
+enum qc_status train_dist_save(struct train_dist *td, const char *run_dir, struct qc_qcnet *m,
+                               struct qc_optim *o, const struct qc_train_state *s,
+                               const struct qc_config *cfg, char *path_out, size_t n);
+/* Every rank's bytes for the memory report (collective). *out (malloc'd, *n of them) on every
+ * rank. */
+enum qc_status train_dist_mem_ranks(struct train_dist *td, struct qc_qcnet *m, struct qc_optim *o,
+                                    uint64_t peak_allocated, struct qc_memreport_rank **out,
+                                    int64_t *n);
+/* The communicator's statistics (bench dist); zeros for td NULL. */
+void train_dist_stats(struct train_dist *td, struct qc_dist_stats *out);
+void train_dist_stats_reset(struct train_dist *td);
+
+#endif /* QC_TRAIN_TRAIN_DIST_H */

@@ -1,0 +1,18 @@
+# Data-parallel training (src/dist). test_dist: the pieces that need no second process (shards,
+# the static pieces of a reduction, the rank-order sum, launch detection, the sharded optimizer,
+# the model's grads-ready reports, the world-size checks of a plain `qctrain train`).
+# test_dist_mpi: the qctrain binary under Open MPI's mpirun (2, 3 and 8 oversubscribed ranks on
+# the CPU backend): equivalence with gradient accumulation for ZeRO 0/1/2, determinism, bucket
+# independence, resume across world sizes, killed and stopped ranks, start-up mismatches.
+qc_add_test(test_dist SOURCES test_dist.c LIBS qctrainer qcdist qcmodel qcdata qcconfig
+    LABELS cpu TIMEOUT 300 ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+add_dependencies(test_dist qctrain)
+if(QC_HAVE_MPI)
+    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu TIMEOUT 1200)
+    target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    add_dependencies(test_dist_mpi qctrain)
+    # NCCL: 2 ranks on 2 GPUs (or on one when NCCL allows it); exit 77 without a GPU
+    add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
+    set_tests_properties(test_dist_mpi_cuda PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77
+        TIMEOUT 1800 ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles")
+endif()

@@ -1,0 +1,768 @@
+/*
+ * test_dist_mpi.c — data-parallel training with real ranks: the qctrain binary under `mpirun`
+ * (Open MPI, oversubscribed on a small machine), on the CPU backend, a tiny model (cpu-smoke's
+ * sizes, 1 scene per group, 8 synthetic scenes, small radii):
+ *   - N ranks x 1 group == 1 rank x N groups (N = 2, 3) within 1e-5 relative on the weights
+ *     after 4 steps, for ZeRO stages 0, 1 and 2 (the stages give identical bytes: the reduction
+ *     is the same rank-order sum, AdamW is elementwise);
+ *   - two identical multi-rank runs give identical bytes; the bytes do not depend on
+ *     dist.bucket_bytes;
+ *   - resume across world sizes: 2 ranks -> 1 rank x 2 groups, and 1 rank x 2 groups -> 2 ranks
+ *     with ZeRO 1 (moments gathered into the checkpoint, read back into shards);
+ *   - a rank killed (kill -9) or stopped (SIGSTOP) mid-run: the others stop within
+ *     dist.timeout with an error naming it, mpirun exits non-zero; with mpirun's own
+ *     abort-on-failure on, mpirun names it;
+ *   - a configuration that differs between ranks is refused at start-up, naming the rank and
+ *     the key; dist.world_size must match the launch;
+ *   - the rtx3090x8 preset runs 8 ranks when launched with 8 (device.kind cpu, tiny model).
+ * `test_dist_mpi cuda` (label gpu; exit 77 without a GPU): the same equivalence with NCCL, 2
+ * ranks x 1 group vs 1 rank x 2 groups on device.kind cuda, ZeRO 0, 1, 2: on 2 GPUs when the
+ * machine has them, else 2 ranks on one GPU when NCCL allows it (it refuses "duplicate GPU":
+ * skipped, said so).
+ *
+ * "Relative on the weights" is ‖a − b‖ / ‖a‖ over the weights, outliers set aside. N ranks add
+ * the N groups' gradients in rank order, one rank accumulates them into one buffer as backward
+ * goes: the same sum rounded differently. Where a gradient is zero in exact arithmetic (the
+ * bias of decoder.to_pi's last layer shifts the K mode logits together and the softmax does
+ * not see it) or cancels down to rounding level, what is left is noise whose sign depends on
+ * the order, and AdamW turns any nonzero gradient into a step of about lr whatever its size.
+ * An outlier is an element the two runs moved apart by more than lr / 10, a tenth of one AdamW
+ * step (no rounding of a sum gets there; a noise-decided step does): at most 1 in 10^4 of the
+ * elements, each within 2·lr·steps. The test prints the figures.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qc_device.h" /* qc_device_cuda_count */
+#include "qc_safetensors.h"
+#include "testutil.h"
+
+extern char **environ;
+
+#define QCTRAIN QC_BINARY_DIR "/qctrain"
+#define LR      0.002 /* cpu-smoke's */
+#define STEPS   4
+
+static char tmp_root[256];
+static char tag[64]; /* QC_TEST_TAG of this process's runs: finds their ranks in /proc */
+
+// ---- running mpirun -----------------------------------------------------------------------------
+
+static const char *const tiny_args[] = {
+    "--preset",
+    "cpu-smoke",
+    "--quiet",
+    "--set",
+    "train.batch_size=1",
+    "--set",
+    "data.synthetic_scenes=8",
+    "--set",
+    "data.loader_threads=1",
+    "--set",
+    "model.pl2pl_radius=30",
+    "--set",
+    "model.pl2a_radius=15",
+    "--set",
+    "model.a2a_radius=15",
+    "--set",
+    "model.pl2m_radius=30",
+    "--set",
+    "model.a2m_radius=30",
+    "--set",
+    "model.time_span=3",
+    "--set",
+    "model.num_t2m_steps=6",
+};
+#define NTINY ((int)(sizeof(tiny_args) / sizeof(tiny_args[0])))
+
+struct cmd {
+    const char *argv[160];
+    int n;
+};
+
+static void cmd_add(struct cmd *c, const char *a)
+{
+    if (c->n >= 158)
+        T_FATAL("command too long");
+    c->argv[c->n++] = a;
+    c->argv[c->n] = NULL;
+}
+
+/* "mpirun --oversubscribe [extra mpirun args] -np N qctrain train <tiny> " */
+static void cmd_mpirun(struct cmd *c, int np, const char *const *mpi_extra)
+{
+    static char npbuf[8][16];
+    static int k;
+    c->n = 0;
+    cmd_add(c, QC_MPIEXEC);
+    cmd_add(c, "--oversubscribe");
+    for (int i = 0; mpi_extra && mpi_extra[i]; i++)
+        cmd_add(c, mpi_extra[i]);
+    cmd_add(c, "-np");
+    char *b = npbuf[k++ % 8];
+    snprintf(b, 16, "%d", np);
+    cmd_add(c, b);
+    cmd_add(c, QCTRAIN);
+}
+
+static void cmd_train(struct cmd *c)
+{
+    cmd_add(c, "train");
+    for (int i = 0; i < NTINY; i++)
+        cmd_add(c, tiny_args[i]);
+}
+
+/* Starts the command with stdout+stderr into log; returns the pid. */
+static pid_t spawn(const struct cmd *c, const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid;
+    char *argv[160];
+    for (int i = 0; i <= c->n; i++)
+        memcpy(&argv[i], &c->argv[i], sizeof(argv[i])); /* exec's argv is char *const[] */
+    const int st = posix_spawnp(&pid, c->argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (st != 0)
+        T_FATAL("cannot run %s: %s", c->argv[0], strerror(st));
+    return pid;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits up to limit_s for pid; returns the exit code (128 + signal when killed), or -1 after
+ * killing it when it did not end in time. */
+static int wait_for(pid_t pid, double limit_s)
+{
+    const double t0 = now_s();
+    for (;;) {
+        int status = 0;
+        const pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (now_s() - t0 > limit_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(20000);
+    }
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Runs to completion (at most 300 s); returns the exit code, prints the log on failure. */
+static int run(const struct cmd *c, const char *name)
+{
+    char log[512];
+    snprintf(log, sizeof(log), "%s/%s.log", tmp_root, name);
+    const double t0 = now_s();
+    const int rc = wait_for(spawn(c, log), 300);
+    printf("  %-14s %5.1f s\n", name, now_s() - t0);
+    if (rc != 0) {
+        char *s = slurp(log);
+        printf("  %s: exit %d\n%s\n", name, rc, s);
+        free(s);
+    }
+    return rc;
+}
+
+static void out_dir(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", tmp_root, name);
+    t_rm_rf(buf);
+}
+
+// ---- comparing checkpoints ----------------------------------------------------------------------
+
+struct cmp {
+    bool identical;   /* every tensor's bytes equal */
+    double relnorm;   /* ‖a − b‖ / ‖a‖ without the outliers */
+    double maxabs;    /* the same elements' largest |a − b| */
+    int64_t nout;     /* outliers: |a − b| > OUTLIER */
+    double out_max;   /* their largest |a − b| */
+    int64_t nelem;    /* elements compared */
+    int64_t ntensors; /* tensors compared */
+};
+
+#define OUTLIER (LR / 10)
+
+/* Compares the tensors of DIR_A/ckpt-4/file and DIR_B/ckpt-4/file. */
+static struct cmp compare(const char *dir_a, const char *dir_b, const char *file)
+{
+    struct cmp c = {.identical = true};
+    char pa[600], pb[600];
+    snprintf(pa, sizeof(pa), "%s/ckpt-%06d/%s", dir_a, STEPS, file);
+    snprintf(pb, sizeof(pb), "%s/ckpt-%06d/%s", dir_b, STEPS, file);
+    struct qc_safetensors *a = NULL, *b = NULL;
+    if (qc_safetensors_open(pa, &a) != QC_OK || qc_safetensors_open(pb, &b) != QC_OK) {
+        T_EXPECT(false, "cannot open %s or %s: %s", pa, pb, qc_error_last());
+        qc_safetensors_close(a);
+        c.identical = false;
+        c.relnorm = INFINITY;
+        return c;
+    }
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < qc_safetensors_count(a); i++) {
+        const struct qc_st_tensor *ta = qc_safetensors_at(a, i);
+        const struct qc_st_tensor *tb = qc_safetensors_find(b, ta->name);
+        T_EXPECT(tb != NULL && tb->nbytes == ta->nbytes, "%s: tensor %s missing or resized", pb,
+                 ta->name);
+        if (!tb || tb->nbytes != ta->nbytes)
+            continue;
+        c.ntensors++;
+        if (memcmp(ta->data, tb->data, ta->nbytes) != 0)
+            c.identical = false;
+        const float *x = ta->data, *y = tb->data;
+        for (size_t k = 0; k < ta->nbytes / sizeof(float); k++) {
+            const double d = fabs((double)x[k] - (double)y[k]);
+            c.nelem++;
+            if (d > OUTLIER) {
+                c.nout++;
+                c.out_max = d > c.out_max ? d : c.out_max;
+                continue;
+            }
+            num += d * d;
+            den += (double)x[k] * (double)x[k];
+            c.maxabs = d > c.maxabs ? d : c.maxabs;
+        }
+    }
+    c.relnorm = den > 0 ? sqrt(num / den) : 0;
+    qc_safetensors_close(a);
+    qc_safetensors_close(b);
+    return c;
+}
+
+static void expect_close(const char *what, const char *ref, const char *got)
+{
+    const struct cmp w = compare(ref, got, "model.safetensors");
+    printf("  %s: weights relative %.3g (max |diff| %.3g); %lld of %lld outside lr/10 (max %.3g)"
+           "\n",
+           what, w.relnorm, w.maxabs, (long long)w.nout, (long long)w.nelem, w.out_max);
+    T_EXPECT(w.ntensors > 0 && w.nelem > 0, "%s: nothing compared", what);
+    T_EXPECT(w.relnorm <= 1e-5, "%s: weights differ by %.3g relative (> 1e-5)", what, w.relnorm);
+    T_EXPECT(w.nout * 10000 <= w.nelem, "%s: %lld of %lld elements moved apart by > lr/10", what,
+             (long long)w.nout, (long long)w.nelem);
+    T_EXPECT(w.out_max <= 2 * LR * STEPS, "%s: an element moved apart by %.3g (> 2 lr steps)", what,
+             w.out_max);
+}
+
+static void expect_identical(const char *what, const char *ref, const char *got)
+{
+    const struct cmp w = compare(ref, got, "model.safetensors");
+    const struct cmp o = compare(ref, got, "optim.safetensors");
+    T_EXPECT(w.ntensors > 0 && w.identical, "%s: weights not bit-identical (relative %.3g)", what,
+             w.relnorm);
+    T_EXPECT(o.ntensors > 0 && o.identical, "%s: AdamW moments not bit-identical (relative %.3g)",
+             what, o.relnorm);
+}
+
+// ---- named training runs -----------------------------------------------------------------------
+
+/* ranks 0: qctrain alone; else mpirun -np ranks. args (NULL-terminated) follow the tiny ones. */
+static void cmd_run(struct cmd *c, int ranks, const char *const *args)
+{
+    if (ranks > 0) {
+        cmd_mpirun(c, ranks, NULL);
+    } else {
+        c->n = 0;
+        cmd_add(c, QCTRAIN);
+    }
+    cmd_train(c);
+    for (int i = 0; args[i]; i++)
+        cmd_add(c, args[i]);
+}
+
+/* The folder of the named run, trained (into tmp_root/name, --out added) the first time it is
+ * asked for in this process: the tests share runs. NULL when the run failed. */
+static const char *trained(const char *name, int ranks, const char *const *args)
+{
+    static struct {
+        char name[64];
+        char dir[400];
+        bool ok;
+    } done[32];
+    static int ndone;
+    for (int i = 0; i < ndone; i++)
+        if (strcmp(done[i].name, name) == 0)
+            return done[i].ok ? done[i].dir : NULL;
+    if (ndone == 32)
+        T_FATAL("too many runs");
+    const int k = ndone++;
+    snprintf(done[k].name, sizeof(done[k].name), "%s", name);
+    out_dir(done[k].dir, sizeof(done[k].dir), name);
+    struct cmd c;
+    cmd_run(&c, ranks, args);
+    cmd_add(&c, "--out");
+    cmd_add(&c, done[k].dir);
+    done[k].ok = run(&c, name) == 0;
+    T_EXPECT(done[k].ok, "run %s", name);
+    return done[k].ok ? done[k].dir : NULL;
+}
+
+/* 1 rank x N groups (N 2: plain groups; 3: cost-balanced). */
+static const char *ref_run(int N)
+{
+    static const char *const a2[] = {"--steps",           "4", "--grad-accum", "2", "--set",
+                                     "data.balance=none", NULL};
+    static const char *const a3[] = {"--steps",           "4", "--grad-accum", "3", "--set",
+                                     "data.balance=cost", NULL};
+    return trained(N == 2 ? "ref2" : "ref3", 0, N == 2 ? a2 : a3);
+}
+
+/* N ranks x 1 group with ZeRO stage z. */
+static const char *dp_run(int N, int z)
+{
+    static const char *const zs[3] = {"dist.zero_stage=0", "dist.zero_stage=1",
+                                      "dist.zero_stage=2"};
+    const char *args[] = {
+        "--steps", "4",   "--set", N == 2 ? "data.balance=none" : "data.balance=cost",
+        "--set",   zs[z], NULL};
+    char name[32];
+    snprintf(name, sizeof(name), "np%d-zero%d", N, z);
+    return trained(name, N, args);
+}
+
+/* The bytes of a file (malloc'd, *len), or NULL. */
+static char *read_file(const char *path, size_t *len)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return NULL;
+    *len = (size_t)sb.st_size;
+    char *buf = malloc(*len + 1);
+    FILE *f = fopen(path, "rb");
+    const bool ok = buf && f && fread(buf, 1, *len, f) == *len;
+    if (f)
+        fclose(f);
+    if (!ok) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+// ---- equivalence, determinism, buckets ----------------------------------------------------------
+
+static void test_equivalence(int N)
+{
+    const char *ref = ref_run(N);
+    const char *dirs[3];
+    for (int z = 0; z < 3; z++)
+        dirs[z] = dp_run(N, z);
+    if (!ref || !dirs[0] || !dirs[1] || !dirs[2])
+        return;
+    for (int z = 0; z < 3; z++) {
+        char what[96];
+        snprintf(what, sizeof(what), "%d ranks x 1 vs 1 rank x %d groups, ZeRO %d", N, N, z);
+        expect_close(what, ref, dirs[z]);
+        if (z > 0) {
+            snprintf(what, sizeof(what), "%d ranks: ZeRO %d vs ZeRO 0", N, z);
+            expect_identical(what, dirs[0], dirs[z]);
+        }
+    }
+    /* the logged losses: one rank x N groups and N ranks x 1 group add the same groups in the
+     * same order */
+    char la[600], lb[600];
+    snprintf(la, sizeof(la), "%s/metrics.jsonl", ref);
+    snprintf(lb, sizeof(lb), "%s/metrics.jsonl", dirs[0]);
+    char *x = slurp(la), *y = slurp(lb);
+    const char *px = strstr(x, "\"loss\":"), *py = strstr(y, "\"loss\":");
+    T_EXPECT(px && py && strncmp(px, py, 20) == 0, "first step's loss: %.20s vs %.20s",
+             px ? px : "-", py ? py : "-");
+    T_EXPECT(strstr(y, "\"rank_time_ratio\":") != NULL, "metrics.jsonl has rank_time_ratio");
+    free(x);
+    free(y);
+}
+
+static void test_repeat_and_buckets(void)
+{
+    const char *z0 = dp_run(2, 0), *z2 = dp_run(2, 2);
+    if (!z0 || !z2)
+        return;
+    /* the same command again, into the same folder: the same bytes */
+    char path[2][600];
+    char *first[2];
+    size_t len[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path[k], sizeof(path[k]), "%s/ckpt-%06d/%s", z0, STEPS,
+                 k ? "optim.safetensors" : "model.safetensors");
+        first[k] = read_file(path[k], &len[k]);
+        T_EXPECT(first[k] != NULL, "read %s", path[k]);
+    }
+    const char *args[] = {
+        "--steps", "4", "--set", "data.balance=none", "--set", "dist.zero_stage=0",
+        "--out",   z0,  NULL};
+    struct cmd c;
+    cmd_run(&c, 2, args);
+    T_EXPECT(run(&c, "np2-zero0-again") == 0, "the same 2-rank run again");
+    for (int k = 0; k < 2; k++) {
+        size_t n2 = 0;
+        char *again = read_file(path[k], &n2);
+        T_EXPECT(first[k] && again && n2 == len[k] && memcmp(first[k], again, n2) == 0,
+                 "two identical 2-rank runs: %s differs", path[k]);
+        free(again);
+        free(first[k]);
+    }
+    /* pieces of 4 KiB instead of 8 MiB (one piece per model part): the same bits */
+    const char *a4k[] = {"--steps", "4",
+                         "--set",   "data.balance=none",
+                         "--set",   "dist.zero_stage=2",
+                         "--set",   "dist.bucket_bytes=4KiB",
+                         NULL};
+    const char *k4 = trained("np2-zero2-4k", 2, a4k);
+    if (k4)
+        expect_identical("2 ranks, ZeRO 2: 4 KiB pieces vs 8 MiB", z2, k4);
+}
+
+// ---- resume across world sizes ------------------------------------------------------------------
+
+static void test_resume_across_world_sizes(void)
+{
+    const char *full2 = dp_run(2, 0), *full1 = ref_run(2);
+    struct cmd c;
+    /* 2 ranks for 2 steps, then 1 rank x 2 groups to step 4 */
+    const char *h2[] = {"--steps", "2", "--set", "data.balance=none", NULL};
+    const char *a = trained("res-2to1", 2, h2);
+    if (a && full2) {
+        const char *r[] = {"--steps", "4", "--grad-accum", "2", "--resume", a, NULL};
+        cmd_run(&c, 0, r);
+        T_EXPECT(run(&c, "res-2to1-b") == 0, "resumed on 1 rank x 2 groups");
+        expect_close("2 ranks -> resumed on 1 rank x 2 groups vs 2 ranks throughout", full2, a);
+    }
+    /* 1 rank x 2 groups for 2 steps, then 2 ranks with ZeRO 1 to step 4 */
+    const char *h1[] = {"--steps", "2", "--grad-accum", "2", "--set", "data.balance=none", NULL};
+    const char *b = trained("res-1to2", 0, h1);
+    if (b && full1) {
+        const char *r[] = {"--steps", "4", "--set", "dist.zero_stage=1", "--resume", b, NULL};
+        cmd_run(&c, 2, r);
+        T_EXPECT(run(&c, "res-1to2-b") == 0, "resumed on 2 ranks, ZeRO 1");
+        expect_close("1 rank x 2 groups -> resumed on 2 ranks (ZeRO 1) vs 1 rank throughout", full1,
+                     b);
+    }
+    /* ranks x groups must stay equal: 1 rank x 1 group cannot resume a 2-group run */
+    if (b) {
+        const char *r[] = {"--steps", "5", "--resume", b, NULL};
+        cmd_run(&c, 0, r);
+        char log[512];
+        snprintf(log, sizeof(log), "%s/res-bad.log", tmp_root);
+        const int rc = wait_for(spawn(&c, log), 120);
+        char *s = slurp(log);
+        T_EXPECT(rc == 2, "resume with other groups per step: exit %d", rc);
+        T_EXPECT_STR_CONTAINS(s, "groups per step");
+        free(s);
+    }
+}
+
+// ---- failures -----------------------------------------------------------------------------------
+
+/* The pid of rank `rank` of the runs of this test process (QC_TEST_TAG in its environment), or
+ * -1. */
+static pid_t find_rank(int rank)
+{
+    char want_tag[96], want_rank[64];
+    snprintf(want_tag, sizeof(want_tag), "QC_TEST_TAG=%s", tag);
+    snprintf(want_rank, sizeof(want_rank), "OMPI_COMM_WORLD_RANK=%d", rank);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    pid_t found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        const pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        char p[64];
+        snprintf(p, sizeof(p), "/proc/%d/environ", (int)pid);
+        FILE *f = fopen(p, "rb");
+        if (!f)
+            continue;
+        char buf[1 << 16];
+        const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        bool has_tag = false, has_rank = false;
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+            has_tag = has_tag || strcmp(buf + i, want_tag) == 0;
+            has_rank = has_rank || strcmp(buf + i, want_rank) == 0;
+        }
+        snprintf(p, sizeof(p), "/proc/%d/comm", (int)pid); /* size 0 to stat: read it */
+        char comm[64] = "";
+        f = fopen(p, "r");
+        if (f) {
+            if (!fgets(comm, sizeof(comm), f))
+                comm[0] = '\0';
+            fclose(f);
+        }
+        if (has_tag && has_rank && strncmp(comm, "qctrain", 7) == 0)
+            found = pid;
+    }
+    closedir(d);
+    return found;
+}
+
+/* Waits until RUN/metrics.jsonl shows a step (the ranks are training). */
+static bool wait_training(const char *dir, double limit_s)
+{
+    char p[600];
+    snprintf(p, sizeof(p), "%s/metrics.jsonl", dir);
+    const double t0 = now_s();
+    while (now_s() - t0 < limit_s) {
+        char *s = slurp(p);
+        const bool ok = strstr(s, "\"step\":1,") != NULL;
+        free(s);
+        if (ok)
+            return true;
+        usleep(100000);
+    }
+    return false;
+}
+
+/* Starts 3 ranks for many steps (dist.timeout 3 s), hits rank 1 with sig once training, and
+ * checks how the job ends. launcher_aborts: mpirun kills the job when a process dies (its
+ * default; off: it waits, as srun without --kill-on-bad-exit does). ours: the survivors' watchdog
+ * names the rank (else mpirun's message does). */
+static void test_rank_failure(int sig, bool launcher_aborts, bool ours, const char *name)
+{
+    char dir[400], log[512];
+    out_dir(dir, sizeof(dir), name);
+    snprintf(log, sizeof(log), "%s/%s.log", tmp_root, name);
+    const char *keep_going[] = {"--mca", "orte_abort_on_non_zero_status", "0", NULL};
+    struct cmd c;
+    cmd_mpirun(&c, 3, launcher_aborts ? NULL : keep_going);
+    cmd_train(&c);
+    const char *t[] = {"--steps", "1000", "--set", "dist.timeout=3", "--out", dir};
+    for (size_t k = 0; k < 6; k++)
+        cmd_add(&c, t[k]);
+    const pid_t job = spawn(&c, log);
+    const bool training = wait_training(dir, 120);
+    T_EXPECT(training, "%s: the ranks never reached step 1", name);
+    const pid_t victim = training ? find_rank(1) : -1;
+    T_EXPECT(victim > 0, "%s: rank 1's process not found", name);
+    if (victim > 0)
+        kill(victim, sig);
+    /* the job must end on its own: within dist.timeout plus start-up slack, never hang */
+    const double t0 = now_s();
+    const int rc = wait_for(job, 90);
+    const double took = now_s() - t0;
+    if (victim > 0 && sig == SIGSTOP)
+        kill(victim, SIGKILL); /* mpirun kills it too; make sure */
+    char *s = slurp(log);
+    printf("  %s: the job ended %.1f s after the signal, exit %d\n", name, took, rc);
+    T_EXPECT(rc != -1, "%s: the job hung (killed after 90 s)\n%s", name, s);
+    T_EXPECT(rc != 0, "%s: mpirun exited 0", name);
+    if (!ours) {
+        T_EXPECT(strstr(s, "rank 1") != NULL, "%s: no message names rank 1:\n%s", name, s);
+    } else {
+        T_EXPECT(strstr(s, "dist: rank 1 (pid") != NULL && strstr(s, "went away") != NULL,
+                 "%s: no 'dist: rank 1 ... went away' error:\n%s", name, s);
+        T_EXPECT(strstr(s, "dist.timeout") != NULL, "%s: the message names dist.timeout", name);
+    }
+    free(s);
+}
+
+// ---- start-up errors and the 8-rank preset ------------------------------------------------------
+
+static void test_config_mismatch(void)
+{
+    char dir[400];
+    out_dir(dir, sizeof(dir), "mismatch");
+    struct cmd c;
+    cmd_mpirun(&c, 1, NULL);
+    cmd_train(&c);
+    const char *t[] = {"--steps", "2", "--out", dir, ":", "-np", "1", QCTRAIN};
+    for (size_t k = 0; k < 8; k++)
+        cmd_add(&c, t[k]);
+    cmd_train(&c);
+    const char *t2[] = {"--steps", "2", "--out", dir, "--set", "train.lr=1e-3"};
+    for (size_t k = 0; k < 6; k++)
+        cmd_add(&c, t2[k]);
+    char log[512];
+    snprintf(log, sizeof(log), "%s/mismatch.log", tmp_root);
+    const int rc = wait_for(spawn(&c, log), 120);
+    char *s = slurp(log);
+    T_EXPECT(rc != 0 && rc != -1, "config mismatch: exit %d", rc);
+    T_EXPECT_STR_CONTAINS(s, "train.lr is 0.001 on rank 1, 0.002 on rank 0");
+    free(s);
+
+    /* dist.world_size against the launch */
+    cmd_mpirun(&c, 2, NULL);
+    cmd_train(&c);
+    const char *t3[] = {"--steps", "2", "--out", dir, "--set", "dist.world_size=3"};
+    for (size_t k = 0; k < 6; k++)
+        cmd_add(&c, t3[k]);
+    snprintf(log, sizeof(log), "%s/worldsize.log", tmp_root);
+    const int rc2 = wait_for(spawn(&c, log), 120);
+    s = slurp(log);
+    T_EXPECT(rc2 != 0 && rc2 != -1, "world size mismatch: exit %d", rc2);
+    T_EXPECT_STR_CONTAINS(s, "dist.world_size is 3 but mpirun started 2 ranks");
+    free(s);
+}
+
+static void test_rtx3090x8(void)
+{
+    char dir[400];
+    out_dir(dir, sizeof(dir), "rtx3090x8");
+    struct cmd c;
+    cmd_mpirun(&c, 8, NULL);
+    cmd_add(&c, "train");
+    /* the preset (8 ranks, ZeRO 1, cuda) with the tiny model on the CPU backend */
+    const char *t[] = {"--preset", "rtx3090x8",
+                       "--device", "cpu",
+                       "--set",    "device.budget=0",
+                       "--set",    "model.hidden_dim=32",
+                       "--set",    "model.num_heads=2",
+                       "--set",    "model.head_dim=16",
+                       "--set",    "model.num_freq_bands=8",
+                       "--set",    "data.synthetic_scenes=8"};
+    for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++)
+        cmd_add(&c, t[k]);
+    for (int i = 2; i < NTINY; i++) /* tiny_args without "--preset cpu-smoke" */
+        cmd_add(&c, tiny_args[i]);
+    const char *t2[] = {"--steps", "1", "--out", dir};
+    for (size_t k = 0; k < 4; k++)
+        cmd_add(&c, t2[k]);
+    T_EXPECT(run(&c, "rtx3090x8") == 0, "8 ranks of the rtx3090x8 preset");
+    char p[600];
+    snprintf(p, sizeof(p), "%s/metrics.jsonl", dir);
+    char *s = slurp(p);
+    T_EXPECT(strstr(s, "\"ranks\":8,") != NULL && strstr(s, "\"samples\":8,") != NULL,
+             "one step of 8 ranks x 1 scene: %s", s);
+    free(s);
+    snprintf(p, sizeof(p), "%s/memory.json", dir);
+    s = slurp(p);
+    T_EXPECT(strstr(s, "\"world_size\": 8") && strstr(s, "\"zero_stage\": 1"),
+             "memory.json's per-rank section");
+    free(s);
+    snprintf(p, sizeof(p), "%s/ckpt-000001/optim.safetensors", dir);
+    struct stat sb;
+    T_EXPECT(stat(p, &sb) == 0, "rank 0 wrote the checkpoint (moments gathered)");
+}
+
+// ---- NCCL (GPU)
+// ------------------------------------------------------------------------------------
+
+static void test_nccl(void)
+{
+    const int ngpu = qc_device_cuda_count();
+    if (ngpu < 1) {
+        T_SKIP("no CUDA device");
+        return;
+    }
+    const char *ref_args[] = {"--device", "cuda",  "--steps",           "4", "--grad-accum",
+                              "2",        "--set", "data.balance=none", NULL};
+    const char *ref = trained("cuda-ref2", 0, ref_args);
+    if (!ref)
+        return;
+    for (int z = 0; z < 3; z++) {
+        char zs[32], name[32], dir[400], log[512];
+        snprintf(zs, sizeof(zs), "dist.zero_stage=%d", z);
+        snprintf(name, sizeof(name), "cuda-np2-zero%d", z);
+        out_dir(dir, sizeof(dir), name);
+        const char *args[] = {"--device", "cuda", "--steps", "4", "--set", "data.balance=none",
+                              "--set",    zs,     "--out",   dir, NULL};
+        struct cmd c;
+        cmd_run(&c, 2, args);
+        snprintf(log, sizeof(log), "%s/%s.log", tmp_root, name);
+        const int rc = wait_for(spawn(&c, log), 600);
+        char *s = slurp(log);
+        if (rc != 0 && ngpu < 2 && (strstr(s, "Duplicate GPU") || strstr(s, "NCCL communicator"))) {
+            free(s);
+            T_SKIP("one GPU and NCCL refuses two ranks on it (run on a machine with 2 GPUs)");
+            return;
+        }
+        T_EXPECT(rc == 0, "2 ranks on cuda (%d GPU(s)), ZeRO %d: exit %d\n%s", ngpu, z, rc, s);
+        free(s);
+        if (rc != 0)
+            return;
+        char what[96];
+        snprintf(what, sizeof(what), "NCCL, %d GPU(s): 2 ranks x 1 vs 1 rank x 2 groups, ZeRO %d",
+                 ngpu, z);
+        expect_close(what, ref, dir);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    snprintf(tmp_root, sizeof(tmp_root), "/tmp/qctrain-test-dist-%d", (int)getpid());
+    t_rm_rf(tmp_root);
+    mkdir(tmp_root, 0755);
+    snprintf(tag, sizeof(tag), "dist-%d", (int)getpid());
+    setenv("QC_TEST_TAG", tag, 1);
+    /* Open MPI as root (CI), several ranks on 2 cores, one thread per rank */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    /* shared-memory transport without process_vm_readv, which containers often forbid */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        QC_TEST ("dist: NCCL: 2 ranks x 1 group == 1 rank x 2 groups on cuda, ZeRO 0/1/2") {
+            test_nccl();
+        }
+        t_rm_rf(tmp_root);
+        return qc_test_summary();
+    }
+    QC_TEST ("dist: 2 ranks x 1 group == 1 rank x 2 groups, ZeRO 0/1/2") {
+        test_equivalence(2);
+    }
+    QC_TEST ("dist: 3 ranks x 1 group == 1 rank x 3 groups, ZeRO 0/1/2 (cost-balanced groups)") {
+        test_equivalence(3);
+    }
+    QC_TEST ("dist: identical runs give identical bytes, whatever dist.bucket_bytes") {
+        test_repeat_and_buckets();
+    }
+    QC_TEST ("dist: resume across world sizes (2 -> 1 x 2 groups, 1 x 2 groups -> 2 with ZeRO 1)") {
+        test_resume_across_world_sizes();
+    }
+    QC_TEST ("dist: a rank killed (kill -9) stops the job within dist.timeout, naming it") {
+        test_rank_failure(SIGKILL, false, true, "kill9");
+    }
+    QC_TEST ("dist: a rank stopped (SIGSTOP) stops the job within dist.timeout, naming it") {
+        test_rank_failure(SIGSTOP, true, true, "sigstop");
+    }
+    QC_TEST ("dist: with mpirun's own abort, a killed rank ends the job non-zero, named") {
+        test_rank_failure(SIGKILL, true, false, "kill9-mpirun");
+    }
+    QC_TEST ("dist: configuration and world size mismatches are refused at start-up") {
+        test_config_mismatch();
+    }
+    QC_TEST ("dist: the rtx3090x8 preset runs 8 ranks when launched with 8") {
+        test_rtx3090x8();
+    }
+    t_rm_rf(tmp_root);
+    return qc_test_summary();
+}
