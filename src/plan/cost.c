@@ -13,11 +13,11 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "qc_file.h"
 
 #define EMA 0.3
 
@@ -252,36 +252,10 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
     cJSON_Delete(root);
     if (!text)
         return qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    enum qc_status st = QC_OK;
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = qc_errorf(QC_ERR_IO, "plan cost %s: cannot write: %s", tmp, strerror(errno));
-    } else {
-        const size_t len = strlen(text);
-        size_t off = 0;
-        int err = 0;
-        while (off < len && !err) {
-            const ssize_t w = write(fd, text + off, len - off);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                err = w < 0 ? errno : EIO;
-            else
-                off += (size_t)w;
-        }
-        if (!err && fsync(fd) != 0)
-            err = errno;
-        if (close(fd) != 0 && !err)
-            err = errno;
-        if (!err && rename(tmp, path) != 0)
-            err = errno;
-        if (err) {
-            unlink(tmp);
-            st = qc_errorf(QC_ERR_IO, "plan cost %s: write failed: %s", path, strerror(err));
-        }
-    }
+    /* whole or not at all (a cost model is also read by qctrain plan --cost; JSON numbers
+     * through cJSON's printer, non-finite ones as null: qc_json.h) */
+    const struct qc_file_part part = {text, strlen(text)};
+    const enum qc_status st = qc_file_write_atomic(path, &part, 1, "plan cost");
     cJSON_free(text);
     return st;
 }

@@ -35,6 +35,7 @@
 
 #include "qc_loader.h"
 #include "qc_offload.h"
+#include "qc_oom.h"
 #include "qc_plan.h"
 #include "qc_progress.h" /* qc_format_bytes */
 
@@ -85,6 +86,7 @@ void train_mem_destroy(struct train_mem *tm)
 {
     if (!tm)
         return;
+    qc_oom_set_planner(QC_OOM_PLANNER_NONE, false);
     qc_qcnet_destroy(tm->dry);
     qc_plan_program_free(&tm->prog);
     qc_plan_cost_destroy(tm->cost);
@@ -185,6 +187,11 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
         tm->hw.host_capacity = 0;
         tm->hw.nvme_capacity = 0;
     }
+    /* what an out-of-memory hint may advise (qc_oom.h) */
+    qc_oom_set_planner(cfg->plan_policy != QC_PLAN_AUTO ? QC_OOM_PLANNER_FORCED
+                       : cfg->device_budget > 0         ? QC_OOM_PLANNER_AUTO
+                                                        : QC_OOM_PLANNER_NO_BUDGET,
+                       tm->hw.nvme_capacity > 0);
     if (st == QC_OK &&
         !(tm->grads_host = malloc((size_t)(tm->nparams ? tm->nparams : 1) * sizeof(float))))
         st = qc_errorf(QC_ERR_NOMEM, "train: gradient copy of %" PRId64 " floats", tm->nparams);
@@ -457,16 +464,18 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             tm->step.skipped++;
             return QC_OK;
         }
+        struct qc_oom_facts f = {.one_scene = true,
+                                 .attention = tm->cfg.attention == QC_ATTENTION_FUSED
+                                                  ? QC_OOM_ATTENTION_FUSED
+                                                  : QC_OOM_ATTENTION_UNFUSED};
+        qc_oom_planner_facts(&f);
+        char hint[512];
         return qc_errorf(QC_ERR_NOMEM,
                          "train: scene %s (dataset index %" PRId64
                          ") does not fit the device budget even alone: %s; %s: it needs a "
-                         "budget of about %s (%" PRIu64 " bytes), the budget is %s\nhint: raise "
-                         "device.budget%s, or --skip-oversized to skip such scenes",
+                         "budget of about %s (%" PRIu64 " bytes), the budget is %s\n%s",
                          host->scenario_id[0], host->scene_index[0], sizes, why, b2, budget_needed,
-                         b3,
-                         tm->cfg.offload_nvme_dir[0] ? ""
-                                                     : ", give the planner an NVMe tier "
-                                                       "(offload.nvme_dir)");
+                         b3, qc_oom_hint(&f, hint, sizeof hint));
     }
     float group_norm[QC_QCNET_LOSS_NORM];
     if (!norm) { /* the whole group's denominators for every part */
