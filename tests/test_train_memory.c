@@ -412,7 +412,7 @@ static void test_budgets(void)
         if (r0.st != QC_OK)
             continue;
         const double p0 = max_active(&r0);
-        int fitted = 0, moved = 0;
+        int fitted = 0, moved = 0, compared = 0;
         bool floor_found = false;
         double budget = p0;
         for (int i = 0; i < 16 && !floor_found; i++, budget *= 0.85) {
@@ -452,7 +452,10 @@ static void test_budgets(void)
                 T_EXPECT(m->peak <= (double)cb.device_budget && m->reserved <= cb.device_budget,
                          "budget %" PRIu64 " step %d: peak %g, reserved %g", cb.device_budget,
                          s + 1, m->peak, m->reserved);
-                T_EXPECT(fabs(m->predicted - m->active) <= 0.10 * m->active,
+                /* a step with a re-plan peaked, maybe, in the attempt rolled back, which ran
+                 * another plan part of the way: its prediction does not compare */
+                compared += m->replans == 0;
+                T_EXPECT(m->replans > 0 || fabs(m->predicted - m->active) <= 0.10 * m->active,
                          "budget %" PRIu64 " step %d: predicted %g vs measured %g",
                          cb.device_budget, s + 1, m->predicted, m->active);
                 T_EXPECT(m->splits == 0, "one scene per group: no split");
@@ -468,6 +471,7 @@ static void test_budgets(void)
         }
         T_EXPECT(floor_found, "a budget under the minimum plan was reached");
         T_EXPECT(fitted >= 3 && moved >= 2, "%d budgets fitted, %d moved stashes", fitted, moved);
+        T_EXPECT(compared >= 3 * fitted - 3, "%d steps without a re-plan compared", compared);
         t_rm_rf(ref);
     }
 }

@@ -98,7 +98,7 @@ struct qc_trainer {
     int64_t nmem_steps, cap_mem_steps;
     struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
     struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
-    struct train_mem *mem; /* the step's memory system: plans, policies, admission, OOM */
+    struct train_mem *mem;      /* the step's memory system: plans, policies, admission, OOM */
 };
 
 static double now_s(void)
@@ -586,8 +586,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
          * allocator runs out (stepmem.c) */
         struct train_group_out l = {0};
         if (st == QC_OK)
-            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
-                                 1.0f / (float)groups, &l);
+            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx, 1.0f / (float)groups,
+                                 t->dist, &l);
         scenes += l.scenes;
         edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));

@@ -160,7 +160,9 @@ struct qc_step_metrics {
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
     /* the memory system (stepmem.c): */
-    uint64_t predicted_peak_bytes; /* the planner's peak for the step (highest of its groups) */
+    uint64_t predicted_peak_bytes; /* the planner's peak for the step: the highest of the plans
+                                      that ran to the end (in a step with re-plans the measured
+                                      peak may come from a rolled-back attempt) */
     uint64_t peak_active_bytes;    /* allocator: active peak (allocated + blocks whose
                                       stream-ordered free waits on a copy): what the prediction
                                       models */

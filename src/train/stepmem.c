@@ -19,6 +19,11 @@
  *      optimizer state are untouched until the step's end), the margin is raised and the group
  *      re-planned and re-run, up to 3 times before it is split. Dropout is keyed, so the re-run
  *      gives the bits of a run that never ran out.
+ *   with several ranks (train_dist.c), the rank's last group of the step is armed: the
+ *      gradient ranges its backward reports start reducing at once. The parts of a split group
+ *      before the last run held (their gradients are not final); a rollback after ranges were
+ *      reported waits for their reduction and keeps the reduced values aside (they belong to the
+ *      reduction; the re-run's reports of them are dropped), restored when the group is done.
  *   4. measured: per block times and transients calibrate the cost model (RUN/plan_cost.json);
  *      the step's predicted peak, offloaded and recomputed bytes, stall, re-plans and splits go
  *      to metrics.jsonl; the plan of the step with the highest measured peak goes to
@@ -38,9 +43,14 @@
 #include "qc_oom.h"
 #include "qc_plan.h"
 #include "qc_progress.h" /* qc_format_bytes */
+#include "train_dist.h"
 
-#define MAX_ATTEMPTS 3
-#define MARGIN_MAX   0.5
+#define MAX_ATTEMPTS   3     /* runs of a group under plans before it is split */
+#define MAX_ATTEMPTS_1 8     /* ... of one scene, which cannot be split */
+#define MARGIN_MAX     0.5   /* of the budget */
+#define MARGIN_STEP    0.03  /* the least a failure raises the margin by */
+#define MARGIN_JUMP    0.10  /* the most */
+#define MARGIN_DECAY   0.005 /* a step without a failure or a miss gives back this much */
 
 struct train_mem {
     struct qc_config cfg;
@@ -50,13 +60,19 @@ struct train_mem {
     struct qc_plan_cost *cost;
     struct qc_plan_params par;
     struct qc_plan_hw hw;
-    double margin;
+    double margin;    /* in force: par.margin raised by failures and misses, decaying back */
+    bool step_missed; /* this step ran out or peaked over its prediction */
     bool cuda;
     bool skip_oversized;
     struct qc_plan_measure *meas;
     int32_t cap_meas;
     float *grads_host; /* the rollback copy of the gradients */
     int64_t nparams;
+    /* several ranks: the group's reduced ranges [owned_from, nparams) kept aside over a
+     * rollback (nparams: none) */
+    struct train_dist *td;
+    float *aside;
+    int64_t owned_from;
     bool grads_dirty; /* a backward of this step has accumulated into the gradients */
     struct train_mem_step step;
     struct qc_memctx_stats mc0;
@@ -92,6 +108,7 @@ void train_mem_destroy(struct train_mem *tm)
     qc_plan_cost_destroy(tm->cost);
     free(tm->meas);
     free(tm->grads_host);
+    free(tm->aside);
     plan_free(&tm->shown);
     plan_free(&tm->cur);
     free(tm);
@@ -227,6 +244,7 @@ void train_mem_step_begin(struct train_mem *tm, struct qc_qcnet *model)
 {
     memset(&tm->step, 0, sizeof tm->step);
     tm->grads_dirty = false;
+    tm->step_missed = false;
     qc_memctx_stats_get(qc_train_backend_memctx(tm->be), &tm->mc0);
     struct qc_offload *o = qc_train_backend_offload_engine(tm->be);
     tm->stall_ns0 = 0;
@@ -299,11 +317,11 @@ static void calibrate(struct train_mem *tm, struct qc_qcnet *model, double group
 }
 
 /* One forward / loss / backward of batch (host, dev) under the plan set on the model; the
- * losses are added into out. */
+ * losses are added into out. last: the group's last backward (its reports are final). */
 static enum qc_status attempt(struct train_mem *tm, struct qc_qcnet *model,
                               const struct qc_batch *host, const struct qc_batch *dev,
                               const struct qc_qcnet_ctx *ctx0, const float *norm, float weight,
-                              struct train_group_out *out)
+                              bool last, struct train_group_out *out)
 {
     struct qc_qcnet_ctx ctx = *ctx0;
     ctx.batch_dev = dev;
@@ -314,8 +332,10 @@ static enum qc_status attempt(struct train_mem *tm, struct qc_qcnet *model,
     enum qc_status st = qc_qcnet_forward(model, host, &ctx, &o);
     if (st == QC_OK)
         st = qc_qcnet_loss(model, &l);
+    train_dist_hold(tm->td, !last);
     if (st == QC_OK)
         st = qc_qcnet_backward(model, weight);
+    train_dist_hold(tm->td, false);
     if (st == QC_OK) {
         calibrate(tm, model, now_s() - t0);
         out->loss += (double)l.loss;
@@ -343,13 +363,14 @@ static void scene_sizes(const struct qc_batch *b, char *buf, size_t n)
 static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                                 struct qc_loader *loader, const struct qc_batch *host,
                                 const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
-                                const float *norm, float weight, struct train_group_out *out);
+                                const float *norm, float weight, bool last,
+                                struct train_group_out *out);
 
 /* Runs the scenes idx[0 .. n) as a sub-group: built by the loader, staged, run. */
 static enum qc_status run_part(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, const int64_t *idx, int64_t n,
                                const struct qc_qcnet_ctx *ctx, const float *norm, float weight,
-                               struct train_group_out *out)
+                               bool last, struct train_group_out *out)
 {
     struct qc_batch *b = NULL;
     QC_TRY(qc_loader_build(loader, idx, n, &b));
@@ -362,22 +383,42 @@ static enum qc_status run_part(struct train_mem *tm, struct qc_qcnet *model,
     const struct qc_batch *dev = NULL;
     st = train_stage_use(tm->be, &s, &dev);
     if (st == QC_OK)
-        st = run_batch(tm, model, loader, b, dev, ctx, norm, weight, out);
+        st = run_batch(tm, model, loader, b, dev, ctx, norm, weight, last, out);
     qc_loader_release(loader, train_stage_drop(tm->be, &s));
     train_stage_deinit(&s);
     return st;
 }
 
+/* Several ranks, after a failed attempt: the ranges its backward reported are the
+ * reduction's; their reduced values go aside (once each), put back by train_mem_group. */
+static enum qc_status keep_reduced(struct train_mem *tm, struct qc_qcnet *model)
+{
+    int64_t from = INT64_MAX;
+    QC_TRY(train_dist_settle(tm->td, &from));
+    if (from >= tm->owned_from)
+        return QC_OK;
+    if (!tm->aside && !(tm->aside = malloc((size_t)tm->nparams * sizeof(float))))
+        return qc_errorf(QC_ERR_NOMEM, "train: gradient copy of %" PRId64 " floats", tm->nparams);
+    QC_TRY(qc_op_download(qc_train_backend_exec(tm->be), tm->aside + from,
+                          qc_qcnet_grads(model) + from,
+                          (size_t)(tm->owned_from - from) * sizeof(float)));
+    tm->owned_from = from;
+    return QC_OK;
+}
+
 static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                                 struct qc_loader *loader, const struct qc_batch *host,
                                 const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
-                                const float *norm, float weight, struct train_group_out *out)
+                                const float *norm, float weight, bool last,
+                                struct train_group_out *out)
 {
     struct qc_plan_result r = {0};
     enum qc_status st = QC_OK;
     uint64_t need = 0;    /* the last plan's peak */
     bool ran_out = false; /* the attempts ran out under plans that fit */
-    for (int a = 0; a < MAX_ATTEMPTS; a++) {
+    const int attempts = host->num_scenes == 1 ? MAX_ATTEMPTS_1 : MAX_ATTEMPTS;
+    int a = 0;
+    for (; a < attempts; a++) {
         st = plan(tm, host, &r);
         if (st != QC_OK)
             return st;
@@ -395,8 +436,10 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         if (st == QC_OK && dirty && tm->par.budget > 0)
             st = qc_qcnet_grads_download(model, tm->grads_host);
         if (st == QC_OK)
-            st = attempt(tm, model, host, dev, ctx, norm, weight, out);
-        if (st == QC_OK && r.peak > tm->step.predicted_peak) /* the plans that ran */
+            st = attempt(tm, model, host, dev, ctx, norm, weight, last, out);
+        /* the plans that ran to the end (a rolled-back attempt's allocations are in the step's
+         * measured peak too, up to where it failed: such a step's two peaks do not compare) */
+        if (st == QC_OK && r.peak > tm->step.predicted_peak)
             tm->step.predicted_peak = r.peak;
         if (st != QC_ERR_NOMEM || tm->par.budget == 0) {
             qc_plan_result_free(&r);
@@ -407,17 +450,24 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         snprintf(msg, sizeof msg, "%s", qc_error_last());
         struct qc_alloc_stats as;
         qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
-        if (dirty)
+        st = keep_reduced(tm, model);
+        if (st == QC_OK && dirty)
             st = qc_qcnet_grads_upload(model, tm->grads_host);
-        else
-            qc_qcnet_zero_grad(model), st = QC_OK;
+        else if (st == QC_OK)
+            qc_qcnet_zero_grad(model);
+        /* the re-run starts from an empty cache: what this attempt's pattern left reserved
+         * (partly used segments, free blocks between granules) goes back */
+        if (st == QC_OK)
+            st = qc_alloc_empty_cache(qc_train_backend_alloc(tm->be));
         if (st != QC_OK) {
             qc_plan_result_free(&r);
             return st;
         }
-        /* the new margin covers what the prediction missed (an active peak over it) and what
+        /* the new margin covers what the prediction missed (an active peak over it) or what
          * fragmentation held when the allocator ran out (reserved − allocated, after its cache
-         * release): at least 3 points more */
+         * release), whichever is larger, by 3 to 10 points more per failure: the fragmentation
+         * at a failure belongs to that attempt's allocation pattern, which a new plan changes,
+         * so it is approached in steps rather than taken whole */
         const double budget = (double)tm->par.budget;
         const double seen =
             as.bytes_active_peak > r.peak ? (double)(as.bytes_active_peak - r.peak) / budget : 0.0;
@@ -426,11 +476,12 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         const double frag = ms.fail_reserved > ms.fail_allocated
                                 ? (double)(ms.fail_reserved - ms.fail_allocated) / budget
                                 : 0.0;
-        double m = tm->margin + (seen > 0.03 ? seen : 0.03);
-        if (m < frag + 0.02)
-            m = frag + 0.02;
+        double up = seen > frag ? seen : frag;
+        up = up < MARGIN_STEP ? MARGIN_STEP : up > MARGIN_JUMP ? MARGIN_JUMP : up;
+        const double m = tm->margin + up;
         tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
         tm->step.replans++;
+        tm->step_missed = true;
         qc_log(QC_LOG_WARN,
                "train: out of device memory under the plan (predicted peak %" PRIu64
                " bytes; at the failure %zu bytes allocated, %zu reserved of which %zu small): "
@@ -453,7 +504,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             snprintf(why, sizeof why,
                      "it ran out of device memory %d times under plans peaking at %s "
                      "(fragmentation)",
-                     MAX_ATTEMPTS, b1);
+                     a, b1);
         else
             snprintf(why, sizeof why, "its smallest plan peaks at %s", b1);
         if (tm->skip_oversized) {
@@ -492,22 +543,32 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
     if (!idx)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     memcpy(idx, host->scene_index, (size_t)n * sizeof *idx);
-    st = run_part(tm, model, loader, idx, h, ctx, norm, weight, out);
+    st = run_part(tm, model, loader, idx, h, ctx, norm, weight, false, out);
     if (st == QC_OK)
-        st = run_part(tm, model, loader, idx + h, n - h, ctx, norm, weight, out);
+        st = run_part(tm, model, loader, idx + h, n - h, ctx, norm, weight, last, out);
     free(idx);
     return st;
 }
 
 enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, struct train_stage *stage,
-                               const struct qc_qcnet_ctx *ctx, float weight,
+                               const struct qc_qcnet_ctx *ctx, float weight, struct train_dist *td,
                                struct train_group_out *out)
 {
     memset(out, 0, sizeof *out);
     const struct qc_batch *dev = NULL;
     QC_TRY(train_stage_use(tm->be, stage, &dev));
-    return run_batch(tm, model, loader, stage->host, dev, ctx, NULL, weight, out);
+    tm->td = td;
+    tm->owned_from = tm->nparams;
+    enum qc_status st =
+        run_batch(tm, model, loader, stage->host, dev, ctx, NULL, weight, true, out);
+    /* the reduced values of ranges reported before a rollback, over the re-run's own */
+    if (st == QC_OK && tm->owned_from < tm->nparams)
+        st = qc_op_upload(qc_train_backend_exec(tm->be), qc_qcnet_grads(model) + tm->owned_from,
+                          tm->aside + tm->owned_from,
+                          (size_t)(tm->nparams - tm->owned_from) * sizeof(float));
+    tm->td = NULL;
+    return st;
 }
 
 void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t measured_peak,
@@ -528,12 +589,18 @@ void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t m
     struct qc_qcnet_mem mm;
     qc_qcnet_mem_get(model, &mm);
     s->recompute_bytes = mm.recompute_bytes - tm->recompute0;
-    /* a peak over the prediction raises the margin by the misprediction */
+    /* a peak over the prediction raises the margin by the misprediction; a step without a
+     * failure or a miss gives a little back, down to the planner's 2 %, so that one odd scene does
+     * not make every later plan conservative */
     if (tm->par.budget > 0 && measured_peak > s->predicted_peak && s->predicted_peak > 0) {
         tm->margin += (double)(measured_peak - s->predicted_peak) / (double)tm->par.budget;
         if (tm->margin > MARGIN_MAX)
             tm->margin = MARGIN_MAX;
+        tm->step_missed = true;
     }
+    if (!tm->step_missed && tm->margin > tm->par.margin)
+        tm->margin =
+            tm->margin - MARGIN_DECAY > tm->par.margin ? tm->margin - MARGIN_DECAY : tm->par.margin;
     /* memory.json shows the plan of the step with the highest measured peak */
     if (tm->cur.blocks && measured_peak >= tm->shown_measured) {
         struct train_mem_plan t = tm->shown;

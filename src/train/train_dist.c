@@ -25,7 +25,12 @@ struct train_dist {
     int rank, world;
     int64_t G; /* groups per rank per step (train.grad_accum) */
     int zero_stage;
-    bool armed;                /* the grads-ready callback forwards to the communicator */
+    bool armed;       /* the grads-ready callback forwards to the communicator */
+    bool held;        /* ... except while held (a split group's earlier parts) */
+    int64_t reported; /* the lowest offset forwarded this step (numel: none) */
+    int64_t numel;
+    int64_t arms;              /* steps armed so far (the current step's number once armed) */
+    int64_t fault_step;        /* QC_FAULT_OOM_AFTER_REPORT: 0 = off */
     enum qc_status cb_status;  /* first failure inside the callback */
     struct qc_stream *compute; /* device backends: where the compute clock is read */
     double t_begin, t_end;     /* the step's compute clock (host functions on CUDA) */
@@ -139,13 +144,32 @@ char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_tra
 // ---- the communicator
 // ----------------------------------------------------------------------------
 
-/* The model's grads-ready callback: forwards while armed (the rank's last backward). */
+/* The model's grads-ready callback: forwards while armed (the rank's last backward) and not
+ * held; a range already forwarded (a backward re-run after a rollback reports it again) stays
+ * the communicator's. */
 static void grads_ready_cb(void *ctx, int64_t lo, int64_t hi)
 {
     struct train_dist *td = ctx;
-    if (!td->armed || td->cb_status != QC_OK)
+    if (!td->armed || td->held || td->cb_status != QC_OK || lo >= td->reported)
         return;
     td->cb_status = qc_dist_grads_ready(td->d, lo, hi);
+    td->reported = lo;
+    if (td->fault_step == td->arms) { /* the test hook: the next allocation runs out, once */
+        td->fault_step = 0;
+        qc_memctx_fail_at(qc_train_backend_memctx(td->be), 1, 1);
+    }
+}
+
+/* QC_FAULT_OOM_AFTER_REPORT=S (tests, docs/RELIABILITY.md): in step S the first allocation
+ * after the first range this rank forwards to the reduction fails, as if the device ran out:
+ * the memory system rolls the group back with ranges already reducing. Read once; unset or
+ * invalid: off. */
+static int64_t fault_step_from_env(void)
+{
+    const char *e = getenv("QC_FAULT_OOM_AFTER_REPORT");
+    char *end = NULL;
+    const long long v = e ? strtoll(e, &end, 10) : 0;
+    return e && end != e && *end == '\0' && v > 0 ? (int64_t)v : 0;
 }
 
 enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreement,
@@ -160,6 +184,8 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
     td->rank = qc_dist_world_rank();
     td->world = qc_dist_world_size();
     td->G = cfg->grad_accum > 0 ? cfg->grad_accum : 1;
+    td->numel = qc_qcnet_num_params(m);
+    td->fault_step = fault_step_from_env();
     td->zero_stage = (int)cfg->zero_stage;
     td->record = 4 + 4 * (size_t)td->G;
     td->gather = calloc((size_t)td->world * td->record, sizeof(double));
@@ -301,6 +327,26 @@ enum qc_status train_dist_arm(struct train_dist *td, float *grads)
     td->cb_status = QC_OK;
     QC_TRY(qc_dist_grads_begin(td->d, grads));
     td->armed = true;
+    td->held = false;
+    td->reported = td->numel;
+    td->arms++;
+    return QC_OK;
+}
+
+void train_dist_hold(struct train_dist *td, bool hold)
+{
+    if (td)
+        td->held = hold;
+}
+
+enum qc_status train_dist_settle(struct train_dist *td, int64_t *from)
+{
+    *from = INT64_MAX;
+    if (!td || !td->armed || td->reported == td->numel)
+        return QC_OK;
+    QC_TRY(td->cb_status);
+    QC_TRY(qc_dist_grads_settle(td->d));
+    *from = td->reported;
     return QC_OK;
 }
 

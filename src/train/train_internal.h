@@ -122,12 +122,16 @@ void train_mem_destroy(struct train_mem *tm);
 void train_mem_step_begin(struct train_mem *tm, struct qc_qcnet *model);
 void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t measured_peak,
                         int64_t step);
+struct train_dist;
 /* Runs one group (the batch staged in stage): plans, splits when it does not fit, runs forward,
  * loss and backward with ctx and backward scale weight, rolls back and re-plans on running
- * out. The group's losses and scenes in out. QC_ERR_NOMEM for a scene that never fits. */
+ * out. The group's losses and scenes in out. QC_ERR_NOMEM for a scene that never fits.
+ * td (NULL: one rank), when armed for this group (the rank's last of the step): the parts of a
+ * split group before the last run held, and a rollback after reported ranges settles them and
+ * keeps their reduced values (train_dist_hold, train_dist_settle). */
 enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, struct train_stage *stage,
-                               const struct qc_qcnet_ctx *ctx, float weight,
+                               const struct qc_qcnet_ctx *ctx, float weight, struct train_dist *td,
                                struct train_group_out *out);
 const struct train_mem_step *train_mem_last_step(const struct train_mem *tm);
 /* The plan of the step with the highest measured peak so far (NULL before one ran). */
