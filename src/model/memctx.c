@@ -354,7 +354,11 @@ enum qc_status qc_memctx_put(struct qc_memctx *mc, enum qc_mem_class cls, void *
     size_t sz = 0;
     (void)qc_offload_handle_info(mc->offload, *handle, &sz, &where);
     /* the copy stream reads p: its stream-ordered free waits for the copy */
-    enum qc_status st = qc_alloc_record_stream(mc->alloc, p, qc_offload_copy_stream(mc->offload));
+    struct qc_stream *cs = qc_offload_copy_stream(mc->offload);
+    qc_alloc_trace_mark(mc->alloc, QC_ALLOC_EV_OFFLOAD_PUT, p, bytes, qc_stream_id(cs),
+                        where == QC_OFFLOAD_PLACE_NVME ? QC_ALLOC_TIER_NVME : QC_ALLOC_TIER_HOST,
+                        tag);
+    enum qc_status st = qc_alloc_record_stream(mc->alloc, p, cs);
     if (st != QC_OK) {
         (void)qc_stream_synchronize(qc_offload_copy_stream(mc->offload));
         (void)qc_offload_release(mc->offload, *handle);
@@ -412,6 +416,12 @@ enum qc_status qc_memctx_fetch(struct qc_memctx *mc, enum qc_mem_class cls, uint
         qc_memctx_free(mc, cls, p, bytes);
         return qc_errorf(st, "%s", msg);
     }
+    enum qc_offload_place where = QC_OFFLOAD_PLACE_HOST;
+    size_t sz = 0;
+    (void)qc_offload_handle_info(mc->offload, handle, &sz, &where);
+    qc_alloc_trace_mark(mc->alloc, QC_ALLOC_EV_OFFLOAD_GET, p, bytes, qc_stream_id(mc->copy_in),
+                        where == QC_OFFLOAD_PLACE_NVME ? QC_ALLOC_TIER_NVME : QC_ALLOC_TIER_HOST,
+                        tag);
     f->handle = handle;
     mc->st.fetch_bytes += bytes;
     mc->st.fetches++;
@@ -431,6 +441,13 @@ enum qc_status qc_memctx_wait(struct qc_memctx *mc, uint64_t handle)
     mc->st.stall_s += now_s() - t0;
     f->handle = 0;
     return st;
+}
+
+void qc_memctx_mark_recompute(struct qc_memctx *mc, const char *name, size_t bytes)
+{
+    if (mc && mc->alloc)
+        qc_alloc_trace_mark(mc->alloc, QC_ALLOC_EV_RECOMPUTE, NULL, bytes,
+                            qc_stream_id(mc->compute), 0, name);
 }
 
 void qc_memctx_drop(struct qc_memctx *mc, uint64_t handle)

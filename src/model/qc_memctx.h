@@ -150,6 +150,10 @@ enum qc_status qc_memctx_fetch(struct qc_memctx *mc, enum qc_mem_class cls, uint
 /* Makes the compute stream wait for handle's fetch (a no-op when it has none in flight). The
  * host time blocked here is counted as stall (stats.stall_s). */
 enum qc_status qc_memctx_wait(struct qc_memctx *mc, uint64_t handle);
+/* Marks in the allocator's trace (docs/TRACE.md) that block application name's forward re-runs
+ * now to rebuild bytes of stash (a no-op without a caching allocator or its trace). Puts and
+ * fetches mark themselves. */
+void qc_memctx_mark_recompute(struct qc_memctx *mc, const char *name, size_t bytes);
 /* Gives the tier memory of handle back (after the last fetch was waited for). 0: no-op. */
 void qc_memctx_drop(struct qc_memctx *mc, uint64_t handle);
 

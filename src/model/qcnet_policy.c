@@ -247,6 +247,7 @@ static enum qc_status make_resident(struct qc_qcnet *m, struct qcnet_plan *p, in
         const int nn = qcnet_entry_needs(m, n, need);
         for (int i = 1; i < nn; i++)
             QC_TRY(make_resident(m, p, need[i]));
+        qc_memctx_mark_recompute(m->mc, e->name, entry_bytes(m, n));
         QC_TRY(qcnet_entry_redo(m, n));
         e->res = QCNET_RES_LIVE;
     }
