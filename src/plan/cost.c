@@ -36,6 +36,7 @@ static const double builtin[QC_PLAN_KIND_COUNT][4] = {
 
 struct cost_block {
     char name[QC_PLAN_NAME_MAX];
+    uint64_t hash; /* of name (name_hash): compared before the name */
     int kind;
     double c[4]; /* rf, rb, sf, sb */
     int64_t n;   /* measurements folded in */
@@ -88,10 +89,20 @@ void qc_plan_cost_destroy(struct qc_plan_cost *c)
     free(c);
 }
 
+/* FNV-1a of a block name. */
+static uint64_t name_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
 static struct cost_block *find(const struct qc_plan_cost *c, const char *name)
 {
+    const uint64_t h = name_hash(name);
     for (int i = 0; i < c->nb; i++)
-        if (strcmp(c->b[i].name, name) == 0)
+        if (c->b[i].hash == h && strcmp(c->b[i].name, name) == 0)
             return &c->b[i];
     return NULL;
 }
@@ -112,6 +123,7 @@ static struct cost_block *find_or_add(struct qc_plan_cost *c, const char *name, 
     e = &c->b[c->nb++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
+    e->hash = name_hash(e->name);
     e->kind = kind;
     return e;
 }

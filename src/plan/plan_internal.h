@@ -53,6 +53,11 @@ struct sim {
     int32_t *need_off, *need;   /* CSR: the stashes b's backward reads (b first, then uses) */
     int32_t *evict_off, *evict; /* CSR: blocks whose last forward use is b's forward */
     int32_t *rank;              /* [nb] b's position in the backward order (-1: none) */
+    /* prefetch: the needs of the backwards, in the backward order, flattened (rank r's from
+     * pf_start[r]), their stash bytes summed (pf_cum[i]: before item i); pf_end[r]: where the
+     * prefetch of rank r's backward stops under pf_window (the window it was computed for) */
+    int32_t *pf_flat, *pf_start, *pf_end, nflat;
+    uint64_t *pf_cum, pf_window;
     uint64_t fixed, target, window, host_cap, nvme_cap;
     double d2h, h2d, nvme_w, nvme_r; /* bytes per second */
     bool serial;                     /* copies add to the compute's time (hw.serial_copies) */
