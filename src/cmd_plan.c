@@ -2,7 +2,7 @@
  * cmd_plan.c — `qctrain plan [--data FILE...] [--batch-size N] [--budget SIZE] [--json]`: plans
  * one training step without training (src/plan/qc_plan.h through qc_train_planner): the stash
  * policy of every block application under the budget, the predicted peak of device bytes and
- * step time, and the largest batch of these scenes that fits.
+ * step time, and the largest batch of these scenes that fits, kept whole and under the planner.
  *
  * Plans for the configuration's device and hardware figures (hw.*, device.budget, dist.*): with
  * --preset rtx3090x8 (or rtx3090x1-b32) it answers, on paper, whether a batch of 4 AV2 scenes
@@ -37,9 +37,20 @@ static const char *device_name(int64_t kind)
     return qc_train_device_str(kind);
 }
 
+/* "N scenes of these fit" / ">= N scenes fit (searched up to M)". */
+static void print_largest(FILE *out, const char *what, int64_t largest, int64_t max_b)
+{
+    if (largest >= max_b)
+        fprintf(out, "%s>= %" PRId64 " scenes fit (searched up to %" PRId64 ")\n", what, largest,
+                max_b);
+    else
+        fprintf(out, "%s%" PRId64 " scene%s of these fit%s\n", what, largest,
+                largest == 1 ? "" : "s", largest == 0 ? " (not one)" : "");
+}
+
 static void print_text(FILE *out, const struct qc_config *cfg, const struct qc_plan_program *prog,
                        const struct qc_plan_result *r, const struct qc_batch *b, int64_t B,
-                       int64_t largest, int64_t max_b, const char *cost, const char *data)
+                       const int64_t largest[2], int64_t max_b, const char *cost, const char *data)
 {
     char s1[32], s2[32], s3[32], s4[32];
     fprintf(out,
@@ -90,17 +101,14 @@ static void print_text(FILE *out, const struct qc_config *cfg, const struct qc_p
             "predicted step   %.3f s (everything kept: %.3f s; prefetch stall %.3f s); planned "
             "in %.3f ms\n",
             r->step_s, r->keep_step_s, r->stall_s, 1e3 * r->plan_s);
-    if (largest >= max_b)
-        fprintf(out, "largest batch    >= %" PRId64 " scenes fit (searched up to %" PRId64 ")\n",
-                largest, max_b);
-    else
-        fprintf(out, "largest batch    %" PRId64 " scene%s of these fit%s\n", largest,
-                largest == 1 ? "" : "s", largest == 0 ? " (not one)" : "");
+    print_largest(out, "largest batch    ", largest[0], max_b);
+    print_largest(out, "  kept whole     ", largest[1], max_b);
 }
 
 static enum qc_status print_json(FILE *out, const struct qc_config *cfg,
                                  const struct qc_plan_program *prog, const struct qc_plan_result *r,
-                                 int64_t B, int64_t largest, int64_t max_b, const char *cost)
+                                 int64_t B, const int64_t largest[2], int64_t max_b,
+                                 const char *cost)
 {
     cJSON *o = cJSON_CreateObject(), *blocks = cJSON_CreateArray();
     if (!o || !blocks) {
@@ -127,7 +135,8 @@ static enum qc_status print_json(FILE *out, const struct qc_config *cfg,
     cJSON_AddNumberToObject(o, "host_bytes", (double)r->host_bytes);
     cJSON_AddNumberToObject(o, "nvme_bytes", (double)r->nvme_bytes);
     cJSON_AddNumberToObject(o, "recompute_bytes", (double)r->recompute_bytes);
-    cJSON_AddNumberToObject(o, "largest_batch", (double)largest);
+    cJSON_AddNumberToObject(o, "largest_batch", (double)largest[0]);
+    cJSON_AddNumberToObject(o, "largest_batch_kept", (double)largest[1]);
     cJSON_AddNumberToObject(o, "largest_batch_searched_to", (double)max_b);
     cJSON_AddNumberToObject(o, "plan_ms", 1e3 * r->plan_s);
     cJSON_AddStringToObject(o, "cost_model", cost);
@@ -192,8 +201,14 @@ enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv)
     struct qc_train_planner *pl = NULL;
     QC_TRY(qc_train_planner_create(&cfg, data.v, data.n,
                                    cost_path && cost_path[0] ? cost_path : NULL, &pl));
-    int64_t largest = 0;
-    enum qc_status st = qc_train_planner_largest(pl, max_b, &largest);
+    /* the largest batch under the planner, and kept whole (nothing offloaded or recomputed) */
+    int64_t largest[2] = {0, 0};
+    enum qc_status st = qc_train_planner_largest(pl, max_b, &largest[0]);
+    struct qc_plan_params keep;
+    qc_train_plan_params(&cfg, &keep);
+    keep.mode = QC_PLAN_MODE_KEEP;
+    if (st == QC_OK)
+        st = qc_train_planner_largest_with(pl, max_b, NULL, &keep, &largest[1]);
     struct qc_plan_result r = {0};
     const struct qc_plan_program *prog = NULL;
     if (st == QC_OK)

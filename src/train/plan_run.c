@@ -113,13 +113,15 @@ struct qc_train_planner {
     struct qc_config cfg;
     struct qc_qcnet *dry;
     struct qc_plan_cost *cost;
+    const struct qc_plan_cost *use; /* qc_train_planner_use_cost's, or NULL: cost */
     struct qc_plan_program prog;
     struct qc_qcshard_reader **readers;
     int nreaders;
     int64_t nscenes; /* in the files; 0: generated */
     struct qc_graph_builder *gb;
-    struct qc_batch batch; /* the last batch planned */
+    struct qc_batch batch; /* the last batch planned: scenes first .. first + B - 1 */
     bool have_batch;
+    int64_t first, B;
     int64_t ntensors;
 };
 
@@ -242,19 +244,44 @@ enum qc_status qc_train_planner_plan_at(struct qc_train_planner *pl, int64_t fir
                                         struct qc_plan_result *out,
                                         const struct qc_plan_program **prog)
 {
-    QC_TRY(make_batch(pl, first, B));
-    QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
-                             &pl->prog));
+    return qc_train_planner_plan_with(pl, first, B, NULL, NULL, out, prog);
+}
+
+enum qc_status qc_train_planner_plan_with(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                          const struct qc_plan_hw *hw,
+                                          const struct qc_plan_params *par,
+                                          struct qc_plan_result *out,
+                                          const struct qc_plan_program **prog)
+{
+    if (B < 1 || first < 0)
+        return qc_errorf(QC_ERR_INVALID, "plan: a batch of %lld scenes from scene %lld",
+                         (long long)B, (long long)first);
+    /* the program depends on the batch alone: kept from the last call for the same one */
+    if (!pl->have_batch || pl->first != first || pl->B != B) {
+        pl->B = 0; /* nothing cached until both succeed */
+        QC_TRY(make_batch(pl, first, B));
+        QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
+                                 &pl->prog));
+        pl->first = first;
+        pl->B = B;
+    }
     pl->prog.fixed_bytes =
         qc_train_fixed_bytes(&pl->cfg, qc_qcnet_num_params(pl->dry), pl->ntensors, &pl->batch);
     struct qc_plan_params pp;
-    struct qc_plan_hw hw;
-    qc_train_plan_params(&pl->cfg, &pp);
-    qc_train_plan_hw(&pl->cfg, &hw);
-    QC_TRY(qc_plan_make(&pl->prog, pl->cost, &hw, &pp, out));
+    struct qc_plan_hw hh;
+    if (!par)
+        qc_train_plan_params(&pl->cfg, &pp);
+    if (!hw)
+        qc_train_plan_hw(&pl->cfg, &hh);
+    QC_TRY(qc_plan_make(&pl->prog, qc_train_planner_cost(pl), hw ? hw : &hh, par ? par : &pp, out));
     if (prog)
         *prog = &pl->prog;
     return QC_OK;
+}
+
+void qc_train_planner_use_cost(struct qc_train_planner *pl, const struct qc_plan_cost *c)
+{
+    pl->use = c;
 }
 
 const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl)
@@ -264,7 +291,7 @@ const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl)
 
 const struct qc_plan_cost *qc_train_planner_cost(const struct qc_train_planner *pl)
 {
-    return pl->cost;
+    return pl->use ? pl->use : pl->cost;
 }
 
 int64_t qc_train_planner_scenes(const struct qc_train_planner *pl)
@@ -274,11 +301,18 @@ int64_t qc_train_planner_scenes(const struct qc_train_planner *pl)
 
 enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max_b, int64_t *best)
 {
+    return qc_train_planner_largest_with(pl, max_b, NULL, NULL, best);
+}
+
+enum qc_status qc_train_planner_largest_with(struct qc_train_planner *pl, int64_t max_b,
+                                             const struct qc_plan_hw *hw,
+                                             const struct qc_plan_params *par, int64_t *best)
+{
     /* doubling, then bisection, on whether the plan fits */
     int64_t lo = 0, hi = 0;
     for (int64_t b = 1; b <= max_b; b *= 2) {
         struct qc_plan_result r;
-        QC_TRY(qc_train_planner_plan(pl, b, &r, NULL));
+        QC_TRY(qc_train_planner_plan_with(pl, 0, b, hw, par, &r, NULL));
         const bool fits = r.fits;
         qc_plan_result_free(&r);
         if (!fits) {
@@ -294,7 +328,7 @@ enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max
     while (hi - lo > 1) {
         const int64_t mid = lo + (hi - lo) / 2;
         struct qc_plan_result r;
-        QC_TRY(qc_train_planner_plan(pl, mid, &r, NULL));
+        QC_TRY(qc_train_planner_plan_with(pl, 0, mid, hw, par, &r, NULL));
         const bool fits = r.fits;
         qc_plan_result_free(&r);
         if (fits)

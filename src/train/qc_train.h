@@ -469,10 +469,12 @@ uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg);
 uint64_t qc_train_fixed_bytes(const struct qc_config *cfg, int64_t nparams, int64_t ntensors,
                               const struct qc_batch *b);
 
-/* A planning session that needs no run (qctrain plan, bench memory, a tuner): the dry model of
- * cfg, a cost model (built-in coefficients, or the file cost_path: a run folder's
- * plan_cost.json) and the scenes of the data files (cycled when a batch needs more) or, with
- * ndata 0, generated ones (data.synthetic_profile, seeded by train.seed). */
+/* A planning session that needs no run (qctrain plan, bench memory, qctrain tune; qc_plan.h,
+ * "Planning without a run"): the dry model of cfg, a cost model (built-in coefficients, or the
+ * file cost_path: a run folder's plan_cost.json) and the scenes of the data files (cycled when
+ * a batch needs more) or, with ndata 0, generated ones (data.synthetic_profile, seeded by
+ * train.seed). Nothing is allocated on a device; cfg's device.kind only decides what the
+ * program holds (the CUDA blocks' allocations, the staged batch). */
 struct qc_train_planner;
 enum qc_status qc_train_planner_create(const struct qc_config *cfg, const char *const *data,
                                        int ndata, const char *cost_path,
@@ -487,9 +489,25 @@ enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
 enum qc_status qc_train_planner_plan_at(struct qc_train_planner *pl, int64_t first, int64_t B,
                                         struct qc_plan_result *out,
                                         const struct qc_plan_program **prog);
-/* The largest batch size <= max_b whose plan fits the budget (0: not even one scene). */
+/* The same with the hardware figures hw (NULL: cfg's, qc_train_plan_hw) and the planner's
+ * parameters par (NULL: cfg's, qc_train_plan_params): a tuner tries budgets, forced policies,
+ * windows and machines it does not run on without a new session. */
+enum qc_status qc_train_planner_plan_with(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                          const struct qc_plan_hw *hw,
+                                          const struct qc_plan_params *par,
+                                          struct qc_plan_result *out,
+                                          const struct qc_plan_program **prog);
+/* Plans with cost model c from now on (borrowed: it must outlive its use; NULL: the session's
+ * own again), e.g. the calibrated one of a short run (qc_trainer_plan_cost). */
+void qc_train_planner_use_cost(struct qc_train_planner *pl, const struct qc_plan_cost *c);
+/* The largest batch size <= max_b whose plan fits the budget (0: not even one scene); _with:
+ * under hw and par as qc_train_planner_plan_with (par->mode QC_PLAN_MODE_KEEP: the largest
+ * batch that fits kept whole, nothing offloaded or recomputed). */
 enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max_b, int64_t *best);
-/* The batch of the last plan, the cost model, the scenes in the files (0: generated). */
+enum qc_status qc_train_planner_largest_with(struct qc_train_planner *pl, int64_t max_b,
+                                             const struct qc_plan_hw *hw,
+                                             const struct qc_plan_params *par, int64_t *best);
+/* The batch of the last plan, the cost model in use, the scenes in the files (0: generated). */
 const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl);
 const struct qc_plan_cost *qc_train_planner_cost(const struct qc_train_planner *pl);
 int64_t qc_train_planner_scenes(const struct qc_train_planner *pl);
