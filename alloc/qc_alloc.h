@@ -198,7 +198,14 @@ enum qc_alloc_event_kind {
     QC_ALLOC_EV_UNMAP,     /* raw memory unmapped */
     QC_ALLOC_EV_OOM,       /* a request failed; size: rounded request */
     QC_ALLOC_EV_STEP,      /* qc_alloc_set_step */
+    /* marks of the memory system (qc_alloc_trace_mark): they change no allocator figure */
+    QC_ALLOC_EV_OFFLOAD_PUT, /* a stash's copy to an offload tier was issued; pool: the tier */
+    QC_ALLOC_EV_OFFLOAD_GET, /* its fetch back was issued (addr: the new block) */
+    QC_ALLOC_EV_RECOMPUTE,   /* a block's forward re-runs to rebuild its stash (size: bytes) */
 };
+
+/* The tier of an offload mark's pool field. */
+enum { QC_ALLOC_TIER_HOST = 0, QC_ALLOC_TIER_NVME = 1 };
 
 /* One trace record, exactly as stored in the ring and written to the file (docs/TRACE.md). */
 struct qc_alloc_event {
@@ -216,6 +223,12 @@ struct qc_alloc_event {
 };
 
 const char *qc_alloc_event_kind_str(enum qc_alloc_event_kind kind);
+/* Records a mark of the memory system in the trace (no-op when tracing is off): an offload put
+ * or get (addr/size: the device block, stream: the copy stream's id, tier: QC_ALLOC_TIER_*) or
+ * a recompute (addr 0, size: the stash bytes rebuilt, tier 0), tag: the tensor or block. The
+ * allocator's totals are the current ones. */
+void qc_alloc_trace_mark(struct qc_alloc *a, enum qc_alloc_event_kind kind, const void *addr,
+                         size_t size, uint32_t stream, int tier, const char *tag);
 /* Copies the newest min(max, available) ring events, oldest first, into out; *n = count.
  * Returns the number of events recorded since creation (those overwritten included). */
 uint64_t qc_alloc_trace_read(struct qc_alloc *a, struct qc_alloc_event *out, size_t max, size_t *n);

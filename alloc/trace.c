@@ -57,6 +57,12 @@ const char *qc_alloc_event_kind_str(enum qc_alloc_event_kind kind)
         return "oom";
     case QC_ALLOC_EV_STEP:
         return "step";
+    case QC_ALLOC_EV_OFFLOAD_PUT:
+        return "offload_put";
+    case QC_ALLOC_EV_OFFLOAD_GET:
+        return "offload_get";
+    case QC_ALLOC_EV_RECOMPUTE:
+        return "recompute";
     }
     return "?";
 }
@@ -152,6 +158,18 @@ void alloc_trace_event(struct qc_alloc *a, enum qc_alloc_event_kind kind, const 
         t->file_error = true;
         qc_log(QC_LOG_WARN, "alloc: trace file write failed; the file trace stops here");
     }
+}
+
+void qc_alloc_trace_mark(struct qc_alloc *a, enum qc_alloc_event_kind kind, const void *addr,
+                         size_t size, uint32_t stream, int tier, const char *tag)
+{
+    if (!a)
+        return;
+    QC_ASSERT(kind >= QC_ALLOC_EV_OFFLOAD_PUT && kind <= QC_ALLOC_EV_RECOMPUTE,
+              "alloc: trace mark of kind %d", (int)kind);
+    pthread_mutex_lock(&a->lock);
+    alloc_trace_event(a, kind, addr, size, 0, stream, tier, tag);
+    pthread_mutex_unlock(&a->lock);
 }
 
 uint64_t qc_alloc_trace_read(struct qc_alloc *a, struct qc_alloc_event *out, size_t max, size_t *n)

@@ -2,7 +2,7 @@
  * exec.c — the op dispatch of qc_exec.h: one wrapper per op of qc_kernels.h, and the memory
  * moves. The wrappers are mechanical (generated once from qc_kernels.h's prototypes, then kept
  * by hand like any source): CUDA calls the _cuda launcher with x->stream, EMU opens the
- * emulated device around the _cpu op, CPU calls the _cpu op.
+ * emulated device around the _cpu op, CPU calls the _cpu op, DRY does nothing.
  */
 #include "qc_exec.h"
 
@@ -30,6 +30,8 @@ const char *qc_exec_backend_str(enum qc_exec_backend b)
         return "cuda";
     case QC_EXEC_EMU:
         return "emu";
+    case QC_EXEC_DRY:
+        return "dry";
     default:
         return "?";
     }
@@ -40,7 +42,7 @@ bool qc_exec_backend_built(enum qc_exec_backend b)
 #ifdef QC_HAVE_CUDA
     return b >= QC_EXEC_CPU && b < QC_EXEC_BACKEND_COUNT;
 #else
-    return b == QC_EXEC_CPU || b == QC_EXEC_EMU;
+    return b == QC_EXEC_CPU || b == QC_EXEC_EMU || b == QC_EXEC_DRY;
 #endif
 }
 
@@ -95,11 +97,12 @@ void kernels_prof_end(const struct qc_prof_mark *m, const struct qc_exec *x,
     ((struct qc_prof_op){                                                                          \
         (name), (dims), {(d0), (d1), (d2), (d3)}, (double)(bytes), (double)(flops)})
 
-/* cpu_call runs on CPU (and EMU, with the arena open); cuda_call on CUDA. */
+/* cpu_call runs on CPU (and EMU, with the arena open); cuda_call on CUDA; DRY runs nothing. */
 #ifdef QC_HAVE_CUDA
 #    define EXEC_RUN(x, cpu_call, cuda_call)                                                       \
         do {                                                                                       \
-            if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
+            if ((x) && (x)->backend == QC_EXEC_DRY) {                                              \
+            } else if ((x) && (x)->backend == QC_EXEC_CUDA) {                                      \
                 cuda_call;                                                                         \
             } else {                                                                               \
                 kernels_exec_enter(x);                                                             \
@@ -110,7 +113,8 @@ void kernels_prof_end(const struct qc_prof_mark *m, const struct qc_exec *x,
 #else
 #    define EXEC_RUN(x, cpu_call, cuda_call)                                                       \
         do {                                                                                       \
-            if ((x) && (x)->backend == QC_EXEC_CUDA) {                                             \
+            if ((x) && (x)->backend == QC_EXEC_DRY) {                                              \
+            } else if ((x) && (x)->backend == QC_EXEC_CUDA) {                                      \
                 exec_no_cuda(#cpu_call);                                                           \
             } else {                                                                               \
                 kernels_exec_enter(x);                                                             \
@@ -158,6 +162,8 @@ void qc_op_copy(const struct qc_exec *x, void *dst, const void *src, size_t byte
 
 static enum qc_status exec_upload(const struct qc_exec *x, void *dst, const void *src, size_t bytes)
 {
+    if (x && x->backend == QC_EXEC_DRY)
+        return QC_OK;
 #ifdef QC_HAVE_CUDA
     if (x && x->backend == QC_EXEC_CUDA) /* staged through the context's pinned ring */
         return qc_upload_cuda(dst, src, bytes, EXEC_STREAM(x));
@@ -187,6 +193,11 @@ enum qc_status qc_op_upload(const struct qc_exec *x, void *dst, const void *src,
 static enum qc_status exec_download(const struct qc_exec *x, void *dst, const void *src,
                                     size_t bytes)
 {
+    if (x && x->backend == QC_EXEC_DRY) {
+        if (bytes > 0)
+            memset(dst, 0, bytes);
+        return QC_OK;
+    }
 #ifdef QC_HAVE_CUDA
     if (x && x->backend == QC_EXEC_CUDA) {
         if (bytes > 0)
@@ -727,46 +738,48 @@ void qc_op_best_mode(const struct qc_exec *ex, int64_t *best, const float *loc, 
 
 void qc_op_reg_loss_forward(const struct qc_exec *ex, float *loss, const float *loc,
                             const float *scale, const int64_t *best, const float *gt,
-                            int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S,
-                            float *scratch)
+                            int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                            int64_t K, int64_t S, float *scratch)
 {
     QC_EXEC_OP(
         ex, qc_reg_loss_forward,
         EXEC_P("reg_loss_forward", "A,K,S", A, K, S, 0, 4.0 * (4.0 * A * S + 3.0 * A * S), 0), loss,
-        loc, scale, best, gt, gt_stride, mask, A, K, S, scratch);
+        loc, scale, best, gt, gt_stride, mask, count, A, K, S, scratch);
 }
 
 void qc_op_reg_loss_backward(const struct qc_exec *ex, float *dloc, float *dscale,
                              const float *dloss, const float *loc, const float *scale,
                              const int64_t *best, const float *gt, int64_t gt_stride,
-                             const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch)
+                             const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                             int64_t S, float *scratch)
 {
     QC_EXEC_OP(
         ex, qc_reg_loss_backward,
         EXEC_P("reg_loss_backward", "A,K,S", A, K, S, 0, 4.0 * (8.0 * A * S + 3.0 * A * S), 0),
-        dloc, dscale, dloss, loc, scale, best, gt, gt_stride, mask, A, K, S, scratch);
+        dloc, dscale, dloss, loc, scale, best, gt, gt_stride, mask, count, A, K, S, scratch);
 }
 
 void qc_op_mixture_nll_forward(const struct qc_exec *ex, float *loss, const float *pi,
                                const float *loc, const float *scale, const float *gt,
                                int64_t gt_stride, const uint8_t *reg_mask, const uint8_t *cls_mask,
-                               int64_t A, int64_t K, int64_t S)
+                               const float *count, int64_t A, int64_t K, int64_t S)
 {
     QC_EXEC_OP(ex, qc_mixture_nll_forward,
                EXEC_P("mixture_nll_forward", "A,K,S", A, K, S, 0,
                       4.0 * (4.0 * A * K * S + 2.0 * A * S + A * K), 0),
-               loss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, A, K, S);
+               loss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, count, A, K, S);
 }
 
 void qc_op_mixture_nll_backward(const struct qc_exec *ex, float *dpi, const float *dloss,
                                 const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S)
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S)
 {
     QC_EXEC_OP(ex, qc_mixture_nll_backward,
                EXEC_P("mixture_nll_backward", "A,K,S", A, K, S, 0,
                       4.0 * (4.0 * A * K * S + 2.0 * A * S + 2.0 * A * K), 0),
-               dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, A, K, S);
+               dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, count, A, K, S);
 }
 
 void qc_op_adamw_step(const struct qc_exec *ex, float *param, float *m, float *v, const float *grad,

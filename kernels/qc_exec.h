@@ -20,8 +20,12 @@
  *   what a CUDA build would do silently wrong (or crash on) is caught by a CPU test. Results
  *   are bit-identical to CPU (same ops, same order).
  *
- * A backend with device memory (CUDA, EMU) is one for which qc_exec_is_device() is true: host
- * code must then reach tensors only through these calls.
+ * - DRY (planning): every op and memory move returns at once without touching memory (a
+ *   download fills its host buffer with zeros). The model's dry run uses it to list a step's
+ *   block applications and allocations from the batch's sizes (qc_qcnet_describe).
+ *
+ * A backend with device memory (CUDA, EMU, DRY) is one for which qc_exec_is_device() is true:
+ * host code must then reach tensors only through these calls.
  *
  * Thread safety: an exec is used by one host thread at a time (the op context is per thread).
  * EMU opens the arena process-wide (a nesting count, so ops called from ops are fine); run one
@@ -45,6 +49,8 @@ enum qc_exec_backend {
     QC_EXEC_CPU = 0, /* host memory, CPU ops */
     QC_EXEC_CUDA,    /* device memory, CUDA ops on `stream` */
     QC_EXEC_EMU,     /* protected host arena, CPU ops (tests) */
+    QC_EXEC_DRY,     /* planning: ops and memory moves do nothing; "device" pointers are never
+                        dereferenced (the model's dry run, qc_qcnet_describe) */
     QC_EXEC_BACKEND_COUNT
 };
 
@@ -56,16 +62,17 @@ struct qc_exec {
     struct qc_emu *emu; /* EMU: the arena (required) */
 };
 
-/* "cpu" / "cuda" / "emu". */
+/* "cpu" / "cuda" / "emu" / "dry". */
 const char *qc_exec_backend_str(enum qc_exec_backend b);
-/* True when this build runs backend b (CUDA only with QC_HAVE_CUDA; CPU and EMU always). */
+/* True when this build runs backend b (CUDA only with QC_HAVE_CUDA; CPU, EMU and DRY always). */
 bool qc_exec_backend_built(enum qc_exec_backend b);
 /* x NULL counts as CPU. */
 static inline enum qc_exec_backend qc_exec_backend_of(const struct qc_exec *x)
 {
     return x ? x->backend : QC_EXEC_CPU;
 }
-/* True when tensors live in device memory (CUDA, EMU): host code must not dereference them. */
+/* True when tensors live in device memory (CUDA, EMU, DRY): host code must not dereference
+ * them. */
 static inline bool qc_exec_is_device(const struct qc_exec *x)
 {
     return qc_exec_backend_of(x) != QC_EXEC_CPU;
@@ -223,20 +230,22 @@ void qc_op_best_mode(const struct qc_exec *ex, int64_t *best, const float *loc, 
                      int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S);
 void qc_op_reg_loss_forward(const struct qc_exec *ex, float *loss, const float *loc,
                             const float *scale, const int64_t *best, const float *gt,
-                            int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K, int64_t S,
-                            float *scratch);
+                            int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                            int64_t K, int64_t S, float *scratch);
 void qc_op_reg_loss_backward(const struct qc_exec *ex, float *dloc, float *dscale,
                              const float *dloss, const float *loc, const float *scale,
                              const int64_t *best, const float *gt, int64_t gt_stride,
-                             const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch);
+                             const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                             int64_t S, float *scratch);
 void qc_op_mixture_nll_forward(const struct qc_exec *ex, float *loss, const float *pi,
                                const float *loc, const float *scale, const float *gt,
                                int64_t gt_stride, const uint8_t *reg_mask, const uint8_t *cls_mask,
-                               int64_t A, int64_t K, int64_t S);
+                               const float *count, int64_t A, int64_t K, int64_t S);
 void qc_op_mixture_nll_backward(const struct qc_exec *ex, float *dpi, const float *dloss,
                                 const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S);
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S);
 void qc_op_adamw_step(const struct qc_exec *ex, float *param, float *m, float *v, const float *grad,
                       int64_t n, const struct qc_adamw_hparams *hp);
 void qc_op_adamw_step_segments(const struct qc_exec *ex, float *param, float *m, float *v,

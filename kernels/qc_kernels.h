@@ -395,33 +395,37 @@ void qc_best_mode_cpu(int64_t *best, const float *loc, const float *gt, int64_t 
 
 /* Regression loss of one trajectory set (propose or refine):
  *   L[a,s] = (nll_x + nll_y)(loc/scale[a,best[a],s], gt[a,s])·mask[a,s],
- *   loss = (1/S)·Σ_s (Σ_a L[a,s]) / max(1, Σ_a mask[a,s]).
+ *   loss = (1/S)·Σ_s (Σ_a L[a,s]) / n[s],   n[s] = count[s], or max(1, Σ_a mask[a,s]) when
+ *   count is NULL (count: the denominators of a larger batch these agents are a part of, so
+ *   the parts' losses add up to the whole's).
  * loss (1) OVERWRITE; loc, scale (A,K,S,2); best (A). scratch floats: qc_reg_loss_scratch_numel. */
 int64_t qc_reg_loss_scratch_numel(int64_t A, int64_t S);
 void qc_reg_loss_forward_cpu(float *loss, const float *loc, const float *scale, const int64_t *best,
-                             const float *gt, int64_t gt_stride, const uint8_t *mask, int64_t A,
-                             int64_t K, int64_t S, float *scratch);
+                             const float *gt, int64_t gt_stride, const uint8_t *mask,
+                             const float *count, int64_t A, int64_t K, int64_t S, float *scratch);
 /* dloc, dscale (A,K,S,2) OVERWRITE (zero off the best mode and at masked steps), each may be
  * NULL; dloss (1) the upstream gradient of the scalar. */
 void qc_reg_loss_backward_cpu(float *dloc, float *dscale, const float *dloss, const float *loc,
                               const float *scale, const int64_t *best, const float *gt,
-                              int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K,
-                              int64_t S, float *scratch);
+                              int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                              int64_t K, int64_t S, float *scratch);
 
 /* Classification loss (mixture NLL of the endpoint, trajectories treated as constants):
  *   n[a,k] = (nll_x·m + nll_y·m)(loc/scale[a,k,S−1], gt[a,S−1]), m = reg_mask[a,S−1],
  *   cls[a] = −logsumexp_k(log_softmax(pi[a])_k − n[a,k]),
- *   loss = Σ_a cls[a]·cls_mask[a] / max(1, Σ_a cls_mask[a]).
+ *   loss = Σ_a cls[a]·cls_mask[a] / n,   n = count[0], or max(1, Σ_a cls_mask[a]) when count is
+ *   NULL (as for the regression loss).
  * loss (1) OVERWRITE; pi (A,K) logits; loc, scale (A,K,S,2); reg_mask (A,S); cls_mask (A).
  * K <= QC_KERNELS_MAX_MODES. */
 void qc_mixture_nll_forward_cpu(float *loss, const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S);
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S);
 /* dpi (A,K) OVERWRITE; dloss (1). Recomputes what it needs from the inputs. */
 void qc_mixture_nll_backward_cpu(float *dpi, const float *dloss, const float *pi, const float *loc,
                                  const float *scale, const float *gt, int64_t gt_stride,
-                                 const uint8_t *reg_mask, const uint8_t *cls_mask, int64_t A,
-                                 int64_t K, int64_t S);
+                                 const uint8_t *reg_mask, const uint8_t *cls_mask,
+                                 const float *count, int64_t A, int64_t K, int64_t S);
 
 /* ---- AdamW (QCNET.md §1; PyTorch 2.0 order) --------------------------------------------- */
 /* For each element, with bc1 = 1 − β1ⁿ, bc2 = 1 − β2ⁿ (double), scalars rounded to fp32:

@@ -307,23 +307,27 @@ void qc_laplace_nll_backward_cuda(float *dmu, float *dscale, const float *dnll, 
                                   cudaStream_t stream);
 void qc_best_mode_cuda(int64_t *best, const float *loc, const float *gt, int64_t gt_stride,
                        const uint8_t *mask, int64_t A, int64_t K, int64_t S, cudaStream_t stream);
-/* loss, dloss: (1) device floats. scratch: qc_reg_loss_scratch_numel(A, S) device floats. */
+/* loss, dloss: (1) device floats. scratch: qc_reg_loss_scratch_numel(A, S) device floats.
+ * count: NULL or the denominators (S for the regression losses, 1 for the mixture NLL) as
+ * device floats (qc_kernels.h). */
 void qc_reg_loss_forward_cuda(float *loss, const float *loc, const float *scale,
                               const int64_t *best, const float *gt, int64_t gt_stride,
-                              const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch,
-                              cudaStream_t stream);
+                              const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                              int64_t S, float *scratch, cudaStream_t stream);
 void qc_reg_loss_backward_cuda(float *dloc, float *dscale, const float *dloss, const float *loc,
                                const float *scale, const int64_t *best, const float *gt,
-                               int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K,
-                               int64_t S, float *scratch, cudaStream_t stream);
+                               int64_t gt_stride, const uint8_t *mask, const float *count,
+                               int64_t A, int64_t K, int64_t S, float *scratch,
+                               cudaStream_t stream);
 void qc_mixture_nll_forward_cuda(float *loss, const float *pi, const float *loc, const float *scale,
                                  const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                 const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S,
-                                 cudaStream_t stream);
+                                 const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                 int64_t S, cudaStream_t stream);
 void qc_mixture_nll_backward_cuda(float *dpi, const float *dloss, const float *pi, const float *loc,
                                   const float *scale, const float *gt, int64_t gt_stride,
-                                  const uint8_t *reg_mask, const uint8_t *cls_mask, int64_t A,
-                                  int64_t K, int64_t S, cudaStream_t stream);
+                                  const uint8_t *reg_mask, const uint8_t *cls_mask,
+                                  const float *count, int64_t A, int64_t K, int64_t S,
+                                  cudaStream_t stream);
 
 /* ---- AdamW ------------------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_edit_distance.h"
 struct bench_target {
     const char *name;
     const char *summary;
@@ -21,6 +22,8 @@ static const struct bench_target targets[] = {
      qc_bench_offload},
     {"ops", "QCNet blocks forward+backward at AV2 size; fused vs unfused attention", qc_bench_ops},
     {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
+    {"memory", "training steps under device budgets: peaks (measured, predicted), time, offload",
+     qc_bench_memory},
     {"report", "size and writing time of the HTML report of a long synthetic run", qc_bench_report},
     {"dist",
      "data-parallel steps under mpirun/srun: bytes reduced, collective time, overlap, "

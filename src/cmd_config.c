@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "qc_edit_distance.h"
 #define CONFIG_USAGE "options | dump | check FILE|NAME..."
 
 static enum qc_status config_check(int n, const char *const *files)

@@ -16,7 +16,7 @@
 
 static const char train_usage[] =
     "[--data FILE...] [--steps N | --epochs N] [--save-every N] [--out DIR] "
-    "[--resume DIR | --init-from FILE]";
+    "[--resume DIR | --init-from FILE] [--skip-oversized]";
 static const char train_summary[] =
     "Trains QCNet: on qcshard files (--data) or, without them, on synthetic scenes generated on "
     "the fly. Shows progress (loss, samples/s, device memory in use and peak), writes "
@@ -31,6 +31,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
     struct qc_config cfg = cli->cfg;
     struct qc_cli_strings data = {0}, val = {0};
     int64_t eval_every = 0, val_scenes = 8;
+    bool skip_oversized = false;
     const char *out = NULL, *resume = NULL, *init_from = NULL, *attention = NULL;
     int64_t steps = cfg.steps, epochs = cfg.epochs, save_every = cfg.save_every;
     int64_t batch_size = cfg.batch_size, grad_accum = cfg.grad_accum, seed = cfg.seed;
@@ -66,6 +67,9 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         {"attention", QC_CLI_STRING, &attention,
          cfg.attention == QC_ATTENTION_FUSED ? "fused" : "unfused",
          "attention implementation: fused | unfused"},
+        {"skip-oversized", QC_CLI_FLAG, &skip_oversized, "",
+         "skip (with a warning) a scene that does not fit device.budget even alone, instead of "
+         "stopping with an error naming it"},
     };
     const char *pos[QC_CLI_STRINGS_MAX];
     int npos = 0;
@@ -105,6 +109,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         .val_data = val.v,
         .nval = val.n,
         .val_scenes = val_scenes,
+        .skip_oversized = skip_oversized,
     };
     struct qc_trainer *t = NULL;
     QC_TRY(qc_trainer_create(&to, &t));

@@ -20,6 +20,7 @@
 #include "qc_cleanup.h"
 #include "qc_cli.h"
 #include "qc_config.h"
+#include "qc_edit_distance.h"
 #include "qc_dist.h" /* qc_dist_world_end */
 #include "qc_runtime.h"
 #include "qc_status.h"

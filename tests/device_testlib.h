@@ -1,10 +1,10 @@
 /*
  * device_testlib.h — the backends of the device tests (test_*_device.c): where one run's
  * memory comes from and where its ops run. CPU (malloc, NULL exec), EMU (an emulated-device
- * arena, src/base/qc_emu.h, with a hook straight over it) and CUDA (device 0, the caching
- * allocator, a workspace, a pinned upload staging ring and this thread's op context; TF32 off,
- * since the CPU reference is exact fp32; skip-or-fail by tests/cuda_probe.h). Header-only, for
- * tests.
+ * arena, src/base/qc_emu.h, with a memory context straight over it) and CUDA (device 0, the
+ * caching allocator, a workspace, a pinned upload staging ring and this thread's op context;
+ * TF32 off, since the CPU reference is exact fp32; skip-or-fail by tests/cuda_probe.h).
+ * Header-only, for tests.
  */
 #ifndef QC_TESTS_DEVICE_TESTLIB_H
 #define QC_TESTS_DEVICE_TESTLIB_H
@@ -15,7 +15,7 @@
 
 #include "qc_emu.h"
 #include "qc_exec.h"
-#include "qc_stash.h" /* struct qc_qcnet_alloc */
+#include "qc_memctx.h"
 #include "qc_status.h"
 #include "cuda_probe.h"
 #ifdef QC_HAVE_CUDA
@@ -29,8 +29,8 @@ struct qc_test_backend {
     const char *name; /* "cpu", "emu", "cuda" */
     enum qc_exec_backend kind;
     struct qc_exec ex;
-    struct qc_qcnet_alloc hook; /* memory of the backend */
-    struct qc_emu *emu;         /* EMU */
+    struct qc_memctx *mc; /* memory of the backend (NULL = host malloc on the CPU) */
+    struct qc_emu *emu;   /* EMU */
 #ifdef QC_HAVE_CUDA
     struct qc_device *dev; /* CUDA */
     struct qc_alloc *alloc;
@@ -47,23 +47,11 @@ static inline const struct qc_exec *qc_test_backend_exec(const struct qc_test_ba
     return b->kind == QC_EXEC_CPU ? NULL : &b->ex;
 }
 
-static inline void *qc_test_emu_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    (void)tag;
-    return qc_emu_alloc(ctx, bytes);
-}
-
-static inline void qc_test_emu_hook_free(void *ctx, void *p, size_t bytes)
-{
-    qc_emu_free(ctx, p, bytes);
-}
-
 static inline void qc_test_backend_cpu(struct qc_test_backend *b)
 {
     memset(b, 0, sizeof *b);
     b->name = "cpu";
     b->kind = QC_EXEC_CPU;
-    b->hook = qc_qcnet_alloc_malloc;
 }
 
 /* An arena of `reserve` bytes of address space; false (with a message) when it cannot be had. */
@@ -77,23 +65,13 @@ static inline bool qc_test_backend_emu(struct qc_test_backend *b, size_t reserve
         return false;
     }
     b->ex = (struct qc_exec){QC_EXEC_EMU, NULL, b->emu};
-    b->hook = (struct qc_qcnet_alloc){qc_test_emu_hook_alloc, qc_test_emu_hook_free, b->emu};
+    const struct qc_memctx_params mp = {.emu = b->emu};
+    if (qc_memctx_create(&mp, &b->mc) != QC_OK) {
+        printf("  emu memory context: %s\n", qc_error_last());
+        return false;
+    }
     return true;
 }
-
-#ifdef QC_HAVE_CUDA
-static inline void *qc_test_cuda_hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    void *p = NULL;
-    return qc_alloc_malloc(ctx, bytes, NULL, tag, &p) == QC_OK ? p : NULL;
-}
-
-static inline void qc_test_cuda_hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)bytes;
-    qc_alloc_free(ctx, p, NULL); /* stream-ordered on the compute stream, as the ops */
-}
-#endif
 
 /* CUDA device 0 ready for ops: 0; 77 (skip, message printed) where there is no GPU, no driver
  * or a CPU-only build (tests/cuda_probe.h); 1 (message printed) when a GPU is there but the
@@ -142,7 +120,12 @@ static inline int qc_test_backend_cuda(struct qc_test_backend *b)
     qc_kernels_cuda_set_current(b->kctx);
     b->ex =
         (struct qc_exec){QC_EXEC_CUDA, qc_stream_native(qc_device_compute_stream(b->dev)), NULL};
-    b->hook = (struct qc_qcnet_alloc){qc_test_cuda_hook_alloc, qc_test_cuda_hook_free, b->alloc};
+    const struct qc_memctx_params mp = {.alloc = b->alloc,
+                                        .compute = qc_device_compute_stream(b->dev)};
+    if (qc_memctx_create(&mp, &b->mc) != QC_OK) {
+        printf("FATAL: memory context: %s\n", qc_error_last());
+        return 1;
+    }
     return 0;
 #else
     return 77; /* not reached: the probe skips a CPU-only build */
@@ -151,6 +134,7 @@ static inline int qc_test_backend_cuda(struct qc_test_backend *b)
 
 static inline void qc_test_backend_destroy(struct qc_test_backend *b)
 {
+    qc_memctx_destroy(b->mc);
     qc_emu_destroy(b->emu);
 #ifdef QC_HAVE_CUDA
     if (b->kctx) {

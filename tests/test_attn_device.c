@@ -264,7 +264,7 @@ struct result {
     struct qc_stash plan_ed, plan_fe, plan_kv, plan_app[MAX_APPS]; /* tables (unbound) */
 };
 
-/* The device side of a run: hook allocations, freed together at the end. */
+/* The device side of a run: memory-context allocations, freed together at the end. */
 struct dmem {
     const struct qc_test_backend *b;
     int n;
@@ -277,7 +277,7 @@ static void *dput(struct dmem *m, const void *host, size_t bytes, bool poison)
 {
     if (m->n == MAX_BUFS)
         T_FATAL("too many test buffers");
-    void *p = m->b->hook.alloc(m->b->hook.ctx, bytes ? bytes : 1, "test/input");
+    void *p = qc_memctx_alloc(m->b->mc, QC_MEM_MODEL, bytes ? bytes : 1, "test/input");
     if (!p)
         T_FATAL("backend allocation of %zu bytes failed", bytes);
     m->p[m->n] = p;
@@ -306,7 +306,7 @@ static void *dput(struct dmem *m, const void *host, size_t bytes, bool poison)
 static void dmem_free(struct dmem *m)
 {
     for (int i = m->n - 1; i >= 0; i--)
-        m->b->hook.free(m->b->hook.ctx, m->p[i], m->bytes[i]);
+        qc_memctx_free(m->b->mc, QC_MEM_MODEL, m->p[i], m->bytes[i]);
     m->n = 0;
 }
 
@@ -365,7 +365,7 @@ static void run(const struct hcase *h, const struct qc_test_backend *b, struct r
     }
     /* blocks, parameters, inputs */
     struct qc_attn l = h->l;
-    qc_block_mem_set(&l.mem, &b->hook, "test.attn");
+    qc_block_mem_set(&l.mem, b->mc, "test.attn");
     l.mem.ex = qc_test_backend_exec(b);
     l.tile_edges = tc->tile_edges;
     if (tc->tile_cuda)
@@ -377,7 +377,7 @@ static void run(const struct hcase *h, const struct qc_test_backend *b, struct r
     const int64_t *cat_idx = NULL;
     float *dcat = NULL;
     if (tc->pos) {
-        qc_block_mem_set(&fe.mem, &b->hook, "test.fe");
+        qc_block_mem_set(&fe.mem, b->mc, "test.fe");
         fe.mem.ex = qc_test_backend_exec(b);
         const int64_t nf = fe.params.numel;
         qc_fourier_bind(&fe, dput(&m, h->few, FB(nf), false), dput(&m, NULL, FB(nf), false));
@@ -402,7 +402,7 @@ static void run(const struct hcase *h, const struct qc_test_backend *b, struct r
     /* forward: edges, kv, applications; backward in reverse */
     struct qc_block_mem emem;
     memset(&emem, 0, sizeof emem);
-    qc_block_mem_set(&emem, &b->hook, "edges.test");
+    qc_block_mem_set(&emem, b->mc, "edges.test");
     emem.ex = qc_test_backend_exec(b);
     struct qc_attn_edges ed;
     if (qc_attn_edges_init_mem(&ed, &emem, tc->impl, &g, tc->pos ? &fe : NULL, feat, cat_table,

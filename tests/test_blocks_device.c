@@ -3,15 +3,13 @@
  *
  *   test_blocks_device            CPU vs EMU (the emulated device, qc_emu.h): every block input
  *                                 lives in the protected arena and is uploaded with qc_op_upload,
- *                                 the blocks' scratch comes from a hook over the arena, and the
- *                                 outputs, input gradients, parameter gradients (accumulated onto
- *                                 non-zero values) and every stash entry must be memcmp-identical
- *                                 to the CPU run. A host dereference of device memory anywhere in
- *                                 the blocks faults; the arena must be empty after every case.
- *   test_blocks_device cuda       CUDA vs CPU (label gpu): the same cases on a CUDA device (memory
- *                                 from qc_alloc, ops through this thread's qc_kernels_cuda
- *                                 context, TF32 off), compared within TOL_CUDA below. Exits 77
- *                                 without a GPU or in a CPU-only build.
+ *                                 the blocks' scratch comes from a memory context over the arena,
+ * and the outputs, input gradients, parameter gradients (accumulated onto non-zero values) and
+ * every stash entry must be memcmp-identical to the CPU run. A host dereference of device memory
+ * anywhere in the blocks faults; the arena must be empty after every case. test_blocks_device cuda
+ * CUDA vs CPU (label gpu): the same cases on a CUDA device (memory from qc_alloc, ops through this
+ * thread's qc_kernels_cuda context, TF32 off), compared within TOL_CUDA below. Exits 77 without a
+ * GPU or in a CPU-only build.
  *
  * Cases: FE(d) for d = 0..4, with and without the categorical input (FE(0) needs it), with and
  * without dc; MLP with O = 1, 12 and 40, with and without dx. Output buffers start as 0xFF bytes
@@ -52,7 +50,7 @@
 /* Backend memory of bytes holding host (bytes), or 0xFF bytes when host is NULL. */
 static void *dev_new(struct qc_test_backend *b, const void *host, size_t bytes, const char *tag)
 {
-    void *p = b->hook.alloc(b->hook.ctx, bytes ? bytes : 1, tag);
+    void *p = qc_memctx_alloc(b->mc, QC_MEM_MODEL, bytes ? bytes : 1, tag);
     if (!p)
         T_FATAL("%s: allocation of %zu bytes for %s", b->name, bytes, tag);
     void *nan = NULL;
@@ -72,7 +70,7 @@ static void *dev_new(struct qc_test_backend *b, const void *host, size_t bytes, 
 static void dev_free(struct qc_test_backend *b, void *p, size_t bytes)
 {
     if (p)
-        b->hook.free(b->hook.ctx, p, bytes ? bytes : 1);
+        qc_memctx_free(b->mc, QC_MEM_MODEL, p, bytes ? bytes : 1);
 }
 
 /* A fresh host copy of n floats of backend memory p (NULL when p is). */
@@ -230,7 +228,7 @@ static void fe_run(struct qc_test_backend *b, const struct fe_case *c, uint64_t 
     const int64_t N = c->N, D = c->D, d = c->d;
     struct qc_fourier fe;
     qc_fourier_init(&fe, d, c->F, D);
-    qc_block_mem_set(&fe.mem, &b->hook, "fe");
+    qc_block_mem_set(&fe.mem, b->mc, "fe");
     fe.mem.ex = &b->ex;
     const int64_t np = fe.params.numel;
     uint64_t s = seed;
@@ -301,7 +299,7 @@ static void mlp_run(struct qc_test_backend *b, const struct mlp_case *c, uint64_
     const int64_t N = c->N, D = c->D, O = c->O;
     struct qc_mlp m;
     qc_mlp_init(&m, D, O);
-    qc_block_mem_set(&m.mem, &b->hook, "mlp");
+    qc_block_mem_set(&m.mem, b->mc, "mlp");
     m.mem.ex = &b->ex;
     const int64_t np = m.params.numel;
     uint64_t s = seed;

@@ -12,6 +12,7 @@
 
 #include "qc_cli.h"
 #include "qc_config.h"
+#include "qc_edit_distance.h"
 #include "testutil.h"
 
 static char tmp_dir[256];
@@ -697,6 +698,7 @@ int main(void)
             {"1T", 1ull << 40},
             {"7B", 7},
             {"0.5MiB", 524288},
+            {"0.48GiB", 515396075ull}, /* 515396075.52: a larger unit's fraction rounds down */
             {"18446744073709551615", 18446744073709551615ull},
         };
         for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {

@@ -913,13 +913,14 @@ static void run_losses(struct xctx *x, const struct xcase *tc)
     struct xbuf *s = scratch_f32(x, "scratch", qc_reg_loss_scratch_numel(A, S));
     BOTH(x, {
         OP(best_mode, I(best), F(loc), F(gt), gs, U(mask), A, K, S);
-        OP(reg_loss_forward, F(lreg), F(loc), F(scl), I(sbest), F(gt), gs, U(mask), A, K, S, F(s));
+        OP(reg_loss_forward, F(lreg), F(loc), F(scl), I(sbest), F(gt), gs, U(mask), NULL, A, K, S,
+           F(s));
         OP(reg_loss_backward, F(dloc), F(dscl), F(dloss), F(loc), F(scl), I(sbest), F(gt), gs,
-           U(mask), A, K, S, F(s));
-        OP(mixture_nll_forward, F(lcls), F(pi), F(loc), F(scl), F(gt), gs, U(mask), U(cmask), A, K,
-           S);
+           U(mask), NULL, A, K, S, F(s));
+        OP(mixture_nll_forward, F(lcls), F(pi), F(loc), F(scl), F(gt), gs, U(mask), U(cmask), NULL,
+           A, K, S);
         OP(mixture_nll_backward, F(dpi), F(dloss), F(pi), F(loc), F(scl), F(gt), gs, U(mask),
-           U(cmask), A, K, S);
+           U(cmask), NULL, A, K, S);
         OP(log_softmax_forward, F(lsm), F(pi), A, K);
         OP(log_softmax_backward, F(dlsm), F(dpik), F(sls), A, K);
     });

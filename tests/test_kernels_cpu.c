@@ -1157,16 +1157,72 @@ static void test_losses(void)
         g.fwd = reg_loss_fwd_d;
         float *dl = gc_setup(&g, 1, &st);
         float loss, *dloc = kt_zeros(n), *dsc = kt_zeros(n);
-        qc_reg_loss_forward_cpu(&loss, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, lc.A, lc.K,
-                                lc.S, scr);
+        qc_reg_loss_forward_cpu(&loss, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, NULL, lc.A,
+                                lc.K, lc.S, scr);
         gc_loss(&g);
         T_EXPECT_NEAR(loss, g.out[0], 1e-5, 1e-5, "loss value");
-        qc_reg_loss_backward_cpu(dloc, dsc, dl, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, lc.A,
-                                 lc.K, lc.S, scr);
+        qc_reg_loss_backward_cpu(dloc, dsc, dl, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, NULL,
+                                 lc.A, lc.K, lc.S, scr);
         gc_check(&g, 0, dloc, ATOL, RTOL, "reg_loss dloc");
         gc_check(&g, 1, dsc, ATOL, RTOL, "reg_loss dscale");
         gc_free(&g);
         free(scr), free(dl), free(dloc), free(dsc);
+        loss_case_free(&lc);
+    }
+
+    QC_TEST ("losses with the denominators of a larger group: the parts add up to the whole") {
+        uint64_t st = qc_test_seed() + 177;
+        struct loss_case lc;
+        loss_case_init(&lc, &st);
+        const int64_t A = lc.A, K = lc.K, S = lc.S, h = 2; /* agents [0, 2) and [2, 5) */
+        float *scr = kt_zeros(qc_reg_loss_scratch_numel(A, S));
+        float cnt[8], ccls = 0;
+        for (int64_t s = 0; s < S; s++) {
+            int64_t c = 0;
+            for (int64_t a = 0; a < A; a++)
+                c += lc.mask[a * S + s];
+            cnt[s] = (float)(c > 1 ? c : 1);
+        }
+        for (int64_t a = 0; a < A; a++)
+            ccls += lc.cls[a];
+        ccls = ccls > 1 ? ccls : 1;
+        float whole, w2, part[2], cw, cp[2];
+        qc_reg_loss_forward_cpu(&whole, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, NULL, A, K, S,
+                                scr);
+        qc_reg_loss_forward_cpu(&w2, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask, cnt, A, K, S,
+                                scr);
+        T_EXPECT(whole == w2, "its own counts given explicitly: the same bits");
+        const int64_t a0[2] = {0, h}, na[2] = {h, A - h};
+        float *dloc = kt_zeros(A * K * S * 2), *dpart = kt_zeros(A * K * S * 2);
+        float *dpi = kt_zeros(A * K), *dpip = kt_zeros(A * K), one = 1.0f;
+        qc_reg_loss_backward_cpu(dloc, NULL, &one, lc.loc, lc.scale, lc.best, lc.gt, 3, lc.mask,
+                                 NULL, A, K, S, scr);
+        qc_mixture_nll_forward_cpu(&cw, lc.pi, lc.loc, lc.scale, lc.gt, 3, lc.mask, lc.cls, NULL, A,
+                                   K, S);
+        qc_mixture_nll_backward_cpu(dpi, &one, lc.pi, lc.loc, lc.scale, lc.gt, 3, lc.mask, lc.cls,
+                                    NULL, A, K, S);
+        for (int p = 0; p < 2; p++) {
+            const int64_t o = a0[p];
+            qc_reg_loss_forward_cpu(&part[p], lc.loc + o * K * S * 2, lc.scale + o * K * S * 2,
+                                    lc.best + o, lc.gt + o * S * 3, 3, lc.mask + o * S, cnt, na[p],
+                                    K, S, scr);
+            qc_reg_loss_backward_cpu(dpart + o * K * S * 2, NULL, &one, lc.loc + o * K * S * 2,
+                                     lc.scale + o * K * S * 2, lc.best + o, lc.gt + o * S * 3, 3,
+                                     lc.mask + o * S, cnt, na[p], K, S, scr);
+            qc_mixture_nll_forward_cpu(&cp[p], lc.pi + o * K, lc.loc + o * K * S * 2,
+                                       lc.scale + o * K * S * 2, lc.gt + o * S * 3, 3,
+                                       lc.mask + o * S, lc.cls + o, &ccls, na[p], K, S);
+            qc_mixture_nll_backward_cpu(dpip + o * K, &one, lc.pi + o * K, lc.loc + o * K * S * 2,
+                                        lc.scale + o * K * S * 2, lc.gt + o * S * 3, 3,
+                                        lc.mask + o * S, lc.cls + o, &ccls, na[p], K, S);
+        }
+        T_EXPECT_NEAR(part[0] + part[1], whole, 1e-6, 1e-6, "regression parts add up");
+        T_EXPECT_NEAR(cp[0] + cp[1], cw, 1e-6, 1e-6, "classification parts add up");
+        T_EXPECT(memcmp(dloc, dpart, (size_t)(A * K * S * 2) * sizeof(float)) == 0,
+                 "regression gradients of the parts are the whole's, bit for bit");
+        T_EXPECT(memcmp(dpi, dpip, (size_t)(A * K) * sizeof(float)) == 0,
+                 "classification gradients of the parts are the whole's, bit for bit");
+        free(scr), free(dloc), free(dpart), free(dpi), free(dpip);
         loss_case_free(&lc);
     }
 
@@ -1180,12 +1236,12 @@ static void test_losses(void)
         g.fwd = mixture_fwd_d;
         float *dl = gc_setup(&g, 1, &st);
         float loss, *dpi = kt_zeros(lc.A * lc.K);
-        qc_mixture_nll_forward_cpu(&loss, lc.pi, lc.loc, lc.scale, lc.gt, 3, lc.mask, lc.cls, lc.A,
-                                   lc.K, lc.S);
+        qc_mixture_nll_forward_cpu(&loss, lc.pi, lc.loc, lc.scale, lc.gt, 3, lc.mask, lc.cls, NULL,
+                                   lc.A, lc.K, lc.S);
         gc_loss(&g);
         T_EXPECT_NEAR(loss, g.out[0], 1e-5, 1e-5, "loss value");
         qc_mixture_nll_backward_cpu(dpi, dl, lc.pi, lc.loc, lc.scale, lc.gt, 3, lc.mask, lc.cls,
-                                    lc.A, lc.K, lc.S);
+                                    NULL, lc.A, lc.K, lc.S);
         gc_check(&g, 0, dpi, ATOL, RTOL, "mixture dpi");
         for (int64_t k = 0; k < lc.K; k++)
             T_EXPECT(dpi[4 * lc.K + k] == 0.0f, "agent without cls mask has zero gradient");

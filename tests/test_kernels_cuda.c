@@ -987,23 +987,24 @@ static void run_losses(struct tctx *x, const struct tcase *tc)
     float *scr = malloc((size_t)(rs + 1) * sizeof(float));
     struct tbuf *dscr = scratch_f32(x, "scratch", rs);
     qc_best_mode_cpu(I(best), F(loc), F(gt), gs, U(mask), A, K, S);
-    qc_reg_loss_forward_cpu(F(lreg), F(loc), F(scl), I(sbest), F(gt), gs, U(mask), A, K, S, scr);
+    qc_reg_loss_forward_cpu(F(lreg), F(loc), F(scl), I(sbest), F(gt), gs, U(mask), NULL, A, K, S,
+                            scr);
     qc_reg_loss_backward_cpu(F(dloc), F(dscl), F(dloss), F(loc), F(scl), I(sbest), F(gt), gs,
-                             U(mask), A, K, S, scr);
-    qc_mixture_nll_forward_cpu(F(lcls), F(pi), F(loc), F(scl), F(gt), gs, U(mask), U(cmask), A, K,
-                               S);
+                             U(mask), NULL, A, K, S, scr);
+    qc_mixture_nll_forward_cpu(F(lcls), F(pi), F(loc), F(scl), F(gt), gs, U(mask), U(cmask), NULL,
+                               A, K, S);
     qc_mixture_nll_backward_cpu(F(dpi), F(dloss), F(pi), F(loc), F(scl), F(gt), gs, U(mask),
-                                U(cmask), A, K, S);
-    CUDA_TWICE(x,
-               (qc_best_mode_cuda(DI(best), DF(loc), DF(gt), gs, DU(mask), A, K, S, x->s),
-                qc_reg_loss_forward_cuda(DF(lreg), DF(loc), DF(scl), DI(sbest), DF(gt), gs,
-                                         DU(mask), A, K, S, DF(dscr), x->s),
-                qc_reg_loss_backward_cuda(DF(dloc), DF(dscl), DF(dloss), DF(loc), DF(scl),
-                                          DI(sbest), DF(gt), gs, DU(mask), A, K, S, DF(dscr), x->s),
-                qc_mixture_nll_forward_cuda(DF(lcls), DF(pi), DF(loc), DF(scl), DF(gt), gs,
-                                            DU(mask), DU(cmask), A, K, S, x->s),
-                qc_mixture_nll_backward_cuda(DF(dpi), DF(dloss), DF(pi), DF(loc), DF(scl), DF(gt),
-                                             gs, DU(mask), DU(cmask), A, K, S, x->s)));
+                                U(cmask), NULL, A, K, S);
+    CUDA_TWICE(
+        x, (qc_best_mode_cuda(DI(best), DF(loc), DF(gt), gs, DU(mask), A, K, S, x->s),
+            qc_reg_loss_forward_cuda(DF(lreg), DF(loc), DF(scl), DI(sbest), DF(gt), gs, DU(mask),
+                                     NULL, A, K, S, DF(dscr), x->s),
+            qc_reg_loss_backward_cuda(DF(dloc), DF(dscl), DF(dloss), DF(loc), DF(scl), DI(sbest),
+                                      DF(gt), gs, DU(mask), NULL, A, K, S, DF(dscr), x->s),
+            qc_mixture_nll_forward_cuda(DF(lcls), DF(pi), DF(loc), DF(scl), DF(gt), gs, DU(mask),
+                                        DU(cmask), NULL, A, K, S, x->s),
+            qc_mixture_nll_backward_cuda(DF(dpi), DF(dloss), DF(pi), DF(loc), DF(scl), DF(gt), gs,
+                                         DU(mask), DU(cmask), NULL, A, K, S, x->s)));
     free(bcpu);
     free(scr);
 }

@@ -119,6 +119,12 @@ static void test_format(const char *dir)
         const struct qc_memreport_step steps[2] = {{4, 3000, 4096}, {5, 2500, 4096}};
         r.steps = steps;
         r.nsteps = 2;
+        struct qc_memreport_plan_block pb[2] = {
+            {.name = "enc/a\"pp", .policy = "offload_host", .bytes = 1000, .predicted_time_s = 0.5},
+            {.name = "dec", .policy = "recompute", .bytes = 24, .predicted_time_s = 0.25},
+        };
+        const struct qc_memreport_plan plan = {4, 2900, 3000, pb, 2};
+        r.plan = &plan;
         const size_t need = qc_memreport_format_json(&r, NULL, 0);
         char *buf = malloc(need + 1);
         T_EXPECT(buf && qc_memreport_format_json(&r, buf, need + 1) == need, "two passes agree");
@@ -138,6 +144,17 @@ static void test_format(const char *dir)
             T_EXPECT_EQ_U64(
                 (uint64_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(peak, "by_tag")), 0,
                 "no tags");
+            const cJSON *pl = cJSON_GetObjectItemCaseSensitive(j, "plan");
+            T_EXPECT(num(pl, "step") == 4 && num(pl, "predicted_peak_bytes") == 2900 &&
+                         num(pl, "measured_peak_bytes") == 3000,
+                     "plan figures");
+            const cJSON *b0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pl, "blocks"), 0);
+            const cJSON *bn = cJSON_GetObjectItemCaseSensitive(b0, "name");
+            const cJSON *bp = cJSON_GetObjectItemCaseSensitive(b0, "policy");
+            T_EXPECT(cJSON_IsString(bn) && strcmp(bn->valuestring, "enc/a\"pp") == 0 &&
+                         cJSON_IsString(bp) && strcmp(bp->valuestring, "offload_host") == 0 &&
+                         num(b0, "bytes") == 1000 && num(b0, "predicted_time_s") == 0.5,
+                     "plan block round-trips");
         }
         cJSON_Delete(j);
         free(buf);
@@ -148,6 +165,8 @@ static void test_format(const char *dir)
         T_EXPECT_STR_CONTAINS(text, "at step 4");
         T_EXPECT_STR_CONTAINS(text, "66.7 %"); /* 2000 of 3000 */
         T_EXPECT_STR_CONTAINS(text, "50.0 % of the budget");
+        T_EXPECT_STR_CONTAINS(text, "plan of the peak step (step 4)");
+        T_EXPECT_STR_CONTAINS(text, "recompute        1 blocks");
         char small[16];
         T_EXPECT(qc_memreport_format_text(&r, small, sizeof small) == tn &&
                      strlen(small) == sizeof small - 1,
@@ -283,6 +302,32 @@ static void test_training(const char *root)
         }
         T_EXPECT_EQ_U64(max_step_peak, peak, "the run peak is the largest step peak");
 
+        /* the plan of the peak step (the contract: step, predicted and measured peaks, blocks
+         * with name, policy, bytes, predicted_time_s) */
+        const cJSON *plan = cJSON_GetObjectItemCaseSensitive(j, "plan");
+        T_EXPECT(cJSON_IsObject(plan), "a plan object");
+        if (cJSON_IsObject(plan)) {
+            const uint64_t pstep = u64(plan, "step");
+            T_EXPECT(pstep >= 1 && pstep <= 2, "plan of step %" PRIu64, pstep);
+            const uint64_t meas = u64(plan, "measured_peak_bytes");
+            const uint64_t pred = u64(plan, "predicted_peak_bytes");
+            T_EXPECT(meas > 0 && meas <= as.bytes_active_peak, "measured %" PRIu64, meas);
+            T_EXPECT(pred >= meas - meas / 10 && pred <= meas + meas / 10,
+                     "predicted %" PRIu64 " within 10 %% of measured %" PRIu64, pred, meas);
+            const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(plan, "blocks");
+            T_EXPECT(cJSON_GetArraySize(blocks) > 20, "every block application");
+            int bad = 0;
+            cJSON_ArrayForEach(e, blocks)
+            {
+                const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+                const cJSON *pol = cJSON_GetObjectItemCaseSensitive(e, "policy");
+                bad += !cJSON_IsString(n) || !cJSON_IsString(pol) ||
+                       strcmp(pol->valuestring, "keep") != 0 || num(e, "bytes") < 0 ||
+                       !(num(e, "predicted_time_s") >= 0);
+            }
+            T_EXPECT(bad == 0, "%d malformed blocks (an unlimited run keeps everything)", bad);
+        }
+
         /* memory.txt names the top block and the peak's step */
         snprintf(path, sizeof path, "%s/memory.txt", dir);
         char *txt = read_all(path);
@@ -296,6 +341,7 @@ static void test_training(const char *root)
             T_EXPECT_STR_CONTAINS(txt, at);
             T_EXPECT_STR_CONTAINS(txt, "peak reserved");
             T_EXPECT_STR_CONTAINS(txt, "fragmentation");
+            T_EXPECT_STR_CONTAINS(txt, "plan of the peak step");
         }
         free(txt);
         cJSON_Delete(j);

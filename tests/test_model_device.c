@@ -11,7 +11,7 @@
  * outputs, the four loss values, best_mode, the gradients (qc_qcnet_grads_download) and the
  * parameters after one AdamW step are memcmp-identical between CPU and EMU, and between two
  * EMU runs; so are a run on the caller's device batch (ctx.batch_dev), init_params, a
- * checkpoint written from EMU and read on the CPU, and parameters re-homed by set_alloc. When
+ * checkpoint written from EMU and read on the CPU, and parameters re-homed by set_memctx. When
  * the k-th allocation of a step fails, the step returns QC_ERR_NOMEM, everything but the
  * parameters, gradients and AdamW groups is back in the arena, and the model still gives the
  * same bits afterwards.
@@ -121,70 +121,45 @@ static bool synth_batch(void)
 
 // ---- backends ---------------------------------------------------------------------------------
 
-/* Counting hook of one backend's memory; fails every allocation from the fail_at-th on
- * (1-based over `calls`; 0 = never). */
-struct dev_hook {
-    struct qc_test_backend *be;
-    int64_t live, calls, fail_at;
-    size_t bytes;
-};
-
-static void *dev_alloc(void *ctx, size_t bytes, const char *tag)
+/* A counting memory context of one backend's memory (the arena directly on EMU, the caching
+ * allocator on CUDA, host malloc on the CPU). */
+static struct qc_memctx *mc_new(struct qc_test_backend *be)
 {
-    struct dev_hook *h = ctx;
-    (void)tag;
-    if (h->fail_at > 0 && h->calls + 1 >= h->fail_at)
-        return NULL;
-    void *p = NULL;
-    switch (h->be->kind) {
-    case QC_EXEC_EMU:
-        p = qc_emu_alloc(h->be->emu, bytes);
-        break;
-    case QC_EXEC_CUDA:
+    struct qc_memctx_params p = {0};
+    if (be->kind == QC_EXEC_EMU)
+        p.emu = be->emu;
 #ifdef QC_HAVE_CUDA
-        if (qc_alloc_malloc(h->be->alloc, bytes, NULL, tag, &p) != QC_OK)
-            p = NULL;
+    if (be->kind == QC_EXEC_CUDA) {
+        p.alloc = be->alloc;
+        p.compute = qc_device_compute_stream(be->dev);
+    }
 #endif
-        break;
-    default:
-        p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-        break;
-    }
-    if (p) {
-        h->calls++;
-        h->live++;
-        h->bytes += bytes;
-    }
-    return p;
+    struct qc_memctx *mc = NULL;
+    if (qc_memctx_create(&p, &mc) != QC_OK)
+        T_FATAL("memory context: %s", qc_error_last());
+    return mc;
 }
 
-static void dev_free(void *ctx, void *p, size_t bytes)
+/* Live allocations of every class. */
+static int64_t mc_live(const struct qc_memctx *mc)
 {
-    struct dev_hook *h = ctx;
-    switch (h->be->kind) {
-    case QC_EXEC_EMU:
-        qc_emu_free(h->be->emu, p, bytes);
-        break;
-    case QC_EXEC_CUDA:
-#ifdef QC_HAVE_CUDA
-        qc_alloc_free(h->be->alloc, p, NULL);
-#endif
-        break;
-    default:
-        free(p);
-        break;
-    }
-    h->live--;
-    h->bytes -= bytes;
+    struct qc_memctx_stats st;
+    qc_memctx_stats_get(mc, &st);
+    int64_t n = 0;
+    for (int c = 0; c < QC_MEM_CLASS_COUNT; c++)
+        n += st.nlive[c];
+    return n;
 }
 
-static void hook_init(struct dev_hook *h, struct qc_test_backend *be, struct qc_qcnet_alloc *a)
+/* Successful allocations of every class since create. */
+static int64_t mc_calls(const struct qc_memctx *mc)
 {
-    memset(h, 0, sizeof *h);
-    h->be = be;
-    a->alloc = dev_alloc;
-    a->free = dev_free;
-    a->ctx = h;
+    struct qc_memctx_stats st;
+    qc_memctx_stats_get(mc, &st);
+    int64_t n = 0;
+    for (int c = 0; c < QC_MEM_CLASS_COUNT; c++)
+        n += st.n_allocs[c];
+    return n;
 }
 
 // ---- one training step on a backend ---------------------------------------------------------
@@ -326,9 +301,9 @@ static enum qc_status step(struct qc_qcnet *m, const struct tcase *c, const stru
     return qc_qcnet_grads_download(m, r->grads);
 }
 
-/* One AdamW step with zeroed moments of the model's backend (from hook a); parameters before
- * and after into r. */
-static enum qc_status adamw(struct qc_qcnet *m, const struct qc_qcnet_alloc *a, struct result *r)
+/* One AdamW step with zeroed moments of the model's backend (from context mc); parameters
+ * before and after into r. */
+static enum qc_status adamw(struct qc_qcnet *m, struct qc_memctx *mc, struct result *r)
 {
     const struct qc_exec *ex = qc_qcnet_exec(m);
     const size_t bytes = (size_t)r->np * sizeof(float);
@@ -337,16 +312,16 @@ static enum qc_status adamw(struct qc_qcnet *m, const struct qc_qcnet_alloc *a, 
     if (!r->p_before || !r->p_after)
         T_FATAL("out of memory");
     QC_TRY(qc_qcnet_params_download(m, r->p_before));
-    float *am = a->alloc(a->ctx, bytes, "test/adam_m");
-    float *av = a->alloc(a->ctx, bytes, "test/adam_v");
+    float *am = qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "test/adam_m");
+    float *av = qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "test/adam_v");
     if (!am || !av)
         T_FATAL("moments: out of memory");
     qc_op_zero(ex, am, bytes);
     qc_op_zero(ex, av, bytes);
     qc_qcnet_adamw_step(m, am, av, 5e-4, 1e-4, 0.9, 0.999, 1e-8, 1);
     enum qc_status rc = qc_qcnet_params_download(m, r->p_after);
-    a->free(a->ctx, am, bytes);
-    a->free(a->ctx, av, bytes);
+    qc_memctx_free(mc, QC_MEM_PARAM, am, bytes);
+    qc_memctx_free(mc, QC_MEM_PARAM, av, bytes);
     return rc;
 }
 
@@ -357,11 +332,9 @@ static bool run_case(struct qc_test_backend *be, const struct tcase *c, bool use
     memset(r, 0, sizeof *r);
     struct qc_qcnet_config cfg;
     case_config(c, &cfg);
-    struct dev_hook h;
-    struct qc_qcnet_alloc a;
-    hook_init(&h, be, &a);
+    struct qc_memctx *mc = mc_new(be);
     struct qc_qcnet *m = NULL;
-    enum qc_status rc = qc_qcnet_create_on(&cfg, &a, qc_test_backend_exec(be), &m);
+    enum qc_status rc = qc_qcnet_create_on(&cfg, mc, qc_test_backend_exec(be), &m);
     if (rc != QC_OK) {
         T_FAIL_AT("%s: create on %s: %s", c->name, qc_exec_backend_str(be->kind), qc_error_last());
         return false;
@@ -371,8 +344,8 @@ static bool run_case(struct qc_test_backend *be, const struct tcase *c, bool use
     struct qc_batch view;
     void *nd = NULL, *gd = NULL;
     if (use_dbatch) {
-        nd = a.alloc(a.ctx, b->node_bytes, "test/batch.nodes");
-        gd = a.alloc(a.ctx, b->graph_bytes, "test/batch.graph");
+        nd = qc_memctx_alloc(mc, QC_MEM_MODEL, b->node_bytes, "test/batch.nodes");
+        gd = qc_memctx_alloc(mc, QC_MEM_MODEL, b->graph_bytes, "test/batch.graph");
         if (!nd || !gd)
             T_FATAL("device batch: out of memory");
         if (qc_op_upload(qc_test_backend_exec(be), nd, b->node_mem, b->node_bytes) != QC_OK ||
@@ -384,14 +357,15 @@ static bool run_case(struct qc_test_backend *be, const struct tcase *c, bool use
     if (rc == QC_OK)
         rc = step(m, c, use_dbatch ? &view : NULL, r);
     if (rc == QC_OK)
-        rc = adamw(m, &a, r);
+        rc = adamw(m, mc, r);
     T_EXPECT(rc == QC_OK, "%s on %s: %s", c->name, qc_exec_backend_str(be->kind), qc_error_last());
     qc_qcnet_destroy(m);
     if (nd)
-        a.free(a.ctx, nd, b->node_bytes);
+        qc_memctx_free(mc, QC_MEM_MODEL, nd, b->node_bytes);
     if (gd)
-        a.free(a.ctx, gd, b->graph_bytes);
-    T_EXPECT_EQ_I64(h.live, 0, "%s: hook allocations left after destroy", c->name);
+        qc_memctx_free(mc, QC_MEM_MODEL, gd, b->graph_bytes);
+    T_EXPECT_EQ_I64(mc_live(mc), 0, "%s: allocations left after destroy", c->name);
+    qc_memctx_destroy(mc);
     if (rc != QC_OK)
         result_free(r);
     return rc == QC_OK;
@@ -559,7 +533,7 @@ static void test_emu_case(const struct tcase *c, bool second_run)
 }
 
 /* Host access on EMU: init_params, params download/upload, a checkpoint written from EMU and
- * loaded on the CPU, set_alloc onto another hook of the arena, zero_grad. */
+ * loaded on the CPU, set_memctx onto another context of the arena, zero_grad. */
 static void test_emu_host_access(void)
 {
     struct qc_test_backend emu;
@@ -569,18 +543,15 @@ static void test_emu_host_access(void)
     }
     struct qc_qcnet_config cfg;
     qc_qcnet_config_parity_tiny(&cfg);
-    struct dev_hook h, h2;
-    struct qc_qcnet_alloc a, a2;
-    hook_init(&h, &emu, &a);
-    hook_init(&h2, &emu, &a2);
+    struct qc_memctx *ctx1 = mc_new(&emu), *ctx2 = mc_new(&emu);
     struct qc_qcnet *me = NULL, *mc = NULL;
-    T_EXPECT(qc_qcnet_create_on(&cfg, &a, &emu.ex, &me) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_qcnet_create_on(&cfg, ctx1, &emu.ex, &me) == QC_OK, "%s", qc_error_last());
     T_EXPECT(qc_qcnet_create(&cfg, &mc) == QC_OK, "%s", qc_error_last());
     if (!me || !mc)
         goto out;
     T_EXPECT(qc_qcnet_exec(me) == &emu.ex, "the model's exec");
     T_EXPECT(qc_qcnet_exec(mc) == NULL, "the CPU model's exec");
-    T_EXPECT_EQ_I64(h.live, 3, "params, grads and the AdamW groups from the hook");
+    T_EXPECT_EQ_I64(mc_live(ctx1), 3, "params, grads and the AdamW groups from the context");
     const int64_t np = qc_qcnet_num_params(me);
     const size_t bytes = (size_t)np * sizeof(float);
     float *x = malloc(bytes), *y = malloc(bytes);
@@ -621,14 +592,14 @@ static void test_emu_host_access(void)
     T_EXPECT(qc_qcnet_params_upload(me, y) == QC_OK, "%s", qc_error_last());
     T_EXPECT(qc_qcnet_params_download(me, x) == QC_OK, "%s", qc_error_last());
     T_EXPECT(memcmp(x, y, bytes) == 0, "params upload -> download");
-    /* set_alloc: new buffers from the other hook, values kept, the old hook emptied */
+    /* set_memctx: new buffers from the other context, values kept, the old one emptied */
     float *p_old = qc_qcnet_params(me);
-    T_EXPECT(qc_qcnet_set_alloc(me, &a2) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_qcnet_set_memctx(me, ctx2) == QC_OK, "%s", qc_error_last());
     T_EXPECT(qc_qcnet_params(me) != p_old, "re-homed parameters");
-    T_EXPECT_EQ_I64(h.live, 0, "old hook after set_alloc");
-    T_EXPECT_EQ_I64(h2.live, 3, "new hook after set_alloc");
+    T_EXPECT_EQ_I64(mc_live(ctx1), 0, "old context after set_memctx");
+    T_EXPECT_EQ_I64(mc_live(ctx2), 3, "new context after set_memctx");
     T_EXPECT(qc_qcnet_params_download(me, x) == QC_OK, "%s", qc_error_last());
-    T_EXPECT(memcmp(x, y, bytes) == 0, "parameters kept by set_alloc");
+    T_EXPECT(memcmp(x, y, bytes) == 0, "parameters kept by set_memctx");
     /* zero_grad */
     T_EXPECT(qc_qcnet_grads_download(me, x) == QC_OK, "%s", qc_error_last());
     qc_qcnet_zero_grad(me);
@@ -642,8 +613,10 @@ static void test_emu_host_access(void)
 out:
     qc_qcnet_destroy(me);
     qc_qcnet_destroy(mc);
-    T_EXPECT_EQ_I64(h2.live, 0, "hook after destroy");
+    T_EXPECT_EQ_I64(mc_live(ctx2), 0, "context after destroy");
     T_EXPECT_EQ_U64(qc_emu_bytes_live(emu.emu), 0, "arena bytes after destroy");
+    qc_memctx_destroy(ctx1);
+    qc_memctx_destroy(ctx2);
     qc_test_backend_destroy(&emu);
 }
 
@@ -660,23 +633,22 @@ static void test_emu_failures(const struct tcase *c)
     }
     struct qc_qcnet_config cfg;
     case_config(c, &cfg);
-    struct dev_hook h;
-    struct qc_qcnet_alloc a;
-    hook_init(&h, &emu, &a);
+    struct qc_memctx *mc = mc_new(&emu);
     struct qc_qcnet *m = NULL;
-    T_EXPECT(qc_qcnet_create_on(&cfg, &a, &emu.ex, &m) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_qcnet_create_on(&cfg, mc, &emu.ex, &m) == QC_OK, "%s", qc_error_last());
     if (!m) {
+        qc_memctx_destroy(mc);
         qc_test_backend_destroy(&emu);
         return;
     }
     T_EXPECT(case_params(c, m) == QC_OK, "%s", qc_error_last());
-    const int64_t base_live = h.live;
+    const int64_t base_live = mc_live(mc);
     const size_t base_bytes = qc_emu_bytes_live(emu.emu);
     struct result ref;
     memset(&ref, 0, sizeof ref);
-    const int64_t c0 = h.calls;
+    const int64_t c0 = mc_calls(mc);
     T_EXPECT(step(m, c, NULL, &ref) == QC_OK, "reference step: %s", qc_error_last());
-    const int64_t n = h.calls - c0;
+    const int64_t n = mc_calls(mc) - c0;
     T_EXPECT(n > 32, "%" PRId64 " allocations in a step", n);
     /* the first and last 3 allocation points and 8 spread in between (a failing step costs
      * up to a whole step on EMU) */
@@ -685,18 +657,19 @@ static void test_emu_failures(const struct tcase *c)
         if (!(k <= 3 || k > n - 3 || k % (n / 9 + 1) == 0))
             continue;
         tried++;
-        h.fail_at = h.calls + k;
+        qc_memctx_fail_at(mc, k, INT64_MAX);
         struct result r;
         memset(&r, 0, sizeof r);
         enum qc_status rc = step(m, c, NULL, &r);
-        h.fail_at = 0;
+        qc_memctx_fail_at(mc, 0, 0);
         result_free(&r);
         nomem += rc == QC_ERR_NOMEM;
-        if (rc != QC_ERR_NOMEM || h.live != base_live || qc_emu_bytes_live(emu.emu) != base_bytes) {
+        if (rc != QC_ERR_NOMEM || mc_live(mc) != base_live ||
+            qc_emu_bytes_live(emu.emu) != base_bytes) {
             T_FAIL_AT("allocation %" PRId64 " of %" PRId64 " failing: status %d (%s), %" PRId64
                       " live (%" PRId64 " expected), %zu arena bytes (%zu)",
-                      k, n, (int)rc, qc_error_last(), h.live, base_live, qc_emu_bytes_live(emu.emu),
-                      base_bytes);
+                      k, n, (int)rc, qc_error_last(), mc_live(mc), base_live,
+                      qc_emu_bytes_live(emu.emu), base_bytes);
             break;
         }
     }
@@ -715,8 +688,9 @@ static void test_emu_failures(const struct tcase *c)
     result_free(&ref);
     result_free(&again);
     qc_qcnet_destroy(m);
-    T_EXPECT_EQ_I64(h.live, 0, "hook allocations after destroy");
+    T_EXPECT_EQ_I64(mc_live(mc), 0, "allocations after destroy");
     T_EXPECT_EQ_U64(qc_emu_bytes_live(emu.emu), 0, "arena bytes after destroy");
+    qc_memctx_destroy(mc);
     qc_test_backend_destroy(&emu);
 }
 
@@ -732,22 +706,21 @@ static void test_create_on_errors(void)
         T_FAIL_AT("emu arena");
         return;
     }
-    struct dev_hook h;
-    struct qc_qcnet_alloc a;
-    hook_init(&h, &be, &a);
-    T_EXPECT(qc_qcnet_create_on(&cfg, &a, &emu_no_arena, &m) == QC_ERR_INVALID,
+    struct qc_memctx *mc = mc_new(&be);
+    T_EXPECT(qc_qcnet_create_on(&cfg, mc, &emu_no_arena, &m) == QC_ERR_INVALID,
              "EMU without an arena");
     T_EXPECT(qc_qcnet_create_on(&cfg, NULL, &be.ex, &m) == QC_ERR_INVALID,
-             "a device backend with the malloc hook");
-    T_EXPECT_STR_CONTAINS(qc_error_last(), "hook");
+             "a device backend with host malloc");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "memory context");
 #ifndef QC_HAVE_CUDA
     struct qc_exec cuda = {QC_EXEC_CUDA, NULL, NULL};
-    T_EXPECT(qc_qcnet_create_on(&cfg, &a, &cuda, &m) == QC_ERR_UNSUPPORTED,
+    T_EXPECT(qc_qcnet_create_on(&cfg, mc, &cuda, &m) == QC_ERR_UNSUPPORTED,
              "CUDA in a CPU-only build");
     T_EXPECT_STR_CONTAINS(qc_error_last(), "CUDA");
 #endif
     T_EXPECT(m == NULL, "no model on refusal");
-    T_EXPECT_EQ_I64(h.live, 0, "nothing allocated by refusals");
+    T_EXPECT_EQ_I64(mc_live(mc), 0, "nothing allocated by refusals");
+    qc_memctx_destroy(mc);
     qc_test_backend_destroy(&be);
 }
 
@@ -785,7 +758,7 @@ int main(int argc, char **argv)
     if (!cuda) {
         QC_TEST ("model device: create_on refusals")
             test_create_on_errors();
-        QC_TEST ("model device: host access on EMU (init, checkpoints, set_alloc, zero_grad)")
+        QC_TEST ("model device: host access on EMU (init, checkpoints, set_memctx, zero_grad)")
             test_emu_host_access();
         for (int i = 0; i < NCASES; i++) {
             char name[160];

@@ -6,7 +6,9 @@ one run folder):
   setup QCTRAIN RUN        a 3-step cpu-smoke run with validation and a checkpoint at step 2,
                            then a resume from that checkpoint to step 4 (steps 3 and 4 run
                            again: TensorBoard must show each step once); the report with a
-                           hand-made plan (RUN-plan/) and the report without its libraries.
+                           hand-made plan (RUN-plan/) and the report without its libraries;
+                           2-step runs with every stash offloaded (RUN-offload/) and recomputed
+                           (RUN-recompute/).
   browser QCTRAIN RUN      chromium-headless-shell renders each page; over the DevTools
                            protocol (--remote-debugging-pipe) the test reads the DOM the browser
                            built and every console message, exception and network request.
@@ -91,6 +93,16 @@ def setup(qctrain, run_dir):
         json.dump(mem, f, indent=1)
     out = run([qctrain, "report", plan_dir])
     check("with the plan" in out, "report of the plan run: " + out.strip())
+    # the memory system at work: every stash offloaded to the host tier, or recomputed (its
+    # trace marks offload puts and fetches, or recomputes, on the timeline)
+    for policy in ("offload", "recompute"):
+        d = run_dir + "-" + policy
+        shutil.rmtree(d, ignore_errors=True)
+        run([qctrain, "train", "--preset", "cpu-smoke", "--batch-size", "1", "--quiet",
+             "--steps", "2", "--set", "plan.policy=" + policy, "--out", d])
+        key = "offload_host_bytes" if policy == "offload" else "recompute_bytes"
+        check(all(l.get(key, 0) > 0 for l in metrics_lines(d)),
+              "plan.policy=%s: %s > 0 in every step" % (policy, key))
 
 
 # ---- a minimal DOM from the browser's serialization ----------------------------------------------
@@ -354,6 +366,33 @@ def browser(qctrain, run_dir):
         check(by_id(root, "timeline-table") is not None and by_id(root, "curve-table-loss") is not None,
               "no-library report: the timeline and curves as tables")
         check(not by_id(root, "timeline").find("canvas"), "no-library report: no broken chart")
+        # 4. runs of the memory system: its marks on the timeline, its curves, its plan
+        for policy, kinds, pol, curve in (
+                ("offload", ("offload_put", "offload_get"), "offload_host", "curve-offload"),
+                ("recompute", ("recompute",), "recompute", "curve-offload")):
+            d = run_dir + "-" + policy
+            with open(os.path.join(d, "memory.json")) as f:
+                pm = json.load(f)
+            page = os.path.join(d, "report.html")
+            html, errors, urls = b.render(page)
+            name = "plan.policy=%s report" % policy
+            root = check_page_common(name, html, errors, urls, page, pm)
+            marks = by_id(root, "timeline-marks")
+            check(marks is not None, "%s: the timeline's marks summary" % name)
+            for k in kinds:
+                n = int(marks.attrs.get("data-" + k, "0"))
+                check(n > 0, "%s: %d %s marks on the timeline" % (name, n, k))
+            data = json.loads(by_id(root, "qc-data").all_text())
+            kinds_in_data = {m["kind"] for m in data["timeline"]["marks"]}
+            check(set(kinds) <= kinds_in_data,
+                  "%s: the page data marks %s (%s)" % (name, kinds, sorted(kinds_in_data)))
+            check(by_id(root, curve) is not None, "%s: the offload/recompute curve" % name)
+            table = by_id(root, "plan-table")
+            check(table is not None, "%s: the plan table" % name)
+            prow = table.find("tbody")[0].find("tr")
+            check(len(prow) == len(pm["plan"]["blocks"]) and
+                  any(tr.find("td")[1].all_text() == pol for tr in prow),
+                  "%s: %d planned blocks, policy %s shown" % (name, len(prow), pol))
     finally:
         b.close()
 
@@ -368,7 +407,11 @@ STEP_TAGS = {"loss": "train/loss", "reg_loss_propose": "train/reg_loss_propose",
              "predicted_peak_bytes": "memory/predicted_peak_bytes",
              "offload_host_bytes": "memory/offload_host_bytes",
              "offload_nvme_bytes": "memory/offload_nvme_bytes",
-             "recompute_bytes": "memory/recompute_bytes"}
+             "recompute_bytes": "memory/recompute_bytes",
+             "peak_active_bytes": "memory/peak_active_bytes",
+             "prefetch_stall_s": "memory/prefetch_stall_s", "replans": "memory/replans",
+             "splits": "memory/splits", "skipped_scenes": "memory/skipped_scenes",
+             "plan_ms": "memory/plan_ms"}
 EVAL_KEYS = ["loss", "minADE", "minFDE", "MR", "Brier", "brier_minFDE", "minAHE", "minFHE"]
 
 
@@ -409,6 +452,15 @@ def tensorboard(run_dir):
         for l in evals:
             check(got[l["step"]] == f32(l["eval"][key]), "%s @ %d == metrics.jsonl" % (tag, l["step"]))
     check(expected <= tags, "every expected tag is there (missing: %s)" % (expected - tags))
+    # the memory system's bytes reach TensorBoard: offloaded, recomputed (and equal metrics.jsonl)
+    for policy, key in (("offload", "offload_host_bytes"), ("recompute", "recompute_bytes")):
+        d = run_dir + "-" + policy
+        pacc = EventAccumulator(os.path.join(d, "tb"), size_guidance={"scalars": 0})
+        pacc.Reload()
+        got = {e.step: e.value for e in pacc.Scalars("memory/" + key)}
+        want = {l["step"]: f32(l[key]) for l in metrics_lines(d) if "eval" not in l}
+        check(got == want and all(v > 0 for v in got.values()),
+              "plan.policy=%s: memory/%s = metrics.jsonl, > 0 (%s)" % (policy, key, got))
     # a crash inside a record: the earlier records stay readable
     tmp = tempfile.mkdtemp(prefix="qc-tb-")
     try:

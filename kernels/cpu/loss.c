@@ -183,14 +183,23 @@ static void step_counts(float *cnt, const uint8_t *mask, int64_t A, int64_t S)
     }
 }
 
+/* The per-step denominators into cnt: count when given, else from the mask. */
+static void step_norm(float *cnt, const float *count, const uint8_t *mask, int64_t A, int64_t S)
+{
+    if (count)
+        memcpy(cnt, count, (size_t)S * sizeof *cnt);
+    else
+        step_counts(cnt, mask, A, S);
+}
+
 void qc_reg_loss_forward_cpu(float *loss, const float *loc, const float *scale, const int64_t *best,
-                             const float *gt, int64_t gt_stride, const uint8_t *mask, int64_t A,
-                             int64_t K, int64_t S, float *scratch)
+                             const float *gt, int64_t gt_stride, const uint8_t *mask,
+                             const float *count, int64_t A, int64_t K, int64_t S, float *scratch)
 {
     QC_ASSERT(A >= 0 && K > 0 && S > 0 && gt_stride >= 2 && scratch,
               "reg_loss fwd: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
     float *cnt = scratch;
-    step_counts(cnt, mask, A, S);
+    step_norm(cnt, count, mask, A, S);
     double total = 0.0;
     for (int64_t s = 0; s < S; s++) {
         double sum = 0.0;
@@ -208,13 +217,13 @@ void qc_reg_loss_forward_cpu(float *loss, const float *loc, const float *scale, 
 
 void qc_reg_loss_backward_cpu(float *dloc, float *dscale, const float *dloss, const float *loc,
                               const float *scale, const int64_t *best, const float *gt,
-                              int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K,
-                              int64_t S, float *scratch)
+                              int64_t gt_stride, const uint8_t *mask, const float *count, int64_t A,
+                              int64_t K, int64_t S, float *scratch)
 {
     QC_ASSERT(A >= 0 && K > 0 && S > 0 && gt_stride >= 2 && scratch,
               "reg_loss bwd: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
     float *cnt = scratch;
-    step_counts(cnt, mask, A, S);
+    step_norm(cnt, count, mask, A, S);
     float gmean = dloss[0] / (float)S;
     int64_t total = A * K * S * 2;
     if (dloc)
@@ -268,7 +277,8 @@ static float cls_count(const uint8_t *cls_mask, int64_t A)
 
 void qc_mixture_nll_forward_cpu(float *loss, const float *pi, const float *loc, const float *scale,
                                 const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S)
+                                const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                int64_t S)
 {
     QC_ASSERT(A >= 0 && K > 0 && K <= QC_KERNELS_MAX_MODES && S > 0 && gt_stride >= 2,
               "mixture_nll fwd: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
@@ -278,17 +288,17 @@ void qc_mixture_nll_forward_cpu(float *loss, const float *pi, const float *loc, 
         float lse = mixture_terms(t, logp, pi, loc, scale, gt, gt_stride, reg_mask, a, K, S);
         sum += (double)(-lse * (float)cls_mask[a]);
     }
-    *loss = (float)(sum / (double)cls_count(cls_mask, A));
+    *loss = (float)(sum / (double)(count ? count[0] : cls_count(cls_mask, A)));
 }
 
 void qc_mixture_nll_backward_cpu(float *dpi, const float *dloss, const float *pi, const float *loc,
                                  const float *scale, const float *gt, int64_t gt_stride,
-                                 const uint8_t *reg_mask, const uint8_t *cls_mask, int64_t A,
-                                 int64_t K, int64_t S)
+                                 const uint8_t *reg_mask, const uint8_t *cls_mask,
+                                 const float *count, int64_t A, int64_t K, int64_t S)
 {
     QC_ASSERT(A >= 0 && K > 0 && K <= QC_KERNELS_MAX_MODES && S > 0 && gt_stride >= 2,
               "mixture_nll bwd: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
-    float gcls = dloss[0] / cls_count(cls_mask, A);
+    float gcls = dloss[0] / (count ? count[0] : cls_count(cls_mask, A));
 #pragma omp parallel for schedule(static)
     for (int64_t a = 0; a < A; a++) {
         float t[QC_KERNELS_MAX_MODES], logp[QC_KERNELS_MAX_MODES], dt[QC_KERNELS_MAX_MODES];

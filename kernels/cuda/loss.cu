@@ -282,21 +282,28 @@ static __global__ void reg_loss_forward_kernel(float *loss, const float *loc, co
         *loss = (float)(total / (double)S);
 }
 
-static void reg_loss_counts(float *cnt, const uint8_t *mask, int64_t A, int64_t S,
-                            cudaStream_t stream)
+/* The per-step denominators into cnt: a copy of count (device) when given, else from the
+ * mask. */
+static void reg_loss_counts(float *cnt, const float *count, const uint8_t *mask, int64_t A,
+                            int64_t S, cudaStream_t stream)
 {
+    if (count) {
+        QC_CUDA_ASSERT(cudaMemcpyAsync(cnt, count, (size_t)S * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
     step_counts_kernel<<<cuda_blocks(S, 64), 64, 0, stream>>>(cnt, mask, A, S);
     QC_CUDA_LAUNCH_CHECK();
 }
 
 void qc_reg_loss_forward_cuda(float *loss, const float *loc, const float *scale,
                               const int64_t *best, const float *gt, int64_t gt_stride,
-                              const uint8_t *mask, int64_t A, int64_t K, int64_t S, float *scratch,
-                              cudaStream_t stream)
+                              const uint8_t *mask, const float *count, int64_t A, int64_t K,
+                              int64_t S, float *scratch, cudaStream_t stream)
 {
     QC_ASSERT(A >= 0 && K > 0 && S > 0 && gt_stride >= 2 && scratch,
               "reg_loss fwd cuda: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
-    reg_loss_counts(scratch, mask, A, S, stream);
+    reg_loss_counts(scratch, count, mask, A, S, stream);
     reg_loss_forward_kernel<<<1, LOSS_BLOCK, 0, stream>>>(loss, loc, scale, best, gt, gt_stride,
                                                           mask, scratch, A, K, S);
     QC_CUDA_LAUNCH_CHECK();
@@ -328,8 +335,8 @@ static __global__ void reg_loss_backward_kernel(float *dloc, float *dscale, cons
 
 void qc_reg_loss_backward_cuda(float *dloc, float *dscale, const float *dloss, const float *loc,
                                const float *scale, const int64_t *best, const float *gt,
-                               int64_t gt_stride, const uint8_t *mask, int64_t A, int64_t K,
-                               int64_t S, float *scratch, cudaStream_t stream)
+                               int64_t gt_stride, const uint8_t *mask, const float *count,
+                               int64_t A, int64_t K, int64_t S, float *scratch, cudaStream_t stream)
 {
     QC_ASSERT(A >= 0 && K > 0 && S > 0 && gt_stride >= 2 && scratch,
               "reg_loss bwd cuda: A %lld K %lld S %lld", (long long)A, (long long)K, (long long)S);
@@ -340,7 +347,7 @@ void qc_reg_loss_backward_cuda(float *dloc, float *dscale, const float *dloss, c
         QC_CUDA_ASSERT(cudaMemsetAsync(dscale, 0, bytes, stream));
     if (A == 0 || (!dloc && !dscale))
         return;
-    reg_loss_counts(scratch, mask, A, S, stream);
+    reg_loss_counts(scratch, count, mask, A, S, stream);
     reg_loss_backward_kernel<<<cuda_blocks(A * S, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(
         dloc, dscale, dloss, loc, scale, best, gt, gt_stride, mask, scratch, A, K, S);
     QC_CUDA_LAUNCH_CHECK();
@@ -366,10 +373,13 @@ __device__ static float mixture_terms_dev(float *t, float *logp, const float *pi
     return logsumexp_row(t, K);
 }
 
-/* max(1, Σ_a cls_mask[a]) as float, reduced over the block (blockDim.x == LOSS_BLOCK): per
- * thread counts, then thread 0 adds them; every thread gets the value. */
-__device__ static float cls_count_block(const uint8_t *cls_mask, int64_t A)
+/* count[0] when given, else max(1, Σ_a cls_mask[a]) as float, reduced over the block
+ * (blockDim.x == LOSS_BLOCK): per thread counts, then thread 0 adds them; every thread gets the
+ * value. */
+__device__ static float cls_count_block(const uint8_t *cls_mask, const float *count, int64_t A)
 {
+    if (count)
+        return count[0];
     __shared__ long long part[LOSS_BLOCK];
     __shared__ long long total;
     long long c = 0;
@@ -391,11 +401,11 @@ __device__ static float cls_count_block(const uint8_t *cls_mask, int64_t A)
 static __global__ void mixture_nll_forward_kernel(float *loss, const float *pi, const float *loc,
                                                   const float *scale, const float *gt,
                                                   int64_t gt_stride, const uint8_t *reg_mask,
-                                                  const uint8_t *cls_mask, int64_t A, int64_t K,
-                                                  int64_t S)
+                                                  const uint8_t *cls_mask, const float *cnt,
+                                                  int64_t A, int64_t K, int64_t S)
 {
     __shared__ double term[LOSS_BLOCK];
-    float count = cls_count_block(cls_mask, A);
+    float count = cls_count_block(cls_mask, cnt, A);
     double sum = 0.0; /* meaningful in thread 0 */
     for (int64_t a0 = 0; a0 < A; a0 += LOSS_BLOCK) {
         int64_t a = a0 + threadIdx.x;
@@ -419,14 +429,14 @@ static __global__ void mixture_nll_forward_kernel(float *loss, const float *pi, 
 
 void qc_mixture_nll_forward_cuda(float *loss, const float *pi, const float *loc, const float *scale,
                                  const float *gt, int64_t gt_stride, const uint8_t *reg_mask,
-                                 const uint8_t *cls_mask, int64_t A, int64_t K, int64_t S,
-                                 cudaStream_t stream)
+                                 const uint8_t *cls_mask, const float *count, int64_t A, int64_t K,
+                                 int64_t S, cudaStream_t stream)
 {
     QC_ASSERT(A >= 0 && K > 0 && K <= QC_KERNELS_MAX_MODES && S > 0 && gt_stride >= 2,
               "mixture_nll fwd cuda: A %lld K %lld S %lld", (long long)A, (long long)K,
               (long long)S);
     mixture_nll_forward_kernel<<<1, LOSS_BLOCK, 0, stream>>>(loss, pi, loc, scale, gt, gt_stride,
-                                                             reg_mask, cls_mask, A, K, S);
+                                                             reg_mask, cls_mask, count, A, K, S);
     QC_CUDA_LAUNCH_CHECK();
 }
 
@@ -434,9 +444,10 @@ static __global__ void mixture_nll_backward_kernel(float *dpi, const float *dlos
                                                    const float *loc, const float *scale,
                                                    const float *gt, int64_t gt_stride,
                                                    const uint8_t *reg_mask, const uint8_t *cls_mask,
-                                                   int64_t A, int64_t K, int64_t S)
+                                                   const float *count, int64_t A, int64_t K,
+                                                   int64_t S)
 {
-    float gcls = dloss[0] / cls_count_block(cls_mask, A);
+    float gcls = dloss[0] / cls_count_block(cls_mask, count, A);
     for (int64_t a = threadIdx.x; a < A; a += blockDim.x) {
         float t[QC_KERNELS_MAX_MODES], logp[QC_KERNELS_MAX_MODES], dt[QC_KERNELS_MAX_MODES];
         float lse = mixture_terms_dev(t, logp, pi, loc, scale, gt, gt_stride, reg_mask, a, K, S);
@@ -450,8 +461,9 @@ static __global__ void mixture_nll_backward_kernel(float *dpi, const float *dlos
 
 void qc_mixture_nll_backward_cuda(float *dpi, const float *dloss, const float *pi, const float *loc,
                                   const float *scale, const float *gt, int64_t gt_stride,
-                                  const uint8_t *reg_mask, const uint8_t *cls_mask, int64_t A,
-                                  int64_t K, int64_t S, cudaStream_t stream)
+                                  const uint8_t *reg_mask, const uint8_t *cls_mask,
+                                  const float *count, int64_t A, int64_t K, int64_t S,
+                                  cudaStream_t stream)
 {
     QC_ASSERT(A >= 0 && K > 0 && K <= QC_KERNELS_MAX_MODES && S > 0 && gt_stride >= 2,
               "mixture_nll bwd cuda: A %lld K %lld S %lld", (long long)A, (long long)K,
@@ -460,6 +472,6 @@ void qc_mixture_nll_backward_cuda(float *dpi, const float *dloss, const float *p
         return;
     /* one block: the class count must be known before any agent's gradient */
     mixture_nll_backward_kernel<<<1, LOSS_BLOCK, 0, stream>>>(
-        dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, A, K, S);
+        dpi, dloss, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, count, A, K, S);
     QC_CUDA_LAUNCH_CHECK();
 }

@@ -3,7 +3,8 @@
  *
  * The device's compute stream is inline: each command runs in the calling thread before the
  * call returns. Every other stream is a worker thread draining a FIFO of commands (copy,
- * memset, host function, event record, event wait, injected fault) in enqueue order.
+ * memset, host function, event record, event wait, injected fault) in enqueue order, or, when
+ * created after qc_device_cpu_set_inline_streams(dev, true), inline as well.
  *
  * Events carry generations. Recording assigns the next generation (gen_recorded + 1) and the
  * record command, when its stream reaches it, raises gen_done to at least that generation.
@@ -20,6 +21,7 @@
  *                       names it (destroying an event with pending work is allowed, as in CUDA).
  */
 #include "device_internal.h"
+#include "qc_emu.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -90,6 +92,8 @@ struct cpu_stream {
 
 struct cpu_device {
     struct qc_device base; /* must be first */
+    struct qc_emu *emu;    /* copies and memsets open this arena (qc_device_cpu_set_emu) */
+    bool inline_streams;   /* new streams run inline (qc_device_cpu_set_inline_streams) */
 };
 
 static const struct device_ops cpu_ops;
@@ -177,15 +181,25 @@ static enum qc_status cpu_event_synchronize(struct qc_event *base)
 
 // ---- commands ---------------------------------------------------------------------------------
 
-/* Runs one command in the current thread; a failure records the message (thread-local). */
-static enum qc_status cmd_run(struct cpu_cmd *c)
+/* Runs one command of stream s in the current thread; a failure records the message
+ * (thread-local). Copies and memsets open the device's emulated arena, if it has one. */
+static enum qc_status cmd_run(const struct cpu_stream *s, struct cpu_cmd *c)
 {
+    struct qc_emu *emu = ((const struct cpu_device *)s->base.dev)->emu;
     switch (c->type) {
     case CMD_COPY:
+        if (emu)
+            qc_emu_enter(emu);
         memcpy(c->u.copy.dst, c->u.copy.src, c->u.copy.n);
+        if (emu)
+            qc_emu_leave(emu);
         return QC_OK;
     case CMD_MEMSET:
+        if (emu)
+            qc_emu_enter(emu);
         memset(c->u.set.dst, c->u.set.byte, c->u.set.n);
+        if (emu)
+            qc_emu_leave(emu);
         return QC_OK;
     case CMD_HOST_FUNC:
         c->u.host.fn(c->u.host.user);
@@ -235,7 +249,7 @@ static void *worker_main(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
 
-        enum qc_status st = cmd_run(c);
+        enum qc_status st = cmd_run(s, c);
         cmd_release(c);
 
         pthread_mutex_lock(&s->mu);
@@ -268,7 +282,7 @@ static struct cpu_cmd *cmd_alloc(struct cpu_stream *s)
 static enum qc_status stream_submit(struct cpu_stream *s, struct cpu_cmd *c)
 {
     if (!s->worker) {
-        enum qc_status st = cmd_run(c);
+        enum qc_status st = cmd_run(s, c);
         cmd_release(c);
         free(c);
         if (st != QC_OK) {
@@ -305,7 +319,7 @@ static enum qc_status cpu_stream_create(struct qc_device *dev, enum qc_stream_ki
     if (!s)
         return qc_errorf(QC_ERR_NOMEM, "cpu stream: out of host memory");
     device_stream_header_init(&s->base, dev, kind, is_default);
-    s->worker = !is_default;
+    s->worker = !is_default && !((struct cpu_device *)dev)->inline_streams;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
@@ -568,6 +582,19 @@ static void cpu_device_destroy(struct qc_device *dev)
 {
     device_header_deinit(dev);
     free((struct cpu_device *)dev);
+}
+
+void qc_device_cpu_set_emu(struct qc_device *dev, struct qc_emu *emu)
+{
+    QC_ASSERT(dev && dev->kind == QC_DEVICE_CPU, "qc_device_cpu_set_emu: not a CPU device");
+    ((struct cpu_device *)dev)->emu = emu;
+}
+
+void qc_device_cpu_set_inline_streams(struct qc_device *dev, bool on)
+{
+    QC_ASSERT(dev && dev->kind == QC_DEVICE_CPU,
+              "qc_device_cpu_set_inline_streams: not a CPU device");
+    ((struct cpu_device *)dev)->inline_streams = on;
 }
 
 enum qc_status device_cpu_create(int ordinal, struct qc_device **out)

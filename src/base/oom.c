@@ -10,16 +10,59 @@
 #include "qc_progress.h" /* qc_format_bytes */
 
 static _Thread_local struct qc_oom_facts oom_last;
+/* the process's planner (set by the trainer's thread before any step, read by the thread that
+ * fails: the same one, or one started after it) */
+static enum qc_oom_planner oom_planner;
+static bool oom_nvme_tier;
+
+void qc_oom_set_planner(enum qc_oom_planner planner, bool nvme_tier)
+{
+    oom_planner = planner;
+    oom_nvme_tier = nvme_tier;
+}
+
+void qc_oom_planner_facts(struct qc_oom_facts *f)
+{
+    f->planner = oom_planner;
+    f->nvme_tier = oom_nvme_tier;
+}
 
 const char *qc_oom_hint(const struct qc_oom_facts *f, char *buf, size_t n)
 {
-    /* what exists today: the batch, the fused attention, the budget (qc_oom.h) */
-    snprintf(buf, n, "hint: lower train.batch_size%s, or raise device.budget%s",
-             f->attention == QC_OOM_ATTENTION_UNFUSED
-                 ? ", use --attention fused (its per-layer stash is 7-26x smaller)"
-                 : "",
-             f->have_budget_figures && f->bytes_budget == 0 ? " (none is set: the device is full)"
-                                                            : "");
+    /* the advice, in order: the batch, the attention, the planner, the budget (qc_oom.h) */
+    const char *items[6];
+    int k = 0;
+    if (!f->one_scene)
+        items[k++] = "lower train.batch_size";
+    if (f->attention == QC_OOM_ATTENTION_UNFUSED)
+        items[k++] = "use --attention fused (its per-layer stash is 7-26x smaller)";
+    const bool none_set = f->have_budget_figures && f->bytes_budget == 0;
+    switch (f->planner) {
+    case QC_OOM_PLANNER_NO_BUDGET:
+        items[k++] = "set device.budget to the bytes this process may use, so that the planner "
+                     "(plan.policy=auto) offloads or recomputes stashes to fit every step under it";
+        break;
+    case QC_OOM_PLANNER_FORCED:
+        items[k++] = "let the planner choose per block (plan.policy=auto)";
+        items[k++] = "raise device.budget";
+        break;
+    case QC_OOM_PLANNER_AUTO:
+        items[k++] = "raise device.budget";
+        if (!f->nvme_tier)
+            items[k++] = "give the planner an NVMe tier (offload.nvme_dir)";
+        break;
+    case QC_OOM_PLANNER_NONE:
+    default:
+        items[k++] = none_set ? "raise device.budget (none is set: the device is full)"
+                              : "raise device.budget";
+        break;
+    }
+    if (f->one_scene)
+        items[k++] = "--skip-oversized to skip such scenes";
+    size_t len = (size_t)snprintf(buf, n, "hint:");
+    for (int i = 0; i < k && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s%s", i == 0 ? " " : ", ",
+                                i == k - 1 && k > 1 ? "or " : "", items[i]);
     return buf;
 }
 
@@ -40,7 +83,8 @@ enum qc_status qc_oom_errorf(enum qc_oom_attention attention, const char *fmt, .
     struct qc_oom_facts f;
     qc_oom_take(&f);
     f.attention = attention;
-    char msg[1024], figures[256] = "", hint[256];
+    qc_oom_planner_facts(&f);
+    char msg[1024], figures[256] = "", hint[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -67,6 +67,16 @@ enum qc_status qc_device_props_get(struct qc_device *dev, struct qc_device_props
 enum qc_status qc_device_synchronize(struct qc_device *dev);
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU). Never fails. */
 int qc_device_cuda_count(void);
+/* CPU devices only (the emulated device of the EMU backend, qc_emu.h): every copy and memset
+ * its streams run opens emu while it runs, as the ops do, so an offload engine or a copy stream
+ * can move "device" memory of the arena. emu (NULL: none) must outlive the device's use. */
+struct qc_emu;
+void qc_device_cpu_set_emu(struct qc_device *dev, struct qc_emu *emu);
+/* CPU devices only: streams created from now on run inline, like the compute stream (each
+ * command in the calling thread before the call returns), instead of on a worker thread. For a
+ * process whose ops already use every core (OpenMP): a copy thread beside them takes a core
+ * that the ops' barriers wait on, which costs far more than the copy itself. */
+void qc_device_cpu_set_inline_streams(struct qc_device *dev, bool on);
 /* The raw answer behind qc_device_cuda_count, for callers that must tell "no GPU here" from "a
  * GPU that fails" (the GPU tests: tests/cuda_probe.h): returns cudaGetDeviceCount's
  * cudaError_t as an int (0 = success) and sets *count (0 on failure). A CPU-only build returns

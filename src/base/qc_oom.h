@@ -7,9 +7,12 @@
  * asked for and which attention implementation it runs, and composes its short message with
  * qc_oom_errorf, which adds the recorded figures (then forgets them) and the hint.
  *
- * The hint names only what exists: a smaller train.batch_size, --attention fused when the
- * failing block runs unfused attention (never when fused already), a larger device.budget.
- * The memory planner, when it lands, extends qc_oom_hint (and only it) with its own advice.
+ * The hint names only what exists and applies: a smaller train.batch_size (not for one scene
+ * alone), --attention fused when the failing block runs unfused attention (never when fused
+ * already), and what the memory planner (src/plan) can do in this process, which the trainer
+ * declares once (qc_oom_set_planner): set device.budget so that it plans (none set), let it
+ * choose per block (plan.policy forced), give it an NVMe tier (offload.nvme_dir) or more budget
+ * (it plans already), or nothing about it where no planner runs (eval, the benches).
  */
 #ifndef QC_BASE_QC_OOM_H
 #define QC_BASE_QC_OOM_H
@@ -29,6 +32,14 @@ enum qc_oom_attention {
     QC_OOM_ATTENTION_UNFUSED
 };
 
+/* What the memory planner of this process does about device memory (qc_oom_set_planner). */
+enum qc_oom_planner {
+    QC_OOM_PLANNER_NONE = 0,  /* no planner here (eval, benches, tests of the blocks) */
+    QC_OOM_PLANNER_NO_BUDGET, /* plan.policy=auto without device.budget: everything kept */
+    QC_OOM_PLANNER_FORCED,    /* plan.policy=keep|offload|recompute: one policy everywhere */
+    QC_OOM_PLANNER_AUTO       /* every group planned under device.budget */
+};
+
 /* The figures of one failed allocation. Zero-initialise; have_budget_figures says whether the
  * byte fields were filled (by the allocator). */
 struct qc_oom_facts {
@@ -38,7 +49,17 @@ struct qc_oom_facts {
     size_t bytes_allocated; /* live bytes at the failure */
     size_t bytes_reserved;  /* mapped bytes at the failure */
     enum qc_oom_attention attention;
+    enum qc_oom_planner planner; /* qc_oom_errorf fills it from qc_oom_set_planner */
+    bool nvme_tier;              /* the planner has an NVMe tier (offload.nvme_dir) */
+    bool one_scene;              /* the failure is one scene that does not fit even alone: a
+                                    smaller batch cannot help; --skip-oversized can */
 };
+
+/* Declares what the planner of this process does (the trainer, at creation; NONE again when
+ * it is destroyed); qc_oom_errorf and qc_oom_planner_facts pass it to qc_oom_hint. */
+void qc_oom_set_planner(enum qc_oom_planner planner, bool nvme_tier);
+/* Fills f's planner and nvme_tier from the declaration. */
+void qc_oom_planner_facts(struct qc_oom_facts *f);
 
 /* The hint line for facts f ("hint: ...", no newline) into buf (n bytes); returns buf. */
 const char *qc_oom_hint(const struct qc_oom_facts *f, char *buf, size_t n);

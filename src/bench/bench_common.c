@@ -3,7 +3,9 @@
  */
 #include "bench_common.h"
 
+#include <errno.h>
 #include <ftw.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +19,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
-                                  const char *const *data, int ndata, int64_t warmup,
-                                  struct qc_bench_run *r)
+enum qc_status qc_bench_run_folder(const char *name, struct qc_bench_run *r)
 {
     r->t = NULL;
     snprintf(r->dir, sizeof(r->dir), "/tmp/qctrain-bench-%s-XXXXXX", name);
@@ -27,14 +27,30 @@ enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
         r->dir[0] = '\0';
         return qc_errorf(QC_ERR_IO, "bench %s: cannot create a temporary folder in /tmp", name);
     }
-    const struct qc_train_opts to = {
-        .cfg = cfg, .data = data, .ndata = ndata, .out_dir = r->dir, .quiet = true};
-    enum qc_status st = qc_trainer_create(&to, &r->t);
+    return QC_OK;
+}
+
+enum qc_status qc_bench_run_trainer(struct qc_bench_run *r, const struct qc_train_opts *to,
+                                    int64_t warmup)
+{
+    struct qc_train_opts o = *to;
+    o.out_dir = r->dir;
+    o.quiet = true;
+    enum qc_status st = qc_trainer_create(&o, &r->t);
     for (int64_t i = 0; st == QC_OK && i < warmup; i++)
         st = qc_trainer_step(r->t, NULL);
     if (st != QC_OK)
         qc_bench_run_end(r);
     return st;
+}
+
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
+                                  const char *const *data, int ndata, int64_t warmup,
+                                  struct qc_bench_run *r)
+{
+    QC_TRY(qc_bench_run_folder(name, r));
+    const struct qc_train_opts to = {.cfg = cfg, .data = data, .ndata = ndata};
+    return qc_bench_run_trainer(r, &to, warmup);
 }
 
 void qc_bench_run_end(struct qc_bench_run *r)
@@ -44,4 +60,27 @@ void qc_bench_run_end(struct qc_bench_run *r)
     if (r->dir[0])
         nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     r->dir[0] = '\0';
+}
+
+enum qc_status qc_bench_copy_file(const char *src, const char *dst)
+{
+    FILE *in = fopen(src, "rb");
+    if (!in)
+        return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        const int e = errno;
+        fclose(in);
+        return qc_errorf(QC_ERR_IO, "%s: cannot create: %s", dst, strerror(e));
+    }
+    char buf[1 << 16];
+    size_t n;
+    bool ok = true;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        ok = ok && fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    fclose(in);
+    if (fclose(out) != 0 || !ok)
+        return qc_errorf(QC_ERR_IO, "copying %s to %s failed", src, dst);
+    return QC_OK;
 }

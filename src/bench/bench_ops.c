@@ -38,6 +38,7 @@
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_exec.h"
+#include "qc_memctx.h"
 #include "qc_fourier.h"
 #include "qc_mlp.h"
 #include "qc_stash.h"
@@ -85,12 +86,13 @@ struct bo_buf {
     size_t bytes;
 };
 
-/* cpu: ex NULL, the malloc hook, no allocator (the bench as it always ran). cuda / emu: the
- * backend's exec and allocator; every tensor is allocator memory, released per edge set. */
+/* cpu: ex NULL, host malloc, no allocator (the bench as it always ran). cuda / emu: the
+ * backend's exec and memory context; every tensor is allocator memory, released per edge set. */
 struct bo_env {
     struct qc_train_backend *be; /* NULL on cpu */
     const struct qc_exec *ex;    /* NULL = CPU */
-    struct qc_qcnet_alloc hook;  /* where tensors, scratch and (device) stashes come from */
+    struct qc_memctx *mc;        /* where tensors, scratch and (device) stashes come from (NULL =
+                                    host malloc) */
     struct qc_alloc *alloc;      /* device: the allocator (peaks); NULL on cpu */
     struct bo_buf *bufs;         /* live tensors of bo_dev, freed by bo_env_release */
     int nbufs, cap;
@@ -98,7 +100,7 @@ struct bo_env {
 };
 
 /* bytes of zeroed backend memory, tracked for bo_env_release; NULL (and env->nomem) when the
- * hook fails. */
+ * allocation fails. */
 static void *bo_dev(struct bo_env *env, size_t bytes, const char *tag)
 {
     const size_t n = bytes ? bytes : 1;
@@ -112,7 +114,7 @@ static void *bo_dev(struct bo_env *env, size_t bytes, const char *tag)
         env->bufs = b;
         env->cap = cap;
     }
-    void *p = env->hook.alloc(env->hook.ctx, n, tag);
+    void *p = qc_memctx_alloc(env->mc, QC_MEM_MODEL, n, tag);
     if (!p) {
         env->nomem = true;
         return NULL;
@@ -150,7 +152,7 @@ static enum qc_status bo_env_check(struct bo_env *env, const char *what)
 static void bo_env_release(struct bo_env *env)
 {
     for (int i = env->nbufs - 1; i >= 0; i--)
-        env->hook.free(env->hook.ctx, env->bufs[i].p, env->bufs[i].bytes);
+        qc_memctx_free(env->mc, QC_MEM_MODEL, env->bufs[i].p, env->bufs[i].bytes);
     env->nbufs = 0;
 }
 
@@ -160,11 +162,11 @@ static enum qc_status bo_sync(const struct bo_env *env)
     return qc_op_sync(env->ex);
 }
 
-/* A block's mem: the env's hook under `name`, on the env's backend. */
+/* A block's mem: the env's memory context under `name`, on the env's backend. */
 static void bo_mem(const struct bo_env *env, struct qc_block_mem *bm, const char *name)
 {
     memset(bm, 0, sizeof *bm);
-    qc_block_mem_set(bm, env->ex ? &env->hook : NULL, name);
+    qc_block_mem_set(bm, env->mc, name);
     bm->ex = env->ex;
 }
 
@@ -174,7 +176,7 @@ static enum qc_status bo_stash_alloc(struct bo_env *env, struct qc_stash *s)
     if (!env->ex)
         return qc_stash_alloc(s);
     const size_t n = qc_stash_arena_bytes(s) ? qc_stash_arena_bytes(s) : 1;
-    void *p = env->hook.alloc(env->hook.ctx, n, s->block);
+    void *p = qc_memctx_alloc(env->mc, QC_MEM_MODEL, n, s->block);
     if (!p)
         return qc_errorf(QC_ERR_NOMEM, "bench ops: stash %s (%zu bytes): out of device memory",
                          s->block, n);
@@ -188,7 +190,7 @@ static void bo_stash_free(struct bo_env *env, struct qc_stash *s)
     if (!env->ex || !s->arena || s->owned)
         return;
     const size_t n = qc_stash_arena_bytes(s) ? qc_stash_arena_bytes(s) : 1;
-    env->hook.free(env->hook.ctx, s->arena, n);
+    qc_memctx_free(env->mc, QC_MEM_MODEL, s->arena, n);
     qc_stash_release(s);
 }
 
@@ -635,13 +637,12 @@ static void bo_add_node(cJSON *arr, const char *name, int64_t rows, const struct
 static enum qc_status bo_env_init(const struct qc_config *cfg, struct bo_env *env)
 {
     memset(env, 0, sizeof *env);
-    env->hook = qc_qcnet_alloc_malloc;
     if (cfg->device_kind == QC_CONFIG_DEVICE_CPU)
         return QC_OK;
     QC_TRY(qc_train_backend_create(cfg, &env->be));
     env->ex = qc_train_backend_exec(env->be);
     env->alloc = qc_train_backend_alloc(env->be);
-    qc_train_model_hook(env->alloc, &env->hook);
+    env->mc = qc_train_backend_memctx(env->be);
     return QC_OK;
 }
 

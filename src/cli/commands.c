@@ -9,6 +9,8 @@ const struct qc_cli_command qc_cli_commands[] = {
     {"train", "train QCNet (on generated scenes when no --data is given)", qc_cmd_train},
     {"eval", "evaluate weights: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE, minFHE",
      qc_cmd_eval},
+    {"plan", "plan a step's memory under the budget (policies, peak, time) without training",
+     qc_cmd_plan},
     {"gen", "generate synthetic AV2-like scenes into a qcshard file", qc_cmd_gen},
     {"inspect", "print scene and edge-set statistics of qcshard files", qc_cmd_inspect},
     {"profile", "profile training steps: per-op Chrome trace (Perfetto) and a summary",

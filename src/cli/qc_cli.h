@@ -72,12 +72,10 @@ enum qc_status qc_cli_parse(const char *cmd, const char *usage, const char *summ
                             const struct qc_cli_opt *opts, int nopts, int argc, char **argv,
                             const char **pos, int max_pos, int *npos, bool *help_shown);
 
-/* Levenshtein distance, for "did you mean" hints (shared with the config parser). */
-int qc_edit_distance(const char *a, const char *b);
-
 /* The command implementations (one file per subcommand, src/cmd_<name>.c). */
 enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_config(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_gen(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_inspect(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv);
@@ -92,6 +90,7 @@ enum qc_status qc_bench_alloc(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_offload(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_ops(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_memory(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_report(struct qc_cli *cli, int argc, char **argv);
 /* The synthetic run folder of `bench report` (src/bench/bench_report.c): `steps` steps of
  * metrics.jsonl, a memory.json with a plan, one step's trace of about `events` events. */

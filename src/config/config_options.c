@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "config_internal.h"
-#include "qc_cli.h" /* qc_edit_distance */
+#include "qc_edit_distance.h"
 #include "qc_device.h"
 
 #define KIB ((uint64_t)1 << 10)
@@ -204,11 +204,11 @@ static const struct qc_config_option options[] = {
     OPT_CHOICE("offload.placement", offload_placement, "auto", placement_names,
                "where offloaded tensors go: auto (host, then NVMe), host or nvme"),
     OPT_SIZE("offload.host_capacity", offload_host_capacity, "0", 0, 4 * PIB,
-             "pinned host tier capacity; 0 = sized from free host memory"),
+             "pinned host tier capacity; 0 = half the free host memory"),
     OPT_STRING("offload.nvme_dir", offload_nvme_dir, "",
                "folder of the NVMe spill file; empty = no NVMe tier"),
     OPT_SIZE("offload.nvme_capacity", offload_nvme_capacity, "0", 0, 4 * PIB,
-             "bytes preallocated for the spill file; 0 = grow as needed"),
+             "bytes of the spill file; 0 = half the folder's free space, at most 64 GiB"),
     OPT_INT("offload.queue_depth", offload_queue_depth, "16", 1, 4096, "", "io_uring queue depth"),
     OPT_SIZE("offload.block_size", offload_block_size, "1MiB", 4 * KIB, 1 * GIB,
              "bytes per NVMe I/O; a multiple of 4096"),
@@ -216,7 +216,7 @@ static const struct qc_config_option options[] = {
              "bytes of offload I/O in flight at once"),
     OPT_BOOL("offload.direct", offload_direct, "true", "O_DIRECT on the spill file"),
     OPT_SIZE("offload.prefetch_window", offload_prefetch_window, "256MiB", 0, 1 * TIB,
-             "bytes read back ahead of backward"),
+             "stash bytes of upcoming backwards fetched ahead (the next backward's always are)"),
 
     /* hw.* */
     OPT_FLOAT("hw.pcie_gbps", hw_pcie_gbps, "12", 0.001, 10000.0, "GB/s",
@@ -237,8 +237,10 @@ static const struct qc_config_option options[] = {
               "a rank waited on that answers nothing for this long has gone away: the job stops"),
 
     /* plan.* */
-    OPT_CHOICE("plan.policy", plan_policy, "auto", plan_policy_names,
-               "stash policy: auto (planner), or keep/offload/recompute everywhere"),
+    OPT_CHOICE(
+        "plan.policy", plan_policy, "auto", plan_policy_names,
+        "stash policy: auto (the planner, under device.budget), or keep / offload / recompute "
+        "on every block application"),
 
     /* log.* */
     OPT_CHOICE("log.level", log_level, "info", log_level_names, "log level"),

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "config_internal.h"
-#include "qc_cli.h" /* qc_edit_distance */
+#include "qc_edit_distance.h"
 #include "qc_file.h"
 
 #define PRESET_MAX_BYTES (1u << 20) /* a preset is a few hundred bytes; refuse anything huge */

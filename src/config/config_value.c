@@ -21,7 +21,7 @@
 #include <strings.h>
 
 #include "config_internal.h"
-#include "qc_cli.h" /* qc_edit_distance */
+#include "qc_edit_distance.h"
 
 #define SIZE_HINT                                                                                  \
     "hint: units are B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000)"
@@ -89,8 +89,10 @@ int config_size_parse(const char *s, uint64_t *out)
         if (strcasecmp(end, size_units[i].name) != 0)
             continue;
         double bytes = v * (double)size_units[i].mult;
-        if (bytes >= 18446744073709551616.0 || bytes != floor(bytes))
+        /* a fraction of a byte is an error, of a larger unit it rounds down (0.48GiB) */
+        if (bytes >= 18446744073709551616.0 || (size_units[i].mult == 1 && bytes != floor(bytes)))
             return -1;
+        bytes = floor(bytes);
         *out = (uint64_t)bytes;
         return 0;
     }

@@ -227,26 +227,29 @@ void qc_loader_plan(const struct qc_loader *l, const int64_t **ptr, const int64_
     *idx = l->idx;
 }
 
-/* Reads the scenes of job j, collates and builds; *out owns the batch on QC_OK. */
-static enum qc_status build_job(struct worker *w, int64_t j, struct qc_batch **out)
+/* Reads the scenes idx[0 .. nbs) into scenes (sp pointing at them), collates and builds with
+ * gb; *out owns the batch on QC_OK. */
+static enum qc_status build_batch(struct qc_loader *l, struct qc_graph_builder *gb,
+                                  struct qc_scene *scenes, const struct qc_scene **sp,
+                                  const int64_t *idx, int64_t nbs, struct qc_batch **out)
 {
-    struct qc_loader *l = w->l;
-    int64_t b0 = l->ptr[j], nbs = l->ptr[j + 1] - b0;
-    const struct qc_scene **sp = w->sp;
     enum qc_status rc = QC_OK;
     int64_t got = 0;
     for (; got < nbs && rc == QC_OK; got++) {
-        int64_t g = l->idx[b0 + got];
-        if (l->nfiles == 0) {
+        int64_t g = idx[got];
+        if (g < 0 || g >= l->nscenes) {
+            rc = qc_errorf(QC_ERR_INVALID, "loader: scene %lld of %lld", (long long)g,
+                           (long long)l->nscenes);
+        } else if (l->nfiles == 0) {
             rc = qc_synth_scene(l->o.synthetic_seed, g,
-                                (enum qc_synth_profile)l->o.synthetic_profile, &w->scenes[got]);
+                                (enum qc_synth_profile)l->o.synthetic_profile, &scenes[got]);
         } else {
             int f = 0;
             while (g >= l->first[f + 1])
                 f++;
-            rc = qc_qcshard_reader_scene(l->readers[f], g - l->first[f], &w->scenes[got]);
+            rc = qc_qcshard_reader_scene(l->readers[f], g - l->first[f], &scenes[got]);
         }
-        sp[got] = &w->scenes[got];
+        sp[got] = &scenes[got];
     }
     if (rc != QC_OK)
         got--; /* the failed one holds nothing */
@@ -261,20 +264,46 @@ static enum qc_status build_job(struct worker *w, int64_t j, struct qc_batch **o
                               batch);
     if (rc == QC_OK) {
         for (int64_t i = 0; i < nbs; i++)
-            batch->scene_index[i] = l->idx[b0 + i];
+            batch->scene_index[i] = idx[i];
         if (l->o.build_graph)
-            rc = qc_batch_build_graph(batch, w->gb, &l->o.graph);
+            rc = qc_batch_build_graph(batch, gb, &l->o.graph);
         if (rc != QC_OK)
             qc_batch_release(batch);
     }
     for (int64_t i = 0; i < got; i++)
-        qc_scene_free(&w->scenes[i]);
+        qc_scene_free(&scenes[i]);
     if (rc != QC_OK) {
         free(batch);
         return rc;
     }
     *out = batch;
     return QC_OK;
+}
+
+/* Reads the scenes of job j, collates and builds; *out owns the batch on QC_OK. */
+static enum qc_status build_job(struct worker *w, int64_t j, struct qc_batch **out)
+{
+    struct qc_loader *l = w->l;
+    const int64_t b0 = l->ptr[j];
+    return build_batch(l, w->gb, w->scenes, w->sp, l->idx + b0, l->ptr[j + 1] - b0, out);
+}
+
+enum qc_status qc_loader_build(struct qc_loader *l, const int64_t *idx, int64_t n,
+                               struct qc_batch **out)
+{
+    if (n < 1)
+        return qc_errorf(QC_ERR_INVALID, "loader: a batch of %lld scenes", (long long)n);
+    struct qc_scene *scenes = calloc((size_t)n, sizeof *scenes);
+    const struct qc_scene **sp = calloc((size_t)n, sizeof *sp);
+    struct qc_graph_builder *gb = NULL;
+    enum qc_status rc = scenes && sp ? qc_graph_builder_create(&gb)
+                                     : qc_errorf(QC_ERR_NOMEM, "loader: out of memory");
+    if (rc == QC_OK)
+        rc = build_batch(l, gb, scenes, sp, idx, n, out);
+    qc_graph_builder_destroy(gb);
+    free(scenes);
+    free(sp);
+    return rc;
 }
 
 static void *worker_main(void *arg)

@@ -103,6 +103,12 @@ enum qc_status qc_loader_start_epoch(struct qc_loader *l, int64_t epoch);
 enum qc_status qc_loader_next(struct qc_loader *l, struct qc_batch **out);
 /* Gives a batch back (its memory returns to the allocator). NULL is a no-op. */
 void qc_loader_release(struct qc_loader *l, struct qc_batch *batch);
+/* Builds a batch of the dataset scenes idx[0 .. n) now, on the calling thread, as the workers
+ * build theirs (same allocator, target and graph options; batch->scene_index = idx): the
+ * trainer's sub-groups of a batch that does not fit (admission control). Release it with
+ * qc_loader_release. QC_ERR_INVALID for an index out of range; read errors name the file. */
+enum qc_status qc_loader_build(struct qc_loader *l, const int64_t *idx, int64_t n,
+                               struct qc_batch **out);
 
 /* The plan of the current epoch for this rank: batch i holds scenes
  * idx[ptr[i] .. ptr[i+1]). Pointers valid until the next start_epoch. */

@@ -358,6 +358,15 @@ enum qc_status qc_dist_grads_ready(struct qc_dist *d, int64_t lo, int64_t hi)
     return QC_OK;
 }
 
+enum qc_status qc_dist_grads_settle(struct qc_dist *d)
+{
+    QC_ASSERT(d->in_step, "dist: grads_settle outside a step");
+    if (d->nccl)
+        return dist_nccl_settle(d);
+    dist_wait_seq(d, d->last_piece_seq);
+    return QC_OK;
+}
+
 enum qc_status qc_dist_grads_end(struct qc_dist *d)
 {
     if (d->frontier > 0)

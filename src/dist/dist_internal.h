@@ -150,6 +150,8 @@ void dist_nccl_destroy(struct qc_dist *d, bool abort);
 /* Enqueues pieces [first, last) of the layout after the compute stream's work so far. */
 enum qc_status dist_nccl_pieces(struct qc_dist *d, int64_t first, int64_t last);
 enum qc_status dist_nccl_end(struct qc_dist *d);
+/* The compute stream waits for the pieces enqueued so far (qc_dist_grads_settle). */
+enum qc_status dist_nccl_settle(struct qc_dist *d);
 enum qc_status dist_nccl_params(struct qc_dist *d, float *params);
 /* After the step's device work: folds the step's timestamps into the statistics. */
 void dist_nccl_step_end(struct qc_dist *d);

@@ -65,6 +65,13 @@ enum qc_status qc_dist_grads_ready(struct qc_dist *d, int64_t lo, int64_t hi)
     return QC_ERR_UNSUPPORTED;
 }
 
+enum qc_status qc_dist_grads_settle(struct qc_dist *d)
+{
+    (void)d;
+    UNREACHABLE();
+    return QC_ERR_UNSUPPORTED;
+}
+
 enum qc_status qc_dist_grads_end(struct qc_dist *d)
 {
     (void)d;

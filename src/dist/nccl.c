@@ -175,6 +175,13 @@ enum qc_status dist_nccl_pieces(struct qc_dist *d, int64_t first, int64_t last)
     return QC_OK;
 }
 
+enum qc_status dist_nccl_settle(struct qc_dist *d)
+{
+    struct dist_nccl *n = d->nccl;
+    QC_TRY(qc_event_record(n->ev_done, n->stream));
+    return qc_stream_wait_event(d->o.compute, n->ev_done);
+}
+
 enum qc_status dist_nccl_end(struct qc_dist *d)
 {
     struct dist_nccl *n = d->nccl;
@@ -271,6 +278,12 @@ enum qc_status dist_nccl_pieces(struct qc_dist *d, int64_t first, int64_t last)
 }
 
 enum qc_status dist_nccl_end(struct qc_dist *d)
+{
+    (void)d;
+    return qc_errorf(QC_ERR_UNSUPPORTED, "dist: NCCL needs a CUDA build");
+}
+
+enum qc_status dist_nccl_settle(struct qc_dist *d)
 {
     (void)d;
     return qc_errorf(QC_ERR_UNSUPPORTED, "dist: NCCL needs a CUDA build");

@@ -149,6 +149,11 @@ enum qc_status qc_dist_grads_begin(struct qc_dist *d, float *grads);
  * that were not started yet start reducing now, in order: every rank reduces the same pieces
  * in the same order, whatever its ranges (a rank without a group reports none). */
 enum qc_status qc_dist_grads_ready(struct qc_dist *d, int64_t lo, int64_t hi);
+/* Waits until the reduction of every piece started so far is complete and its result is in
+ * grads (MPI: on return; NCCL: in stream order, the compute stream waits). Nothing new starts.
+ * For a trainer that must roll back a backward that failed after reporting ranges: those
+ * ranges belong to the reduction from then on (the trainer keeps their values aside). */
+enum qc_status qc_dist_grads_settle(struct qc_dist *d);
 /* Reduces whatever was not reported yet and completes the step's reduction. Afterwards grads
  * holds the sum over ranks: everywhere (stages 0 and 1) or in this rank's shard only (stage 2;
  * the rest is stale). MPI: on return. NCCL: in stream order (the compute stream waits). */

@@ -47,6 +47,8 @@ static inline void blk_prof_end(const struct qc_prof_mark *m)
 /* The composite op's descriptor (kernels/qc_fourier_embed.h) of fe: its shape, parameter
  * offsets and bound buffers. */
 void fourier_desc(const struct qc_fourier *fe, struct qc_fe *out);
+/* Floats of the FE's forward (backward: backward's) scratch over N rows (0 when N is 0). */
+int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward);
 
 // ---- attention: stash layout of one application ---------------------------------------------
 

@@ -188,6 +188,13 @@ static struct qc_fe_saved fe_saved(const struct qc_fourier *fe, const struct qc_
     return sv;
 }
 
+int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward)
+{
+    struct qc_fe desc;
+    fourier_desc(fe, &desc);
+    return N > 0 ? qc_fe_scratch_numel(&desc, N, backward) : 0;
+}
+
 static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
                                       const float *c, const float *cat, int64_t N)
 {
@@ -195,7 +202,7 @@ static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, s
     fourier_desc(fe, &desc);
     QC_ASSERT(fe->w, "FE: parameters not bound");
     const struct qc_fe_saved sv = fe_saved(fe, st, N);
-    const int64_t n = N > 0 ? qc_fe_scratch_numel(&desc, N, false) : 0;
+    const int64_t n = fourier_scratch_floats(fe, N, false);
     float *ws = NULL;
     if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_forward.h")))
         return blk_nomem(&fe->mem, "fe_forward.h", n);
@@ -212,7 +219,7 @@ static enum qc_status fourier_backward(const struct qc_fourier *fe, float *dc, f
     fourier_desc(fe, &desc);
     QC_ASSERT(fe->w && fe->dw, "FE: parameters or gradients not bound");
     const struct qc_fe_saved sv = fe_saved(fe, st, N);
-    const int64_t n = N > 0 ? qc_fe_scratch_numel(&desc, N, true) : 0;
+    const int64_t n = fourier_scratch_floats(fe, N, true);
     float *ws = NULL;
     if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_backward.scratch")))
         return blk_nomem(&fe->mem, "fe_backward.scratch", n);

@@ -9,16 +9,16 @@
  *     parameter table is bound at an offset into them), so AdamW runs over flat arrays;
  *   - the key table: every state_dict key (alias keys included) with its shape, offset into
  *     the flat buffer, weight-decay group (QCNET.md §2.5) and alias target;
- *   - the activations and stashes of one forward pass, obtained through an allocation hook
- *     (struct qc_qcnet_alloc; default malloc) with a tag per allocation, so the trainer can put
- *     the caching allocator under them. They live from qc_qcnet_forward until
- *     qc_qcnet_release (or the next forward).
+ *   - the activations and stashes of one forward pass, obtained through its memory context
+ *     (qc_memctx.h; default host malloc) with a tag per allocation, so the trainer can put
+ *     the caching allocator, its streams and the offload engine under them. They live from
+ *     qc_qcnet_forward until qc_qcnet_release (or the next forward).
  *
  * One training step:
  *     qc_qcnet_forward(m, batch, &ctx, &out);     predictions (views valid until release)
  *     qc_qcnet_loss(m, &loss);                    QCNet's training loss on that forward
  *     qc_qcnet_backward(m, scale);                d(scale·loss)/dparam ACCUMULATED in grads
- *     qc_qcnet_release(m);                        activations back to the hook
+ *     qc_qcnet_release(m);                        activations back to the memory context
  *     ... AdamW over qc_qcnet_params() / qc_qcnet_grads() with qc_qcnet_param_groups() ...
  *     qc_qcnet_zero_grad(m);
  * Gradient accumulation = several forward/loss/backward/release rounds before the optimizer
@@ -81,28 +81,25 @@ void qc_qcnet_config_parity_tiny(struct qc_qcnet_config *cfg);
 /* Checks ranges and cross-field constraints. QC_ERR_INVALID naming the field. */
 enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *cfg);
 
-// ---- allocation hook ----------------------------------------------------------------------
+// ---- memory context -------------------------------------------------------------------------
 
-/* struct qc_qcnet_alloc (the hook) and qc_qcnet_alloc_malloc (the default) are declared in
- * qc_stash.h, shared with the blocks. The model's hook serves every allocation: activations,
- * stashes, the blocks' scratch and gradient buffers, and the parameters and gradients
- * (tags "params", "grads"). */
+/* struct qc_memctx (qc_memctx.h) serves every allocation of the model: activations, stashes,
+ * the blocks' scratch and gradient buffers, and the parameters and gradients (tags "params",
+ * "grads", class QC_MEM_PARAM). NULL = host malloc. */
+struct qc_memctx;
 
 // ---- lifecycle ----------------------------------------------------------------------------
 
 struct qc_qcnet;
 
 /* Builds the model: key table, block tables, parameter and gradient buffers (zeroed; call
- * qc_qcnet_init_params or a load before use) from the default (malloc) hook.
+ * qc_qcnet_init_params or a load before use) from host malloc.
  * QC_ERR_INVALID for a bad config, QC_ERR_NOMEM. */
 enum qc_status qc_qcnet_create(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
-/* The same with every allocation from hook a (NULL = default), the parameter and gradient
- * buffers included (tags "params", "grads"). The hook's ctx must outlive the model. */
-enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
-                                          const struct qc_qcnet_alloc *a, struct qc_qcnet **out);
-/* The same on backend ex (qc_exec.h; NULL = CPU): every op of the model runs there and hook a
- * (NULL = default, CPU only) must hand out that backend's memory (CUDA: device memory, e.g. the
- * caching allocator on a CUDA device; EMU: the emulated arena). ex and a's ctx must outlive the
+/* The same on backend ex (qc_exec.h; NULL = CPU) with every allocation from memory context mc
+ * (NULL = host malloc, CPU only), the parameter and gradient buffers included: every op of the
+ * model runs on ex and mc must hand out that backend's memory (CUDA: the caching allocator on
+ * a CUDA device; EMU: an allocator over the emulated arena). ex and mc must outlive the
  * model. On a device backend (qc_exec_is_device):
  *   - qc_qcnet_params() / qc_qcnet_grads(), the views of struct qc_qcnet_output and
  *     qc_qcnet_loss.best_mode are DEVICE pointers; host code reads and writes the parameters
@@ -112,32 +109,78 @@ enum qc_status qc_qcnet_create_with_alloc(const struct qc_qcnet_config *cfg,
  *   - qc_qcnet_forward copies the batch in (or uses the caller's copy, ctx.batch_dev), prepares
  *     the index arrays and features it derives from the batch on the host and uploads them;
  *     qc_qcnet_loss downloads the four loss values (one synchronization per call).
- * Device backends also get the AdamW segment arrays from the hook (tag "params/groups") and a
- * host mirror of the parameters (qc_qcnet_add_to_writer). QC_ERR_UNSUPPORTED for CUDA in a
- * build without it; QC_ERR_INVALID for a device backend without a hook (or EMU without its
- * arena). */
-enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, const struct qc_qcnet_alloc *a,
+ * Device backends also get the AdamW segment arrays from mc (tag "params/groups") and a host
+ * mirror of the parameters (qc_qcnet_add_to_writer). QC_ERR_UNSUPPORTED for CUDA in a build
+ * without it; QC_ERR_INVALID for a device backend without an allocator in mc (or EMU without
+ * its arena). */
+enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_memctx *mc,
                                   const struct qc_exec *ex, struct qc_qcnet **out);
+/* The memory context the model allocates from (NULL = host malloc). */
+struct qc_memctx *qc_qcnet_memctx(const struct qc_qcnet *m);
 /* The backend the model runs on (NULL = CPU). */
 const struct qc_exec *qc_qcnet_exec(const struct qc_qcnet *m);
+
+// ---- the step's program (the memory planner's input, src/plan/qc_plan.h) --------------------
+
+struct qc_plan_program;
+
+/* A model that computes nothing, for planning: cfg's blocks on the DRY backend (qc_exec.h) with
+ * a memory context that hands out addresses but no memory. Only qc_qcnet_describe and destroy
+ * apply to it. QC_ERR_INVALID for a bad config. */
+enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_qcnet **out);
+/* Writes the program of one training step of dry model m on batch (forward with training on,
+ * loss, backward at scale 1, release) into prog (reset first, then qc_plan_program_finish):
+ * every block application with its size drivers, stash arenas and uses, every allocation of
+ * the model and of the blocks that outlives a block call, and the blocks' transient scratch as
+ * PEAK events (exact for FE, MLP, GRU and edge contexts; estimated by the planner's cost model
+ * for attention). The batch's sizes and edge counts are all it reads (the graph must be built,
+ * as for a forward); cuda: the allocations of the CUDA backend's blocks (the fused attention's
+ * CSR by source). The batch's own storage is not in the program (the trainer stages it). Costs
+ * O(block applications + allocations), no host work on the batch's arrays. */
+enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batch, bool cuda,
+                                 struct qc_plan_program *prog);
+/* The stash policies of the next steps: policy[b] (enum qc_stash_policy) for block application
+ * b of prog, the program of this model's step on the batch to come (qc_qcnet_describe of a dry
+ * model of the same config); NULL prog or policy: keep everything. keep leaves a stash on the
+ * device; offload puts it to the memory context's offload tier after its last forward use and
+ * fetches it back before the first backward that reads it, prefetching in the backward order
+ * within prefetch_window bytes; recompute frees it and runs the block's forward again before
+ * that backward. Every policy gives the same bits (dropout is keyed). A stash whose fetch fails
+ * with QC_ERR_IO is recomputed (a warning names it; qc_qcnet_mem_get's repaired counts it). A
+ * forward whose blocks are not the program's fails with QC_ERR_INVALID. Only between steps;
+ * the plan stays until replaced. QC_ERR_UNSUPPORTED for offload without an offload engine. */
+enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_program *prog,
+                                 const uint8_t *policy, size_t prefetch_window);
+struct qc_plan_measure;
+/* What the last forward and backward measured per block application (host seconds of each
+ * forward and backward, the blocks' transient memory), in the program's block order, for the
+ * planner's cost model (qc_plan_cost_update). n: the program's block count; QC_ERR_INVALID
+ * when the last forward had another count. Call before qc_qcnet_release. */
+enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure *out, int32_t n);
+/* Records a real step (tests, the checker of the dry run): prog non-NULL releases the last
+ * step, resets prog and appends every allocation, free and marker of the next forward, loss,
+ * backward and release to it; NULL stops (call qc_plan_program_finish then). QC_ERR_NOMEM. */
+enum qc_status qc_qcnet_record(struct qc_qcnet *m, struct qc_plan_program *prog);
 /* Host copies of the parameters / gradients (qc_qcnet_num_params floats): download copies out
  * (synchronizing), upload copies in. Work on every backend (plain copies on CPU). QC_ERR_CUDA. */
 enum qc_status qc_qcnet_params_download(const struct qc_qcnet *m, float *host);
 enum qc_status qc_qcnet_params_upload(struct qc_qcnet *m, const float *host);
 enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host);
+/* Host copy in of the gradients (a rollback of a failed step), synchronizing. */
+enum qc_status qc_qcnet_grads_upload(struct qc_qcnet *m, const float *host);
 /* Frees everything (activations included). NULL is a no-op. */
 void qc_qcnet_destroy(struct qc_qcnet *m);
 /* The configuration the model was built with. */
 const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
-/* Replaces the allocation hook (NULL = default). Only between steps (no live activations).
- * Re-homes the parameters and gradients: copies from the new hook (values kept), the old
- * buffers back to the old hook, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
- * The same hook again (same functions and ctx) is a no-op. QC_ERR_NOMEM when the new hook
- * cannot hold them (the model keeps the old hook and buffers). The old hook's ctx must stay
- * alive until this returns; the new one's until the model is destroyed or re-homed again. On a
- * device backend the new hook hands out the same backend's memory: the copies are device to
- * device (qc_op_copy), synchronized before the old buffers are freed. */
-enum qc_status qc_qcnet_set_alloc(struct qc_qcnet *m, const struct qc_qcnet_alloc *a);
+/* Replaces the memory context (NULL = host malloc). Only between steps (no live activations).
+ * Re-homes the parameters and gradients: copies from the new context (values kept), the old
+ * buffers back to the old one, so qc_qcnet_params() / qc_qcnet_grads() return NEW pointers.
+ * The same context again is a no-op. QC_ERR_NOMEM when the new context cannot hold them (the
+ * model keeps the old context and buffers). The old context must stay alive until this
+ * returns; the new one until the model is destroyed or re-homed again. On a device backend the
+ * new context hands out the same backend's memory: the copies are device to device
+ * (qc_op_copy), synchronized before the old buffers are freed. */
+enum qc_status qc_qcnet_set_memctx(struct qc_qcnet *m, struct qc_memctx *mc);
 /* Switches the attention implementation (the parameters are the same). Only between steps. */
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
 
@@ -253,6 +296,14 @@ struct qc_qcnet_ctx {
      * waiting for it), or NULL to let the forward copy it in on the model's stream. It must
      * stay alive and unchanged until qc_qcnet_release, like the host batch. */
     const struct qc_batch *batch_dev;
+    /* NULL, or the loss denominators of a larger group this batch is a part of (the trainer's
+     * admission control runs a group that does not fit as sub-groups): S + 1 host floats, the
+     * per-step regression denominators max(1, Σ_a reg_mask[a,s]) then the classification one
+     * max(1, Σ_a cls_mask[a]), over the whole group (qc_qcnet_loss_norm). qc_qcnet_loss then
+     * gives this batch's share, and the shares of the parts add up to the group's loss (and
+     * their gradients to its gradients) within fp32 rounding. Read at the loss; kept by the
+     * caller until then. */
+    const float *loss_norm;
 };
 
 /* The model's outputs (QCNet's names and shapes; A agents, K modes, S = 60 future steps).
@@ -289,6 +340,11 @@ struct qc_qcnet_loss {
     int64_t num_agents;
 };
 
+/* The loss denominators of batch b (QCNET.md §6.1) into norm (61 floats: the 60 per-step
+ * regression denominators, then the classification one), from its predict_mask: what the
+ * sub-groups of b pass as qc_qcnet_ctx.loss_norm. */
+#define QC_QCNET_LOSS_NORM 61
+void qc_qcnet_loss_norm(const struct qc_batch *b, float *norm);
 /* Computes the loss of the last forward against the batch's targets (batch->target, or the
  * TargetBuilder output computed here when the batch has none). */
 enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out);
@@ -320,11 +376,14 @@ void qc_qcnet_release(struct qc_qcnet *m);
 // ---- memory accounting ----------------------------------------------------------------------
 
 struct qc_qcnet_mem {
-    size_t bytes_live;   /* activations, stashes and block scratch held now through the hook */
+    size_t bytes_live;   /* activations, stashes and block scratch held now (memory context) */
     size_t bytes_peak;   /* peak of bytes_live since creation or the last reset */
     size_t bytes_stash;  /* Σ stash-table payload of the last forward (what backward reads) */
-    size_t bytes_params; /* parameters + gradients (also from the hook; not in bytes_live) */
-    int64_t n_allocs;    /* successful hook calls for bytes_live since creation */
+    size_t bytes_params; /* parameters + gradients (also from the context; not in bytes_live) */
+    int64_t n_allocs;    /* successful allocations for bytes_live since creation */
+    uint64_t recompute_bytes; /* stash bytes rebuilt by recompute since creation */
+    int64_t recomputes;       /* block applications recomputed */
+    int64_t repaired;         /* offloaded stashes that failed to read back, recomputed */
 };
 void qc_qcnet_mem_get(const struct qc_qcnet *m, struct qc_qcnet_mem *out);
 void qc_qcnet_mem_reset_peak(struct qc_qcnet *m);

@@ -25,14 +25,15 @@
  * Invariants: bytes(entry) = numel * dtype size; arena_bytes = Σ round_up(bytes, 64);
  * qc_stash_bytes() = Σ bytes(entry) (what the planner counts).
  *
- * Allocation hook. Every byte of working memory a block or the model touches (stash arenas,
- * scratch, gradient buffers of the source/edge contexts, parameters and gradients) comes from
- * one hook, struct qc_qcnet_alloc (the trainer plugs the caching allocator into it; on a CUDA
- * backend it hands out device memory). A block carries a struct qc_block_mem (the hook and
- * the block's name); its temporaries are tagged "<block name>/<tensor>", e.g.
- * "encoder.agent_encoder.pl2a_attn_layers.0/fused_tile.ws", and freed as soon as they are dead
- * (in reverse order of allocation where possible). A zeroed qc_block_mem means malloc, so a
- * block used alone (its tests, the op benchmarks) needs no allocator.
+ * Block memory. Every byte of working memory a block touches (scratch, tiles, gradient buffers
+ * of the source/edge contexts) comes from the block's memory context (qc_memctx.h; the trainer's
+ * sits on the caching allocator, and on a device backend it hands out device memory). A block
+ * carries a struct qc_block_mem (the context, the block's name and its backend); its
+ * temporaries are tagged "<block name>/<tensor>", e.g.
+ * "encoder.agent_encoder.pl2a_attn_layers.0/fused_tile.ws", class QC_MEM_BLOCK, and freed as
+ * soon as they are dead (in reverse order of allocation where possible). A zeroed qc_block_mem
+ * means host malloc and the CPU, so a block used alone (its tests, the op benchmarks) needs no
+ * allocator.
  */
 #ifndef QC_MODEL_QC_STASH_H
 #define QC_MODEL_QC_STASH_H
@@ -50,43 +51,33 @@ struct qc_exec; /* qc_exec.h */
 extern "C" {
 #endif
 
-// ---- allocation hook ----------------------------------------------------------------------
+// ---- block memory ------------------------------------------------------------------------
 
-/* Where working memory comes from. alloc returns memory aligned to at least 64 bytes, or NULL
- * (the caller then fails with QC_ERR_NOMEM naming the tag); tag names the tensor, e.g.
- * "decoder.t2m_propose_attn_layers.0/app1.stash". free receives the pointer and the size that
- * was asked for. Called only from the thread running the model or block (never from inside
- * an OpenMP region: blocks allocate per-thread buffers before their parallel loops). */
-struct qc_qcnet_alloc {
-    void *(*alloc)(void *ctx, size_t bytes, const char *tag);
-    void (*free)(void *ctx, void *p, size_t bytes);
-    void *ctx;
-};
-
-/* The default hook: aligned_alloc(64, ·) / free. */
-extern const struct qc_qcnet_alloc qc_qcnet_alloc_malloc;
+struct qc_memctx; /* qc_memctx.h */
 
 #define QC_BLOCK_NAME_MAX 96
 
-/* A block's memory and backend: the hook its temporaries come from, the tag prefix, and where
- * its ops run (qc_exec.h: CPU, CUDA or the emulated device; the hook then hands out memory of
- * that backend). All zero = malloc and CPU, tags "block/<tensor>". The hook and the exec are
- * referenced, not copied: they must outlive the block's use. */
+/* A block's memory and backend: the memory context its temporaries come from, the tag prefix,
+ * and where its ops run (qc_exec.h: CPU, CUDA or the emulated device; the context then hands
+ * out memory of that backend). All zero = host malloc and CPU, tags "block/<tensor>". The
+ * context and the exec are referenced, not copied: they must outlive the block's use. */
 struct qc_block_mem {
-    const struct qc_qcnet_alloc *hook; /* NULL = qc_qcnet_alloc_malloc */
-    char name[QC_BLOCK_NAME_MAX];      /* tag prefix, e.g. a state_dict key prefix */
-    const struct qc_exec *ex;          /* NULL = CPU */
+    struct qc_memctx *mc;         /* NULL = host malloc */
+    char name[QC_BLOCK_NAME_MAX]; /* tag prefix, e.g. a state_dict key prefix */
+    const struct qc_exec *ex;     /* NULL = CPU */
 };
 
-/* Sets hook (NULL = malloc) and name (NULL or "" = "block"; truncated to fit); ex unchanged. */
-void qc_block_mem_set(struct qc_block_mem *bm, const struct qc_qcnet_alloc *hook, const char *name);
+/* Sets the context (NULL = host malloc) and name (NULL or "" = "block"; truncated to fit); ex
+ * unchanged. */
+void qc_block_mem_set(struct qc_block_mem *bm, struct qc_memctx *mc, const char *name);
 /* The backend of the block's ops (NULL = CPU). bm may be NULL. */
 static inline const struct qc_exec *qc_block_exec(const struct qc_block_mem *bm)
 {
     return bm ? bm->ex : NULL;
 }
-/* bytes (0 is allowed: at least one byte is asked for) from the block's hook, tagged
- * "<name>/<tensor>"; NULL on failure (the caller reports QC_ERR_NOMEM). bm may be NULL. */
+/* bytes (0 is allowed: at least one byte is asked for) from the block's memory context, class
+ * QC_MEM_BLOCK, tagged "<name>/<tensor>"; NULL on failure (the caller reports QC_ERR_NOMEM).
+ * bm may be NULL. */
 void *qc_block_alloc(const struct qc_block_mem *bm, size_t bytes, const char *tensor);
 /* Gives p (NULL is a no-op) back; bytes must be the size passed to qc_block_alloc. */
 void qc_block_free(const struct qc_block_mem *bm, void *p, size_t bytes);

@@ -24,56 +24,63 @@
 #include "qc_qcnet.h"
 #include "qcnet_internal.h"
 
-/* One (t2m, pl2m, a2m) layer group on agent-major queries q (KA,D); *out agent-major. */
+/* One (t2m, pl2m, a2m) layer group on agent-major queries q (KA,D), on the KV entries kv[0..2]
+ * of the three layers; *out agent-major. */
 static enum qc_status group_forward(struct qc_qcnet *m, const struct qcnet_layer *t2m,
                                     const struct qcnet_layer *pl2m, const struct qcnet_layer *a2m,
-                                    struct qc_attn_kv *kv_t2m, struct qc_attn_kv *kv_pl2m,
-                                    struct qc_attn_kv *kv_a2m, const float *q, int *app_t2m,
-                                    int *app_pl2m, int *app_a2m, float **out)
+                                    const int kv[3], const float *q, float **out)
 {
     struct qcnet_tape *t = &m->tape;
     const int64_t A = t->A, K = t->K, D = m->D;
     float *x, *xm, *xa;
     char tag[QC_QCNET_KEY_MAX + 32];
-    *app_t2m = t->n_app;
-    QC_TRY(qcnet_attn_apply(m, t2m, kv_t2m, false, q, t->x_a, t2m->prefix, &x));
+    QC_TRY(qcnet_attn_apply(m, t2m, kv[0], q, &x));
     snprintf(tag, sizeof tag, "%s/mode_major", t2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xm));
     qc_op_transpose01_forward(m->ex, xm, x, A, K, D); /* [A,K,D] → [K,A,D] */
-    *app_pl2m = t->n_app;
-    QC_TRY(qcnet_attn_apply(m, pl2m, kv_pl2m, false, xm, t->x_pl, pl2m->prefix, &x));
-    *app_a2m = t->n_app;
-    QC_TRY(qcnet_attn_apply(m, a2m, kv_a2m, false, x, t->xa49, a2m->prefix, &x));
+    qcnet_free(m, x);                                 /* the t2m output: no backward reads it */
+    QC_TRY(qcnet_attn_apply(m, pl2m, kv[1], xm, &x));
+    QC_TRY(qcnet_attn_apply(m, a2m, kv[2], x, &x));
     snprintf(tag, sizeof tag, "%s/agent_major", a2m->prefix);
     QC_TRY(qcnet_falloc(m, K * A * D, tag, &xa));
     qc_op_transpose01_forward(m->ex, xa, x, K, A, D); /* [K,A,D] → [A,K,D] */
+    qcnet_free(m, x);                                 /* the a2m output: no backward reads it */
     *out = xa;
     return QC_OK;
 }
 
-/* Backward of a group: din (KA,D) OVERWRITE (agent-major) from dout (agent-major; din may be
- * dout). w1, w2: (KA,D) scratch. */
-static enum qc_status group_backward(struct qc_qcnet *m, int app_t2m, int app_pl2m, int app_a2m,
-                                     float *din, const float *dout, float *w1, float *w2)
+/* Backward of the occ-th application of a group: din (KA,D) OVERWRITE (agent-major) from dout
+ * (agent-major; din may be dout). w1, w2: (KA,D) scratch. */
+static enum qc_status group_backward(struct qc_qcnet *m, const struct qcnet_layer *t2m,
+                                     const struct qcnet_layer *pl2m, const struct qcnet_layer *a2m,
+                                     int occ, float *din, const float *dout, float *w1, float *w2)
 {
     const int64_t A = m->tape.A, K = m->tape.K, D = m->D;
     qc_op_transpose01_backward(m->ex, w1, dout, K, A, D);
-    QC_TRY(qcnet_attn_app_backward(m, app_a2m, w2, w1));
-    QC_TRY(qcnet_attn_app_backward(m, app_pl2m, w1, w2));
+    QC_TRY(qcnet_attn_backward(m, a2m, occ, w2, w1));
+    QC_TRY(qcnet_attn_backward(m, pl2m, occ, w1, w2));
     qc_op_transpose01_backward(m->ex, w2, w1, A, K, D);
-    return qcnet_attn_app_backward(m, app_t2m, din, w2);
+    return qcnet_attn_backward(m, t2m, occ, din, w2);
 }
 
-static enum qc_status stage_kv(struct qc_qcnet *m, int i, bool refine)
+/* The KV entries of decoder layer i of the proposal or refinement stage: t2m, pl2m, a2m. */
+static enum qc_status stage_kv(struct qc_qcnet *m, int i, bool refine, int kv[3])
 {
     struct qcnet_tape *t = &m->tape;
-    struct qc_attn_kv *kt = refine ? &t->kv_t2m_r[i] : &t->kv_t2m_p[i];
-    struct qc_attn_kv *kp = refine ? &t->kv_pl2m_r[i] : &t->kv_pl2m_p[i];
-    struct qc_attn_kv *ka = refine ? &t->kv_a2m_r[i] : &t->kv_a2m_p[i];
-    QC_TRY(qcnet_kv_setup(m, kt, refine ? &m->t2m_r[i] : &m->t2m_p[i], QC_EDGE_T2M, t->x_a));
-    QC_TRY(qcnet_kv_setup(m, kp, refine ? &m->pl2m_r[i] : &m->pl2m_p[i], QC_EDGE_PL2M, t->x_pl));
-    QC_TRY(qcnet_kv_setup(m, ka, refine ? &m->a2m_r[i] : &m->a2m_p[i], QC_EDGE_A2M, t->xa49));
+    QC_TRY(qcnet_kv_setup(m, refine ? &m->t2m_r[i] : &m->t2m_p[i], QC_EDGE_T2M, t->x_a, &kv[0]));
+    QC_TRY(
+        qcnet_kv_setup(m, refine ? &m->pl2m_r[i] : &m->pl2m_p[i], QC_EDGE_PL2M, t->x_pl, &kv[1]));
+    QC_TRY(qcnet_kv_setup(m, refine ? &m->a2m_r[i] : &m->a2m_p[i], QC_EDGE_A2M, t->xa49, &kv[2]));
     return QC_OK;
+}
+
+/* kv backward of the three KV entries of decoder layer i (sources' gradients ACCUM). */
+static enum qc_status stage_kv_backward(struct qc_qcnet *m, int i, bool refine, float *dx_a,
+                                        float *dx_pl, float *dxa49)
+{
+    QC_TRY(qcnet_kv_backward(m, refine ? &m->t2m_r[i] : &m->t2m_p[i], dx_a));
+    QC_TRY(qcnet_kv_backward(m, refine ? &m->pl2m_r[i] : &m->pl2m_p[i], dx_pl));
+    return qcnet_kv_backward(m, refine ? &m->a2m_r[i] : &m->a2m_p[i], dxa49);
 }
 
 enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
@@ -95,8 +102,9 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_M2M, NULL, NULL, NULL, 0, NULL));
 
     // ---- proposal
+    int kv_p[QCNET_MAX_LAYERS][3], kv_r[QCNET_MAX_LAYERS][3];
     for (int64_t i = 0; i < m->NL_dec; i++)
-        QC_TRY(stage_kv(m, (int)i, false));
+        QC_TRY(stage_kv(m, (int)i, false, kv_p[i]));
     float *sp_cat;
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/loc_propose_increments", &t->lp_cat));
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_propose_elu", &sp_cat));
@@ -106,23 +114,19 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     for (int64_t r = 0; r < R; r++) {
         for (int64_t i = 0; i < m->NL_dec; i++) {
             float *x;
-            QC_TRY(group_forward(m, &m->t2m_p[i], &m->pl2m_p[i], &m->a2m_p[i], &t->kv_t2m_p[i],
-                                 &t->kv_pl2m_p[i], &t->kv_a2m_p[i], q, &t->app_t2m_p[r][i],
-                                 &t->app_pl2m_p[r][i], &t->app_a2m_p[r][i], &x));
+            QC_TRY(group_forward(m, &m->t2m_p[i], &m->pl2m_p[i], &m->a2m_p[i], kv_p[i], q, &x));
             q = x;
         }
         float *x;
-        t->app_m2m_p[r] = t->n_app;
-        QC_TRY(qcnet_attn_self(m, &m->m2m_p, &t->ed[QC_EDGE_M2M], q, m->m2m_p.prefix, &x));
-        t->m_prop_out[r] = x;
+        QC_TRY(qcnet_attn_self(m, &m->m2m_p, QC_EDGE_M2M, q, &x));
         q = x;
         float *h;
         snprintf(tag, sizeof tag, "decoder.to_loc_propose_pos/step%lld", (long long)r);
-        QC_TRY(qcnet_mlp_forward(m, &m->to_loc_p, &t->st_loc_p[r], tag, q, KA, &h));
+        QC_TRY(qcnet_mlp_forward(m, &m->to_loc_p, tag, q, KA, &h));
         qc_op_copy2d(m->ex, t->lp_cat + r * O, S2, h, O, KA, O, false);
         qcnet_free(m, h);
         snprintf(tag, sizeof tag, "decoder.to_scale_propose_pos/step%lld", (long long)r);
-        QC_TRY(qcnet_mlp_forward(m, &m->to_scale_p, &t->st_scale_p[r], tag, q, KA, &h));
+        QC_TRY(qcnet_mlp_forward(m, &m->to_scale_p, tag, q, KA, &h));
         qc_op_copy2d(m->ex, sp_cat + r * O, S2, h, O, KA, O, false);
         qcnet_free(m, h);
     }
@@ -134,62 +138,56 @@ enum qc_status qcnet_decoder_forward(struct qc_qcnet *m)
     qc_op_cumsum_forward(m->ex, t->scale_propose, t->scale_propose, KA, S, 2);
     qc_op_add_scalar_forward(m->ex, t->scale_propose, t->scale_propose, 0.1f, KA * S2);
 
-    // ---- refinement: GRU over the embedded (detached) proposal
-    QC_TRY(qcnet_fe_forward(m, &m->y_emb, &t->st_y, "decoder.y_emb", t->loc_propose, NULL, KA * S,
-                            &t->y));
-    QC_TRY(qcnet_falloc(m, S * KA * D, "decoder/traj_emb.input", &t->y_tm));
-    qc_op_transpose01_forward(m->ex, t->y_tm, t->y, KA, S, D); /* [KA,S,D] → [S,KA,D] */
-    if (!t->need_backward) {
-        qcnet_free(m, t->y);
-        t->y = NULL;
+    // ---- refinement: GRU over the embedded (detached) proposal, in chunks of (agent, mode)
+    // sequences (qcnet_refine_rows): y_emb and the GRU are row-wise, so each chunk is a y_emb
+    // and a GRU application of its own, with its own stash and policy, and the step's peak
+    // holds one chunk's working set instead of all of them
+    const int64_t CR = qcnet_refine_rows(KA);
+    QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.last", &t->m_ref_in));
+    for (int64_t r0 = 0, c = 0; r0 < KA; r0 += CR, c++) {
+        const int64_t n = KA - r0 < CR ? KA - r0 : CR;
+        float *y, *y_tm;
+        snprintf(tag, sizeof tag, "decoder.y_emb/c%lld", (long long)c);
+        QC_TRY(qcnet_fe_forward(m, &m->y_emb, tag, t->loc_propose + r0 * S2, NULL, n * S, &y));
+        snprintf(tag, sizeof tag, "decoder/traj_emb.input/c%lld", (long long)c);
+        QC_TRY(qcnet_falloc(m, S * n * D, tag, &y_tm));
+        qc_op_transpose01_forward(m->ex, y_tm, y, n, S, D); /* [n,S,D] → [S,n,D] */
+        qcnet_free(m, y); /* no backward reads the y_emb output itself */
+        /* the refine queries: the GRU's final state; its input is freed by its backward */
+        snprintf(tag, sizeof tag, "decoder.traj_emb/c%lld", (long long)c);
+        QC_TRY(qcnet_gru_forward(m, y_tm, S, n, tag, t->m_ref_in + r0 * D));
     }
-    float *h0, *scratch;
-    QC_TRY(qcnet_falloc(m, KA * D, "decoder/traj_emb.h0", &h0));
-    qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, KA, D);
-    QC_TRY(qcnet_falloc(m, (S + 1) * KA * D, "decoder/traj_emb.hs", &t->gru_hs));
-    QC_TRY(qcnet_falloc(m, S * KA * 4 * D, "decoder/traj_emb.gates", &t->gru_gates));
-    QC_TRY(qcnet_falloc(m, qc_gru_forward_scratch_numel(S, KA, D), "scratch/gru", &scratch));
-    const float *w = m->params;
-    qc_op_gru_forward(m->ex, t->gru_hs, t->gru_gates, t->y_tm, h0, w + m->o_gru_wih,
-                      w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, S, KA, D, D, scratch);
-    qcnet_free(m, scratch);
-    qcnet_free(m, h0);
-    t->m_ref_in = t->gru_hs + S * KA * D;
     for (int64_t i = 0; i < m->NL_dec; i++)
-        QC_TRY(stage_kv(m, (int)i, true));
+        QC_TRY(stage_kv(m, (int)i, true, kv_r[i]));
     q = t->m_ref_in;
     for (int64_t i = 0; i < m->NL_dec; i++) {
         float *x;
-        QC_TRY(group_forward(m, &m->t2m_r[i], &m->pl2m_r[i], &m->a2m_r[i], &t->kv_t2m_r[i],
-                             &t->kv_pl2m_r[i], &t->kv_a2m_r[i], q, &t->app_t2m_r[i],
-                             &t->app_pl2m_r[i], &t->app_a2m_r[i], &x));
+        QC_TRY(group_forward(m, &m->t2m_r[i], &m->pl2m_r[i], &m->a2m_r[i], kv_r[i], q, &x));
         q = x;
     }
-    t->app_m2m_r = t->n_app;
-    QC_TRY(qcnet_attn_self(m, &m->m2m_r, &t->ed[QC_EDGE_M2M], q, m->m2m_r.prefix, &t->m_ref));
+    QC_TRY(qcnet_attn_self(m, &m->m2m_r, QC_EDGE_M2M, q, &t->m_ref));
 
     // ---- refinement heads
-    QC_TRY(qcnet_mlp_forward(m, &m->to_loc_r, &t->st_loc_r, "decoder.to_loc_refine_pos", t->m_ref,
-                             KA, &t->loc_refine));
+    QC_TRY(qcnet_mlp_forward(m, &m->to_loc_r, "decoder.to_loc_refine_pos", t->m_ref, KA,
+                             &t->loc_refine));
     qc_op_add_forward(m->ex, t->loc_refine, t->loc_refine, t->loc_propose, KA * S2);
-    QC_TRY(qcnet_mlp_forward(m, &m->to_scale_r, &t->st_scale_r, "decoder.to_scale_refine_pos",
-                             t->m_ref, KA, &t->sr_elu));
+    QC_TRY(qcnet_mlp_forward(m, &m->to_scale_r, "decoder.to_scale_refine_pos", t->m_ref, KA,
+                             &t->sr_elu));
     qc_op_elu_forward(m->ex, t->sr_elu, t->sr_elu, KA * S2);
     QC_TRY(qcnet_falloc(m, KA * S2, "decoder/scale_refine_pos", &t->scale_refine));
     qc_op_add_scalar_forward(m->ex, t->scale_refine, t->sr_elu, 1.0f, KA * S2);
     qc_op_add_scalar_forward(m->ex, t->scale_refine, t->scale_refine, 0.1f, KA * S2);
-    QC_TRY(qcnet_mlp_forward(m, &m->to_pi, &t->st_pi, "decoder.to_pi", t->m_ref, KA, &t->pi));
+    QC_TRY(qcnet_mlp_forward(m, &m->to_pi, "decoder.to_pi", t->m_ref, KA, &t->pi));
     return QC_OK;
 }
 
-/* dq += the input gradient of head mlp (dout (N,O)); tmp (N,D) scratch. */
-static enum qc_status head_backward(struct qc_qcnet *m, const struct qc_mlp *mlp,
-                                    struct qc_stash *st, const float *x, const float *dout,
-                                    float *dq, float *tmp, int64_t N)
+/* dq += the input gradient of the occ-th application of head mlp (dout (N,O)); tmp (N,D)
+ * scratch. */
+static enum qc_status head_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, int occ,
+                                    const float *dout, float *dq, float *tmp, int64_t N)
 {
-    QC_TRY(qc_mlp_backward(mlp, tmp, dout, st, x, N));
+    QC_TRY(qcnet_mlp_backward(m, mlp, occ, tmp, dout));
     qc_op_add_forward(m->ex, dq, dq, tmp, N * m->D);
-    qcnet_stash_free(m, st);
     return QC_OK;
 }
 
@@ -210,44 +208,35 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     QC_TRY(qcnet_zalloc(m, A * D, "grad/decoder.x_a_last", &dxa49));
 
     // ---- refinement heads → d m_ref
-    QC_TRY(qc_mlp_backward(&m->to_pi, dq, dpi, &t->st_pi, t->m_ref, KA));
-    qcnet_stash_free(m, &t->st_pi);
-    QC_TRY(head_backward(m, &m->to_loc_r, &t->st_loc_r, t->m_ref, dloc_r, dq, tmp, KA));
+    QC_TRY(qcnet_mlp_backward(m, &m->to_pi, 0, dq, dpi));
+    QC_TRY(head_backward(m, &m->to_loc_r, 0, dloc_r, dq, tmp, KA));
     qc_op_elu_backward(m->ex, dh, dscale_r, t->sr_elu, KA * S2); /* +1 and +0.1 pass through */
-    QC_TRY(head_backward(m, &m->to_scale_r, &t->st_scale_r, t->m_ref, dh, dq, tmp, KA));
+    QC_TRY(head_backward(m, &m->to_scale_r, 0, dh, dq, tmp, KA));
 
     // ---- refine layers
-    QC_TRY(qcnet_attn_app_backward(m, t->app_m2m_r, tmp, dq));
+    QC_TRY(qcnet_attn_backward(m, &m->m2m_r, 0, tmp, dq));
     for (int64_t i = m->NL_dec - 1; i >= 0; i--)
-        QC_TRY(group_backward(m, t->app_t2m_r[i], t->app_pl2m_r[i], t->app_a2m_r[i], tmp, tmp, w1,
-                              w2));
-    for (int64_t i = 0; i < m->NL_dec; i++) {
-        QC_TRY(qcnet_kv_backward(m, &t->kv_t2m_r[i], dx_a, t->x_a));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2m_r[i], dx_pl, t->x_pl));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_a2m_r[i], dxa49, t->xa49));
-    }
+        QC_TRY(group_backward(m, &m->t2m_r[i], &m->pl2m_r[i], &m->a2m_r[i], 0, tmp, tmp, w1, w2));
+    for (int64_t i = 0; i < m->NL_dec; i++)
+        QC_TRY(stage_kv_backward(m, (int)i, true, dx_a, dx_pl, dxa49));
 
-    // ---- GRU and y_emb (the proposal input is detached: no gradient to loc_propose)
-    {
-        float *dy_tm, *dh0, *scratch;
-        QC_TRY(qcnet_falloc(m, S * KA * D, "grad/decoder.traj_emb.input", &dy_tm));
-        QC_TRY(qcnet_falloc(m, KA * D, "grad/decoder.traj_emb.h0", &dh0));
-        QC_TRY(qcnet_falloc(m, qc_gru_backward_scratch_numel(S, KA, D), "scratch/gru_backward",
-                            &scratch));
-        float *g = m->grads;
-        const float *w = m->params;
-        qc_op_gru_backward(m->ex, dy_tm, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
-                           g + m->o_gru_bhh, tmp, t->gru_hs, t->gru_gates, t->y_tm,
-                           w + m->o_gru_wih, w + m->o_gru_whh, S, KA, D, D, scratch);
-        qcnet_free(m, scratch);
-        qc_op_tile_backward(m->ex, g + m->o_h0, dh0, 1, KA, D, true);
+    // ---- GRU and y_emb by chunk, last first (the proposal input is detached: no gradient to
+    // loc_propose)
+    const int64_t CR = qcnet_refine_rows(KA);
+    for (int64_t c = (KA + CR - 1) / CR - 1; c >= 0; c--) {
+        const int64_t r0 = c * CR;
+        const int64_t n = KA - r0 < CR ? KA - r0 : CR;
+        float *dy_tm, *dh0;
+        QC_TRY(qcnet_falloc(m, S * n * D, "grad/decoder.traj_emb.input", &dy_tm));
+        QC_TRY(qcnet_falloc(m, n * D, "grad/decoder.traj_emb.h0", &dh0));
+        QC_TRY(qcnet_gru_backward(m, (int)c, S, dy_tm, dh0, tmp + r0 * D));
+        qc_op_tile_backward(m->ex, m->grads + m->o_h0, dh0, 1, n, D, true);
         qcnet_free(m, dh0);
         float *dy;
-        QC_TRY(qcnet_falloc(m, KA * S * D, "grad/decoder.y_emb", &dy));
-        qc_op_transpose01_backward(m->ex, dy, dy_tm, KA, S, D);
+        QC_TRY(qcnet_falloc(m, n * S * D, "grad/decoder.y_emb", &dy));
+        qc_op_transpose01_backward(m->ex, dy, dy_tm, n, S, D);
         qcnet_free(m, dy_tm);
-        QC_TRY(qc_fourier_backward(&m->y_emb, NULL, NULL, dy, &t->st_y, t->loc_propose, KA * S));
-        qcnet_stash_free(m, &t->st_y);
+        QC_TRY(qcnet_fe_backward(m, &m->y_emb, (int)c, NULL, NULL, dy));
         qcnet_free(m, dy);
     }
 
@@ -262,26 +251,22 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
     QC_TRY(qcnet_falloc(m, KA * O, "grad/decoder.propose_head", &dho));
     qc_op_zero(m->ex, dq, (size_t)(KA * D) * sizeof *dq); /* the last proposal state: heads only */
     for (int64_t r = R - 1; r >= 0; r--) {
-        const float *qr = t->m_prop_out[r];
         qc_op_copy2d(m->ex, dho, O, dlp + r * O, S2, KA, O, false);
-        QC_TRY(head_backward(m, &m->to_loc_p, &t->st_loc_p[r], qr, dho, dq, tmp, KA));
+        QC_TRY(head_backward(m, &m->to_loc_p, (int)r, dho, dq, tmp, KA));
         qc_op_copy2d(m->ex, dho, O, dsp + r * O, S2, KA, O, false);
-        QC_TRY(head_backward(m, &m->to_scale_p, &t->st_scale_p[r], qr, dho, dq, tmp, KA));
-        QC_TRY(qcnet_attn_app_backward(m, t->app_m2m_p[r], tmp, dq));
+        QC_TRY(head_backward(m, &m->to_scale_p, (int)r, dho, dq, tmp, KA));
+        QC_TRY(qcnet_attn_backward(m, &m->m2m_p, (int)r, tmp, dq));
         for (int64_t i = m->NL_dec - 1; i >= 0; i--)
-            QC_TRY(group_backward(m, t->app_t2m_p[r][i], t->app_pl2m_p[r][i], t->app_a2m_p[r][i],
-                                  tmp, tmp, w1, w2));
+            QC_TRY(group_backward(m, &m->t2m_p[i], &m->pl2m_p[i], &m->a2m_p[i], (int)r, tmp, tmp,
+                                  w1, w2));
         qc_op_copy(m->ex, dq, tmp, (size_t)(KA * D) * sizeof *dq);
     }
     qcnet_free(m, dho);
     qcnet_free(m, dlp);
     qcnet_free(m, dsp);
     qc_op_tile_backward(m->ex, m->grads + m->o_mode_emb, dq, K, A, D, true);
-    for (int64_t i = 0; i < m->NL_dec; i++) {
-        QC_TRY(qcnet_kv_backward(m, &t->kv_t2m_p[i], dx_a, t->x_a));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2m_p[i], dx_pl, t->x_pl));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_a2m_p[i], dxa49, t->xa49));
-    }
+    for (int64_t i = 0; i < m->NL_dec; i++)
+        QC_TRY(stage_kv_backward(m, (int)i, false, dx_a, dx_pl, dxa49));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_T2M));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2M));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2M));

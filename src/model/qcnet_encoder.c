@@ -34,6 +34,8 @@ static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, 
     char tag[96];
     snprintf(tag, sizeof tag, "input/%s", field);
     const size_t bytes = (size_t)n * sizeof(int64_t);
+    if (m->dry)
+        return qcnet_ialloc(m, n, tag, out);
     int64_t *h = qcnet_host_tmp(bytes, tag);
     if (!h)
         return QC_ERR_NOMEM;
@@ -51,57 +53,34 @@ static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, 
     return QC_OK;
 }
 
-/* out (N,D) = Σ_j table_j[idx_j] (stack + sum order: ascending j). */
-static enum qc_status embed_sum(struct qc_qcnet *m, float *out, int n_tab, const int64_t *o_tab,
-                                const int64_t *vocab, int64_t *const *idx, int64_t N)
-{
-    const int64_t D = m->D;
-    qc_op_embedding_forward(m->ex, out, idx[0], m->params + o_tab[0], N, D, vocab[0]);
-    if (n_tab == 1)
-        return QC_OK;
-    float *tmp;
-    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
-    for (int j = 1; j < n_tab; j++) {
-        qc_op_embedding_forward(m->ex, tmp, idx[j], m->params + o_tab[j], N, D, vocab[j]);
-        qc_op_add_forward(m->ex, out, out, tmp, N * D);
-    }
-    qcnet_free(m, tmp);
-    return QC_OK;
-}
-
 // ---- map encoder ----------------------------------------------------------------------------
 
 enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
     const struct qc_batch *b = t->batch, *db = qcnet_op_batch(m);
-    const int64_t Pt = t->Pt, P = t->P, D = m->D;
+    const int64_t Pt = t->Pt, P = t->P;
     QC_TRY(to_index(m, b->pt_type, Pt, 17, "map_point.type", &t->idx_pt_type));
     QC_TRY(to_index(m, b->pt_side, Pt, 3, "map_point.side", &t->idx_pt_side));
     QC_TRY(to_index(m, b->pl_type, P, 4, "map_polygon.type", &t->idx_pl_type));
     QC_TRY(to_index(m, b->pl_is_intersection, P, 3, "map_polygon.is_intersection", &t->idx_pl_int));
     /* the pl2pl edge types are checked where the tape's copy is made (qcnet_model.c) */
 
-    /* node embeddings */
-    float *cat;
-    QC_TRY(qcnet_falloc(m, Pt * D, "map/x_pt_emb.cat", &cat));
-    {
-        const int64_t o[2] = {m->o_type_pt, m->o_side_pt}, v[2] = {17, 3};
-        int64_t *const ix[2] = {t->idx_pt_type, t->idx_pt_side};
-        QC_TRY(embed_sum(m, cat, 2, o, v, ix, Pt));
-    }
-    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, &t->st_x_pt, "encoder.map_encoder.x_pt_emb",
-                            db->pt_magnitude, cat, Pt, &t->x_pt));
-    qcnet_free(m, cat);
-    QC_TRY(qcnet_falloc(m, P * D, "map/x_pl_emb.cat", &cat));
-    {
-        const int64_t o[2] = {m->o_type_pl, m->o_int_pl}, v[2] = {4, 3};
-        int64_t *const ix[2] = {t->idx_pl_type, t->idx_pl_int};
-        QC_TRY(embed_sum(m, cat, 2, o, v, ix, P));
-    }
-    QC_TRY(qcnet_fe_forward(m, &m->x_pl_emb, &t->st_x_pl, "encoder.map_encoder.x_pl_emb", NULL, cat,
-                            P, &t->x_pl0));
-    qcnet_free(m, cat);
+    /* node embeddings: FE(1)(|v|, type + side), FE(0)(type + intersection) */
+    const struct qcnet_cat cat_pt = {2,
+                                     {m->o_type_pt, m->o_side_pt},
+                                     {17, 3},
+                                     {t->idx_pt_type, t->idx_pt_side},
+                                     "map/x_pt_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_pt_emb, "encoder.map_encoder.x_pt_emb", db->pt_magnitude,
+                            &cat_pt, Pt, &t->x_pt));
+    const struct qcnet_cat cat_pl = {2,
+                                     {m->o_type_pl, m->o_int_pl},
+                                     {4, 3},
+                                     {t->idx_pl_type, t->idx_pl_int},
+                                     "map/x_pl_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_pl_emb, "encoder.map_encoder.x_pl_emb", NULL, &cat_pl, P,
+                            &t->x_pl0));
 
     /* edge embeddings, shared by every layer on the set */
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_PT2PL, &m->r_pt2pl_emb, NULL, NULL, 0, NULL));
@@ -111,11 +90,10 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
     float *x = t->x_pl0;
     for (int64_t i = 0; i < m->NL_map; i++) {
         const struct qcnet_layer *L = &m->pt2pl[i];
-        QC_TRY(qcnet_kv_setup(m, &t->kv_pt2pl[i], L, QC_EDGE_PT2PL, t->x_pt));
-        t->app_pt2pl[i] = t->n_app;
-        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pt2pl[i], false, x, t->x_pt, L->prefix, &x));
-        t->app_pl2pl[i] = t->n_app;
-        QC_TRY(qcnet_attn_self(m, &m->pl2pl[i], &t->ed[QC_EDGE_PL2PL], x, m->pl2pl[i].prefix, &x));
+        int kv;
+        QC_TRY(qcnet_kv_setup(m, L, QC_EDGE_PT2PL, t->x_pt, &kv));
+        QC_TRY(qcnet_attn_apply(m, L, kv, x, &x));
+        QC_TRY(qcnet_attn_self(m, &m->pl2pl[i], QC_EDGE_PL2PL, x, &x));
     }
     t->x_pl = x;
     return QC_OK;
@@ -124,7 +102,6 @@ enum qc_status qcnet_map_forward(struct qc_qcnet *m)
 enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
 {
     struct qcnet_tape *t = &m->tape;
-    const struct qc_batch *db = qcnet_op_batch(m);
     const int64_t Pt = t->Pt, P = t->P, D = m->D;
     float *d1, *dx_pt;
     QC_TRY(qcnet_falloc(m, P * D, "grad/map.x_pl", &d1));
@@ -132,26 +109,24 @@ enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl)
     float *dx = dx_pl; /* gradient of the current layer output (P,D) */
     for (int64_t i = m->NL_map - 1; i >= 0; i--) {
         /* pl2pl (self): d1 = d(input) */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2pl[i], d1, dx));
+        QC_TRY(qcnet_attn_backward(m, &m->pl2pl[i], 0, d1, dx));
         /* pt2pl (bipartite): dx = d(x_pl input), the sources' gradient into dx_pt */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pt2pl[i], dx, d1));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pt2pl[i], dx_pt, t->x_pt));
+        QC_TRY(qcnet_attn_backward(m, &m->pt2pl[i], 0, dx, d1));
+        QC_TRY(qcnet_kv_backward(m, &m->pt2pl[i], dx_pt));
     }
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2PL));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PT2PL));
     /* x_pl0 = FE(0)(type_pl + int_pl): dcat → both tables */
-    QC_TRY(qc_fourier_backward(&m->x_pl_emb, NULL, d1, dx, &t->st_x_pl, NULL, P));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pl_emb, 0, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pl, d1, t->idx_pl_type, P, D, 4);
     qc_op_embedding_backward(m->ex, m->grads + m->o_int_pl, d1, t->idx_pl_int, P, D, 3);
-    qcnet_stash_free(m, &t->st_x_pl);
     qcnet_free(m, d1);
     /* x_pt = FE(1)(magnitude, type_pt + side_pt) */
     float *dcat;
     QC_TRY(qcnet_falloc(m, Pt * D, "grad/map.x_pt_cat", &dcat));
-    QC_TRY(qc_fourier_backward(&m->x_pt_emb, NULL, dcat, dx_pt, &t->st_x_pt, db->pt_magnitude, Pt));
+    QC_TRY(qcnet_fe_backward(m, &m->x_pt_emb, 0, NULL, dcat, dx_pt));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_pt, dcat, t->idx_pt_type, Pt, D, 17);
     qc_op_embedding_backward(m->ex, m->grads + m->o_side_pt, dcat, t->idx_pt_side, Pt, D, 3);
-    qcnet_stash_free(m, &t->st_x_pt);
     qcnet_free(m, dcat);
     qcnet_free(m, dx_pt);
     return QC_OK;
@@ -198,7 +173,11 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     const struct qc_batch *b = t->batch;
     const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
     void *p = NULL;
-    {
+    if (m->dry) { /* the allocations only */
+        QC_TRY(qcnet_falloc(m, N * 4, "agent/x_a_emb.c", &t->c_a));
+        QC_TRY(qcnet_ialloc(m, N, "agent/type_index", &t->idx_a_type));
+    }
+    if (!m->dry) {
         const size_t bytes = (size_t)(N * 4) * sizeof(float);
         float *h = qcnet_host_tmp(bytes, "agent/x_a_emb.c");
         if (!h)
@@ -207,7 +186,7 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/x_a_emb.c", &p));
         t->c_a = p;
     }
-    {
+    if (!m->dry) {
         const size_t bytes = (size_t)N * sizeof(int64_t);
         int64_t *h = qcnet_host_tmp(bytes, "agent/type_index");
         if (!h)
@@ -226,12 +205,10 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
         QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/type_index", &p));
         t->idx_a_type = p;
     }
-    float *cat;
-    QC_TRY(qcnet_falloc(m, N * D, "agent/x_a_emb.cat", &cat));
-    qc_op_embedding_forward(m->ex, cat, t->idx_a_type, m->params + m->o_type_a, N, D, 10);
-    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, &t->st_x_a, "encoder.agent_encoder.x_a_emb", t->c_a,
-                            cat, N, &t->x_a0));
-    qcnet_free(m, cat);
+    const struct qcnet_cat cat_a = {
+        1, {m->o_type_a, 0}, {10, 0}, {t->idx_a_type, NULL}, "agent/x_a_emb.cat"};
+    QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, "encoder.agent_encoder.x_a_emb", t->c_a, &cat_a, N,
+                            &t->x_a0));
 
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_T, &m->r_t_emb, NULL, NULL, 0, NULL));
     QC_TRY(qcnet_edges_setup(m, QC_EDGE_PL2A, &m->r_pl2a_emb, NULL, NULL, 0, NULL));
@@ -240,27 +217,24 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     float *x = t->x_a0; /* agent-major */
     char tag[QC_QCNET_KEY_MAX + 32];
     for (int64_t i = 0; i < m->NL_agent; i++) {
-        t->app_t[i] = t->n_app;
-        QC_TRY(qcnet_attn_self(m, &m->t_attn[i], &t->ed[QC_EDGE_T], x, m->t_attn[i].prefix, &x));
+        QC_TRY(qcnet_attn_self(m, &m->t_attn[i], QC_EDGE_T, x, &x));
         float *xt;
         snprintf(tag, sizeof tag, "%s/time_major", m->t_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xt));
         qc_op_transpose01_forward(m->ex, xt, x, A, T, D);
+        qcnet_free(m, x); /* the t output: no backward reads it */
         const struct qcnet_layer *L = &m->pl2a_attn[i];
-        QC_TRY(qcnet_kv_setup(m, &t->kv_pl2a[i], L, QC_EDGE_PL2A, t->x_pl));
-        t->app_pl2a[i] = t->n_app;
-        QC_TRY(qcnet_attn_apply(m, L, &t->kv_pl2a[i], false, xt, t->x_pl, L->prefix, &x));
-        if (!t->need_backward) {
-            qcnet_stash_free(m, &t->kv_pl2a[i].stash);
-            qc_attn_kv_deinit(&t->kv_pl2a[i]);
-        }
-        t->app_a2a[i] = t->n_app;
-        QC_TRY(
-            qcnet_attn_self(m, &m->a2a_attn[i], &t->ed[QC_EDGE_A2A], x, m->a2a_attn[i].prefix, &x));
+        int kv;
+        QC_TRY(qcnet_kv_setup(m, L, QC_EDGE_PL2A, t->x_pl, &kv));
+        QC_TRY(qcnet_attn_apply(m, L, kv, xt, &x));
+        if (!t->need_backward)
+            qcnet_kv_drop(m, L);
+        QC_TRY(qcnet_attn_self(m, &m->a2a_attn[i], QC_EDGE_A2A, x, &x));
         float *xa;
         snprintf(tag, sizeof tag, "%s/agent_major", m->a2a_attn[i].prefix);
         QC_TRY(qcnet_falloc(m, N * D, tag, &xa));
         qc_op_transpose01_forward(m->ex, xa, x, T, A, D);
+        qcnet_free(m, x); /* the a2a output: no backward reads it */
         x = xa;
     }
     t->x_a = x;
@@ -277,18 +251,17 @@ enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_p
     float *dx = dx_a; /* gradient of the current layer output, agent-major */
     for (int64_t i = m->NL_agent - 1; i >= 0; i--) {
         qc_op_transpose01_backward(m->ex, d1, dx, T, A, D); /* → time-major */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_a2a[i], d2, d1));
-        QC_TRY(qcnet_attn_app_backward(m, t->app_pl2a[i], d1, d2));
-        QC_TRY(qcnet_kv_backward(m, &t->kv_pl2a[i], dx_pl, t->x_pl));
+        QC_TRY(qcnet_attn_backward(m, &m->a2a_attn[i], 0, d2, d1));
+        QC_TRY(qcnet_attn_backward(m, &m->pl2a_attn[i], 0, d1, d2));
+        QC_TRY(qcnet_kv_backward(m, &m->pl2a_attn[i], dx_pl));
         qc_op_transpose01_backward(m->ex, d2, d1, A, T, D); /* → agent-major */
-        QC_TRY(qcnet_attn_app_backward(m, t->app_t[i], dx, d2));
+        QC_TRY(qcnet_attn_backward(m, &m->t_attn[i], 0, dx, d2));
     }
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_A2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_PL2A));
     QC_TRY(qcnet_edges_backward(m, QC_EDGE_T));
-    QC_TRY(qc_fourier_backward(&m->x_a_emb, NULL, d1, dx, &t->st_x_a, t->c_a, N));
+    QC_TRY(qcnet_fe_backward(m, &m->x_a_emb, 0, NULL, d1, dx));
     qc_op_embedding_backward(m->ex, m->grads + m->o_type_a, d1, t->idx_a_type, N, D, 10);
-    qcnet_stash_free(m, &t->st_x_a);
     qcnet_free(m, d1);
     qcnet_free(m, d2);
     return QC_OK;

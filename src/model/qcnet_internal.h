@@ -3,18 +3,30 @@
  * src/model (never included from outside this folder).
  *
  * Files: qcnet_config.c (config), qcnet_params.c (key table, init, safetensors, groups),
- * qcnet_model.c (create/destroy, activation memory, forward/backward orchestration),
- * qcnet_encoder.c (map and agent encoders), qcnet_decoder.c (decoder), qcnet_loss.c (loss and
- * metrics).
+ * qcnet_model.c (create/destroy, activation memory, forward / loss / backward entry points),
+ * qcnet_inputs.c (the batch as op arguments and the graph views), qcnet_tape.c (the tape: the
+ * table of block applications and the forward / backward of each), qcnet_encoder.c (map and
+ * agent encoders), qcnet_decoder.c (decoder), qcnet_loss.c (loss and metrics).
  *
  * Glossary.
- *   app     one application of an AttentionLayer to one set of queries (qc_attention.h); it owns
- *           its stash and remembers its input x_dst and output, which backward needs.
- *   layer   one AttentionLayer's parameters (struct qc_attn) and its source/edge contexts
- *           (struct qc_attn_kv, one per set of sources: shared by the applications that see
- *           the same sources, as the decoder's 3 recurrent proposal steps do).
+ *   entry   one block application: one row of the tape, in forward order (struct qcnet_entry).
+ *           Its kind says which block ran: a FourierEmbedding (FE) on a set of rows, the edge
+ *           context of an edge set (EDGES), the source/edge context of a bipartite layer (KV),
+ *           an application of an AttentionLayer to one set of queries (ATTN; a self-attention
+ *           application carries its own source context), an MLP head (MLP), the trajectory
+ *           GRU (GRU). It holds the stash tables its backward reads and whatever its forward
+ *           needs to run again (recompute).
+ *   app     an ATTN entry; applications are numbered in forward order (app<n> in tags).
+ *   layer   one AttentionLayer's parameters (struct qc_attn); its KV entry is shared by the
+ *           applications that see the same sources (the decoder's 3 recurrent proposal steps).
+ *   occ     the occurrence of a block in one forward (0-based): the decoder's proposal layers
+ *           run R times; the backward finds an entry by (kind, block, occ).
  *   site    dropout site ids: application n of a forward uses sites 2n (attention weights) and
  *           2n + 1 (FFN), offset by (micro << 16), so every site of a step is unique.
+ *
+ * Invariants of the tape (checked by qcnet_tape_check in tests): entries appear in forward
+ * order; (kind, block, occ) is unique; an ATTN entry's kv index names an earlier KV entry of the
+ * same layer; Σ over entries of the bound stash payload = bytes_stash of the forward.
  */
 #ifndef QC_MODEL_QCNET_INTERNAL_H
 #define QC_MODEL_QCNET_INTERNAL_H
@@ -24,7 +36,9 @@
 #include <stdint.h>
 
 #include "qc_attention.h"
+#include "qc_exec.h"
 #include "qc_fourier.h"
+#include "qc_memctx.h"
 #include "qc_mlp.h"
 #include "qc_qcnet.h"
 #include "qc_stash.h"
@@ -42,22 +56,62 @@
 /* Edge-set slots of a forward pass (the qc_edge_set order of qc_graph.h). */
 enum { NSET = 9 };
 
-/* One live activation obtained from the hook. */
+/* One live activation obtained from the memory context. */
 struct qcnet_buf {
     void *p;
     size_t bytes;
 };
 
-/* One attention application: what backward needs. */
-struct qcnet_app {
-    struct qc_attn_kv *kv; /* the source/edge context (owned by the layer slot or the app) */
-    bool own_kv;           /* self-attention: a kv per application, freed with it */
-    struct qc_stash st;    /* the application's stash (memory from the hook) */
-    const float *x_dst;    /* input rows (n_dst,D) */
-    float *out;            /* output rows (n_dst,D) */
-    const float *x_src;    /* self-attention: == x_dst; bipartite: the kv's sources */
-    struct qc_attn_ctx ctx;
-    char name[80]; /* "<layer key prefix>/app<n>" */
+/* Where an entry's stash is (qcnet_policy.c). */
+enum qcnet_res {
+    QCNET_RES_LIVE = 0, /* bound to device memory */
+    QCNET_RES_OUT,      /* offloaded: in the tier, handles in entry.handle */
+    QCNET_RES_FETCH,    /* being copied back: bound to fresh memory, wait before use */
+    QCNET_RES_DROPPED,  /* freed for recompute */
+};
+
+/* The categorical embeddings an FE adds before its output LayerNorm: cat = Σ_j table_j[idx_j]
+ * (ascending j), table j at parameter offset off[j] with vocab[j] rows. n = 0: none. */
+struct qcnet_cat {
+    int n;
+    int64_t off[2], vocab[2];
+    const int64_t *idx[2];
+    const char *tag; /* of the (N,D) temporary */
+};
+
+/* What a tape entry is (glossary). */
+enum qcnet_kind { QCNET_FE = 0, QCNET_EDGES, QCNET_KV, QCNET_ATTN, QCNET_MLP, QCNET_GRU };
+
+#define QCNET_ENTRY_NAME  (QC_QCNET_KEY_MAX + 32)
+#define QCNET_MAX_ENTRIES 384 /* block applications of one forward */
+
+/* One block application (glossary): one row of the tape. */
+struct qcnet_entry {
+    char name[QCNET_ENTRY_NAME]; /* "<block key prefix>" or "<layer key prefix>/app<n>" */
+    enum qcnet_kind kind;
+    const void *block;     /* the qcnet_layer (KV, ATTN), qc_fourier (FE) or qc_mlp (MLP); NULL for
+                              EDGES and GRU */
+    int occ;               /* occurrence of (kind, block) in this forward */
+    int set;               /* EDGES, KV, ATTN: the edge set (qc_edge_set) */
+    int kv;                /* ATTN: the entry index of its KV (bipartite), or -1 (self-attention: kv
+                              below is its own) */
+    struct qc_stash st;    /* ATTN, FE, MLP, GRU: the stash (memory from the memory context) */
+    struct qc_attn_kv kvc; /* KV and self-attention ATTN: the source/edge context */
+    bool kv_live;          /* kvc initialised and not yet freed */
+    const float *x;        /* ATTN: input rows x_dst (n_dst,D); FE, MLP: the input rows */
+    const float *x_src;    /* ATTN: the sources (== x for self-attention) */
+    float *out;            /* ATTN: output rows (n_dst,D) */
+    struct qc_attn_ctx ctx; /* ATTN: dropout keying */
+    int64_t rows;           /* FE, MLP, GRU: rows N */
+    struct qcnet_cat cat;   /* FE: its categorical embeddings */
+    int64_t steps;          /* GRU: time steps */
+    /* the step's stash policy (qc_qcnet_set_plan; qcnet_policy.c) */
+    uint8_t policy;     /* enum qc_stash_policy; KEEP without a plan */
+    uint8_t res;        /* enum qcnet_res */
+    uint64_t handle[3]; /* offloaded: the handles of its stash arenas (by slot) */
+    /* measured in the last forward / backward of this entry (the cost model's calibration) */
+    double t_fwd, t_bwd;             /* wall seconds (host time: the CPU and EMU backends) */
+    size_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory, bytes */
 };
 
 struct qcnet_layer {
@@ -88,7 +142,7 @@ struct qcnet_tape {
     struct qc_attn_edges ed[NSET];
     bool ed_init[NSET];
     /* index arrays the model derives from the graph on the host (op arguments: device memory
-     * on device backends, from the hook, recorded in bufs) ... */
+     * on device backends, from the memory context, recorded in bufs) ... */
     int64_t *pl2a_src;   /* (E_pl2a) polygon of each pl2a source: src mod P */
     int64_t *pl2m_query; /* (A*K) mode-major query rows k*A + a */
     int64_t *pl2pl_type; /* (E_pl2pl) int64 copies of the edge types, checked in [0, 5) */
@@ -96,29 +150,14 @@ struct qcnet_tape {
      * malloc'ed mirrors on device backends (freed by release) */
     int64_t *pl2a_src_host, *pl2m_query_host, *pl2pl_type_host;
 
-    /* kv contexts of bipartite layers: one per layer (sources fixed in the forward) */
-    struct qc_attn_kv kv_pt2pl[QCNET_MAX_LAYERS];
-    struct qc_attn_kv kv_pl2a[QCNET_MAX_LAYERS];
-    struct qc_attn_kv kv_t2m_p[QCNET_MAX_LAYERS], kv_pl2m_p[QCNET_MAX_LAYERS],
-        kv_a2m_p[QCNET_MAX_LAYERS];
-    struct qc_attn_kv kv_t2m_r[QCNET_MAX_LAYERS], kv_pl2m_r[QCNET_MAX_LAYERS],
-        kv_a2m_r[QCNET_MAX_LAYERS];
-    int n_kv_init; /* for cleanup: which kv have been initialised is tracked by kv.l != NULL */
-
-    struct qcnet_app app[QCNET_MAX_APPS];
-    int n_app;
-    /* application indices, by layer (and recurrent step) */
-    int app_pt2pl[QCNET_MAX_LAYERS], app_pl2pl[QCNET_MAX_LAYERS];
-    int app_t[QCNET_MAX_LAYERS], app_pl2a[QCNET_MAX_LAYERS], app_a2a[QCNET_MAX_LAYERS];
-    int app_t2m_p[QCNET_MAX_RSTEPS][QCNET_MAX_LAYERS],
-        app_pl2m_p[QCNET_MAX_RSTEPS][QCNET_MAX_LAYERS],
-        app_a2m_p[QCNET_MAX_RSTEPS][QCNET_MAX_LAYERS], app_m2m_p[QCNET_MAX_RSTEPS];
-    int app_t2m_r[QCNET_MAX_LAYERS], app_pl2m_r[QCNET_MAX_LAYERS], app_a2m_r[QCNET_MAX_LAYERS],
-        app_m2m_r;
+    /* the tape: block applications in forward order (glossary) */
+    struct qcnet_entry *e; /* [QCNET_MAX_ENTRIES], allocated with the model */
+    int n_entries;
+    int n_app;      /* ATTN entries so far (their dropout sites and tags) */
+    double t_entry; /* when the entry being timed began */
 
     /* map encoder */
     int64_t *idx_pt_type, *idx_pt_side, *idx_pl_type, *idx_pl_int; /* (Pt), (Pt), (P), (P) */
-    struct qc_stash st_x_pt, st_x_pl;                              /* FE stashes */
     float *x_pt;                                                   /* (Pt,D) */
     float *x_pl0;                                                  /* (P,D) FE(0) output */
     float *x_pl;                                                   /* (P,D) encoder output */
@@ -126,29 +165,19 @@ struct qcnet_tape {
     /* agent encoder */
     float *c_a;          /* (50A,4) agent-step features, agent-major */
     int64_t *idx_a_type; /* (50A) */
-    struct qc_stash st_x_a;
-    float *x_a0; /* (50A,D) FE output, agent-major */
-    float *x_a;  /* (50A,D) encoder output, agent-major */
+    float *x_a0;         /* (50A,D) FE output, agent-major */
+    float *x_a;          /* (50A,D) encoder output, agent-major */
 
     /* decoder */
-    float *xa49;                         /* (A,D) x_a[:, 49] */
-    float *m0;                           /* (KA,D) mode_emb tiled, agent-major */
-    float *m_prop_out[QCNET_MAX_RSTEPS]; /* m after m2m_propose of each recurrent step */
-    int64_t R;                           /* recurrent steps */
-    struct qc_stash st_loc_p[QCNET_MAX_RSTEPS],
-        st_scale_p[QCNET_MAX_RSTEPS]; /* MLP stashes per recurrent step */
-    float *lp_cat;                    /* (A,K,S*2) concatenated proposal loc increments */
-    float *sp_elu;                    /* (A,K,S*2) ELU(concatenated proposal scale head) */
-    float *loc_propose;               /* (A,K,S,2) */
+    float *xa49;        /* (A,D) x_a[:, 49] */
+    float *m0;          /* (KA,D) mode_emb tiled, agent-major */
+    int64_t R;          /* recurrent steps */
+    float *lp_cat;      /* (A,K,S*2) concatenated proposal loc increments */
+    float *sp_elu;      /* (A,K,S*2) ELU(concatenated proposal scale head) */
+    float *loc_propose; /* (A,K,S,2) */
     float *scale_propose;
-    struct qc_stash st_y; /* y_emb FE(2) stash over 360A rows */
-    float *y;             /* (KA,S,D) y_emb output */
-    float *y_tm;          /* (S,KA,D) time-major GRU input */
-    float *gru_hs;        /* (S+1,KA,D) */
-    float *gru_gates;     /* (S,KA,4D) */
-    float *m_ref_in;      /* (KA,D) refine queries before the layers (GRU final state) */
-    float *m_ref;         /* (KA,D) after m2m_refine */
-    struct qc_stash st_loc_r, st_scale_r, st_pi;
+    float *m_ref_in;     /* (KA,D) refine queries before the layers (GRU final state) */
+    float *m_ref;        /* (KA,D) after m2m_refine */
     float *head_loc_r;   /* (KA,S*2) to_loc_refine_pos output */
     float *sr_elu;       /* (KA,S*2) ELU(to_scale_refine_pos) */
     float *loc_refine;   /* (A,K,S,2) */
@@ -158,29 +187,36 @@ struct qcnet_tape {
     /* loss */
     float *target_own; /* (A,S,4) when the batch had none */
     const float *target;
-    uint8_t *reg_mask;  /* (A,S) */
-    uint8_t *cls_mask;  /* (A) */
-    int64_t *best_mode; /* (A) */
+    uint8_t *reg_mask;           /* (A,S) */
+    uint8_t *cls_mask;           /* (A) */
+    int64_t *best_mode;          /* (A) */
+    const float *loss_norm_host; /* ctx.loss_norm (S+1 host floats), or NULL */
+    float *loss_norm;            /* its device copy, made by the loss */
     struct qc_qcnet_loss loss;
 };
 
 struct qc_qcnet {
     struct qc_qcnet_config cfg;
     const struct qc_exec *ex; /* backend of every op (NULL = CPU); see qc_qcnet_create_on */
+    /* dry run (qc_qcnet_create_dry): ex is DRY, mc hands out no memory, the blocks do not run
+     * and the host does none of the batch's index work; qc_qcnet_describe records the step */
+    bool dry;
+    bool target_cuda; /* dry: the allocations of the CUDA backend's blocks */
     int64_t D, H, F, K, R, NL_map, NL_agent, NL_dec;
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 
     /* parameters */
-    float *params, *grads; /* (nparams) each, from hook: device memory on device backends */
+    float *params,
+        *grads; /* (nparams) each, from the memory context: device memory on device backends */
     int64_t nparams;
     struct qc_qcnet_key *keys;
     int nkeys, cap_keys;
     int64_t *seg_off; /* (nseg+1) host */
     uint8_t *seg_decay;
     int64_t nseg;
-    /* device backends only (NULL on CPU): copies of seg_off / seg_decay from the hook (tag
-     * "params/groups", bytes seg_dev_bytes) for qc_op_adamw_step_segments, and a host mirror of
-     * the parameters (nparams floats, malloc) that qc_qcnet_add_to_writer downloads into */
+    /* device backends only (NULL on CPU): copies of seg_off / seg_decay from the memory context
+     * (tag "params/groups", bytes seg_dev_bytes) for qc_op_adamw_step_segments, and a host mirror
+     * of the parameters (nparams floats, malloc) that qc_qcnet_add_to_writer downloads into */
     int64_t *seg_off_dev;
     uint8_t *seg_decay_dev; /* inside the seg_off_dev block */
     size_t seg_dev_bytes;
@@ -204,18 +240,23 @@ struct qc_qcnet {
     struct qcnet_layer m2m_r;
     struct qc_mlp to_loc_p, to_scale_p, to_loc_r, to_scale_r, to_pi;
 
-    /* memory: every allocation goes through hook. Blocks (their mem.hook) call blk_hook, which
-     * forwards to hook and counts into bytes_live / bytes_peak / n_allocs (blocks free their
-     * scratch themselves, so it is not in bufs). */
-    struct qc_qcnet_alloc hook;
-    struct qc_qcnet_alloc blk_hook; /* {model_blk_alloc, model_blk_free, m} */
-    size_t bytes_blk;               /* block scratch live now (part of bytes_live) */
+    /* memory: every allocation goes through mc (the caller's, or a host-malloc context of the
+     * model's own, own_mc). The model's buffers are class QC_MEM_MODEL and recorded in bufs;
+     * the blocks' scratch is class QC_MEM_BLOCK (the blocks free it themselves); parameters,
+     * gradients and the AdamW segments are QC_MEM_PARAM. */
+    struct qc_memctx *mc;
+    bool own_mc;
     struct qcnet_buf *bufs;
     int nbufs, cap_bufs;
-    size_t bytes_live, bytes_peak, bytes_stash;
-    int64_t n_allocs;
+    size_t bytes_bufs;  /* Σ bufs bytes */
+    size_t bytes_stash; /* Σ stash payload bound by the last forward */
 
     struct qcnet_tape tape;
+    struct qcnet_plan *plan; /* the step's stash policies (NULL = keep everything) */
+    /* since create: stash bytes recomputed, recomputes, offloaded stashes repaired by recompute
+     * after a read failure (qcnet_policy.c) */
+    uint64_t recompute_bytes;
+    int64_t recomputes, repaired;
 
     /* qc_qcnet_set_grads_ready: told as backward finishes each part's gradients (or NULL) */
     qc_qcnet_grads_ready_fn grads_ready;
@@ -232,14 +273,15 @@ void qcnet_params_bind(struct qc_qcnet *m);
 
 // ---- qcnet_model.c: activation memory ------------------------------------------------------
 
-/* n floats (or bytes) from the hook, recorded for release; NULL + error status on failure. */
+/* n floats (or bytes) from the memory context, recorded for release; NULL + error status on
+ * failure. */
 enum qc_status qcnet_falloc(struct qc_qcnet *m, int64_t n, const char *tag, float **out);
 enum qc_status qcnet_zalloc(struct qc_qcnet *m, int64_t n, const char *tag, float **out);
 enum qc_status qcnet_ialloc(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **out);
 enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, void **out);
 /* Device backends: host data computed from the batch (indices, features, masks) copied into
- * a fresh recorded buffer of `bytes` from the hook (tag). On CPU the same (a copy into hook
- * memory), so callers need no branch. */
+ * a fresh recorded buffer of `bytes` from the memory context (tag). On CPU the same (a copy into
+ * context memory), so callers need no branch. */
 enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
                             void **out);
 /* The batch as op arguments: tape.dbatch (asserts it is set on device backends), else the
@@ -256,24 +298,20 @@ enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, s
 
 /* Gives one recorded buffer back early (NULL is a no-op). */
 void qcnet_free(struct qc_qcnet *m, void *p);
-/* Binds a planned stash table to hook memory (tag = its block label). */
-enum qc_status qcnet_stash_bind(struct qc_qcnet *m, struct qc_stash *st, const char *tag);
-/* Releases a stash's memory back to the hook and empties the table. */
+/* Binds a planned stash table of entry `entry` to memory-context memory (tag = its block
+ * label); a recording program learns that the arena is the entry's stash. */
+enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *st,
+                                const char *tag);
+/* Releases a stash's memory back to the memory context and empties the table. */
 void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st);
 
-/* Runs one attention application and records it on the tape. kv must be initialised and
- * forwarded. own_kv: the app owns kv (freed with it). */
-enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer,
-                                struct qc_attn_kv *kv, bool own_kv, const float *x_dst,
-                                const float *x_src, const char *tag, float **out);
-/* Self-attention: kv of its own on edge context ed, over x (n,D). */
-enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer,
-                               struct qc_attn_edges *ed, const float *x, const char *tag,
-                               float **out);
-/* Backward of recorded application n: dx_dst (n_dst,D) OVERWRITE from dout; for a
- * self-attention app also adds the kv's source gradient into dx_dst (and runs kv backward).
- * Frees the application's stash. */
-enum qc_status qcnet_attn_app_backward(struct qc_qcnet *m, int n, float *dx_dst, const float *dout);
+// ---- qcnet_inputs.c ------------------------------------------------------------------------
+
+/* tape.batch / tape.dbatch for batch (ctx.batch_dev or a copy made here on device backends). */
+enum qc_status qcnet_tape_batch(struct qc_qcnet *m, const struct qc_batch *batch,
+                                const struct qc_qcnet_ctx *ctx);
+/* Checks every edge set's sizes and builds tape.g with the host-derived index arrays. */
+enum qc_status qcnet_tape_graphs(struct qc_qcnet *m);
 
 // ---- qcnet_encoder.c / qcnet_decoder.c ---------------------------------------------------
 
@@ -288,28 +326,114 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
 enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_pl);
 enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl);
 
-/* Edge context of set (qc_edge_set) on the tape's graph view: init, stash memory, forward.
- * fe == NULL for m2m. */
+// ---- qcnet_tape.c: the block applications ---------------------------------------------------
+
+/* A new entry (kind, block, name) at the end of the tape; its index. block may be NULL (EDGES,
+ * GRU); occ counts the earlier entries of the same (kind, block). */
+int qcnet_entry_add(struct qc_qcnet *m, enum qcnet_kind kind, const void *block, const char *name);
+/* The index of the entry (kind, block, occ); asserts it is on the tape. */
+int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ);
+/* Checks the tape's invariants (qcnet_internal.h); QC_ERR_INVALID naming the first violation. */
+enum qc_status qcnet_tape_check(const struct qc_qcnet *m);
+
+/* FE / MLP forward as a new entry (named tag) with a fresh stash (tag "<tag>/stash"); *out
+ * allocated (N, D|O) ("<tag>/out"). c / x stay the caller's until backward; the FE's
+ * categorical embeddings (cat, NULL = none) are summed into a temporary of the entry. */
+enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe, const char *tag,
+                                const float *c, const struct qcnet_cat *cat, int64_t N,
+                                float **out);
+enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, const char *tag,
+                                 const float *x, int64_t N, float **out);
+/* Their backward (qc_fourier_backward / qc_mlp_backward of the entry); frees the stash. An FE
+ * block or MLP head runs occ-th for the occ-th time (the encoders' FE blocks once, y_emb once
+ * per refinement chunk). */
+enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, int occ,
+                                 float *dc, float *dcat, const float *dout);
+enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, int occ, float *dx,
+                                  const float *dout);
+
+/* Edge context of set (qc_edge_set) on the tape's graph view as a new entry: init, stash
+ * memory, forward. fe == NULL for m2m. */
 enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fourier *fe,
                                  const float *cat_table, const int64_t *cat_idx, int64_t ncat,
                                  float *dcat_table);
 /* Edge backward (FE gradients) of set, after every layer on it; frees its stashes. */
 enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set);
-/* A bipartite layer's source/edge context: init on edge set `set`, stash memory, forward. */
-enum qc_status qcnet_kv_setup(struct qc_qcnet *m, struct qc_attn_kv *kv,
-                              const struct qcnet_layer *layer, int set, const float *x_src);
-/* kv backward (dx_src ACCUM) after all of its applications; frees the context. */
-enum qc_status qcnet_kv_backward(struct qc_qcnet *m, struct qc_attn_kv *kv, float *dx_src,
-                                 const float *x_src);
-/* FE / MLP forward with a fresh stash bound to hook memory; *out allocated (N, D|O). */
-enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
-                                struct qc_stash *st, const char *tag, const float *c,
-                                const float *cat, int64_t N, float **out);
-enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, struct qc_stash *st,
-                                 const char *tag, const float *x, int64_t N, float **out);
+/* A bipartite layer's source/edge context as a new KV entry (*entry): init on edge set `set`,
+ * stash memory, forward over x_src (kept by the caller until backward). */
+enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
+                              const float *x_src, int *entry);
+/* kv backward of layer's KV entry (dx_src ACCUM) after all of its applications; frees it. */
+enum qc_status qcnet_kv_backward(struct qc_qcnet *m, const struct qcnet_layer *layer,
+                                 float *dx_src);
+/* Eval: frees layer's KV entry once its applications ran. */
+void qcnet_kv_drop(struct qc_qcnet *m, const struct qcnet_layer *layer);
 
-/* Frees an initialised edge context slot and every kv of the tape. */
+/* One application of layer to x_dst (n_dst,D) on the KV entry kv, as a new ATTN entry; *out
+ * is its output (n_dst,D). */
+enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer, int kv,
+                                const float *x_dst, float **out);
+/* Self-attention on edge set `set` over x (n,D): the entry carries its own kv. */
+enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
+                               const float *x, float **out);
+/* Backward of layer's occ-th application: dx_dst (n_dst,D) OVERWRITE from dout; for a
+ * self-attention application also adds the kv's source gradient into dx_dst (and runs kv
+ * backward). Frees the application's stash. */
+enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, int occ,
+                                   float *dx_dst, const float *dout);
+
+/* The refinement chunks (qcnet_decoder.c): y_emb and the trajectory GRU run as one application
+ * each per chunk of qcnet_refine_rows(KA) (agent, mode) sequences: QCNET_REFINE_ROWS, or more
+ * when that would make more than QCNET_REFINE_CHUNKS chunks. A function of the batch only, so
+ * the bits do not depend on the budget or the plan. */
+#define QCNET_REFINE_ROWS   128
+#define QCNET_REFINE_CHUNKS 32
+static inline int64_t qcnet_refine_rows(int64_t KA)
+{
+    const int64_t r = (KA + QCNET_REFINE_CHUNKS - 1) / QCNET_REFINE_CHUNKS;
+    return r > QCNET_REFINE_ROWS ? r : QCNET_REFINE_ROWS;
+}
+/* The GRU's block identity on the tape (it has no block struct: its parameters are offsets). */
+#define QCNET_GRU_BLOCK(m) ((const void *)&(m)->o_gru_wih)
+
+/* The trajectory GRU over x (L,N,D), time-major, from h0 = traj_emb_h0, as a new entry (named
+ * tag) whose stash holds hs (L+1,N,D) and gates (L,N,4D); last (N,D) receives a copy of the
+ * final state. x is allocated by the caller (qcnet_falloc) and handed over: the entry's
+ * backward frees it. */
+enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_t N,
+                                 const char *tag, float *last);
+/* The backward of the occ-th GRU application: dx (L,N,D) OVERWRITE, dh0 (N,D) OVERWRITE, GRU
+ * parameter gradients ACCUM, from dh_last (N,D); frees the stash and the input. */
+enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float *dx, float *dh0,
+                                  const float *dh_last);
+
+/* Frees every entry's contexts and stashes and every edge context. */
 void qcnet_tape_free_contexts(struct qc_qcnet *m);
+/* The stash tables of entry n (up to 3: a self-attention's kv then its own; an edge context's
+ * FE stash then r) and the tags their arenas were bound under; the count. */
+int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160]);
+/* Recompute: binds fresh memory to entry n's stash tables (not counted in bytes_stash) and runs
+ * its forward again into a temporary output; its inputs must be resident. */
+enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n);
+/* Tape entries whose stash entry n's backward reads (its own, its layer's source context, the
+ * edge context whose r an unfused source context or a fused application with the shared r
+ * reads); the count (<= 3). */
+int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3]);
+
+// ---- qcnet_policy.c: the stash policies of a step ------------------------------------------
+
+struct qcnet_plan; /* qcnet_policy.c */
+/* After entry n's forward: offloads or drops the stashes whose last forward use it was. */
+enum qc_status qcnet_policy_after_forward(struct qc_qcnet *m, int n);
+/* Before entry n's backward: every stash it reads is resident (fetched or recomputed), and the
+ * next offloaded stashes of the backward order are being fetched within the window. */
+enum qc_status qcnet_policy_before_backward(struct qc_qcnet *m, int n);
+/* Forgets the step's offload handles (release, and failed steps). */
+void qcnet_policy_release(struct qc_qcnet *m);
+/* Detaches buffer p from the model's list (its memory stays allocated; the caller now owns it)
+ * / attaches a buffer of bytes to it. */
+size_t qcnet_buf_detach(struct qc_qcnet *m, void *p);
+enum qc_status qcnet_buf_attach(struct qc_qcnet *m, void *p, size_t bytes);
 
 // ---- qcnet_loss.c ---------------------------------------------------------------------------
 

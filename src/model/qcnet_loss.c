@@ -35,6 +35,11 @@ enum qc_status qcnet_targets(struct qc_qcnet *m)
     }
     /* TargetBuilder on the host batch, uploaded */
     const size_t bytes = (size_t)(t->A * QCNET_S * 4) * sizeof(float);
+    if (m->dry) {
+        QC_TRY(qcnet_falloc(m, t->A * QCNET_S * 4, "loss/target", &t->target_own));
+        t->target = t->target_own;
+        return QC_OK;
+    }
     float *h = qcnet_host_tmp(bytes, "loss/target");
     if (!h)
         return QC_ERR_NOMEM;
@@ -46,12 +51,49 @@ enum qc_status qcnet_targets(struct qc_qcnet *m)
     return QC_OK;
 }
 
+void qc_qcnet_loss_norm(const struct qc_batch *b, float *norm)
+{
+    const int64_t A = b->num_agents, S = QCNET_S;
+    _Static_assert(QC_QCNET_LOSS_NORM == QCNET_S + 1, "loss norm layout");
+    int64_t cls = 0;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t c = 0;
+        for (int64_t a = 0; a < A; a++)
+            c += b->predict_mask[a * QCNET_STEPS + QCNET_T + s] ? 1 : 0;
+        norm[s] = (float)(c > 1 ? c : 1);
+    }
+    for (int64_t a = 0; a < A; a++)
+        cls += b->predict_mask[a * QCNET_STEPS + QCNET_STEPS - 1] ? 1 : 0;
+    norm[S] = (float)(cls > 1 ? cls : 1);
+}
+
+/* The denominators of a larger group this batch is a part of (ctx.loss_norm), uploaded once. */
+static enum qc_status loss_norm(struct qc_qcnet *m)
+{
+    struct qcnet_tape *t = &m->tape;
+    if (!t->loss_norm_host || t->loss_norm)
+        return QC_OK;
+    void *p = NULL;
+    QC_TRY(qcnet_upload(m, t->loss_norm_host, (QCNET_S + 1) * sizeof(float), "loss/norm", &p));
+    t->loss_norm = p;
+    return QC_OK;
+}
+
 static enum qc_status loss_masks(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
+    QC_TRY(loss_norm(m));
     if (t->reg_mask)
         return QC_OK;
     const int64_t A = t->A, S = QCNET_S;
+    if (m->dry) {
+        void *p = NULL;
+        QC_TRY(qcnet_balloc(m, (size_t)(A * S), "loss/reg_mask", &p));
+        t->reg_mask = p;
+        QC_TRY(qcnet_balloc(m, (size_t)A, "loss/cls_mask", &p));
+        t->cls_mask = p;
+        return QC_OK;
+    }
     /* host: reg (A,S) then cls (A), from the host batch's predict_mask */
     uint8_t *h = qcnet_host_tmp((size_t)(A * S + A), "loss/masks");
     if (!h)
@@ -92,13 +134,14 @@ enum qc_status qc_qcnet_loss(struct qc_qcnet *m, struct qc_qcnet_loss *out)
     float *v, *scratch;
     QC_TRY(qcnet_falloc(m, 4, "loss/values", &v));
     QC_TRY(qcnet_falloc(m, qc_reg_loss_scratch_numel(A, S), "scratch/reg_loss", &scratch));
+    const float *norm = t->loss_norm, *ncls = norm ? norm + S : NULL;
     qc_op_reg_loss_forward(m->ex, v + 1, t->loc_propose, t->scale_propose, t->best_mode, t->target,
-                           4, t->reg_mask, A, K, S, scratch);
+                           4, t->reg_mask, norm, A, K, S, scratch);
     qc_op_reg_loss_forward(m->ex, v + 2, t->loc_refine, t->scale_refine, t->best_mode, t->target, 4,
-                           t->reg_mask, A, K, S, scratch);
+                           t->reg_mask, norm, A, K, S, scratch);
     qcnet_free(m, scratch);
     qc_op_mixture_nll_forward(m->ex, v + 3, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
-                              t->reg_mask, t->cls_mask, A, K, S);
+                              t->reg_mask, t->cls_mask, ncls, A, K, S);
     qc_op_add_forward(m->ex, v, v + 1, v + 2, 1); /* (propose + refine) + cls, as PyTorch */
     qc_op_add_forward(m->ex, v, v, v + 3, 1);
     float hv[4];
@@ -131,13 +174,14 @@ enum qc_status qcnet_loss_backward(struct qc_qcnet *m, float dloss_scale, float 
     const float *dl = p;
     float *scratch;
     QC_TRY(qcnet_falloc(m, qc_reg_loss_scratch_numel(A, S), "scratch/reg_loss", &scratch));
+    const float *norm = t->loss_norm, *ncls = norm ? norm + S : NULL;
     qc_op_reg_loss_backward(m->ex, dloc_p, dscale_p, dl, t->loc_propose, t->scale_propose,
-                            t->best_mode, t->target, 4, t->reg_mask, A, K, S, scratch);
+                            t->best_mode, t->target, 4, t->reg_mask, norm, A, K, S, scratch);
     qc_op_reg_loss_backward(m->ex, dloc_r, dscale_r, dl, t->loc_refine, t->scale_refine,
-                            t->best_mode, t->target, 4, t->reg_mask, A, K, S, scratch);
+                            t->best_mode, t->target, 4, t->reg_mask, norm, A, K, S, scratch);
     qcnet_free(m, scratch);
     qc_op_mixture_nll_backward(m->ex, dpi, dl, t->pi, t->loc_refine, t->scale_refine, t->target, 4,
-                               t->reg_mask, t->cls_mask, A, K, S);
+                               t->reg_mask, t->cls_mask, ncls, A, K, S);
     qcnet_free(m, p);
     return QC_OK;
 }

@@ -126,10 +126,11 @@ static enum qc_status add_block(struct qc_qcnet *m, const char *prefix,
     return QC_OK;
 }
 
-/* A block's memory: the model's counted hook, the block's tag prefix and the model's backend. */
+/* A block's memory: the model's memory context, the block's tag prefix and the model's
+ * backend. */
 static void block_mem(struct qc_qcnet *m, struct qc_block_mem *bm, const char *prefix)
 {
-    qc_block_mem_set(bm, &m->blk_hook, prefix);
+    qc_block_mem_set(bm, m->mc, prefix);
     bm->ex = m->ex;
 }
 
@@ -289,21 +290,26 @@ void qcnet_params_free(struct qc_qcnet *m)
     m->seg_decay = NULL;
 }
 
+/* The bind functions also point the block at the model's memory context (it changes with
+ * qc_qcnet_set_memctx). */
 static void bind_layer(struct qc_qcnet *m, struct qcnet_layer *L)
 {
     qc_attn_bind(&L->attn, m->params + L->offset, m->grads + L->offset);
+    L->attn.mem.mc = m->mc;
 }
 
 static void bind_fourier(struct qc_qcnet *m, struct qc_fourier *fe, const char *first)
 {
     int64_t o = block_offset(m, first);
     qc_fourier_bind(fe, m->params + o, m->grads + o);
+    fe->mem.mc = m->mc;
 }
 
 static void bind_mlp(struct qc_qcnet *m, struct qc_mlp *mlp, const char *first)
 {
     int64_t o = block_offset(m, first);
     qc_mlp_bind(mlp, m->params + o, m->grads + o);
+    mlp->mem.mc = m->mc;
 }
 
 void qcnet_params_bind(struct qc_qcnet *m)
@@ -385,6 +391,12 @@ enum qc_status qc_qcnet_params_upload(struct qc_qcnet *m, const float *host)
 enum qc_status qc_qcnet_grads_download(const struct qc_qcnet *m, float *host)
 {
     return qc_op_download(m->ex, host, m->grads, (size_t)m->nparams * sizeof(float));
+}
+
+enum qc_status qc_qcnet_grads_upload(struct qc_qcnet *m, const float *host)
+{
+    QC_TRY(qc_op_upload(m->ex, m->grads, host, (size_t)m->nparams * sizeof(float)));
+    return qc_op_sync(m->ex); /* host may be reused at once */
 }
 
 int qc_qcnet_num_keys(const struct qc_qcnet *m)

@@ -3,50 +3,31 @@
  */
 #include "qc_stash.h"
 
+#include "qc_memctx.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-// ---- allocation hook ----------------------------------------------------------------------
+// ---- block memory ------------------------------------------------------------------------
 
-static void *hook_malloc(void *ctx, size_t bytes, const char *tag)
+void qc_block_mem_set(struct qc_block_mem *bm, struct qc_memctx *mc, const char *name)
 {
-    (void)ctx;
-    (void)tag;
-    size_t n = (bytes + 63) / 64 * 64;
-    return aligned_alloc(64, n ? n : 64);
-}
-
-static void hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)ctx;
-    (void)bytes;
-    free(p);
-}
-
-const struct qc_qcnet_alloc qc_qcnet_alloc_malloc = {hook_malloc, hook_free, NULL};
-
-void qc_block_mem_set(struct qc_block_mem *bm, const struct qc_qcnet_alloc *hook, const char *name)
-{
-    bm->hook = hook;
+    bm->mc = mc;
     snprintf(bm->name, sizeof bm->name, "%s", name && *name ? name : "block");
 }
 
 void *qc_block_alloc(const struct qc_block_mem *bm, size_t bytes, const char *tensor)
 {
-    const struct qc_qcnet_alloc *h = bm && bm->hook ? bm->hook : &qc_qcnet_alloc_malloc;
     char tag[QC_BLOCK_NAME_MAX + 64];
     snprintf(tag, sizeof tag, "%s/%s", bm && bm->name[0] ? bm->name : "block", tensor);
-    return h->alloc(h->ctx, bytes ? bytes : 1, tag);
+    return qc_memctx_alloc(bm ? bm->mc : NULL, QC_MEM_BLOCK, bytes ? bytes : 1, tag);
 }
 
 void qc_block_free(const struct qc_block_mem *bm, void *p, size_t bytes)
 {
-    if (!p)
-        return;
-    const struct qc_qcnet_alloc *h = bm && bm->hook ? bm->hook : &qc_qcnet_alloc_malloc;
-    h->free(h->ctx, p, bytes ? bytes : 1);
+    qc_memctx_free(bm ? bm->mc : NULL, QC_MEM_BLOCK, p, bytes ? bytes : 1);
 }
 
 // ---- parameter table ----------------------------------------------------------------------

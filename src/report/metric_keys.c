@@ -1,7 +1,7 @@
 /*
  * metric_keys.c — the numbers of metrics.jsonl that the report's curves and TensorBoard show,
  * with their TensorBoard tags (qc_report.h). Step-line keys are written by src/train/metrics.c;
- * the memory fields (predicted_peak_bytes ... splits) by the memory system when it records them
+ * the memory fields (predicted_peak_bytes ... plan_ms) by the memory system (stepmem.c)
  * (absent keys mean "not recorded", and nothing is drawn or written for them); eval-line keys
  * by src/train/eval.c (qc_eval_format_json).
  */
@@ -18,12 +18,15 @@ static const struct qc_report_metric metrics[] = {
     {"peak_device_bytes", false, "memory/peak_device_bytes", "memory", "bytes"},
     {"reserved_bytes", false, "memory/reserved_bytes", "memory", "bytes"},
     {"predicted_peak_bytes", false, "memory/predicted_peak_bytes", "memory", "bytes"},
+    {"peak_active_bytes", false, "memory/peak_active_bytes", "memory", "bytes"},
     {"offload_host_bytes", false, "memory/offload_host_bytes", "offload", "bytes"},
     {"offload_nvme_bytes", false, "memory/offload_nvme_bytes", "offload", "bytes"},
     {"recompute_bytes", false, "memory/recompute_bytes", "offload", "bytes"},
     {"prefetch_stall_s", false, "memory/prefetch_stall_s", "stall", "s"},
     {"replans", false, "memory/replans", "plan", ""},
     {"splits", false, "memory/splits", "plan", ""},
+    {"skipped_scenes", false, "memory/skipped_scenes", "plan", ""},
+    {"plan_ms", false, "memory/plan_ms", "plan_time", "ms"},
     /* eval lines ({"step": S, "eval": {...}}) */
     {"loss", true, "eval/loss", "eval_loss", ""},
     {"reg_loss_propose", true, "eval/reg_loss_propose", "eval_loss", ""},

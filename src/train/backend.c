@@ -4,8 +4,8 @@
  * backend (struct qc_exec) and, on CUDA, the ops' context and the loader's pinned memory; plus
  * the staging of loader batches into device memory (train_internal.h).
  *
- *   cpu   no device object: the allocator's host backend (as before the CUDA backend existed),
- *         ops inline (exec backend CPU, the model's NULL).
+ *   cpu   a CPU device (inline compute stream, worker-thread copy streams) and the allocator's
+ *         host backend on it; ops inline (exec backend CPU, the model's NULL).
  *   cuda  device device.ordinal; its allocator (device.budget, alloc.*); a reduction workspace
  *         of QC_KERNELS_CUDA_WORKSPACE_BYTES from it for the ops' context (TF32 = device.tf32,
  *         off by default: fp32 like QCNet), made current for the creating thread; ops on the
@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "qc_loader.h"
+#include "qc_offload.h"
 
 #ifdef QC_HAVE_CUDA
 #    include "qc_kernels_cuda.h"
@@ -97,7 +98,8 @@ static enum qc_status backend_init(struct qc_train_backend *b, const struct qc_c
     switch (b->kind) {
     case QC_CONFIG_DEVICE_CPU:
         b->exec = (struct qc_exec){.backend = QC_EXEC_CPU};
-        return qc_alloc_create(NULL, &ap, &b->alloc);
+        QC_TRY(qc_device_create(QC_DEVICE_CPU, 0, &b->dev));
+        return qc_alloc_create(b->dev, &ap, &b->alloc);
     case QC_CONFIG_DEVICE_EMU: {
         const size_t reserve =
             cfg->device_budget > 0 && 2 * (size_t)cfg->device_budget < TRAIN_EMU_RESERVE
@@ -133,7 +135,14 @@ enum qc_status qc_train_backend_create(const struct qc_config *cfg, struct qc_tr
     if (!b)
         return qc_errorf(QC_ERR_NOMEM, "backend: out of memory");
     b->kind = (enum qc_config_device)cfg->device_kind;
-    const enum qc_status st = backend_init(b, cfg);
+    enum qc_status st = backend_init(b, cfg);
+    if (st == QC_OK) {
+        const struct qc_memctx_params mp = {
+            .alloc = b->alloc,
+            .compute = qc_device_compute_stream(b->dev),
+        };
+        st = qc_memctx_create(&mp, &b->mc);
+    }
     if (st != QC_OK) {
         qc_train_backend_destroy(b);
         return st;
@@ -153,6 +162,9 @@ void qc_train_backend_destroy(struct qc_train_backend *b)
         qc_kernels_cuda_destroy(b->kctx);
     }
 #endif
+    qc_memctx_destroy(b->mc);
+    qc_offload_destroy(b->offload); /* waits for its I/O; no put is outstanding after a step */
+    qc_stream_destroy(b->copy_in);
     if (b->workspace)
         qc_alloc_free(b->alloc, b->workspace, NULL);
     if (b->staging) /* the context that copied from it is gone (it synchronized the device) */
@@ -175,6 +187,52 @@ struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b)
     return b->alloc;
 }
 
+enum qc_status qc_train_backend_offload(struct qc_train_backend *b, const struct qc_config *cfg)
+{
+    if (b->offload)
+        return QC_OK;
+    struct qc_offload_params op;
+    qc_offload_params_default(&op);
+    op.host_capacity = cfg->offload_placement == QC_PLACE_NVME ? 0 : qc_train_host_tier_bytes(cfg);
+    op.nvme_dir = cfg->offload_nvme_dir[0] ? cfg->offload_nvme_dir : NULL;
+    op.nvme_capacity = qc_train_nvme_tier_bytes(cfg);
+    op.queue_depth = (int)cfg->offload_queue_depth;
+    op.block_size = cfg->offload_block_size;
+    op.max_inflight = cfg->offload_max_inflight;
+    op.prefetch_window = cfg->offload_prefetch_window;
+    op.direct = cfg->offload_direct;
+    op.pinned = b->pinned;
+    if (b->emu) /* the engine's copies move arena memory: they open it */
+        qc_device_cpu_set_emu(b->dev, b->emu);
+    /* cpu / emu: the copies are memcpy on the cores the ops' OpenMP threads use; run inline
+     * between the blocks (on 2 cores a copy thread beside them made AV2 steps 4x slower) */
+    if (b->kind != QC_CONFIG_DEVICE_CUDA)
+        qc_device_cpu_set_inline_streams(b->dev, true);
+    enum qc_status st = qc_stream_create(b->dev, QC_STREAM_COPY, &b->copy_in);
+    if (st == QC_OK)
+        st = qc_offload_create(b->dev, &op, &b->offload);
+    if (st == QC_OK)
+        st = qc_memctx_set_offload(b->mc, b->offload, b->copy_in);
+    if (st != QC_OK) {
+        qc_offload_destroy(b->offload);
+        qc_stream_destroy(b->copy_in);
+        b->offload = NULL;
+        b->copy_in = NULL;
+        return qc_error_wrap(st, "offload tier");
+    }
+    return QC_OK;
+}
+
+struct qc_offload *qc_train_backend_offload_engine(struct qc_train_backend *b)
+{
+    return b->offload;
+}
+
+struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b)
+{
+    return b->mc;
+}
+
 struct qc_device *qc_train_backend_device(struct qc_train_backend *b)
 {
     return b->dev;
@@ -192,9 +250,7 @@ enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct q
     qc_train_model_config(cfg, &mc);
     /* parameters, gradients and every activation come from the caching allocator, under
      * device.budget */
-    struct qc_qcnet_alloc hook;
-    qc_train_model_hook(b->alloc, &hook);
-    return qc_qcnet_create_on(&mc, &hook, qc_train_backend_exec(b), out);
+    return qc_qcnet_create_on(&mc, b->mc, qc_train_backend_exec(b), out);
 }
 
 void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,

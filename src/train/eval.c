@@ -205,12 +205,8 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
     struct qc_loader *ld = NULL;
     QC_TRY(qc_loader_create(opts->data, opts->ndata, &lo, &ld));
     enum qc_status st = qc_loader_start_epoch(ld, 0);
-    if (a && st == QC_OK) {
-        struct qc_qcnet_alloc hook;
-        qc_train_model_hook(a, &hook);
-        st = qc_qcnet_set_alloc(m, &hook); /* a no-op when the model already uses it */
+    if (a && st == QC_OK)
         qc_alloc_reset_peak(a);
-    }
     struct qc_qcnet_metrics mt, cv;
     qc_qcnet_metrics_reset(&mt);
     qc_qcnet_metrics_reset(&cv);

@@ -59,7 +59,6 @@
 #include "qc_exec.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
-#include "qc_prof.h"
 #include "qc_progress.h"
 #include "qc_report.h"
 #include "qc_steptrace.h"
@@ -101,6 +100,7 @@ struct qc_trainer {
     int64_t nmem_steps, cap_mem_steps;
     struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
     struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
+    struct train_mem *mem;      /* the step's memory system: plans, policies, admission, OOM */
 };
 
 static double now_s(void)
@@ -111,27 +111,6 @@ static double now_s(void)
 }
 
 // ---- helpers shared with eval.c and the bench ---------------------------------------------------
-
-static void *hook_alloc(void *ctx, size_t bytes, const char *tag)
-{
-    void *p = NULL;
-    if (qc_alloc_malloc(ctx, bytes, NULL, tag, &p) != QC_OK)
-        return NULL;
-    return p;
-}
-
-static void hook_free(void *ctx, void *p, size_t bytes)
-{
-    (void)bytes;
-    qc_alloc_free(ctx, p, NULL);
-}
-
-void qc_train_model_hook(struct qc_alloc *a, struct qc_qcnet_alloc *out)
-{
-    out->alloc = hook_alloc;
-    out->free = hook_free;
-    out->ctx = a;
-}
 
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out)
 {
@@ -151,6 +130,20 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
 }
 
+void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p)
+{
+    qc_graph_params_default(p);
+    p->pl2pl_radius = cfg->pl2pl_radius;
+    p->pl2a_radius = cfg->pl2a_radius;
+    p->a2a_radius = cfg->a2a_radius;
+    p->pl2m_radius = cfg->pl2m_radius;
+    p->a2m_radius = cfg->a2m_radius;
+    p->time_span = cfg->time_span;
+    p->num_t2m_steps = cfg->num_t2m_steps;
+    p->num_modes = cfg->num_modes;
+    p->max_num_neighbors = cfg->max_num_neighbors;
+}
+
 void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
 {
     qc_loader_opts_default(o);
@@ -162,15 +155,7 @@ void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
     o->with_target = true;
     o->build_graph = true;
     o->seed = (uint64_t)cfg->seed;
-    o->graph.pl2pl_radius = cfg->pl2pl_radius;
-    o->graph.pl2a_radius = cfg->pl2a_radius;
-    o->graph.a2a_radius = cfg->a2a_radius;
-    o->graph.pl2m_radius = cfg->pl2m_radius;
-    o->graph.a2m_radius = cfg->a2m_radius;
-    o->graph.time_span = cfg->time_span;
-    o->graph.num_t2m_steps = cfg->num_t2m_steps;
-    o->graph.num_modes = cfg->num_modes;
-    o->graph.max_num_neighbors = cfg->max_num_neighbors;
+    qc_train_graph_params(cfg, &o->graph);
     o->synthetic_scenes = cfg->synthetic_scenes;
     o->synthetic_profile = (int)cfg->synthetic_profile;
     o->synthetic_seed = (uint64_t)cfg->seed;
@@ -393,6 +378,12 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     const int64_t spe = (t->nb + t->P - 1) / t->P;
     t->total_steps = t->cfg.steps > 0 ? t->cfg.steps : t->cfg.epochs * spe;
 
+    /* the memory system: every rank plans its own groups; a resumed run's cost model is read
+     * from the run folder (rank 0 writes it) */
+    st = train_mem_create(&t->cfg, t->be, t->model, t->out_dir, opts->skip_oversized, &t->mem);
+    if (st != QC_OK)
+        goto fail;
+
     if (t->rank == 0) { /* rank 0 writes the run folder */
         st = qc_train_mkdir(t->out_dir);
         if (st == QC_OK && !t->lock)
@@ -431,6 +422,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     train_stage_deinit(&t->cur);
     train_stage_deinit(&t->next);
     qc_loader_destroy(t->loader);
+    train_mem_destroy(t->mem);
     train_dist_destroy(t->dist);
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
@@ -477,42 +469,6 @@ static enum qc_status stage_next(struct qc_trainer *t, struct train_stage *s)
     const enum qc_status st = train_stage_put(t->be, s, b);
     if (st != QC_OK)
         qc_loader_release(t->loader, b);
-    return st;
-}
-
-/* The model's three phases of a group, each a phase span of the profiler (qc_prof.h) when it
- * records: the ops inside carry the pass. */
-static enum qc_status train_phase_forward(struct qc_qcnet *m, const struct qc_batch *b,
-                                          const struct qc_qcnet_ctx *ctx, struct qc_qcnet_output *o)
-{
-    if (!qc_prof_on())
-        return qc_qcnet_forward(m, b, ctx, o);
-    struct qc_prof_mark pm;
-    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "forward", QC_PROF_PASS_FORWARD);
-    const enum qc_status st = qc_qcnet_forward(m, b, ctx, o);
-    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
-    return st;
-}
-
-static enum qc_status train_phase_loss(struct qc_qcnet *m, struct qc_qcnet_loss *l)
-{
-    if (!qc_prof_on())
-        return qc_qcnet_loss(m, l);
-    struct qc_prof_mark pm;
-    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "loss", QC_PROF_PASS_FORWARD);
-    const enum qc_status st = qc_qcnet_loss(m, l);
-    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
-    return st;
-}
-
-static enum qc_status train_phase_backward(struct qc_qcnet *m, float scale)
-{
-    if (!qc_prof_on())
-        return qc_qcnet_backward(m, scale);
-    struct qc_prof_mark pm;
-    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "backward", QC_PROF_PASS_BACKWARD);
-    const enum qc_status st = qc_qcnet_backward(m, scale);
-    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
     return st;
 }
 
@@ -615,6 +571,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         qc_steptrace_begin(t->trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
     QC_TRY(train_dist_step_begin(t->dist, t->st.step + 1));
+    train_mem_step_begin(t->mem, t->model);
 
     double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
     if (!losses)
@@ -637,26 +594,23 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
                 break;
         }
         const struct qc_batch *b = t->cur.host;
-        struct qc_qcnet_ctx ctx = {
+        const struct qc_qcnet_ctx ctx = {
             .training = true,
             .need_backward = true,
             .seed = t->st.seed,
             .step = (uint32_t)t->st.step,
             .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
         };
-        struct qc_qcnet_output o;
-        struct qc_qcnet_loss l = {0};
-        st = train_stage_use(t->be, &t->cur, &ctx.batch_dev);
-        if (st == QC_OK)
-            st = train_phase_forward(t->model, b, &ctx, &o);
-        if (st == QC_OK)
-            st = train_phase_loss(t->model, &l);
-        if (st == QC_OK && g + 1 == nlocal) /* the last backward: its gradients are final */
+        /* the last group's backward makes the gradients final: armed before it */
+        if (g + 1 == nlocal)
             st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
+        /* planned, admitted (split when it does not fit), run, rolled back and re-run when the
+         * allocator runs out (stepmem.c) */
+        struct train_group_out l = {0};
         if (st == QC_OK)
-            st = train_phase_backward(t->model, 1.0f / (float)groups);
-        qc_qcnet_release(t->model);
-        scenes += b->num_scenes;
+            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx, 1.0f / (float)groups,
+                                 t->dist, &l);
+        scenes += l.scenes;
         edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         /* device backends: stage the next batch of the epoch while this one's work runs (its
@@ -667,10 +621,11 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         if (st != QC_OK)
             st = qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
                                t->rank + g * t->world);
-        losses[4 * g] = (double)l.loss;
-        losses[4 * g + 1] = (double)l.reg_loss_propose;
-        losses[4 * g + 2] = (double)l.reg_loss_refine;
-        losses[4 * g + 3] = (double)l.cls_loss;
+        /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
+        losses[4 * g] = (double)(float)l.loss;
+        losses[4 * g + 1] = (double)(float)l.reg_loss_propose;
+        losses[4 * g + 2] = (double)(float)l.reg_loss_refine;
+        losses[4 * g + 3] = (double)(float)l.cls_loss;
     }
     /* the gradients summed over ranks (they reduce while backward runs); the step's device
      * work done (and any asynchronous error reported) before they are checked and timed */
@@ -745,6 +700,8 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     qc_alloc_stats_get(t->alloc, &as);
     if (t->trace)
         QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
+    train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
+    const struct train_mem_step *ms = train_mem_last_step(t->mem);
     struct qc_step_metrics m = {0};
     m.step = t->st.step;
     m.epoch = epoch_of_step;
@@ -769,6 +726,16 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     m.bytes_in_use = as.bytes_allocated;
     m.peak_device_bytes = as.bytes_allocated_peak;
     m.reserved_bytes = as.bytes_reserved;
+    m.predicted_peak_bytes = ms->predicted_peak;
+    m.peak_active_bytes = as.bytes_active_peak;
+    m.offload_host_bytes = ms->host_bytes;
+    m.offload_nvme_bytes = ms->nvme_bytes;
+    m.recompute_bytes = ms->recompute_bytes;
+    m.prefetch_stall_s = ms->stall_s;
+    m.replans = ms->replans;
+    m.splits = ms->splits;
+    m.skipped_scenes = ms->skipped;
+    m.plan_ms = 1e3 * ms->plan_s;
     if (t->nmem_steps == t->cap_mem_steps) {
         const int64_t cap = t->cap_mem_steps ? 2 * t->cap_mem_steps : 64;
         struct qc_memreport_step *ns = realloc(t->mem_steps, (size_t)cap * sizeof(*ns));
@@ -812,6 +779,8 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
                          t->st.step, bad, last_ckpt_str(t));
     /* every rank (the ZeRO moments are gathered); rank 0 writes */
     QC_TRY(train_dist_save(t->dist, t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
+    if (t->rank == 0) /* the calibrated cost model rides along */
+        QC_TRY(train_mem_save(t->mem, t->out_dir));
     t->last_saved = t->st.step;
     return t->tb ? qc_tb_sync(t->tb) : QC_OK;
 }
@@ -845,6 +814,7 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
                                 &r.nranks));
     r.ranks = ranks;
     r.zero_stage = t->cfg.zero_stage;
+    r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
     const enum qc_status st =
         t->rank == 0 ? qc_memreport_write(t->out_dir, &r, txt_path, n) : QC_OK;
     free(ranks);
@@ -965,6 +935,9 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         qc_progress_set(t->prog, "samples/s", "%.2f", m.samples_per_s);
         qc_progress_set_bytes(t->prog, "mem", m.bytes_in_use);
         qc_progress_set_bytes(t->prog, "peak", m.peak_device_bytes);
+        if (m.offload_host_bytes + m.offload_nvme_bytes > 0 && m.step_s > 0)
+            qc_progress_set(t->prog, "offload", "%.2f GB/s",
+                            (double)(m.offload_host_bytes + m.offload_nvme_bytes) / m.step_s / 1e9);
         const bool log_now =
             t->cfg.log_every <= 1 || m.step % t->cfg.log_every == 0 || m.step == t->total_steps;
         if (log_now)
@@ -1077,6 +1050,29 @@ struct qc_optim *qc_trainer_optim(struct qc_trainer *t)
 struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t)
 {
     return t->alloc;
+}
+
+struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t)
+{
+    return qc_train_backend_memctx(t->be);
+}
+
+struct qc_offload *qc_trainer_offload(struct qc_trainer *t)
+{
+    return qc_train_backend_offload_engine(t->be);
+}
+
+const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t)
+{
+    return train_mem_cost(t->mem);
+}
+
+void qc_trainer_set_plan_hook(struct qc_trainer *t,
+                              void (*fn)(void *user, const struct qc_plan_program *prog,
+                                         uint8_t *policy),
+                              void *user)
+{
+    train_mem_set_hook(t->mem, fn, user);
 }
 
 const char *qc_trainer_out_dir(const struct qc_trainer *t)

@@ -142,6 +142,24 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
                   i ? "," : "", e->step, e->bytes_allocated_peak, e->bytes_reserved_peak);
     }
     sb_printf(&b, "%s]", r->nsteps ? "\n  " : "");
+    if (r->plan) {
+        const struct qc_memreport_plan *pl = r->plan;
+        sb_printf(&b,
+                  ",\n  \"plan\": {\n    \"step\": %" PRId64
+                  ",\n    \"predicted_peak_bytes\": %" PRIu64
+                  ",\n    \"measured_peak_bytes\": %" PRIu64 ",\n    \"blocks\": [",
+                  pl->step, pl->predicted_peak_bytes, pl->measured_peak_bytes);
+        for (int32_t i = 0; i < pl->nblocks; i++) {
+            const struct qc_memreport_plan_block *e = &pl->blocks[i];
+            sb_printf(&b, "%s\n      {\"name\": ", i ? "," : "");
+            sb_json_str(&b, e->name);
+            sb_printf(&b, ", \"policy\": ");
+            sb_json_str(&b, e->policy);
+            sb_printf(&b, ", \"bytes\": %" PRIu64 ", \"predicted_time_s\": %s}", e->bytes,
+                      QC_JSON_NUM("%.6g", e->predicted_time_s));
+        }
+        sb_printf(&b, "%s]\n  }", pl->nblocks ? "\n    " : "");
+    }
     if (r->nranks > 0) {
         sb_printf(&b,
                   ",\n  \"dist\": {\n    \"world_size\": %" PRId64 ",\n    \"zero_stage\": %" PRId64
@@ -166,6 +184,41 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
 }
 
 // ---- memory.txt --------------------------------------------------------------------------------
+
+/* The plan's summary: peaks, bytes per policy, and the blocks not kept (the first few). */
+static void text_plan(struct sbuf *b, const struct qc_memreport_plan *pl)
+{
+    char b1[32], b2[32];
+    qc_format_bytes(pl->predicted_peak_bytes, b1, sizeof b1);
+    qc_format_bytes(pl->measured_peak_bytes, b2, sizeof b2);
+    sb_printf(b, "\nplan of the peak step (step %" PRId64 "): predicted peak %s, measured %s\n",
+              pl->step, b1, b2);
+    static const char *const names[] = {"keep", "offload_host", "offload_nvme", "recompute"};
+    for (int k = 0; k < 4; k++) {
+        uint64_t bytes = 0;
+        int32_t n = 0;
+        for (int32_t i = 0; i < pl->nblocks; i++)
+            if (strcmp(pl->blocks[i].policy, names[k]) == 0)
+                bytes += pl->blocks[i].bytes, n++;
+        qc_format_bytes(bytes, b1, sizeof b1);
+        sb_printf(b, "  %-13s %4d blocks  %10s\n", names[k], (int)n, b1);
+    }
+    int32_t shown = 0, rest = 0;
+    for (int32_t i = 0; i < pl->nblocks; i++) {
+        const struct qc_memreport_plan_block *e = &pl->blocks[i];
+        if (strcmp(e->policy, "keep") == 0)
+            continue;
+        if (shown == TEXT_TOP_BLOCKS) {
+            rest++;
+            continue;
+        }
+        qc_format_bytes(e->bytes, b1, sizeof b1);
+        sb_printf(b, "    %-13s %10s  %s\n", e->policy, b1, e->name);
+        shown++;
+    }
+    if (rest)
+        sb_printf(b, "    (%d more not kept)\n", (int)rest);
+}
 
 size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t cap)
 {
@@ -219,6 +272,8 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
     }
     if (!p->ntop_blocks)
         sb_printf(&b, "  (nothing was allocated)\n");
+    if (r->plan)
+        text_plan(&b, r->plan);
     if (r->nranks > 0) {
         sb_printf(&b,
                   "\nper rank (%" PRId64 " ranks, ZeRO stage %" PRId64

@@ -56,6 +56,15 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
            QC_JSON_NUM("%.9g", s->cls_loss), QC_JSON_NUM("%.17g", s->lr),
            QC_JSON_NUM("%.6g", s->step_s), QC_JSON_NUM("%.6g", s->samples_per_s), s->bytes_in_use,
            s->peak_device_bytes, s->reserved_bytes);
+    /* the memory system (stepmem.c) */
+    append(buf, cap, &len,
+           ",\"predicted_peak_bytes\":%" PRIu64 ",\"peak_active_bytes\":%" PRIu64
+           ",\"offload_host_bytes\":%" PRIu64 ",\"offload_nvme_bytes\":%" PRIu64
+           ",\"recompute_bytes\":%" PRIu64 ",\"prefetch_stall_s\":%s,\"replans\":%" PRId64
+           ",\"splits\":%" PRId64 ",\"skipped_scenes\":%" PRId64 ",\"plan_ms\":%s",
+           s->predicted_peak_bytes, s->peak_active_bytes, s->offload_host_bytes,
+           s->offload_nvme_bytes, s->recompute_bytes, QC_JSON_NUM("%.6g", s->prefetch_stall_s),
+           s->replans, s->splits, s->skipped_scenes, QC_JSON_NUM("%.6g", s->plan_ms));
     if (s->skipped)
         append(buf, cap, &len, ",\"skipped\":true");
     if (s->ranks > 1) /* data-parallel runs only */

@@ -8,9 +8,10 @@
  * peaks since the allocator was created), the budget, params+grads bytes, the peak RSS, the
  * per-step series (step, allocated peak, reserved peak of each step), the breakdown of the
  * live bytes at the run's peak by tag and by block (the allocator's run-wide peak snapshot,
- * taken within 1 % below the true peak: qc_alloc.h), and for a data-parallel run each rank's
- * bytes of parameters, gradients, AdamW moments and communication buffers (rank 0 writes the
- * report; the rest of it is rank 0's own figures).
+ * taken within 1 % below the true peak: qc_alloc.h), the planner's plan of the step with the
+ * highest measured peak (policy, stash bytes and predicted time per block application), and for
+ * a data-parallel run each rank's bytes of parameters, gradients, AdamW moments and
+ * communication buffers (rank 0 writes the report; the rest of it is rank 0's own figures).
  */
 #ifndef QC_TRAIN_QC_MEMREPORT_H
 #define QC_TRAIN_QC_MEMREPORT_H
@@ -30,6 +31,23 @@ struct qc_memreport_step {
     int64_t step;                  /* optimizer steps done after it (1 for the first) */
     uint64_t bytes_allocated_peak; /* allocated peak during the step, bytes */
     uint64_t bytes_reserved_peak;  /* reserved peak during the step, bytes */
+};
+
+/* One block application of the plan memory.json shows. */
+struct qc_memreport_plan_block {
+    char name[128];          /* the application ("ref/a2a/l0", "gru", ...) */
+    const char *policy;      /* "keep" | "offload_host" | "offload_nvme" | "recompute" */
+    uint64_t bytes;          /* its stash, bytes */
+    double predicted_time_s; /* predicted forward + backward, with what the policy adds */
+};
+
+/* The plan (src/plan) of the step with the highest measured peak. */
+struct qc_memreport_plan {
+    int64_t step;                                 /* the step it ran in */
+    uint64_t predicted_peak_bytes;                /* the planner's peak for it */
+    uint64_t measured_peak_bytes;                 /* the allocator's active peak of the step */
+    const struct qc_memreport_plan_block *blocks; /* [nblocks], in forward order */
+    int32_t nblocks;
 };
 
 /* One rank's share of a data-parallel run (sharded data parallelism, src/dist). */
@@ -54,6 +72,7 @@ struct qc_memreport {
     uint64_t bytes_peak_rss;               /* peak resident set of the process */
     const struct qc_memreport_step *steps; /* [nsteps], the steps this process ran */
     int64_t nsteps;
+    const struct qc_memreport_plan *plan; /* NULL: no plan recorded (no "plan" object) */
     /* data-parallel runs only (nranks 0 otherwise: the "dist" object is left out) */
     int64_t zero_stage;
     const struct qc_memreport_rank *ranks; /* [nranks], in rank order */

@@ -159,6 +159,21 @@ struct qc_step_metrics {
     uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
     uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
     uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+    /* the memory system (stepmem.c): */
+    uint64_t predicted_peak_bytes; /* the planner's peak for the step: the highest of the plans
+                                      that ran to the end (in a step with re-plans the measured
+                                      peak may come from a rolled-back attempt) */
+    uint64_t peak_active_bytes;    /* allocator: active peak (allocated + blocks whose
+                                      stream-ordered free waits on a copy): what the prediction
+                                      models */
+    uint64_t offload_host_bytes;   /* stash bytes put to the host tier */
+    uint64_t offload_nvme_bytes;   /* to the NVMe tier */
+    uint64_t recompute_bytes;      /* stash bytes rebuilt by recompute */
+    double prefetch_stall_s;       /* host seconds backward waited for fetches */
+    int64_t replans;               /* groups rolled back after running out, re-planned */
+    int64_t splits;                /* batches run as sub-groups (admission control) */
+    int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
+    double plan_ms;                /* describing and planning the step's batches */
     bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
     /* data-parallel runs (ranks > 1; the keys are left out of the line otherwise) */
     int64_t ranks;          /* world size */
@@ -287,7 +302,9 @@ struct qc_train_opts {
     const char *const *val_data; /* qcshard files to validate on; nval == 0: held-out synthetic
                                     scenes (seed train.seed + 1) */
     int nval;
-    int64_t val_scenes; /* synthetic validation scenes when nval == 0; 0 = 8 */
+    int64_t val_scenes;  /* synthetic validation scenes when nval == 0; 0 = 8 */
+    bool skip_oversized; /* a scene that does not fit the budget alone is skipped (warned,
+                            counted) instead of failing the run */
 };
 
 struct qc_trainer; /* one training run (opaque) */
@@ -342,14 +359,33 @@ const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
 struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
 struct qc_optim *qc_trainer_optim(struct qc_trainer *t);
 struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t);
+/* The models' memory context (tests: fault injection, offload statistics). */
+struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t);
+struct qc_offload;
+/* The offload engine of the run's tiers; NULL when the run has none (no budget under
+ * plan.policy=auto, or keep / recompute). Tests: fault injection. */
+struct qc_offload *qc_trainer_offload(struct qc_trainer *t);
+struct qc_plan_program;
+struct qc_plan_cost;
+/* The run's cost model, calibrated from its steps (saved as RUN/plan_cost.json with each
+ * checkpoint). */
+const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t);
+/* Tests and tools: fn(user, prog, policy) is called after each group is planned and may change
+ * its policies (enum qc_stash_policy per block of prog) before the group runs, e.g. seeded
+ * random mixes; offload policies need the run's tiers (plan.policy=offload). NULL removes it. */
+void qc_trainer_set_plan_hook(struct qc_trainer *t,
+                              void (*fn)(void *user, const struct qc_plan_program *prog,
+                                         uint8_t *policy),
+                              void *user);
 /* The run folder in use. */
 const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
-/* Allocation hook that serves the model's activations from a caching allocator (compute
- * stream, tags passed through). The hook keeps a pointer to a. */
-void qc_train_model_hook(struct qc_alloc *a, struct qc_qcnet_alloc *out);
 /* The model configuration of an effective configuration (model.* keys). */
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);
+struct qc_graph_params;
+/* The graph hyper-parameters of cfg (model.* radii, time_span, num_t2m_steps, num_modes,
+ * max_num_neighbors). */
+void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p);
 /* The loader options of a training run from cfg: batch_size, threads, prefetch, shuffle,
  * balance, the graph parameters (model.* radii, time_span, num_t2m_steps, num_modes,
  * max_num_neighbors), synthetic scenes (profile, count, seeded by train.seed), target and
@@ -382,17 +418,99 @@ void qc_train_backend_destroy(struct qc_train_backend *b);
 const struct qc_exec *qc_train_backend_exec(const struct qc_train_backend *b);
 /* The caching allocator (device memory on cuda, the arena on emu, host memory on cpu). */
 struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b);
-/* The device (NULL on cpu; a CPU device on emu). */
+/* The memory context of the backend's models (qc_memctx.h): the allocator on the compute
+ * stream. */
+struct qc_memctx *qc_train_backend_memctx(struct qc_train_backend *b);
+/* Gives the backend an offload tier (once): the offload engine of offload.* (host tier of
+ * offload.host_capacity, or half the available memory when 0; NVMe tier in offload.nvme_dir;
+ * queue depth, block size, bytes in flight, prefetch window, O_DIRECT), a copy stream for its
+ * gets, and both in the memory context. The engine logs its probe and chosen rung. Errors name
+ * the spill folder (QC_ERR_IO) or what the machine lacks (QC_ERR_UNSUPPORTED). */
+enum qc_status qc_train_backend_offload(struct qc_train_backend *b, const struct qc_config *cfg);
+struct qc_offload;
+/* The offload engine, or NULL before qc_train_backend_offload. */
+struct qc_offload *qc_train_backend_offload_engine(struct qc_train_backend *b);
+/* The device: a CPU device on cpu and emu (its copy streams are worker threads), the GPU on
+ * cuda. */
 struct qc_device *qc_train_backend_device(struct qc_train_backend *b);
 /* "cpu" / "cuda" / "emu". */
 const char *qc_train_backend_name(const struct qc_train_backend *b);
-/* The model of cfg (model.*) on b: every allocation from b's allocator (qc_train_model_hook),
- * ops on b's exec (qc_qcnet_create_on). Parameters are zero: initialise or load them. */
+/* The model of cfg (model.*) on b: every allocation from b's memory context, ops on b's exec
+ * (qc_qcnet_create_on). Parameters are zero: initialise or load them. */
 enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct qc_config *cfg,
                                       struct qc_qcnet **out);
 /* qc_train_loader_opts, with the batches in b's pinned host memory on cuda. */
 void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,
                                   struct qc_loader_opts *o);
+
+// ---- memory planning (plan_run.c) -------------------------------------------------------------
+
+struct qc_plan_params;
+struct qc_plan_hw;
+struct qc_plan_result;
+struct qc_plan_program;
+struct qc_plan_cost;
+struct qc_batch;
+
+/* The planner's parameters of cfg: device.budget, plan.policy (auto searches; keep, offload,
+ * recompute force one policy on every block), offload.placement, offload.prefetch_window,
+ * alloc.round; margin 2 %. */
+void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p);
+/* The hardware figures of cfg: hw.pcie_gbps both ways, hw.nvme_gbps both ways, the host tier
+ * (offload.host_capacity; 0: half the host's available memory; none with placement nvme) and
+ * the NVMe tier (offload.nvme_capacity with offload.nvme_dir; 0: half the folder's free space,
+ * at most 64 GiB; none without a folder). */
+void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw);
+uint64_t qc_train_host_tier_bytes(const struct qc_config *cfg);
+uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg);
+/* Device bytes a run of cfg holds through every step, as the allocator counts them:
+ * parameters, gradients, AdamW moments; on device backends the AdamW segment arrays and the
+ * staged batch b (may be NULL); on cuda the ops' workspace. */
+uint64_t qc_train_fixed_bytes(const struct qc_config *cfg, int64_t nparams, int64_t ntensors,
+                              const struct qc_batch *b);
+
+/* A planning session that needs no run (qctrain plan, bench memory, qctrain tune; qc_plan.h,
+ * "Planning without a run"): the dry model of cfg, a cost model (built-in coefficients, or the
+ * file cost_path: a run folder's plan_cost.json) and the scenes of the data files (cycled when
+ * a batch needs more) or, with ndata 0, generated ones (data.synthetic_profile, seeded by
+ * train.seed). Nothing is allocated on a device; cfg's device.kind only decides what the
+ * program holds (the CUDA blocks' allocations, the staged batch). */
+struct qc_train_planner;
+enum qc_status qc_train_planner_create(const struct qc_config *cfg, const char *const *data,
+                                       int ndata, const char *cost_path,
+                                       struct qc_train_planner **out);
+void qc_train_planner_destroy(struct qc_train_planner *pl);
+/* Plans one step of a batch of the first B scenes on cfg's device: the program (valid until
+ * the next call, *prog when prog != NULL) and the result (qc_plan_result_free it). */
+enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
+                                     struct qc_plan_result *out,
+                                     const struct qc_plan_program **prog);
+/* The same for the scenes first .. first + B - 1 (an unshuffled run's batch first / B). */
+enum qc_status qc_train_planner_plan_at(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                        struct qc_plan_result *out,
+                                        const struct qc_plan_program **prog);
+/* The same with the hardware figures hw (NULL: cfg's, qc_train_plan_hw) and the planner's
+ * parameters par (NULL: cfg's, qc_train_plan_params): a tuner tries budgets, forced policies,
+ * windows and machines it does not run on without a new session. */
+enum qc_status qc_train_planner_plan_with(struct qc_train_planner *pl, int64_t first, int64_t B,
+                                          const struct qc_plan_hw *hw,
+                                          const struct qc_plan_params *par,
+                                          struct qc_plan_result *out,
+                                          const struct qc_plan_program **prog);
+/* Plans with cost model c from now on (borrowed: it must outlive its use; NULL: the session's
+ * own again), e.g. the calibrated one of a short run (qc_trainer_plan_cost). */
+void qc_train_planner_use_cost(struct qc_train_planner *pl, const struct qc_plan_cost *c);
+/* The largest batch size <= max_b whose plan fits the budget (0: not even one scene); _with:
+ * under hw and par as qc_train_planner_plan_with (par->mode QC_PLAN_MODE_KEEP: the largest
+ * batch that fits kept whole, nothing offloaded or recomputed). */
+enum qc_status qc_train_planner_largest(struct qc_train_planner *pl, int64_t max_b, int64_t *best);
+enum qc_status qc_train_planner_largest_with(struct qc_train_planner *pl, int64_t max_b,
+                                             const struct qc_plan_hw *hw,
+                                             const struct qc_plan_params *par, int64_t *best);
+/* The batch of the last plan, the cost model in use, the scenes in the files (0: generated). */
+const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl);
+const struct qc_plan_cost *qc_train_planner_cost(const struct qc_train_planner *pl);
+int64_t qc_train_planner_scenes(const struct qc_train_planner *pl);
 
 // ---- command line (train_cli.c) -------------------------------------------------------------
 
@@ -437,7 +555,8 @@ struct qc_eval_result {
 };
 
 /* Evaluates model m (eval mode: no dropout, no backward) on the data of opts (opts->weights
- * is ignored). When a != NULL the model's allocation hook is set to a (and stays so).
+ * is ignored). a (may be NULL) is the allocator under the model's memory context: its peak
+ * during the evaluation is reported.
  * --dump: loc_propose_pos, scale_propose_pos, loc_refine_pos, scale_refine_pos (A,K,60,2) and
  * pi (A,K) of the first batch, QCNet's names, written atomically. */
 enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,

@@ -38,7 +38,12 @@ struct train_dist {
     int rank, world;
     int64_t G; /* groups per rank per step (train.grad_accum) */
     int zero_stage;
-    bool armed;                /* the grads-ready callback forwards to the communicator */
+    bool armed;       /* the grads-ready callback forwards to the communicator */
+    bool held;        /* ... except while held (a split group's earlier parts) */
+    int64_t reported; /* the lowest offset forwarded this step (numel: none) */
+    int64_t numel;
+    int64_t arms;              /* steps armed so far (the current step's number once armed) */
+    int64_t fault_step;        /* QC_FAULT_OOM_AFTER_REPORT: 0 = off */
     enum qc_status cb_status;  /* first failure inside the callback */
     struct qc_stream *compute; /* device backends: where the compute clock is read */
     double t_begin, t_end;     /* the step's compute clock (host functions on CUDA) */
@@ -46,7 +51,6 @@ struct train_dist {
     size_t record;             /* doubles per rank in it */
     int64_t step;              /* the step being computed (1-based) */
     float *grads;              /* the gradients being reduced (armed) */
-    int64_t reported_lo;       /* [reported_lo, numel) reported final this step */
     struct {                   /* test hook QC_FAULT_NAN_GRAD=R:S:I (fault_nan_parse) */
         bool on, pending;
         int rank;
@@ -203,15 +207,33 @@ static void fault_nan_apply(struct train_dist *td, int64_t lo, int64_t hi)
     }
 }
 
-/* The model's grads-ready callback: forwards while armed (the rank's last backward). */
+/* The model's grads-ready callback: forwards while armed (the rank's last backward) and not
+ * held; a range already forwarded (a backward re-run after a rollback reports it again) stays
+ * the communicator's. */
 static void grads_ready_cb(void *ctx, int64_t lo, int64_t hi)
 {
     struct train_dist *td = ctx;
-    if (!td->armed || td->cb_status != QC_OK)
+    if (!td->armed || td->held || td->cb_status != QC_OK || lo >= td->reported)
         return;
     fault_nan_apply(td, lo, hi);
-    td->reported_lo = lo;
     td->cb_status = qc_dist_grads_ready(td->d, lo, hi);
+    td->reported = lo;
+    if (td->fault_step == td->arms) { /* the test hook: the next allocation runs out, once */
+        td->fault_step = 0;
+        qc_memctx_fail_at(qc_train_backend_memctx(td->be), 1, 1);
+    }
+}
+
+/* QC_FAULT_OOM_AFTER_REPORT=S (tests, docs/RELIABILITY.md): in step S the first allocation
+ * after the first range this rank forwards to the reduction fails, as if the device ran out:
+ * the memory system rolls the group back with ranges already reducing. Read once; unset or
+ * invalid: off. */
+static int64_t fault_step_from_env(void)
+{
+    const char *e = getenv("QC_FAULT_OOM_AFTER_REPORT");
+    char *end = NULL;
+    const long long v = e ? strtoll(e, &end, 10) : 0;
+    return e && end != e && *end == '\0' && v > 0 ? (int64_t)v : 0;
 }
 
 enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreement,
@@ -226,6 +248,8 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
     td->rank = qc_dist_world_rank();
     td->world = qc_dist_world_size();
     td->G = cfg->grad_accum > 0 ? cfg->grad_accum : 1;
+    td->numel = qc_qcnet_num_params(m);
+    td->fault_step = fault_step_from_env();
     td->zero_stage = (int)cfg->zero_stage;
     td->record = RECORD_HEAD + 4 * (size_t)td->G;
     td->gather = calloc((size_t)td->world * td->record, sizeof(double));
@@ -380,8 +404,27 @@ enum qc_status train_dist_arm(struct train_dist *td, float *grads)
     td->cb_status = QC_OK;
     QC_TRY(qc_dist_grads_begin(td->d, grads));
     td->grads = grads;
-    td->reported_lo = qc_qcnet_num_params(td->model);
     td->armed = true;
+    td->held = false;
+    td->reported = td->numel;
+    td->arms++;
+    return QC_OK;
+}
+
+void train_dist_hold(struct train_dist *td, bool hold)
+{
+    if (td)
+        td->held = hold;
+}
+
+enum qc_status train_dist_settle(struct train_dist *td, int64_t *from)
+{
+    *from = INT64_MAX;
+    if (!td || !td->armed || td->reported == td->numel)
+        return QC_OK;
+    QC_TRY(td->cb_status);
+    QC_TRY(qc_dist_grads_settle(td->d));
+    *from = td->reported;
     return QC_OK;
 }
 
@@ -393,7 +436,7 @@ enum qc_status train_dist_reduce(struct train_dist *td, float *grads)
         QC_TRY(train_dist_arm(td, grads)); /* no group this step: zero gradients, still summed */
     td->armed = false;
     QC_TRY(td->cb_status);
-    fault_nan_apply(td, 0, td->reported_lo); /* what the model did not report reduces now */
+    fault_nan_apply(td, 0, td->reported); /* what the model did not report reduces now */
     QC_TRY(clock_at(td, &td->t_end));
     return qc_dist_grads_end(td->d);
 }

@@ -18,10 +18,11 @@
  *   train_dist_create     the communicator (config agreement first), the model's grads-ready
  *                         callback (world > 1)
  *   train_dist_optim      AdamW: whole, or this rank's shard (ZeRO stage >= 1)
- *   step                  _step_begin, _arm before the last local backward, _reduce after the
+ *   step                  _step_begin, _arm before the last local group, _reduce after the
  *                         local groups, synchronisation, _combine (losses, the stop signal, the
  *                         finiteness of the gradients: one exchange decides for every rank),
- *                         optimizer, _update, _step_end
+ *                         optimizer, _update, synchronisation, _step_end; under device.budget
+ *                         _hold and _settle around a split or rolled-back group
  *   train_dist_save       rank 0 writes the checkpoint (moments gathered from the shards), after
  *                         checking that every rank holds the same weights
  *   train_dist_barrier    a graceful stop: no rank leaves before rank 0 has written everything
@@ -88,6 +89,15 @@ enum qc_status train_dist_step_begin(struct train_dist *td, int64_t step);
 /* Before the rank's last local backward of the step: its grads-ready reports start the
  * reduction of grads (the model's flat gradient buffer). */
 enum qc_status train_dist_arm(struct train_dist *td, float *grads);
+/* The memory system (stepmem.c) around one group's backwards while armed: a split group's parts
+ * before the last run held (their reports are not final and are dropped). After a backward that
+ * failed (the group is rolled back and re-run), settle waits until the ranges it already
+ * reported are reduced and gives in *from the lowest of them: [*from, n) belongs to the
+ * reduction from then on, the caller keeps those values aside and puts them back after the
+ * group, and later reports of that part are dropped. *from is INT64_MAX when nothing was
+ * reported (or td is NULL). */
+void train_dist_hold(struct train_dist *td, bool hold);
+enum qc_status train_dist_settle(struct train_dist *td, int64_t *from);
 /* After the rank's local groups (arms first when it had none): the compute clock stops and the
  * rest of the reduction runs; the summed gradients are then in grads (qc_dist_grads_end). */
 enum qc_status train_dist_reduce(struct train_dist *td, float *grads);

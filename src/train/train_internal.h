@@ -30,6 +30,8 @@
 #include "qc_device.h"
 #include "qc_emu.h"
 #include "qc_exec.h"
+#include "qc_memctx.h"
+#include "qc_memreport.h"
 #include "qc_pinned.h"
 #include "qc_train.h"
 
@@ -37,10 +39,14 @@ struct qc_kernels_cuda; /* qc_kernels_cuda.h (CUDA builds only) */
 
 struct qc_train_backend {
     enum qc_config_device kind;   /* device.kind */
-    struct qc_device *dev;        /* CUDA device, or a CPU device (EMU); NULL on CPU */
+    struct qc_device *dev;        /* CUDA device, or a CPU device (cpu, emu) */
     struct qc_stream *copy;       /* CUDA: the batch copy stream; NULL otherwise */
     struct qc_emu *emu;           /* EMU: the arena under the allocator; NULL otherwise */
     struct qc_alloc *alloc;       /* the caching allocator of every model and optimizer byte */
+    struct qc_memctx *mc;         /* the models' memory context: alloc on the compute stream */
+    struct qc_offload *offload;   /* the offload tier of the stash policies (qc_train_backend_
+                                     offload), or NULL */
+    struct qc_stream *copy_in;    /* its gets' stream */
     struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
     void *staging;                /* CUDA: the ops' upload staging ring (from pinned) */
@@ -72,6 +78,72 @@ struct qc_batch *train_stage_drop(struct qc_train_backend *be, struct train_stag
 /* Destroys the stage's event; the stage must be empty. */
 void train_stage_deinit(struct train_stage *s);
 
+// ---- the step's memory (stepmem.c) ------------------------------------------------------------
+
+struct qc_loader;
+struct train_mem; /* the memory system of a run (stepmem.c) */
+
+/* The memory figures of one step (metrics.jsonl's memory fields). */
+struct train_mem_step {
+    uint64_t predicted_peak;  /* the highest predicted peak of the step's groups */
+    uint64_t host_bytes;      /* stash bytes offloaded to the host tier */
+    uint64_t nvme_bytes;      /* to the NVMe tier */
+    uint64_t recompute_bytes; /* rebuilt by recompute */
+    double stall_s;           /* waiting for fetches (host time) */
+    double plan_s;            /* describing and planning the step's batches */
+    int64_t replans;          /* groups rolled back after running out and re-planned */
+    int64_t splits;           /* batches split into sub-groups */
+    int64_t skipped;          /* scenes skipped as oversized (skip_oversized) */
+};
+
+/* The plan kept for memory.json (qc_memreport.h's plan, with its storage). */
+struct train_mem_plan {
+    struct qc_memreport_plan r;
+    struct qc_memreport_plan_block *blocks; /* r.blocks */
+    int32_t cap;
+};
+
+/* The losses (sums over the group's sub-groups) and scenes a group ran. */
+struct train_group_out {
+    double loss, reg_loss_propose, reg_loss_refine, cls_loss;
+    int64_t scenes;
+};
+
+/* The memory system of a run on backend be for model (stepmem.c's module comment): the dry
+ * model of cfg, the cost model (RUN/plan_cost.json when it exists: a resumed run starts
+ * calibrated), and, when plan.policy may offload (offload, or auto with a budget), the
+ * backend's offload tier with its bandwidths measured. */
+enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_backend *be,
+                                const struct qc_qcnet *model, const char *run_dir,
+                                bool skip_oversized, struct train_mem **out);
+void train_mem_destroy(struct train_mem *tm);
+/* Brackets of one optimizer step: step_begin before its first group; step_end after the last
+ * (measured_peak: the allocator's active peak of the step). */
+void train_mem_step_begin(struct train_mem *tm, struct qc_qcnet *model);
+void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t measured_peak,
+                        int64_t step);
+struct train_dist;
+/* Runs one group (the batch staged in stage): plans, splits when it does not fit, runs forward,
+ * loss and backward with ctx and backward scale weight, rolls back and re-plans on running
+ * out. The group's losses and scenes in out. QC_ERR_NOMEM for a scene that never fits.
+ * td (NULL: one rank), when armed for this group (the rank's last of the step): the parts of a
+ * split group before the last run held, and a rollback after reported ranges settles them and
+ * keeps their reduced values (train_dist_hold, train_dist_settle). */
+enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
+                               struct qc_loader *loader, struct train_stage *stage,
+                               const struct qc_qcnet_ctx *ctx, float weight, struct train_dist *td,
+                               struct train_group_out *out);
+const struct train_mem_step *train_mem_last_step(const struct train_mem *tm);
+/* The plan of the step with the highest measured peak so far (NULL before one ran). */
+const struct qc_memreport_plan *train_mem_plan_shown(const struct train_mem *tm);
+/* The run's cost model. */
+const struct qc_plan_cost *train_mem_cost(const struct train_mem *tm);
+/* qc_trainer_set_plan_hook. */
+void train_mem_set_hook(struct train_mem *tm,
+                        void (*fn)(void *user, const struct qc_plan_program *prog, uint8_t *policy),
+                        void *user);
+/* Writes the cost model to RUN/plan_cost.json (atomically). */
+enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
 /* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the
  * run lock or created it). Symbolic links are removed, not followed. A missing path is fine.
  * QC_ERR_IO. */

@@ -13,6 +13,17 @@
   var HAVE_CHART = typeof window.Chart === 'function';
   var COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1',
     '#ff9da7', '#9c755f', '#bab0ac', '#1f77b4', '#d62728', '#7f7f7f', '#17becf'];
+  /* the allocator trace's event kinds (docs/TRACE.md) */
+  var EV_KINDS = { 1: 'alloc', 2: 'free', 3: 'ready', 4: 'map', 5: 'unmap', 6: 'oom', 7: 'step',
+    8: 'offload_put', 9: 'offload_get', 10: 'recompute' };
+  /* how the timeline marks them: a dashed line across the chart, or a tick of `tick` pixels */
+  var MARK_STYLE = {
+    unmap: { color: '#7f7f7f', label: 'unmaps (cache releases; grey dashed lines)' },
+    oom: { color: '#d62728', label: 'out-of-memory failures (red dashed lines)' },
+    offload_put: { color: '#1f77b4', tick: 14, label: 'offload puts (blue ticks)' },
+    offload_get: { color: '#2ca02c', tick: 10, label: 'offload fetches (green ticks)' },
+    recompute: { color: '#ff7f0e', tick: 18, label: 'recomputes (orange ticks)' }
+  };
 
   // ---- helpers ---------------------------------------------------------------------------------
 
@@ -209,20 +220,21 @@
       var i = data.dygraph.getSelection();
       if (i < 0 || i >= T.ev.length) return '';
       var ev = T.ev[i];
-      var kinds = { 1: 'alloc', 2: 'free', 4: 'map', 5: 'unmap', 6: 'oom' };
       var t = document.createElement('span');
-      t.textContent = 't = ' + fmtNum(T.x[i]) + ' ms · ' + (kinds[ev[0]] || 'event ' + ev[0]) +
+      t.textContent = 't = ' + fmtNum(T.x[i]) + ' ms · ' + (EV_KINDS[ev[0]] || 'event ' + ev[0]) +
         ' ' + (T.tags[ev[1]] || '(untagged)') + ' · ' + fmtBytes(ev[2]) + ' · allocated ' +
         fmtBytes(T.allocated[i]) + ', reserved ' + fmtBytes(T.reserved[i]);
       return t.outerHTML;
     }
+    /* unmaps and OOMs: dashed lines across the chart; the memory system's offload puts, fetches
+     * and recomputes: short ticks along its bottom edge (there are many), one colour each */
     function marks(canvas, area, g) {
       (T.marks || []).forEach(function (m) {
-        var xc = g.toDomXCoord(m.x);
-        canvas.strokeStyle = m.kind === 'oom' ? '#d62728' : '#7f7f7f';
-        canvas.setLineDash([4, 3]);
+        var xc = g.toDomXCoord(m.x), style = MARK_STYLE[m.kind] || MARK_STYLE.unmap;
+        canvas.strokeStyle = style.color;
+        canvas.setLineDash(style.tick ? [] : [4, 3]);
         canvas.beginPath();
-        canvas.moveTo(xc, area.y);
+        canvas.moveTo(xc, style.tick ? area.y + area.h - style.tick : area.y);
         canvas.lineTo(xc, area.y + area.h);
         canvas.stroke();
       });
@@ -253,9 +265,20 @@
       legendFormatter: legendWith('totals', hover)
     });
     syncX([g1, g2]);
-    add(b, el('p', { 'class': 'muted' }, 'Dashed lines mark unmaps (cache releases, grey) and ' +
-      'out-of-memory failures (red); ' + (T.marks || []).length + ' in this step.'));
+    timelineMarks(b, T);
     timelineGroupTable(b, T, used);
+  }
+
+  /* The marks of the step by kind, as text (and data-<kind> counts): what the chart's lines and
+   * ticks show, also readable without it. */
+  function timelineMarks(b, T) {
+    var count = {}, attrs = { 'class': 'muted', id: 'timeline-marks' };
+    (T.marks || []).forEach(function (m) { count[m.kind] = (count[m.kind] || 0) + 1; });
+    var parts = Object.keys(MARK_STYLE).map(function (k) {
+      attrs['data-' + k] = String(count[k] || 0);
+      return (count[k] || 0) + ' ' + MARK_STYLE[k].label;
+    });
+    add(b, el('p', attrs, 'Marks in this step: ' + parts.join(', ') + '.'));
   }
 
   /* Live bytes by group at the step's allocated peak. */
@@ -273,14 +296,14 @@
   }
 
   function timelineTables(b, T, used) {
+    timelineMarks(b, T);
     timelineGroupTable(b, T, used);
     add(b, el('h3', null, 'Events (every ' + Math.max(1, Math.ceil(T.x.length / 200)) +
       'th point)'));
     var step = Math.max(1, Math.ceil(T.x.length / 200)), rows = [];
-    var kinds = { 1: 'alloc', 2: 'free', 4: 'map', 5: 'unmap', 6: 'oom' };
     for (var i = 0; i < T.x.length; i += step) {
       var ev = T.ev[i];
-      rows.push([fmtNum(T.x[i]), kinds[ev[0]] || String(ev[0]), T.tags[ev[1]] || '',
+      rows.push([fmtNum(T.x[i]), EV_KINDS[ev[0]] || String(ev[0]), T.tags[ev[1]] || '',
         bytesCell(ev[2]), bytesCell(T.allocated[i]), bytesCell(T.reserved[i])]);
     }
     var s = add(b, el('div', { 'class': 'scroll' }));
@@ -398,7 +421,8 @@
   var CHARTS = [
     ['loss', 'loss and its terms'], ['lr', 'learning rate'], ['speed', 'samples/s'],
     ['memory', 'device memory per step'], ['offload', 'bytes offloaded and recomputed per step'],
-    ['stall', 'prefetch stall (s)'], ['plan', 're-plans and splits'],
+    ['stall', 'prefetch stall (s)'], ['plan', 're-plans, splits and skipped scenes'],
+    ['plan_time', 'planning time per step (ms)'],
     ['eval_loss', 'validation loss'], ['eval_dist', 'validation displacement errors (m)'],
     ['eval_rate', 'validation miss rate and Brier'], ['eval_heading', 'validation heading errors (rad)']
   ];

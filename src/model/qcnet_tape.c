@@ -1,0 +1,960 @@
+/*
+ * qcnet_tape.c — the tape: the table of block applications one forward leaves for backward
+ * (qcnet_internal.h, glossary), and the forward and backward of each kind of entry.
+ *
+ * The encoders and the decoder (qcnet_encoder.c, qcnet_decoder.c) call the *_forward
+ * functions here in forward order; each adds one entry, binds its stash tables to memory from
+ * the memory context (class QC_MEM_MODEL, tag "<entry>/stash" or the block's own) and runs the
+ * block. Their backward calls name the entry by (kind, block, occurrence) and run its backward,
+ * which frees its stash. qc_qcnet_release frees whatever is left (a failed or eval step).
+ *
+ * Each forward and backward is bracketed by entry_fwd / entry_fwd_end and entry_bwd /
+ * entry_bwd_end: they time it and measure the blocks' transient memory (the cost model's
+ * calibration), and, when the memory context records (qc_qcnet_describe, qc_qcnet_record),
+ * write the program's markers, with the uses (an application reads its layer's source context;
+ * an unfused source context reads its edge context) and each stash arena's owner.
+ *
+ * Dry run (m->dry): the blocks do not run. What they would allocate beyond one call is
+ * allocated here with the tags and sizes of their contract (qc_attention.h: the edge context's
+ * index arrays and r, the source contexts' gradient buffers, dL/dr (unfused, or fused with the
+ * r its layers share on every backend but CUDA) and the CSR by source), and their transient
+ * scratch is a PEAK event: exact for FE, MLP, GRU and edge contexts, left to the cost model for
+ * source contexts and applications.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qc_attn_fused.h" /* QC_ATTN_FUSED_TILE_EDGES_CPU */
+#include "qc_batch.h"
+#include "qc_exec.h"
+#include "qc_graph.h"
+#include "qc_kernels.h"
+#include "qc_plan.h"
+#include "blocks_internal.h"
+#include "qcnet_internal.h"
+
+// ---- entries ------------------------------------------------------------------------------
+
+static const char *kind_str(enum qcnet_kind k)
+{
+    static const char *const names[] = {"fe", "edges", "kv", "attn", "mlp", "gru"};
+    return (int)k >= 0 && k <= QCNET_GRU ? names[k] : "?";
+}
+
+int qcnet_entry_add(struct qc_qcnet *m, enum qcnet_kind kind, const void *block, const char *name)
+{
+    struct qcnet_tape *t = &m->tape;
+    QC_ASSERT(t->n_entries < QCNET_MAX_ENTRIES, "model: more than %d block applications",
+              QCNET_MAX_ENTRIES);
+    int occ = 0;
+    for (int i = 0; i < t->n_entries; i++)
+        occ += t->e[i].kind == kind && t->e[i].block == block && block;
+    const int n = t->n_entries++;
+    struct qcnet_entry *e = &t->e[n];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->kind = kind;
+    e->block = block;
+    e->occ = occ;
+    e->set = -1;
+    e->kv = -1;
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec) {
+        const int32_t b = qc_plan_program_block(rec, name, (enum qc_plan_kind)kind);
+        QC_ASSERT(b == n, "model: recording out of step with the tape (block %d, entry %d)", b, n);
+    }
+    return n;
+}
+
+_Static_assert((int)QCNET_FE == (int)QC_PLAN_FE && (int)QCNET_EDGES == (int)QC_PLAN_EDGES &&
+                   (int)QCNET_KV == (int)QC_PLAN_KV && (int)QCNET_ATTN == (int)QC_PLAN_ATTN &&
+                   (int)QCNET_MLP == (int)QC_PLAN_MLP && (int)QCNET_GRU == (int)QC_PLAN_GRU,
+               "tape kinds are the planner's kinds");
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A program marker (or transient) of entry n when recording. */
+static enum qc_status mark(struct qc_qcnet *m, enum qc_plan_op op, int n, uint64_t bytes, int phase)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec && qc_plan_program_event(rec, op, n, -1, bytes, 0, phase) < 0)
+        return QC_ERR_NOMEM;
+    return QC_OK;
+}
+
+/* Entry n reads entry `used`'s stash in its forward and backward (recorded). */
+static enum qc_status use(struct qc_qcnet *m, int n, int used)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    return rec ? qc_plan_program_use(rec, n, used) : QC_OK;
+}
+
+/* The size drivers of entry n for the cost model (recorded). */
+static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int64_t srcs,
+                    bool scratch_known, uint64_t redo_bytes)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (!rec)
+        return;
+    struct qc_plan_block *b = &rec->blocks[n];
+    b->fused = m->cfg.attention == QC_ATTN_FUSED;
+    b->rows = rows;
+    b->edges = edges;
+    b->srcs = srcs;
+    b->scratch_known = scratch_known;
+    b->can_recompute = true;
+    b->redo_bytes = redo_bytes;
+}
+
+/* Brackets of entry n's forward and backward (module comment). */
+static enum qc_status entry_fwd(struct qc_qcnet *m, int n)
+{
+    QC_TRY(mark(m, QC_PLAN_OP_FWD, n, 0, 0));
+    qc_memctx_block_mark(m->mc);
+    m->tape.t_entry = now_s();
+    return QC_OK;
+}
+
+static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->t_fwd = now_s() - m->tape.t_entry;
+    e->scratch_fwd = qc_memctx_block_peak(m->mc);
+    QC_TRY(mark(m, QC_PLAN_OP_FWD_END, n, 0, 0));
+    return qcnet_policy_after_forward(m, n);
+}
+
+static enum qc_status entry_bwd(struct qc_qcnet *m, int n)
+{
+    QC_TRY(mark(m, QC_PLAN_OP_BWD, n, 0, 1));
+    QC_TRY(qcnet_policy_before_backward(m, n));
+    qc_memctx_block_mark(m->mc);
+    m->tape.t_entry = now_s();
+    return QC_OK;
+}
+
+static enum qc_status entry_bwd_end(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->t_bwd = now_s() - m->tape.t_entry;
+    e->scratch_bwd = qc_memctx_block_peak(m->mc);
+    return mark(m, QC_PLAN_OP_BWD_END, n, 0, 1);
+}
+
+/* Dry run: the transient scratch of entry n's block call (bytes 0: estimated by the cost
+ * model). */
+static enum qc_status dry_peak(struct qc_qcnet *m, int n, int phase, uint64_t bytes)
+{
+    return mark(m, QC_PLAN_OP_PEAK, n, bytes, phase);
+}
+
+int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ)
+{
+    const struct qcnet_tape *t = &m->tape;
+    for (int i = 0; i < t->n_entries; i++)
+        if (t->e[i].kind == kind && t->e[i].block == block && t->e[i].occ == occ)
+            return i;
+    QC_ASSERT(false, "model: no %s entry of occurrence %d on the tape", kind_str(kind), occ);
+    return -1;
+}
+
+/* The EDGES entry of set s. */
+static int edges_entry(const struct qc_qcnet *m, int s)
+{
+    const struct qcnet_tape *t = &m->tape;
+    for (int i = 0; i < t->n_entries; i++)
+        if (t->e[i].kind == QCNET_EDGES && t->e[i].set == s)
+            return i;
+    QC_ASSERT(false, "model: no edge context of set %d on the tape", s);
+    return -1;
+}
+
+enum qc_status qcnet_tape_check(const struct qc_qcnet *m)
+{
+    const struct qcnet_tape *t = &m->tape;
+    size_t stash = 0;
+    int apps = 0;
+    for (int i = 0; i < t->n_entries; i++) {
+        const struct qcnet_entry *e = &t->e[i];
+        for (int j = 0; j < i; j++)
+            if (t->e[j].kind == e->kind && t->e[j].block == e->block && t->e[j].occ == e->occ &&
+                e->block)
+                return qc_errorf(QC_ERR_INVALID, "tape: entries %d and %d are both %s occ %d", j, i,
+                                 kind_str(e->kind), e->occ);
+        if (e->kind == QCNET_ATTN) {
+            apps++;
+            if (e->kv >= 0 &&
+                (e->kv >= i || t->e[e->kv].kind != QCNET_KV || t->e[e->kv].block != e->block))
+                return qc_errorf(QC_ERR_INVALID, "tape: %s: kv entry %d is not its layer's",
+                                 e->name, e->kv);
+        }
+        if (e->st.arena)
+            stash += qc_stash_bytes(&e->st);
+        if (e->kv_live && e->kvc.stash.arena)
+            stash += qc_stash_bytes(&e->kvc.stash);
+        if (e->kind == QCNET_EDGES && t->ed_init[e->set])
+            stash += qc_stash_bytes(&t->ed[e->set].fe_stash) + qc_stash_bytes(&t->ed[e->set].stash);
+    }
+    if (apps != t->n_app)
+        return qc_errorf(QC_ERR_INVALID, "tape: %d applications counted, %d on the tape", t->n_app,
+                         apps);
+    if (t->need_backward && !t->has_loss && stash != m->bytes_stash)
+        return qc_errorf(QC_ERR_INVALID, "tape: %zu stash bytes bound, %zu counted", stash,
+                         m->bytes_stash);
+    return QC_OK;
+}
+
+void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out)
+{
+    const struct qcnet_tape *t = &m->tape;
+    size_t total = 0;
+    for (int i = 0; i < t->n_entries; i++) {
+        const struct qcnet_entry *e = &t->e[i];
+        if (e->kind != QCNET_ATTN)
+            continue;
+        size_t b = qc_stash_bytes(&e->st);
+        if (e->kv < 0 && e->kv_live)
+            b += qc_stash_bytes(&e->kvc.stash);
+        fprintf(out, "%-64s %12zu\n", e->name, b);
+        total += b;
+    }
+    fprintf(out, "%-64s %12zu\n", "attention applications (live)", total);
+    fprintf(out, "%-64s %12zu\n", "all stashes of the last forward", m->bytes_stash);
+}
+
+// ---- FE, MLP ------------------------------------------------------------------------------
+
+/* out (N,D) = Σ_j table_j[idx_j] of cat (stack + sum order: ascending j). */
+static enum qc_status embed_sum(struct qc_qcnet *m, float *out, const struct qcnet_cat *cat,
+                                int64_t N)
+{
+    const int64_t D = m->D;
+    qc_op_embedding_forward(m->ex, out, cat->idx[0], m->params + cat->off[0], N, D, cat->vocab[0]);
+    if (cat->n == 1)
+        return QC_OK;
+    float *tmp;
+    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
+    for (int j = 1; j < cat->n; j++) {
+        qc_op_embedding_forward(m->ex, tmp, cat->idx[j], m->params + cat->off[j], N, D,
+                                cat->vocab[j]);
+        qc_op_add_forward(m->ex, out, out, tmp, N * D);
+    }
+    qcnet_free(m, tmp);
+    return QC_OK;
+}
+
+/* The FE of entry e over its rows into out, with its categorical embeddings summed into a
+ * temporary first. */
+static enum qc_status fe_run(struct qc_qcnet *m, struct qcnet_entry *e, float *out)
+{
+    const struct qc_fourier *fe = e->block;
+    float *cat = NULL;
+    if (e->cat.n > 0) {
+        QC_TRY(qcnet_falloc(m, e->rows * fe->D, e->cat.tag, &cat));
+        QC_TRY(embed_sum(m, cat, &e->cat, e->rows));
+    }
+    enum qc_status s = QC_OK;
+    if (!m->dry)
+        s = qc_fourier_forward(fe, out, &e->st, e->x, cat, e->rows);
+    qcnet_free(m, cat);
+    return s;
+}
+
+enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe, const char *tag,
+                                const float *c, const struct qcnet_cat *cat, int64_t N, float **out)
+{
+    const int n = qcnet_entry_add(m, QCNET_FE, fe, tag);
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->x = c;
+    e->rows = N;
+    if (cat)
+        e->cat = *cat;
+    QC_TRY(entry_fwd(m, n));
+    drivers(m, n, N, 0, 0, true,
+            (uint64_t)(e->cat.n > 0 ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
+    qc_stash_init(&e->st, "fe");
+    qc_fourier_stash_plan(fe, N, &e->st);
+    char name[QCNET_ENTRY_NAME + 16];
+    float *catbuf = NULL;
+    if (e->cat.n > 0) { /* before the stash, as the memory of the first forward was laid out */
+        QC_TRY(qcnet_falloc(m, N * fe->D, e->cat.tag, &catbuf));
+        QC_TRY(embed_sum(m, catbuf, &e->cat, N));
+    }
+    snprintf(name, sizeof name, "%s/stash", tag);
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
+    snprintf(name, sizeof name, "%s/out", tag);
+    QC_TRY(qcnet_falloc(m, N * fe->D, name, out));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, (uint64_t)fourier_scratch_floats(fe, N, false) * sizeof(float)));
+    else
+        QC_TRY(qc_fourier_forward(fe, *out, &e->st, c, catbuf, N));
+    qcnet_free(m, catbuf);
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe, int occ,
+                                 float *dc, float *dcat, const float *dout)
+{
+    const int n = qcnet_entry_find(m, QCNET_FE, fe, occ);
+    struct qcnet_entry *e = &m->tape.e[n];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(
+            dry_peak(m, n, 1, (uint64_t)fourier_scratch_floats(fe, e->rows, true) * sizeof(float)));
+    else
+        QC_TRY(qc_fourier_backward(fe, dc, dcat, dout, &e->st, e->x, e->rows));
+    qcnet_stash_free(m, &e->st);
+    return entry_bwd_end(m, n);
+}
+
+enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, const char *tag,
+                                 const float *x, int64_t N, float **out)
+{
+    const int n = qcnet_entry_add(m, QCNET_MLP, mlp, tag);
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->x = x;
+    e->rows = N;
+    QC_TRY(entry_fwd(m, n));
+    drivers(m, n, N, 0, 0, true, (uint64_t)(N * mlp->O) * sizeof(float));
+    qc_stash_init(&e->st, "mlp");
+    qc_mlp_stash_plan(mlp, N, &e->st);
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/stash", tag);
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
+    snprintf(name, sizeof name, "%s/out", tag);
+    QC_TRY(qcnet_falloc(m, N * mlp->O, name, out));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, 0));
+    else
+        QC_TRY(qc_mlp_forward(mlp, *out, &e->st, x, N));
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, int occ, float *dx,
+                                  const float *dout)
+{
+    const int n = qcnet_entry_find(m, QCNET_MLP, mlp, occ);
+    struct qcnet_entry *e = &m->tape.e[n];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 1, (uint64_t)(2 * e->rows * mlp->D) * sizeof(float)));
+    else
+        QC_TRY(qc_mlp_backward(mlp, dx, dout, &e->st, e->x, e->rows));
+    qcnet_stash_free(m, &e->st);
+    return entry_bwd_end(m, n);
+}
+
+// ---- edge contexts, source/edge contexts ----------------------------------------------------
+
+/* Dry run: the edge context as qc_attn_edges_init_mem leaves it (its stash tables planned,
+ * its index arrays allocated with their tags and sizes), without the host work. */
+static enum qc_status dry_edges_init(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                     enum qc_attn_impl impl, bool cuda,
+                                     const struct qc_attn_graph *g, const struct qc_fourier *fe,
+                                     const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                     float *dcat_table)
+{
+    memset(ed, 0, sizeof *ed);
+    ed->mem = *mem;
+    ed->impl = impl;
+    ed->g = g;
+    ed->fe = fe;
+    ed->cat_table = cat_table;
+    ed->cat_idx = cat_idx;
+    ed->ncat = ncat;
+    ed->dcat_table = dcat_table;
+    const int64_t E = g->n_edge;
+    qc_stash_init(&ed->fe_stash, impl == QC_ATTN_FUSED ? "edges.fe(fused: none)" : "edges.fe");
+    qc_stash_init(&ed->stash, "edges");
+    ed->bdst = qc_block_alloc(&ed->mem, (size_t)E * sizeof(int64_t), "edges.bdst");
+    if (!ed->bdst)
+        return QC_ERR_NOMEM;
+    if (impl == QC_ATTN_UNFUSED) {
+        const int64_t n = g->n_query * g->n_bdst + g->n_dst + E + 1;
+        ed->qindex = qc_block_alloc(&ed->mem, (size_t)n * sizeof(int64_t), "edges.query_index");
+        if (!ed->qindex)
+            return QC_ERR_NOMEM;
+        if (fe)
+            qc_fourier_stash_plan(fe, E, &ed->fe_stash);
+    }
+    /* r: UNFUSED with the FE's stash; FUSED alone, shared by the layers, where the target
+     * backend's op takes it (all but CUDA: qc_attn_fused_takes_r) */
+    if (fe && (impl == QC_ATTN_UNFUSED || !cuda))
+        qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
+    return QC_OK;
+}
+
+/* Dry run: the scratch of the shared r's tiled FE on the CPU (forward or backward), bytes. */
+static uint64_t dry_fe_tiled_bytes(const struct qc_attn_edges *ed, bool backward)
+{
+    struct qc_fe fe;
+    fourier_desc(ed->fe, &fe);
+    const struct qc_fe_rows rows = {.N = ed->g->n_edge,
+                                    .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
+                                    .c = ed->fe->d > 0 ? ed->feat : NULL,
+                                    .cat_table = ed->cat_table,
+                                    .cat_idx = ed->cat_idx,
+                                    .ncat = ed->ncat,
+                                    .dcat_table = ed->dcat_table};
+    return (uint64_t)qc_fe_tiled_scratch_numel_cpu(&fe, &rows, backward) * sizeof(float);
+}
+
+/* Dry run: the CSR by source of an edge context, built by the first backward that needs it. */
+static enum qc_status dry_by_src(struct qc_attn_edges *ed)
+{
+    if (ed->by_src)
+        return QC_OK;
+    const size_t n = (size_t)(ed->g->n_src + 1 + ed->g->n_edge);
+    ed->by_src = qc_block_alloc(&ed->mem, n * sizeof(int64_t), "edges.csr_by_src");
+    return ed->by_src ? QC_OK : QC_ERR_NOMEM;
+}
+
+enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fourier *fe,
+                                 const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                 float *dcat_table)
+{
+    struct qcnet_tape *t = &m->tape;
+    const struct qc_edges *ge = &t->dbatch->graph.e[set]; /* attr: an op argument */
+    struct qc_attn_edges *ed = &t->ed[set];
+    enum qc_attn_impl impl = m->cfg.attention;
+    struct qc_block_mem mem;
+    memset(&mem, 0, sizeof mem);
+    char name[96];
+    snprintf(name, sizeof name, "edges.%s", qc_edge_set_name((enum qc_edge_set)set));
+    const int n = qcnet_entry_add(m, QCNET_EDGES, NULL, name);
+    t->e[n].set = set;
+    QC_TRY(entry_fwd(m, n));
+    const int64_t E = t->g[set].n_edge, D = m->D;
+    const bool fe_unfused = fe && impl == QC_ATTN_UNFUSED;
+    drivers(m, n, t->g[set].n_dst, E, t->g[set].n_src, true, 0);
+    qc_block_mem_set(&mem, m->mc, name);
+    mem.ex = m->ex;
+    if (m->dry)
+        QC_TRY(dry_edges_init(ed, &mem, impl, m->target_cuda, &t->g[set], fe, cat_table, cat_idx,
+                              ncat, dcat_table));
+    else
+        QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? ge->attr : NULL,
+                                      cat_table, cat_idx, ncat, dcat_table));
+    t->ed_init[set] = true;
+    snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
+    QC_TRY(qcnet_stash_bind(m, n, &ed->fe_stash, name));
+    snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
+    QC_TRY(qcnet_stash_bind(m, n, &ed->stash, name));
+    if (m->dry) {
+        if (fe_unfused)
+            QC_TRY(dry_peak(m, n, 0,
+                            ((uint64_t)(cat_table ? E * D : 0) +
+                             (uint64_t)fourier_scratch_floats(fe, E, false)) *
+                                sizeof(float)));
+        else if (attn_edges_shares_r(ed))
+            QC_TRY(dry_peak(m, n, 0, dry_fe_tiled_bytes(ed, false)));
+    } else {
+        QC_TRY(qc_attn_edges_forward(ed));
+    }
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
+{
+    struct qcnet_tape *t = &m->tape;
+    if (!t->ed_init[set])
+        return QC_OK;
+    const int n = edges_entry(m, set);
+    struct qc_attn_edges *ed = &t->ed[set];
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry) {
+        if (ed->dr) { /* positional input: FE backward from dL/dr (fused: tiled) */
+            const int64_t E = ed->g->n_edge, D = ed->fe->D;
+            QC_TRY(dry_peak(m, n, 1,
+                            attn_edges_shares_r(ed)
+                                ? dry_fe_tiled_bytes(ed, true)
+                                : ((uint64_t)(ed->cat_table && ed->dcat_table ? E * D : 0) +
+                                   (uint64_t)fourier_scratch_floats(ed->fe, E, true)) *
+                                      sizeof(float)));
+            blk_ffree(&ed->mem, ed->dr, E * D);
+            ed->dr = NULL;
+        }
+    } else {
+        QC_TRY(qc_attn_edges_backward(ed));
+    }
+    qcnet_stash_free(m, &ed->fe_stash);
+    qcnet_stash_free(m, &ed->stash);
+    return entry_bwd_end(m, n);
+}
+
+/* Entry n reads the edge context of its set when that context has a stash (positional input):
+ * unfused, a source context reads r to make k~ and v~; fused with the shared r
+ * (attn_edges_shares_r), every application reads r in its forward and backward. */
+static enum qc_status use_edges(struct qc_qcnet *m, int n, int set)
+{
+    if (m->tape.ed[set].stash.n == 0)
+        return QC_OK;
+    return use(m, n, edges_entry(m, set));
+}
+
+/* kvc of entry e (index n) initialised on layer's edge set, stash bound (tag "<prefix>/kv"),
+ * forwarded. */
+static enum qc_status kv_forward(struct qc_qcnet *m, int n, const struct qcnet_layer *layer)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    qc_attn_kv_init(&e->kvc, &layer->attn, &m->tape.ed[e->set]);
+    e->kv_live = true;
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/kv", layer->prefix);
+    QC_TRY(qcnet_stash_bind(m, n, &e->kvc.stash, name));
+    if (!attn_edges_shares_r(&m->tape.ed[e->set]))
+        QC_TRY(use_edges(m, n, e->set));
+    if (m->dry)
+        return dry_peak(m, n, 0, 0);
+    return qc_attn_kv_forward(&e->kvc, e->x_src);
+}
+
+/* Frees entry e's source/edge context (stash memory back to the context) if it is live. */
+static void kv_free(struct qc_qcnet *m, struct qcnet_entry *e)
+{
+    if (!e->kv_live)
+        return;
+    qcnet_stash_free(m, &e->kvc.stash);
+    qc_attn_kv_deinit(&e->kvc);
+    e->kv_live = false;
+}
+
+/* Dry run: the gradient buffers a source context's first application backward makes. */
+static enum qc_status dry_kv_grads(struct qc_attn_kv *kv)
+{
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
+    const int64_t n = (fused ? kv->ed->g->n_src : kv->ed->g->n_edge) * kv->l->D;
+    float **a = fused ? &kv->dk : &kv->dkt, **b = fused ? &kv->dv : &kv->dvt;
+    if (*a)
+        return QC_OK;
+    *a = blk_falloc(bm, n, fused ? "kv.dk" : "kv.dkt");
+    *b = *a ? blk_falloc(bm, n, fused ? "kv.dv" : "kv.dvt") : NULL;
+    return *b ? QC_OK : QC_ERR_NOMEM;
+}
+
+/* Dry run: the shared r's gradient dL/dr (fused, positional layer), made by the first
+ * application backward on the edge set that needs it. */
+static enum qc_status dry_shared_dr(struct qc_attn_kv *kv)
+{
+    struct qc_attn_edges *ed = kv->ed;
+    if (!kv->l->has_pos || !attn_edges_shares_r(ed) || ed->dr)
+        return QC_OK;
+    ed->dr = blk_fcalloc(&ed->mem, ed->g->n_edge * kv->l->D, "edges.dr");
+    return ed->dr ? QC_OK : QC_ERR_NOMEM;
+}
+
+/* Dry run: qc_attn_kv_backward's allocations that outlive it (unfused: dL/dr of the edge
+ * context and its CSR by source) and the release of the gradient buffers. */
+static enum qc_status dry_kv_backward(struct qc_qcnet *m, int n, struct qc_attn_kv *kv)
+{
+    QC_TRY(dry_kv_grads(kv));
+    struct qc_attn_edges *ed = kv->ed;
+    if (ed->impl == QC_ATTN_UNFUSED) {
+        const int64_t E = ed->g->n_edge;
+        if (kv->l->has_pos && !ed->dr && !(ed->dr = blk_falloc(&ed->mem, E * kv->l->D, "edges.dr")))
+            return QC_ERR_NOMEM;
+        QC_TRY(dry_by_src(ed));
+    }
+    QC_TRY(dry_peak(m, n, 1, 0));
+    const struct qc_block_mem *bm = &kv->l->mem;
+    const int64_t Ns = ed->g->n_src, E = ed->g->n_edge, D = kv->l->D;
+    blk_ffree(bm, kv->dvt, E * D);
+    blk_ffree(bm, kv->dkt, E * D);
+    blk_ffree(bm, kv->dv, Ns * D);
+    blk_ffree(bm, kv->dk, Ns * D);
+    kv->dk = kv->dv = kv->dkt = kv->dvt = NULL;
+    return QC_OK;
+}
+
+enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
+                              const float *x_src, int *entry)
+{
+    char name[QCNET_ENTRY_NAME];
+    snprintf(name, sizeof name, "%s/kv", layer->prefix);
+    const int n = qcnet_entry_add(m, QCNET_KV, layer, name);
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->set = set;
+    e->x_src = x_src;
+    *entry = n;
+    QC_TRY(entry_fwd(m, n));
+    const struct qc_attn_graph *g = &m->tape.g[set];
+    drivers(m, n, g->n_dst, g->n_edge, g->n_src, false, 0);
+    QC_TRY(kv_forward(m, n, layer));
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_kv_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, float *dx_src)
+{
+    const int n = qcnet_entry_find(m, QCNET_KV, layer, 0);
+    struct qcnet_entry *e = &m->tape.e[n];
+    QC_ASSERT(e->kv_live, "model: backward of %s without its context", e->name);
+    QC_TRY(entry_bwd(m, n));
+    if (m->dry)
+        QC_TRY(dry_kv_backward(m, n, &e->kvc));
+    else
+        QC_TRY(qc_attn_kv_backward(&e->kvc, dx_src, e->x_src, true));
+    kv_free(m, e);
+    return entry_bwd_end(m, n);
+}
+
+void qcnet_kv_drop(struct qc_qcnet *m, const struct qcnet_layer *layer)
+{
+    kv_free(m, &m->tape.e[qcnet_entry_find(m, QCNET_KV, layer, 0)]);
+}
+
+// ---- attention applications ---------------------------------------------------------------
+
+/* Runs application n (its kv resolved) and binds its stash; out allocated. */
+static enum qc_status app_forward(struct qc_qcnet *m, int n)
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
+    const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+    const int64_t Nd = kv->ed->g->n_dst;
+    if (attn_edges_shares_r(kv->ed))
+        QC_TRY(use_edges(m, n, e->set));
+    qc_stash_init(&e->st, "attn.app");
+    qc_attn_stash_plan(kv, &e->st);
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s.stash", e->name);
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
+    snprintf(name, sizeof name, "%s.out", e->name);
+    QC_TRY(qcnet_falloc(m, Nd * m->D, name, &e->out));
+    if (m->dry)
+        QC_TRY(dry_peak(m, n, 0, 0));
+    else
+        QC_TRY(qc_attn_forward(kv, e->out, &e->st, e->x, &e->ctx));
+    if (!t->need_backward) { /* eval: nothing of this application is read again */
+        qcnet_stash_free(m, &e->st);
+        if (e->kv < 0)
+            kv_free(m, e);
+    }
+    return QC_OK;
+}
+
+/* A new ATTN entry of layer over x_dst: name, dropout keying; its index. */
+static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const float *x_dst)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int napp = t->n_app++;
+    char name[QCNET_ENTRY_NAME];
+    snprintf(name, sizeof name, "%s/app%d", layer->prefix, napp);
+    const int n = qcnet_entry_add(m, QCNET_ATTN, layer, name);
+    struct qcnet_entry *e = &t->e[n];
+    e->x = x_dst;
+    e->ctx.training = t->training;
+    e->ctx.dropout = (float)m->cfg.dropout;
+    e->ctx.seed = t->seed;
+    e->ctx.step = t->step;
+    e->ctx.site = (t->micro << 16) + 2u * (uint32_t)napp;
+    return n;
+}
+
+/* The drivers of application n on edge set `set`. */
+static void app_drivers(struct qc_qcnet *m, int n, int set)
+{
+    const struct qc_attn_graph *g = &m->tape.g[set];
+    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src, false,
+            (uint64_t)(g->n_dst * m->D) * sizeof(float));
+}
+
+enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer, int kv,
+                                const float *x_dst, float **out)
+{
+    struct qcnet_tape *t = &m->tape;
+    QC_ASSERT(kv >= 0 && kv < t->n_entries && t->e[kv].kind == QCNET_KV &&
+                  t->e[kv].block == layer && t->e[kv].kv_live,
+              "model: kv entry %d is not a live context of %s", kv, layer->prefix);
+    const int n = app_add(m, layer, x_dst);
+    struct qcnet_entry *e = &t->e[n];
+    e->kv = kv;
+    e->set = t->e[kv].set;
+    e->x_src = t->e[kv].x_src;
+    QC_TRY(entry_fwd(m, n));
+    app_drivers(m, n, e->set);
+    QC_TRY(use(m, n, kv));
+    QC_TRY(app_forward(m, n));
+    *out = e->out;
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
+                               const float *x, float **out)
+{
+    const int n = app_add(m, layer, x);
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->set = set;
+    e->x_src = x;
+    QC_TRY(entry_fwd(m, n));
+    app_drivers(m, n, set);
+    /* the application owns its kv (freed by release even when a step fails) */
+    QC_TRY(kv_forward(m, n, layer));
+    QC_TRY(app_forward(m, n));
+    *out = e->out;
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer *layer, int occ,
+                                   float *dx_dst, const float *dout)
+{
+    struct qcnet_tape *t = &m->tape;
+    const int n = qcnet_entry_find(m, QCNET_ATTN, layer, occ);
+    struct qcnet_entry *e = &t->e[n];
+    struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+    QC_TRY(entry_bwd(m, n)); /* its stashes are resident from here */
+    QC_ASSERT((e->kv >= 0 ? t->e[e->kv].kv_live : e->kv_live) && e->st.arena,
+              "model: backward of %s without its stash", e->name);
+    if (m->dry) {
+        QC_TRY(dry_kv_grads(kv));
+        if (m->target_cuda && kv->ed->impl == QC_ATTN_FUSED)
+            QC_TRY(dry_by_src(kv->ed));
+        QC_TRY(dry_shared_dr(kv));
+        QC_TRY(dry_peak(m, n, 1, 0));
+        if (e->kv < 0)
+            QC_TRY(dry_kv_backward(m, n, kv));
+    } else {
+        QC_TRY(qc_attn_backward(kv, dx_dst, dout, &e->st, e->x, &e->ctx));
+        if (e->kv < 0)
+            QC_TRY(qc_attn_kv_backward(kv, dx_dst, e->x_src, true));
+    }
+    if (e->kv < 0)
+        kv_free(m, e);
+    qcnet_stash_free(m, &e->st);
+    return entry_bwd_end(m, n);
+}
+
+// ---- the trajectory GRU ---------------------------------------------------------------------
+
+enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_t N,
+                                 const char *tag, float *last)
+{
+    const int64_t D = m->D;
+    const int n = qcnet_entry_add(m, QCNET_GRU, QCNET_GRU_BLOCK(m), tag);
+    struct qcnet_entry *e = &m->tape.e[n];
+    e->x = x;
+    e->rows = N;
+    e->steps = L;
+    QC_TRY(entry_fwd(m, n));
+    const int64_t ns = qc_gru_forward_scratch_numel(L, N, D);
+    drivers(m, n, N, L, 0, true, (uint64_t)(N * D + ns) * sizeof(float));
+    qc_stash_init(&e->st, "gru");
+    const int ihs = qc_stash_add(&e->st, "hs", QC_STASH_F32, 3, L + 1, N, D, 1);
+    const int igates = qc_stash_add(&e->st, "gates", QC_STASH_F32, 3, L, N, 4 * D, 1);
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/stash", tag);
+    QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
+    float *h0, *scratch;
+    snprintf(name, sizeof name, "%s/h0", tag);
+    QC_TRY(qcnet_falloc(m, N * D, name, &h0));
+    qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
+    QC_TRY(qcnet_falloc(m, ns, "scratch/gru", &scratch));
+    const float *w = m->params;
+    float *hs = qc_stash_f32(&e->st, ihs), *gates = qc_stash_f32(&e->st, igates);
+    qc_op_gru_forward(m->ex, hs, gates, x, h0, w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh,
+                      w + m->o_gru_bhh, L, N, D, D, scratch);
+    qcnet_free(m, scratch);
+    qcnet_free(m, h0);
+    /* the final state, a copy of its own: the stash may leave the device after this entry */
+    qc_op_copy(m->ex, last, hs + L * N * D, (size_t)(N * D) * sizeof(float));
+    return entry_fwd_end(m, n);
+}
+
+enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float *dx, float *dh0,
+                                  const float *dh_last)
+{
+    const int64_t D = m->D;
+    const int n = qcnet_entry_find(m, QCNET_GRU, QCNET_GRU_BLOCK(m), occ);
+    struct qcnet_entry *e = &m->tape.e[n];
+    const int64_t N = e->rows;
+    QC_TRY(entry_bwd(m, n));
+    float *scratch;
+    QC_TRY(
+        qcnet_falloc(m, qc_gru_backward_scratch_numel(L, N, D), "scratch/gru_backward", &scratch));
+    float *g = m->grads;
+    const float *w = m->params;
+    qc_op_gru_backward(m->ex, dx, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
+                       g + m->o_gru_bhh, dh_last, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1),
+                       e->x, w + m->o_gru_wih, w + m->o_gru_whh, L, N, D, D, scratch);
+    qcnet_free(m, scratch);
+    qcnet_stash_free(m, &e->st);
+    qcnet_free(m, (float *)(uintptr_t)e->x); /* the input, handed over by the forward */
+    e->x = NULL;
+    return entry_bwd_end(m, n);
+}
+
+enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure *out, int32_t n)
+{
+    const struct qcnet_tape *t = &m->tape;
+    if (n != t->n_entries)
+        return qc_errorf(QC_ERR_INVALID, "model measure: %d block applications asked, %d ran", n,
+                         t->n_entries);
+    for (int32_t i = 0; i < n; i++) {
+        const struct qcnet_entry *e = &t->e[i];
+        out[i] = (struct qc_plan_measure){e->t_fwd, e->t_bwd, e->scratch_fwd, e->scratch_bwd};
+    }
+    return QC_OK;
+}
+
+// ---- what the stash policies need (qcnet_policy.c) -------------------------------------------
+
+int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160])
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
+    const struct qcnet_layer *layer = e->block;
+    int k = 0;
+    switch (e->kind) {
+    case QCNET_FE:
+    case QCNET_MLP:
+    case QCNET_GRU:
+        st[k] = &e->st;
+        snprintf(tag[k++], 160, "%s/stash", e->name);
+        break;
+    case QCNET_KV:
+        st[k] = &e->kvc.stash;
+        snprintf(tag[k++], 160, "%s", e->name);
+        break;
+    case QCNET_ATTN:
+        if (e->kv < 0) {
+            st[k] = &e->kvc.stash;
+            snprintf(tag[k++], 160, "%s/kv", layer->prefix);
+        }
+        st[k] = &e->st;
+        snprintf(tag[k++], 160, "%s.stash", e->name);
+        break;
+    case QCNET_EDGES:
+        st[k] = &t->ed[e->set].fe_stash;
+        snprintf(tag[k++], 160, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)e->set));
+        st[k] = &t->ed[e->set].stash;
+        snprintf(tag[k++], 160, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)e->set));
+        break;
+    }
+    return k;
+}
+
+int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3])
+{
+    const struct qcnet_tape *t = &m->tape;
+    const struct qcnet_entry *e = &t->e[n];
+    int k = 0;
+    out[k++] = n;
+    if (e->kind == QCNET_ATTN && e->kv >= 0)
+        out[k++] = e->kv;
+    /* the edge context's r (use_edges): an unfused source context's, a fused application's */
+    if (e->kind != QCNET_KV && e->kind != QCNET_ATTN)
+        return k;
+    const struct qc_attn_edges *ed = &t->ed[e->set];
+    const bool owns_kv = e->kind == QCNET_KV || e->kv < 0;
+    const bool reads_r = attn_edges_shares_r(ed) ? e->kind == QCNET_ATTN : owns_kv;
+    if (reads_r && ed->stash.n > 0)
+        out[k++] = edges_entry(m, e->set);
+    return k;
+}
+
+/* Rebinds st to fresh memory (tag); the recompute's, so not counted in bytes_stash. */
+static enum qc_status rebind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
+{
+    void *p = NULL;
+    QC_TRY(qcnet_balloc(m, qc_stash_arena_bytes(st), tag, &p));
+    qc_stash_bind(st, p);
+    return QC_OK;
+}
+
+enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
+{
+    struct qcnet_tape *t = &m->tape;
+    struct qcnet_entry *e = &t->e[n];
+    struct qc_stash *st[3];
+    char tag[3][160];
+    const int ns = qcnet_entry_stashes(m, n, st, tag);
+    for (int i = 0; i < ns; i++)
+        QC_TRY(rebind(m, st[i], tag[i]));
+    float *out = NULL;
+    enum qc_status s = QC_OK;
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/recompute.out", e->name);
+    switch (e->kind) {
+    case QCNET_FE: {
+        const struct qc_fourier *fe = e->block;
+        QC_TRY(qcnet_falloc(m, e->rows * fe->D, name, &out));
+        s = fe_run(m, e, out);
+        break;
+    }
+    case QCNET_MLP: {
+        const struct qc_mlp *mlp = e->block;
+        QC_TRY(qcnet_falloc(m, e->rows * mlp->O, name, &out));
+        s = qc_mlp_forward(mlp, out, &e->st, e->x, e->rows);
+        break;
+    }
+    case QCNET_GRU: {
+        const int64_t D = m->D, N = e->rows, L = e->steps;
+        float *h0, *scratch;
+        QC_TRY(qcnet_falloc(m, N * D, name, &h0));
+        s = qcnet_falloc(m, qc_gru_forward_scratch_numel(L, N, D), "scratch/gru", &scratch);
+        if (s != QC_OK) {
+            qcnet_free(m, h0);
+            return s;
+        }
+        qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
+        const float *w = m->params;
+        qc_op_gru_forward(m->ex, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1), e->x, h0,
+                          w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, L,
+                          N, D, D, scratch);
+        qcnet_free(m, scratch);
+        qcnet_free(m, h0);
+        break;
+    }
+    case QCNET_KV:
+        s = qc_attn_kv_forward(&e->kvc, e->x_src);
+        break;
+    case QCNET_ATTN: {
+        const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+        if (e->kv < 0)
+            QC_TRY(qc_attn_kv_forward(&e->kvc, e->x_src));
+        QC_TRY(qcnet_falloc(m, kv->ed->g->n_dst * m->D, name, &out));
+        s = qc_attn_forward(kv, out, &e->st, e->x, &e->ctx);
+        break;
+    }
+    case QCNET_EDGES:
+        s = qc_attn_edges_forward(&t->ed[e->set]);
+        break;
+    }
+    qcnet_free(m, out);
+    if (s == QC_OK) {
+        for (int i = 0; i < ns; i++)
+            m->recompute_bytes += qc_stash_bytes(st[i]);
+        m->recomputes++;
+    }
+    return s;
+}
+
+// ---- release ------------------------------------------------------------------------------
+
+void qcnet_tape_free_contexts(struct qc_qcnet *m)
+{
+    struct qcnet_tape *t = &m->tape;
+    qcnet_policy_release(m);
+    for (int i = 0; i < t->n_entries; i++) {
+        struct qcnet_entry *e = &t->e[i];
+        kv_free(m, e);
+        qcnet_stash_free(m, &e->st);
+    }
+    t->n_entries = 0;
+    t->n_app = 0;
+    for (int s = 0; s < NSET; s++) {
+        if (!t->ed_init[s])
+            continue;
+        qcnet_stash_free(m, &t->ed[s].fe_stash);
+        qcnet_stash_free(m, &t->ed[s].stash);
+        qc_attn_edges_deinit(&t->ed[s]);
+        t->ed_init[s] = false;
+    }
+}

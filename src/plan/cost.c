@@ -1,0 +1,373 @@
+/*
+ * cost.c — the planner's cost model (qc_plan.h): per block name, seconds and transient bytes
+ * per unit of work, calibrated from measured steps; per kind fallbacks; JSON persistence.
+ *
+ * Model: t_fwd(b) = rf(b) · work(b), t_bwd(b) = rb(b) · work(b), and for the blocks whose
+ * transient the program does not state (the attention kinds) scratch(b) = s(b) · work(b);
+ * predicted step = step_factor · Σ_b (t_fwd + t_bwd) + glue_s. rf(b) is the block's own
+ * coefficient once measured (EMA, α = 0.3), else the mean of its kind's measured blocks, else
+ * the built-in coefficient of its kind.
+ */
+#include "qc_plan.h"
+#include "plan_internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc_file.h"
+
+#define EMA 0.3
+
+/* Built-in coefficients per kind (seconds per unit of work forward / backward, transient bytes
+ * per unit forward / backward): QCNet at AV2 size on the CPU backend of a 2-core x86-64 VM (one
+ * OpenMP thread), fused attention, measured with the recorded step of tests/test_tape-style
+ * instrumentation (docs/BENCHMARKS.md, "Memory"). */
+static const double builtin[QC_PLAN_KIND_COUNT][4] = {
+    /* fe    */ {2.0e-6, 4.0e-6, 0, 0},
+    /* edges */ {1.0e-6, 2.0e-6, 0, 0},
+    /* kv    */ {3.0e-7, 6.0e-7, 8.0, 24.0},
+    /* attn  */ {1.5e-6, 4.0e-6, 300.0, 700.0},
+    /* mlp   */ {1.0e-6, 2.0e-6, 0, 0},
+    /* gru   */ {4.0e-8, 1.0e-7, 0, 0},
+};
+
+struct cost_block {
+    char name[QC_PLAN_NAME_MAX];
+    uint64_t hash; /* of name (name_hash): compared before the name */
+    int kind;
+    double c[4]; /* rf, rb, sf, sb */
+    int64_t n;   /* measurements folded in */
+};
+
+struct qc_plan_cost {
+    struct cost_block *b;
+    int nb, cap;
+    double kind[QC_PLAN_KIND_COUNT][4]; /* means of measured blocks, or built-in */
+    bool kind_measured[QC_PLAN_KIND_COUNT];
+    double step_factor; /* measured step / predicted block time (CUDA: the only calibration) */
+    double glue_s;      /* step time outside the blocks (CPU, EMU) */
+    int64_t steps;
+};
+
+double qc_plan_work(const struct qc_plan_block *b)
+{
+    switch (b->kind) {
+    case QC_PLAN_FE:
+    case QC_PLAN_MLP:
+        return (double)b->rows;
+    case QC_PLAN_GRU:
+        return (double)b->rows * (double)(b->edges > 0 ? b->edges : 1);
+    case QC_PLAN_EDGES:
+    case QC_PLAN_KV:
+    case QC_PLAN_ATTN:
+        return (double)(b->rows + b->edges + b->srcs);
+    case QC_PLAN_KIND_COUNT:
+        break;
+    }
+    return 0.0;
+}
+
+enum qc_status qc_plan_cost_create(struct qc_plan_cost **out)
+{
+    struct qc_plan_cost *c = calloc(1, sizeof *c);
+    if (!c)
+        return qc_errorf(QC_ERR_NOMEM, "plan: cost model");
+    memcpy(c->kind, builtin, sizeof c->kind);
+    c->step_factor = 1.0;
+    *out = c;
+    return QC_OK;
+}
+
+void qc_plan_cost_destroy(struct qc_plan_cost *c)
+{
+    if (!c)
+        return;
+    free(c->b);
+    free(c);
+}
+
+/* FNV-1a of a block name. */
+static uint64_t name_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+static struct cost_block *find(const struct qc_plan_cost *c, const char *name)
+{
+    const uint64_t h = name_hash(name);
+    for (int i = 0; i < c->nb; i++)
+        if (c->b[i].hash == h && strcmp(c->b[i].name, name) == 0)
+            return &c->b[i];
+    return NULL;
+}
+
+static struct cost_block *find_or_add(struct qc_plan_cost *c, const char *name, int kind)
+{
+    struct cost_block *e = find(c, name);
+    if (e)
+        return e;
+    if (c->nb == c->cap) {
+        const int cap = c->cap ? 2 * c->cap : 128;
+        struct cost_block *n = realloc(c->b, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        c->b = n;
+        c->cap = cap;
+    }
+    e = &c->b[c->nb++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->hash = name_hash(e->name);
+    e->kind = kind;
+    return e;
+}
+
+/* Coefficient j of block b: its own, its kind's mean, or the built-in one. */
+static double coef(const struct qc_plan_cost *c, const struct qc_plan_block *b, int j)
+{
+    const struct cost_block *e = find(c, b->name);
+    if (e && e->n > 0)
+        return e->c[j];
+    return c->kind[b->kind][j];
+}
+
+double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
+                         int phase)
+{
+    const struct qc_plan_block *k = &p->blocks[b];
+    return c->step_factor * coef(c, k, phase ? 1 : 0) * qc_plan_work(k);
+}
+
+uint64_t qc_plan_cost_scratch(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                              int32_t b, int phase)
+{
+    const struct qc_plan_block *k = &p->blocks[b];
+    const double v = coef(c, k, phase ? 3 : 2) * qc_plan_work(k);
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+static void fold(double *x, double v, int64_t n)
+{
+    *x = n == 0 ? v : (1.0 - EMA) * *x + EMA * v;
+}
+
+void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
+                         const struct qc_plan_measure *m, double step_s, bool per_block)
+{
+    double blocks_s = 0.0, predicted = 0.0;
+    for (int32_t b = 0; b < p->nblocks; b++) {
+        const struct qc_plan_block *k = &p->blocks[b];
+        const double w = qc_plan_work(k);
+        if (per_block && w > 0 && m[b].t_fwd > 0) {
+            struct cost_block *e = find_or_add(c, k->name, k->kind);
+            if (e) {
+                const double v[4] = {m[b].t_fwd / w, m[b].t_bwd / w, (double)m[b].scratch_fwd / w,
+                                     (double)m[b].scratch_bwd / w};
+                for (int j = 0; j < 4; j++)
+                    fold(&e->c[j], v[j], e->n);
+                e->n++;
+            }
+        }
+        blocks_s += m[b].t_fwd + m[b].t_bwd;
+        predicted += (coef(c, k, 0) + coef(c, k, 1)) * w;
+    }
+    /* the kinds' means over their measured blocks */
+    for (int kd = 0; kd < QC_PLAN_KIND_COUNT; kd++) {
+        double sum[4] = {0};
+        int n = 0;
+        for (int i = 0; i < c->nb; i++) {
+            if (c->b[i].kind != kd || c->b[i].n == 0)
+                continue;
+            for (int j = 0; j < 4; j++)
+                sum[j] += c->b[i].c[j];
+            n++;
+        }
+        if (n > 0) {
+            for (int j = 0; j < 4; j++)
+                c->kind[kd][j] = sum[j] / n;
+            c->kind_measured[kd] = true;
+        }
+    }
+    if (per_block) {
+        fold(&c->glue_s, step_s > blocks_s ? step_s - blocks_s : 0.0, c->steps);
+        c->step_factor = 1.0;
+    } else if (predicted > 0) {
+        fold(&c->step_factor, step_s / predicted, c->steps);
+    }
+    c->steps++;
+}
+
+int64_t qc_plan_cost_steps(const struct qc_plan_cost *c)
+{
+    return c->steps;
+}
+
+const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t n)
+{
+    if (c->steps == 0)
+        snprintf(buf, n, "built-in coefficients (CPU backend, AV2 size)");
+    else
+        snprintf(buf, n, "calibrated over %lld steps", (long long)c->steps);
+    return buf;
+}
+
+double plan_cost_glue(const struct qc_plan_cost *c)
+{
+    return c->glue_s;
+}
+
+// ---- persistence --------------------------------------------------------------------------
+
+static const char *const kind_key[QC_PLAN_KIND_COUNT] = {"fe", "edges", "kv", "attn", "mlp", "gru"};
+static const char *const coef_key[4] = {"fwd_s", "bwd_s", "scratch_fwd", "scratch_bwd"};
+
+enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *kinds = cJSON_CreateObject(), *blocks = cJSON_CreateArray();
+    if (!root || !kinds || !blocks) {
+        cJSON_Delete(root);
+        cJSON_Delete(kinds);
+        cJSON_Delete(blocks);
+        return qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
+    }
+    cJSON_AddStringToObject(root, "format", "qctrain-plan-cost");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "steps", (double)c->steps);
+    cJSON_AddNumberToObject(root, "step_factor", c->step_factor);
+    cJSON_AddNumberToObject(root, "glue_s", c->glue_s);
+    for (int k = 0; k < QC_PLAN_KIND_COUNT; k++) {
+        cJSON *o = cJSON_CreateObject();
+        for (int j = 0; j < 4; j++)
+            cJSON_AddNumberToObject(o, coef_key[j], c->kind[k][j]);
+        cJSON_AddBoolToObject(o, "measured", c->kind_measured[k]);
+        cJSON_AddItemToObject(kinds, kind_key[k], o);
+    }
+    cJSON_AddItemToObject(root, "kinds", kinds);
+    for (int i = 0; i < c->nb; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", c->b[i].name);
+        cJSON_AddStringToObject(o, "kind", kind_key[c->b[i].kind]);
+        for (int j = 0; j < 4; j++)
+            cJSON_AddNumberToObject(o, coef_key[j], c->b[i].c[j]);
+        cJSON_AddNumberToObject(o, "samples", (double)c->b[i].n);
+        cJSON_AddItemToArray(blocks, o);
+    }
+    cJSON_AddItemToObject(root, "blocks", blocks);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
+    /* whole or not at all (a cost model is also read by qctrain plan --cost; JSON numbers
+     * through cJSON's printer, non-finite ones as null: qc_json.h) */
+    const struct qc_file_part part = {text, strlen(text)};
+    const enum qc_status st = qc_file_write_atomic(path, &part, 1, "plan cost");
+    cJSON_free(text);
+    return st;
+}
+
+static bool num(const cJSON *o, const char *key, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
+        return false;
+    *out = v->valuedouble;
+    return true;
+}
+
+enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return qc_errorf(QC_ERR_IO, "plan cost %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *n = realloc(text, cap);
+            if (!n) {
+                free(text);
+                fclose(f);
+                return qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
+            }
+            text = n;
+        }
+        const size_t r = fread(text + len, 1, 4096, f);
+        len += r;
+        if (r < 4096)
+            break;
+    }
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    enum qc_status st = QC_OK;
+    const cJSON *fmt = root ? cJSON_GetObjectItemCaseSensitive(root, "format") : NULL;
+    double steps = 0, factor = 1, glue = 0;
+    if (!root || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "qctrain-plan-cost") != 0) {
+        st = qc_errorf(QC_ERR_INVALID, "plan cost %s: not a qctrain plan cost file", path);
+        goto out;
+    }
+    if (!num(root, "steps", &steps) || !num(root, "step_factor", &factor) ||
+        !num(root, "glue_s", &glue)) {
+        st = qc_errorf(QC_ERR_INVALID,
+                       "plan cost %s: steps, step_factor or glue_s missing or "
+                       "negative",
+                       path);
+        goto out;
+    }
+    const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(root, "kinds");
+    for (int k = 0; k < QC_PLAN_KIND_COUNT; k++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(kinds, kind_key[k]);
+        for (int j = 0; j < 4 && o; j++)
+            if (!num(o, coef_key[j], &c->kind[k][j])) {
+                st = qc_errorf(QC_ERR_INVALID, "plan cost %s: kinds.%s.%s is not a number >= 0",
+                               path, kind_key[k], coef_key[j]);
+                goto out;
+            }
+        const cJSON *m = o ? cJSON_GetObjectItemCaseSensitive(o, "measured") : NULL;
+        c->kind_measured[k] = cJSON_IsTrue(m);
+    }
+    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(root, "blocks");
+    const cJSON *o;
+    cJSON_ArrayForEach(o, blocks)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+        int kd = -1;
+        for (int k = 0; cJSON_IsString(kind) && k < QC_PLAN_KIND_COUNT; k++)
+            if (strcmp(kind->valuestring, kind_key[k]) == 0)
+                kd = k;
+        double v[4], n = 0;
+        bool ok = cJSON_IsString(name) && kd >= 0 && num(o, "samples", &n);
+        for (int j = 0; j < 4 && ok; j++)
+            ok = num(o, coef_key[j], &v[j]);
+        if (!ok) {
+            st = qc_errorf(QC_ERR_INVALID,
+                           "plan cost %s: a block entry without name, kind, "
+                           "samples or coefficients",
+                           path);
+            goto out;
+        }
+        struct cost_block *e = find_or_add(c, name->valuestring, kd);
+        if (!e) {
+            st = qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
+            goto out;
+        }
+        memcpy(e->c, v, sizeof v);
+        e->n = (int64_t)n;
+    }
+    c->steps = (int64_t)steps;
+    c->step_factor = factor > 0 ? factor : 1.0;
+    c->glue_s = glue;
+out:
+    cJSON_Delete(root);
+    return st;
+}

@@ -1,0 +1,278 @@
+/*
+ * qc_plan.h — the memory planner: given one training step's program (its block applications
+ * and every allocation, from the model's dry run), a cost model and the hardware's figures, it
+ * chooses a stash policy per block application (keep, offload to the host or NVMe tier,
+ * recompute) that minimises the predicted step time with the predicted peak of device bytes
+ * at or under the budget minus a margin. src/plan/README.md has the glossary, the invariants as
+ * equations and the algorithm (../shared/design/PLANNER.md is the design).
+ *
+ *   program   what one step allocates, in order, with markers where each block's forward and
+ *             backward begin and end (struct qc_plan_program). The model writes it
+ *             (qc_qcnet_describe, src/model/qc_qcnet.h) from the batch's sizes alone.
+ *   cost      per block kind, linear models of forward / backward time and of the blocks'
+ *             transient scratch in their size drivers, calibrated from measured steps
+ *             (struct qc_plan_cost, plan_cost.c), persisted as JSON in the run folder.
+ *   hw        bandwidths of the copy paths and the tiers' capacities (struct qc_plan_hw).
+ *   plan      qc_plan_make: the policy vector, the predicted peak and step time, the predicted
+ *             per-block costs (struct qc_plan_result).
+ *
+ * Nothing here touches a device: `qctrain plan` and a tuner call it with figures of a machine
+ * they do not run on. Thread safety: none needed (plain data); one result per call.
+ */
+#ifndef QC_PLAN_QC_PLAN_H
+#define QC_PLAN_QC_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qc_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QC_PLAN_NAME_MAX  128 /* bytes of a block name, NUL included */
+#define QC_PLAN_STASH_MAX 3   /* stash arenas of one block application */
+
+/* What a block application is (the model's tape kinds). */
+enum qc_plan_kind {
+    QC_PLAN_FE = 0, /* FourierEmbedding over rows */
+    QC_PLAN_EDGES,  /* edge context of an edge set (stash: unfused only) */
+    QC_PLAN_KV,     /* source/edge context of a bipartite attention layer */
+    QC_PLAN_ATTN,   /* one application of an attention layer (self: with its own context) */
+    QC_PLAN_MLP,    /* an MLP head */
+    QC_PLAN_GRU,    /* the trajectory GRU */
+    QC_PLAN_KIND_COUNT
+};
+
+/* Where a block application's stash lives between its forward and its backward. */
+enum qc_stash_policy {
+    QC_POLICY_KEEP = 0,     /* on the device */
+    QC_POLICY_OFFLOAD_HOST, /* copied to the pinned host tier after the last forward use */
+    QC_POLICY_OFFLOAD_NVME, /* ... to the NVMe tier */
+    QC_POLICY_RECOMPUTE,    /* freed after the last forward use, the forward re-run before the
+                               first backward use */
+    QC_POLICY_COUNT
+};
+
+const char *qc_plan_kind_str(enum qc_plan_kind k);
+/* "keep", "offload_host", "offload_nvme", "recompute". */
+const char *qc_plan_policy_str(enum qc_stash_policy p);
+
+// ---- the program of one step -----------------------------------------------------------------
+
+enum qc_plan_op {
+    QC_PLAN_OP_FWD = 0, /* block's forward begins */
+    QC_PLAN_OP_FWD_END, /* ... ends */
+    QC_PLAN_OP_BWD,     /* block's backward begins */
+    QC_PLAN_OP_BWD_END, /* ... ends */
+    QC_PLAN_OP_ALLOC,   /* allocation id of bytes (class cls) */
+    QC_PLAN_OP_FREE,    /* allocation id is given back */
+    QC_PLAN_OP_STASH,   /* allocation id is a stash arena of block */
+    QC_PLAN_OP_PEAK,    /* the block's transient scratch here: bytes known exactly, or 0 when
+                           the cost model estimates it (block's kind, phase) */
+    QC_PLAN_OP_COUNT
+};
+
+/* Allocation classes (= qc_memctx.h's). */
+enum { QC_PLAN_CLS_PARAM = 0, QC_PLAN_CLS_MODEL, QC_PLAN_CLS_BLOCK };
+
+struct qc_plan_event {
+    uint8_t op;    /* enum qc_plan_op */
+    uint8_t cls;   /* ALLOC: allocation class */
+    uint8_t phase; /* PEAK: 0 forward, 1 backward */
+    uint8_t pad;
+    int32_t block;  /* FWD*, BWD*, STASH, PEAK: the block index; else -1 */
+    int32_t id;     /* ALLOC, FREE, STASH: the allocation id (0, 1, 2, ... in ALLOC order) */
+    uint64_t bytes; /* ALLOC: bytes asked for; PEAK: known transient bytes */
+};
+
+/* One block application. The first group is set by the program's writer; the rest by
+ * qc_plan_program_finish. */
+struct qc_plan_block {
+    char name[QC_PLAN_NAME_MAX];
+    enum qc_plan_kind kind;
+    bool fused;          /* ATTN, KV, EDGES: the fused attention implementation */
+    int64_t rows;        /* size drivers: rows computed (destinations, FE / MLP rows, ...) */
+    int64_t edges;       /* base edges (ATTN, KV, EDGES) */
+    int64_t srcs;        /* source rows (ATTN, KV) */
+    bool scratch_known;  /* its PEAK events carry its whole transient (FE, MLP, GRU, EDGES) */
+    bool can_recompute;  /* its forward can run again from kept inputs */
+    uint64_t redo_bytes; /* transient of a recompute beyond its scratch: the output it rewrites */
+    /* finish: */
+    uint32_t nstash;
+    int32_t stash_id[QC_PLAN_STASH_MAX]; /* allocation ids of its arenas */
+    uint64_t stash_bytes;                /* Σ their bytes asked for */
+    int32_t fwd_ev, fwd_end_ev;          /* event indices of its forward markers */
+    int32_t bwd_ev, bwd_end_ev;          /* of its backward markers (-1: no backward) */
+    int32_t fwd_last;                    /* block whose forward is the last to read its stash */
+    int32_t bwd_first;                   /* block whose backward is the first to read it */
+};
+
+/* A use: user's forward and backward read used's stash (an attention application reads its
+ * layer's source context; an unfused source context reads its edge context). A block always
+ * uses its own stash. */
+struct qc_plan_use {
+    int32_t user, used;
+};
+
+struct qc_plan_program {
+    struct qc_plan_block *blocks;
+    int32_t nblocks, cap_blocks;
+    struct qc_plan_event *ev;
+    int32_t nev, cap_ev;
+    struct qc_plan_use *uses;
+    int32_t nuses, cap_uses;
+    int32_t nalloc;     /* allocation ids handed out */
+    int32_t *bwd_order; /* finish: the blocks in the order their backward runs */
+    int32_t nbwd;
+    uint64_t fixed_bytes; /* what lives through the step outside the program (parameters,
+                             gradients, optimizer state, the staged batch): the caller's */
+    bool finished;
+};
+
+void qc_plan_program_init(struct qc_plan_program *p);
+void qc_plan_program_free(struct qc_plan_program *p);
+/* Empties it for the next step (keeps the memory). */
+void qc_plan_program_reset(struct qc_plan_program *p);
+/* Appends a block named name of kind; its index. QC_ERR_NOMEM as -1. */
+int32_t qc_plan_program_block(struct qc_plan_program *p, const char *name, enum qc_plan_kind kind);
+/* Appends an event: for ALLOC, id is assigned and returned; for the others, the event's index
+ * is. -1 (QC_ERR_NOMEM set) when out of memory. */
+int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int32_t block,
+                              int32_t id, uint64_t bytes, int cls, int phase);
+/* Records that user's forward and backward read used's stash (once per pair). */
+enum qc_status qc_plan_program_use(struct qc_plan_program *p, int32_t user, int32_t used);
+/* Derives the per-block fields (stash ids and bytes, marker positions, fwd_last, bwd_first,
+ * the backward order) and checks the program's invariants (README.md): every FREE follows its
+ * ALLOC, markers nest, a block's stash arenas are freed in its own backward. QC_ERR_INVALID
+ * naming the first violation. */
+enum qc_status qc_plan_program_finish(struct qc_plan_program *p);
+
+// ---- the cost model -------------------------------------------------------------------------
+
+/* Per block application, how long its forward and backward take and how much transient
+ * scratch the attention blocks use, as linear models in the block's work (its size drivers:
+ * qc_plan_work): t = coefficient × work. Calibrated per block name from measured steps with an
+ * exponential moving average, falling back to the mean over the measured blocks of the same
+ * kind, then to built-in per-kind coefficients (measured once on a 2-core x86-64 CPU backend at
+ * AV2 size); a step-level factor scales every time to the measured step time. */
+struct qc_plan_cost;
+
+/* The work of block b for the cost model: rows for FE and MLP, rows × steps for the GRU,
+ * rows + edges (+ sources) for the attention kinds. */
+double qc_plan_work(const struct qc_plan_block *b);
+
+/* A cost model with the built-in coefficients. QC_ERR_NOMEM. */
+enum qc_status qc_plan_cost_create(struct qc_plan_cost **out);
+void qc_plan_cost_destroy(struct qc_plan_cost *c); /* NULL is a no-op */
+/* Reads a cost model saved by qc_plan_cost_save (the run folder's plan_cost.json) over c.
+ * QC_ERR_IO (missing file), QC_ERR_INVALID (naming the file and what is wrong). */
+enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path);
+/* Writes c to path atomically (temp + fsync + rename). QC_ERR_IO naming the file. */
+enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path);
+
+/* One block application as measured in a step (host seconds; bytes). */
+struct qc_plan_measure {
+    double t_fwd, t_bwd;
+    uint64_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory */
+};
+/* Folds one measured step into c: per-block coefficients (blocks whose time is 0 are skipped),
+ * and the step factor (step_s over the predicted compute time). per_block false: only the step
+ * factor (a backend whose host clock does not see the device's work, CUDA). */
+void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
+                         const struct qc_plan_measure *m, double step_s, bool per_block);
+/* Predicted forward / backward seconds and transient scratch bytes of block b of p. */
+double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
+                         int phase);
+uint64_t qc_plan_cost_scratch(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                              int32_t b, int phase);
+/* Steps folded in (0: the built-in coefficients only), and a phrase for users: "built-in
+ * coefficients" or "calibrated over N steps". */
+int64_t qc_plan_cost_steps(const struct qc_plan_cost *c);
+const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t n);
+
+// ---- planning -------------------------------------------------------------------------------
+
+/* The copy paths and the tiers (bandwidths in GB/s = 1e9 bytes/s). */
+struct qc_plan_hw {
+    double d2h_gbps, h2d_gbps;              /* device <-> pinned host copies */
+    double nvme_write_gbps, nvme_read_gbps; /* the NVMe leg (in series with the copy) */
+    uint64_t host_capacity;                 /* host tier bytes; 0 = no host tier */
+    uint64_t nvme_capacity;                 /* NVMe tier bytes; 0 = no NVMe tier */
+    bool serial_copies; /* copies run in the compute's thread (the CPU backend's inline copy
+                           streams): their time adds to the step's, nothing overlaps */
+};
+
+enum qc_plan_mode {
+    QC_PLAN_MODE_AUTO = 0,
+    QC_PLAN_MODE_KEEP,
+    QC_PLAN_MODE_OFFLOAD,
+    QC_PLAN_MODE_RECOMPUTE
+};
+enum qc_plan_place { QC_PLAN_PLACE_AUTO = 0, QC_PLAN_PLACE_HOST, QC_PLAN_PLACE_NVME };
+
+struct qc_plan_params {
+    uint64_t budget;          /* device bytes the step must fit (0 = unlimited) */
+    double margin;            /* fraction of the budget kept free (0.02) */
+    uint64_t round;           /* the allocator's request rounding (512) */
+    uint64_t prefetch_window; /* bytes fetched back ahead of backward */
+    enum qc_plan_mode mode;   /* auto = search; the others force one policy on every block */
+    enum qc_plan_place place; /* where offloaded stashes go (auto: host, NVMe when it is full) */
+    uint64_t min_stash;       /* auto: smaller stashes are always kept (64 KiB) */
+};
+/* budget 0, margin 0.02, round 512, window 256 MiB, auto, auto, 64 KiB. */
+void qc_plan_params_default(struct qc_plan_params *p);
+
+struct qc_plan_result {
+    int32_t nblocks;
+    uint8_t *policy;    /* [nblocks] enum qc_stash_policy (owned) */
+    double *block_s;    /* [nblocks] predicted forward + backward seconds, with what the
+                           policy adds (a recompute, the stall waiting for its fetch) */
+    double *added_s;    /* [nblocks] of which the policy adds */
+    uint64_t peak;      /* predicted peak of device bytes, fixed bytes included */
+    uint64_t keep_peak; /* the peak with every stash kept */
+    uint64_t target;    /* budget × (1 − margin); 0 without a budget */
+    double step_s;      /* predicted step time */
+    double keep_step_s; /* with every stash kept */
+    double stall_s;     /* predicted prefetch stall */
+    uint64_t host_bytes, nvme_bytes, recompute_bytes; /* stash bytes per policy */
+    bool fits;                                        /* peak <= target (true without a budget) */
+    int32_t peak_block; /* the block running at the peak, its phase (0 fwd, 1 bwd) */
+    int peak_phase;
+    int iterations;  /* search steps */
+    double plan_s;   /* host seconds spent in qc_plan_make */
+    uint64_t window; /* the prefetch window the plan assumes: params.prefetch_window, or less
+                        when only a smaller one fits (the runtime must fetch within it) */
+};
+
+/* Chooses the policies (module comment; README.md "The search"). prog must be finished; its
+ * fixed_bytes are part of every peak. Without a fit the result holds the smallest peak found
+ * (fits false): the caller splits the batch (admission control). QC_ERR_NOMEM. */
+enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *out);
+/* Predicts the peak and time of the given policies (no search); fills out like qc_plan_make.
+ * QC_ERR_INVALID for a policy the tiers cannot take (naming the block). */
+enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                                const uint8_t *policy, struct qc_plan_result *out);
+/* The checker (README.md, invariants): re-simulates r's policies and checks peak, time and
+ * the per-policy byte sums, fits ⇔ peak <= target, offload only to tiers that exist.
+ * QC_ERR_INVALID naming the first violation. */
+enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                             const struct qc_plan_result *r);
+void qc_plan_result_free(struct qc_plan_result *r);
+
+/* The plan as a table: one line per block (name, kind, stash bytes, policy, predicted
+ * seconds, added seconds), then the predicted peak and step time. */
+void qc_plan_print(FILE *out, const struct qc_plan_program *prog, const struct qc_plan_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_PLAN_QC_PLAN_H */

@@ -1,0 +1,10 @@
+# The memory planner (src/plan): the simulation on hand-made programs, the search on a small
+# QCNet's dry-run program at a range of budgets, the cost model (test_plan.c).
+qc_add_test(test_plan SOURCES test_plan.c LIBS qcplan qcmodel qcdata m LABELS cpu TIMEOUT 120)
+# Planning without a run (src/train/plan_run.c, the planner session of qctrain plan and
+# qctrain tune): predictions of a run's measured peak from the configuration alone, hardware
+# figures, parameters and cost models per call, the largest batch, `qctrain plan --json`.
+qc_add_test(test_planner SOURCES test_planner.c
+    LIBS qctrainer qcplan qcmodel qcdata qcconfig PkgConfig::CJSON LABELS cpu TIMEOUT 300
+    ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+add_dependencies(test_planner qctrain)

@@ -1,0 +1,284 @@
+/*
+ * test_plan.c — the memory planner (src/plan/qc_plan.h): the simulation on hand-made programs
+ * whose peaks and times are worked out here, the search and forced modes on the dry run's
+ * program of a small QCNet at a range of budgets (every result passes qc_plan_check; a result
+ * that fits is under its target; tighter budgets never give lower step times), the cost model's
+ * calibration and its JSON round trip.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "qc_batch.h"
+#include "qc_graph.h"
+#include "qc_plan.h"
+#include "qc_qcnet.h"
+#include "qc_synth.h"
+
+#define MB ((uint64_t)1 << 20)
+
+/* Three blocks a, b, c in a chain: each allocates an output and a stash in its forward; the
+ * backward runs c, b, a, each freeing its stash; outputs are freed at the end. */
+static void chain_program(struct qc_plan_program *p, const uint64_t stash[3], uint64_t out)
+{
+    qc_plan_program_init(p);
+    int32_t oid[3];
+    for (int b = 0; b < 3; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "b%d", b);
+        qc_plan_program_block(p, name, QC_PLAN_MLP);
+        p->blocks[b].rows = 1000;
+        p->blocks[b].scratch_known = true;
+        p->blocks[b].can_recompute = true;
+    }
+    int32_t sid[3];
+    for (int b = 0; b < 3; b++) {
+        qc_plan_program_event(p, QC_PLAN_OP_FWD, b, -1, 0, 0, 0);
+        sid[b] = qc_plan_program_event(p, QC_PLAN_OP_ALLOC, -1, -1, stash[b], 1, 0);
+        qc_plan_program_event(p, QC_PLAN_OP_STASH, b, sid[b], 0, 0, 0);
+        oid[b] = qc_plan_program_event(p, QC_PLAN_OP_ALLOC, -1, -1, out, 1, 0);
+        qc_plan_program_event(p, QC_PLAN_OP_FWD_END, b, -1, 0, 0, 0);
+    }
+    for (int b = 2; b >= 0; b--) {
+        qc_plan_program_event(p, QC_PLAN_OP_BWD, b, -1, 0, 0, 1);
+        qc_plan_program_event(p, QC_PLAN_OP_PEAK, b, -1, MB, 0, 1);
+        qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, sid[b], 0, 0, 0);
+        qc_plan_program_event(p, QC_PLAN_OP_BWD_END, b, -1, 0, 0, 1);
+    }
+    for (int b = 0; b < 3; b++)
+        qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, oid[b], 0, 0, 0);
+    p->fixed_bytes = 10 * MB;
+}
+
+static void hw_fast(struct qc_plan_hw *hw)
+{
+    memset(hw, 0, sizeof *hw);
+    hw->d2h_gbps = hw->h2d_gbps = 1000;
+    hw->nvme_write_gbps = hw->nvme_read_gbps = 100;
+    hw->host_capacity = 1000 * MB;
+    hw->nvme_capacity = 1000 * MB;
+}
+
+static void test_simulation(void)
+{
+    struct qc_plan_program p;
+    const uint64_t stash[3] = {100 * MB, 200 * MB, 300 * MB};
+    chain_program(&p, stash, 5 * MB);
+    T_EXPECT(qc_plan_program_finish(&p) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_hw hw;
+    hw_fast(&hw);
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    par.prefetch_window = 0; /* only the next backward's stash comes back early */
+    /* everything kept: the peak is at c's backward: fixed + 3 outputs + all stashes + 1 MiB */
+    uint8_t pol[3] = {0, 0, 0};
+    struct qc_plan_result r;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT_EQ_U64(r.peak, 10 * MB + 15 * MB + 600 * MB + MB, "keep peak");
+    T_EXPECT_EQ_U64(r.keep_peak, r.peak, "keep peak is the keep plan's");
+    T_EXPECT(r.fits, "no budget: fits");
+    const double keep_s = r.step_s;
+    qc_plan_result_free(&r);
+    /* a recomputed: its stash is gone until its backward (a is last), then back */
+    pol[0] = QC_POLICY_RECOMPUTE;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT_EQ_U64(r.peak, 10 * MB + 15 * MB + 500 * MB + MB, "a recomputed");
+    T_EXPECT_EQ_U64(r.recompute_bytes, 100 * MB, "recomputed bytes");
+    T_EXPECT(r.step_s > keep_s && r.added_s[0] > 0, "a recompute costs a's forward");
+    qc_plan_result_free(&r);
+    /* b offloaded: the next backward's stash is fetched at once (c's backward), so the peak
+     * stays; a offloaded: gone at c's backward (window 0: nothing else comes back early) */
+    pol[0] = QC_POLICY_KEEP;
+    pol[1] = QC_POLICY_OFFLOAD_HOST;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT_EQ_U64(r.host_bytes, 200 * MB, "host bytes");
+    T_EXPECT_EQ_U64(r.peak, 10 * MB + 15 * MB + 600 * MB + MB, "b comes back for c's backward");
+    qc_plan_result_free(&r);
+    pol[0] = QC_POLICY_OFFLOAD_HOST;
+    pol[1] = QC_POLICY_KEEP;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT_EQ_U64(r.peak, 10 * MB + 15 * MB + 500 * MB + MB, "a is out at c's backward");
+    qc_plan_result_free(&r);
+    /* the host tier cannot take more than it holds */
+    hw.host_capacity = 50 * MB;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_ERR_INVALID, "tier too small");
+    hw_fast(&hw);
+    /* the search under a budget: fits, checked, cheaper actions first */
+    par.budget = 400 * MB;
+    par.min_stash = 0;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(r.fits && r.peak <= r.target, "fits: peak %llu, target %llu",
+             (unsigned long long)r.peak, (unsigned long long)r.target);
+    T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    qc_plan_result_free(&r);
+    /* a budget under the floor: the smallest peak found, not fitting */
+    par.budget = 20 * MB;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(!r.fits, "20 MiB cannot fit");
+    T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    qc_plan_result_free(&r);
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&p);
+}
+
+static bool make_batch(struct qc_batch *b)
+{
+    struct qc_scene sc[2];
+    const struct qc_scene *ptr[2] = {&sc[0], &sc[1]};
+    for (int i = 0; i < 2; i++)
+        if (qc_synth_scene(5, i, QC_SYNTH_TYPICAL, &sc[i]) != QC_OK)
+            return false;
+    enum qc_status rc = qc_batch_collate(ptr, 2, NULL, true, b);
+    for (int i = 0; i < 2; i++)
+        qc_scene_free(&sc[i]);
+    struct qc_graph_builder *gb = NULL;
+    struct qc_graph_params gp;
+    qc_graph_params_default(&gp);
+    if (rc == QC_OK)
+        rc = qc_graph_builder_create(&gb);
+    if (rc == QC_OK)
+        rc = qc_batch_build_graph(b, gb, &gp);
+    qc_graph_builder_destroy(gb);
+    return rc == QC_OK;
+}
+
+static void test_model_budgets(void)
+{
+    struct qc_batch batch;
+    if (!make_batch(&batch)) {
+        T_FAIL_AT("batch: %s", qc_error_last());
+        return;
+    }
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    struct qc_qcnet *dm = NULL;
+    struct qc_plan_program p;
+    qc_plan_program_init(&p);
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    if (!dm || !cost || qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
+        T_FAIL_AT("describe: %s", qc_error_last());
+        goto out;
+    }
+    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
+    struct qc_plan_hw hw;
+    hw_fast(&hw);
+    hw.d2h_gbps = hw.h2d_gbps = 12;
+    hw.nvme_write_gbps = hw.nvme_read_gbps = 2;
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    struct qc_plan_result r;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    const uint64_t keep = r.keep_peak;
+    T_EXPECT(r.peak == keep && r.host_bytes + r.nvme_bytes + r.recompute_bytes == 0,
+             "no budget: everything kept");
+    qc_plan_result_free(&r);
+    double last_s = 0;
+    uint64_t floor = keep;
+    for (int i = 1; i <= 8; i++) {
+        par.budget = keep - keep * (uint64_t)i / 10;
+        T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
+                 (unsigned long long)par.budget, qc_error_last());
+        if (r.fits) {
+            T_EXPECT(r.peak <= r.target, "fits but %llu > %llu", (unsigned long long)r.peak,
+                     (unsigned long long)r.target);
+            T_EXPECT(r.step_s >= last_s - 1e-9, "a tighter budget made the step faster");
+            last_s = r.step_s;
+        }
+        if (r.peak < floor)
+            floor = r.peak;
+        printf("  budget %3d%% of %llu: peak %llu (%s), step %.4f s (keep %.4f s), host %llu, "
+               "nvme %llu, recompute %llu, %d search steps, %.3f ms\n",
+               100 - 10 * i, (unsigned long long)keep, (unsigned long long)r.peak,
+               r.fits ? "fits" : "does not fit", r.step_s, r.keep_step_s,
+               (unsigned long long)r.host_bytes, (unsigned long long)r.nvme_bytes,
+               (unsigned long long)r.recompute_bytes, r.iterations, 1e3 * r.plan_s);
+        qc_plan_result_free(&r);
+    }
+    T_EXPECT(floor < keep * 3 / 4, "the search lowers the peak by a quarter at least: %llu of %llu",
+             (unsigned long long)floor, (unsigned long long)keep);
+    /* forced modes */
+    const enum qc_plan_mode modes[3] = {QC_PLAN_MODE_KEEP, QC_PLAN_MODE_OFFLOAD,
+                                        QC_PLAN_MODE_RECOMPUTE};
+    const uint8_t expect[3] = {QC_POLICY_KEEP, QC_POLICY_OFFLOAD_HOST, QC_POLICY_RECOMPUTE};
+    for (int k = 0; k < 3; k++) {
+        par.mode = modes[k];
+        par.budget = 0;
+        T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+        bool all = true;
+        for (int32_t b = 0; b < r.nblocks; b++)
+            all = all && r.policy[b] == expect[k];
+        T_EXPECT(all, "forced mode %d: every block %s", (int)modes[k],
+                 qc_plan_policy_str((enum qc_stash_policy)expect[k]));
+        qc_plan_result_free(&r);
+    }
+out:
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&p);
+    qc_qcnet_destroy(dm);
+    qc_batch_release(&batch);
+}
+
+static void test_cost_model(void)
+{
+    struct qc_plan_program p;
+    const uint64_t stash[3] = {MB, MB, MB};
+    chain_program(&p, stash, MB);
+    T_EXPECT(qc_plan_program_finish(&p) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_cost *c = NULL, *d = NULL;
+    T_EXPECT(qc_plan_cost_create(&c) == QC_OK && qc_plan_cost_create(&d) == QC_OK, "create");
+    char src[128];
+    T_EXPECT_STR_CONTAINS(qc_plan_cost_source(c, src, sizeof src), "built-in");
+    struct qc_plan_measure m[3] = {{0.1, 0.2, 0, 0}, {0.3, 0.6, 0, 0}, {0.5, 1.0, 0, 0}};
+    qc_plan_cost_update(c, &p, m, 3.0, true);
+    T_EXPECT(fabs(qc_plan_cost_time(c, &p, 1, 0) - 0.3) < 1e-12, "block b1's forward: %g",
+             qc_plan_cost_time(c, &p, 1, 0));
+    T_EXPECT(fabs(qc_plan_cost_time(c, &p, 2, 1) - 1.0) < 1e-12, "block b2's backward");
+    /* a second step folds in with the moving average */
+    m[1].t_fwd = 0.4;
+    qc_plan_cost_update(c, &p, m, 3.0, true);
+    T_EXPECT(fabs(qc_plan_cost_time(c, &p, 1, 0) - 0.33) < 1e-12, "EMA: %g",
+             qc_plan_cost_time(c, &p, 1, 0));
+    T_EXPECT_STR_CONTAINS(qc_plan_cost_source(c, src, sizeof src), "calibrated over 2 steps");
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan_cost_test_%d.json", QC_BINARY_DIR, (int)getpid());
+    T_EXPECT(qc_plan_cost_save(c, path) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_cost_load(d, path) == QC_OK, "%s", qc_error_last());
+    for (int32_t b = 0; b < 3; b++)
+        for (int ph = 0; ph < 2; ph++)
+            T_EXPECT(fabs(qc_plan_cost_time(c, &p, b, ph) - qc_plan_cost_time(d, &p, b, ph)) <=
+                         1e-12 * qc_plan_cost_time(c, &p, b, ph),
+                     "round trip (JSON's 15 digits): block %d phase %d: %.17g vs %.17g", b, ph,
+                     qc_plan_cost_time(c, &p, b, ph), qc_plan_cost_time(d, &p, b, ph));
+    T_EXPECT_EQ_I64(qc_plan_cost_steps(d), 2, "steps round trip");
+    /* a broken file names itself */
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\": \"qctrain-plan-cost\", \"steps\": -1}", f);
+    fclose(f);
+    T_EXPECT(qc_plan_cost_load(d, path) == QC_ERR_INVALID, "negative steps");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), path);
+    unlink(path);
+    T_EXPECT(qc_plan_cost_load(d, path) == QC_ERR_IO, "missing file");
+    qc_plan_cost_destroy(c);
+    qc_plan_cost_destroy(d);
+    qc_plan_program_free(&p);
+}
+
+int main(void)
+{
+    QC_TEST ("plan: the simulation of a hand-made program")
+        test_simulation();
+    QC_TEST ("plan: a small QCNet's step at budgets from unlimited down")
+        test_model_budgets();
+    QC_TEST ("plan: the cost model's calibration and JSON round trip")
+        test_cost_model();
+    return qc_test_summary();
+}
