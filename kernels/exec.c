@@ -8,6 +8,7 @@
 
 #include "qc_emu.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "qc_kernels.h"
@@ -86,6 +87,40 @@ static void exec_no_cuda(const char *op)
 #endif
 #define QC_EXEC_OP(x, op, ...)                                                                     \
     QC_EXEC_OP_SPLIT(x, op##_cpu(__VA_ARGS__), op##_cuda(__VA_ARGS__, EXEC_STREAM(x)))
+
+// ---- mixed precision (docs/PRECISION.md) --------------------------------------------------
+/* The single place where the ops of a 16-bit run round: an op's activation output is rounded
+ * to the exec's precision after the op (on every backend, by the round op), and the GEMM ops
+ * (linear, the GRUs) read their weights and activation inputs rounded (on CPU and EMU through
+ * rounded host copies; the values CUDA's 16-bit GEMM inputs hold). LayerNorm statistics, the
+ * softmax max and sum, the GRU's gates, the losses and the geometry stay fp32. */
+
+static bool exec_lowp(const struct qc_exec *x)
+{
+    return x && x->precision != 0 && x->backend != QC_EXEC_DRY;
+}
+
+/* p[0 .. n) rounded in place to x's precision (a no-op in fp32). */
+static void exec_round(const struct qc_exec *x, float *p, int64_t n)
+{
+    if (exec_lowp(x) && p && n > 0)
+        qc_op_round(x, p, p, n, x->precision);
+}
+
+/* A malloc'ed (rows, cols) contiguous copy of src (leading dimension ld) rounded to prec; NULL
+ * src gives NULL. Host code: runs inside an op (EMU arena open). Aborts when out of host memory
+ * (a few hundred KiB at most for QCNet's weights and tiles; an op cannot fail). */
+static float *exec_rounded_copy(const float *src, int64_t rows, int64_t cols, int64_t ld, int prec)
+{
+    if (!src)
+        return NULL;
+    float *d = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *d);
+    QC_ASSERT(d, "exec: %lld x %lld rounded copy: out of host memory", (long long)rows,
+              (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        qc_round_forward_cpu(d + r * cols, src + r * ld, cols, prec);
+    return d;
+}
 
 // ---- memory moves -------------------------------------------------------------------------
 
@@ -175,13 +210,34 @@ void qc_op_linear_forward(const struct qc_exec *ex, float *out, const float *inp
                           const float *weight, const float *bias, int64_t N, int64_t IC, int64_t OC,
                           bool accum)
 {
-    QC_EXEC_OP(ex, qc_linear_forward, out, inp, ldi, weight, bias, N, IC, OC, accum);
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        exec_enter(ex);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
+        qc_linear_forward_cpu(out, ir, IC, wr, bias, N, IC, OC, accum);
+        free(ir);
+        free(wr);
+        exec_leave(ex);
+    } else {
+        QC_EXEC_OP(ex, qc_linear_forward, out, inp, ldi, weight, bias, N, IC, OC, accum);
+    }
+    exec_round(ex, out, N * OC);
 }
 
 void qc_op_linear_backward(const struct qc_exec *ex, float *dinp, int64_t lddi, float *dweight,
                            float *dbias, const float *dout, const float *inp, int64_t ldi,
                            const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) { /* the forward's rounded operands */
+        exec_enter(ex);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
+        qc_linear_backward_cpu(dinp, lddi, dweight, dbias, dout, ir, IC, wr, N, IC, OC, accum);
+        free(ir);
+        free(wr);
+        exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_linear_backward, dinp, lddi, dweight, dbias, dout, inp, ldi, weight, N, IC,
                OC, accum);
 }
@@ -191,6 +247,7 @@ void qc_op_layernorm_forward(const struct qc_exec *ex, float *out, float *mean, 
                              int64_t C)
 {
     QC_EXEC_OP(ex, qc_layernorm_forward, out, mean, rstd, inp, weight, bias, N, C);
+    exec_round(ex, out, N * C); /* mean, rstd stay fp32 */
 }
 
 void qc_op_layernorm_backward(const struct qc_exec *ex, float *dinp, float *dweight, float *dbias,
@@ -205,6 +262,7 @@ void qc_op_layernorm_backward(const struct qc_exec *ex, float *dinp, float *dwei
 void qc_op_relu_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
 {
     QC_EXEC_OP(ex, qc_relu_forward, out, inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_relu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -216,6 +274,7 @@ void qc_op_relu_backward(const struct qc_exec *ex, float *dinp, const float *dou
 void qc_op_elu_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
 {
     QC_EXEC_OP(ex, qc_elu_forward, out, inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_elu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -227,6 +286,7 @@ void qc_op_elu_backward(const struct qc_exec *ex, float *dinp, const float *dout
 void qc_op_sigmoid_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
 {
     QC_EXEC_OP(ex, qc_sigmoid_forward, out, inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_sigmoid_backward(const struct qc_exec *ex, float *dinp, const float *dout,
@@ -238,6 +298,7 @@ void qc_op_sigmoid_backward(const struct qc_exec *ex, float *dinp, const float *
 void qc_op_tanh_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
 {
     QC_EXEC_OP(ex, qc_tanh_forward, out, inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_tanh_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -275,6 +336,7 @@ void qc_op_dropout_forward(const struct qc_exec *ex, float *out, const float *in
                            const struct qc_dropout *d)
 {
     QC_EXEC_OP(ex, qc_dropout_forward, out, inp, n, d);
+    exec_round(ex, out, n);
 }
 
 void qc_op_dropout_backward(const struct qc_exec *ex, float *dinp, const float *dout, int64_t n,
@@ -287,6 +349,7 @@ void qc_op_embedding_forward(const struct qc_exec *ex, float *out, const int64_t
                              const float *table, int64_t N, int64_t C, int64_t V)
 {
     QC_EXEC_OP(ex, qc_embedding_forward, out, idx, table, N, C, V);
+    exec_round(ex, out, N * C);
 }
 
 void qc_op_embedding_backward(const struct qc_exec *ex, float *dtable, const float *dout,
@@ -377,6 +440,7 @@ void qc_op_attn_score_forward(const struct qc_exec *ex, float *score, const floa
                               const float *k, struct qc_csr csr, int64_t H, int64_t Dh, float scale)
 {
     QC_EXEC_OP(ex, qc_attn_score_forward, score, q, k, csr, H, Dh, scale);
+    exec_round(ex, score, csr.nitem * H);
 }
 
 void qc_op_attn_score_backward(const struct qc_exec *ex, float *dq, float *dk, const float *dscore,
@@ -390,6 +454,7 @@ void qc_op_segment_softmax_forward(const struct qc_exec *ex, float *out, float *
                                    float *seg_sum, const float *score, struct qc_csr csr, int64_t H)
 {
     QC_EXEC_OP(ex, qc_segment_softmax_forward, out, seg_max, seg_sum, score, csr, H);
+    exec_round(ex, out, csr.nitem * H); /* seg_max, seg_sum stay fp32 */
 }
 
 void qc_op_segment_softmax_backward(const struct qc_exec *ex, float *dscore, const float *dout,
@@ -403,6 +468,7 @@ void qc_op_attn_aggregate_forward(const struct qc_exec *ex, float *out, const fl
                                   const struct qc_dropout *drop)
 {
     QC_EXEC_OP(ex, qc_attn_aggregate_forward, out, alpha, v, csr, H, Dh, drop);
+    exec_round(ex, out, csr.nseg * H * Dh);
 }
 
 void qc_op_attn_aggregate_backward(const struct qc_exec *ex, float *dalpha, float *dv,
@@ -417,6 +483,7 @@ void qc_op_fourier_features_forward(const struct qc_exec *ex, float *phi, const 
                                     const float *freqs, int64_t N, int64_t D, int64_t F)
 {
     QC_EXEC_OP(ex, qc_fourier_features_forward, phi, c, freqs, N, D, F);
+    exec_round(ex, phi, N * D * (2 * F + 1));
 }
 
 void qc_op_fourier_features_backward(const struct qc_exec *ex, float *dc, float *dfreqs,
@@ -458,6 +525,18 @@ void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const 
                        const float *b_hh, int64_t L, int64_t N, int64_t IC, int64_t C,
                        float *scratch)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        exec_enter(ex);
+        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_forward_cpu(hs, gates, xr, h0, wi, b_ih, wh, b_hh, L, N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_gru_forward, hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C, scratch);
 }
 
@@ -466,6 +545,19 @@ void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *
                         const float *gates, const float *x, const float *w_ih, const float *w_hh,
                         int64_t L, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        exec_enter(ex);
+        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_backward_cpu(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, xr, wi, wh, L,
+                            N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_gru_backward, dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, x,
                w_ih, w_hh, L, N, IC, C, scratch);
 }
@@ -562,4 +654,21 @@ void qc_op_adamw_step_segments(const struct qc_exec *ex, float *param, float *m,
                                int64_t nseg, const struct qc_adamw_hparams *hp)
 {
     QC_EXEC_OP(ex, qc_adamw_step_segments, param, m, v, grad, offsets, decay, nseg, hp);
+}
+
+// ---- mixed precision ops ------------------------------------------------------------------
+
+void qc_op_round(const struct qc_exec *ex, float *out, const float *inp, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_round_forward, out, inp, n, prec);
+}
+
+void qc_op_pack16(const struct qc_exec *ex, uint16_t *dst, const float *src, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_pack16, dst, src, n, prec);
+}
+
+void qc_op_unpack16(const struct qc_exec *ex, float *dst, const uint16_t *src, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_unpack16, dst, src, n, prec);
 }

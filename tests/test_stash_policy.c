@@ -110,7 +110,7 @@ static bool stack_make(struct stack *s, bool emu)
                                             .copy_in = s->copy_in};
         rc = qc_memctx_create(&mp, &s->mc);
     }
-    s->ex = (struct qc_exec){emu ? QC_EXEC_EMU : QC_EXEC_CPU, NULL, s->emu};
+    s->ex = (struct qc_exec){emu ? QC_EXEC_EMU : QC_EXEC_CPU, NULL, s->emu, 0};
     if (rc != QC_OK)
         printf("  stack: %s\n", qc_error_last());
     return rc == QC_OK;
