@@ -191,6 +191,8 @@ enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *
     qc_stash_bind(st, p);
     m->bytes_stash += qc_stash_bytes(st);
     struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (st->precision) /* a 16-bit stash: its packed arena is the stash (qcnet_tape.c) */
+        rec = NULL;
     if (rec && qc_plan_program_event(rec, QC_PLAN_OP_STASH, entry, qc_memctx_alloc_id(m->mc, p), 0,
                                      0, 0) < 0)
         return QC_ERR_NOMEM;

@@ -126,6 +126,7 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->num_dec_layers = cfg->num_dec_layers;
     out->dropout = cfg->dropout;
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
+    out->precision = cfg->precision;
 }
 
 void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p)
