@@ -672,3 +672,8 @@ void qc_op_unpack16(const struct qc_exec *ex, float *dst, const uint16_t *src, i
 {
     QC_EXEC_OP(ex, qc_unpack16, dst, src, n, prec);
 }
+
+void qc_op_scale_inplace(const struct qc_exec *ex, float *x, float s, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_scale_inplace, x, s, n);
+}

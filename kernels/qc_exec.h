@@ -106,6 +106,7 @@ static inline int qc_exec_precision(const struct qc_exec *x)
 /* out = inp rounded to precision prec (in place allowed); pack to / unpack from 16 bits. */
 void qc_op_round(const struct qc_exec *ex, float *out, const float *inp, int64_t n, int prec);
 void qc_op_pack16(const struct qc_exec *ex, uint16_t *dst, const float *src, int64_t n, int prec);
+void qc_op_scale_inplace(const struct qc_exec *ex, float *x, float s, int64_t n);
 void qc_op_unpack16(const struct qc_exec *ex, float *dst, const uint16_t *src, int64_t n, int prec);
 
 // ---- ops (one per CPU op of qc_kernels.h; contracts there) ----------------------------------

@@ -449,6 +449,9 @@ void qc_round_forward_cpu(float *out /* (n) */, const float *inp /* (n) */, int6
 /* dst[i] = the 16 bits of src[i] in precision prec (bf16 or fp16), rounded to nearest even.
  * OVERWRITE. */
 void qc_pack16_cpu(uint16_t *dst /* (n) */, const float *src /* (n) */, int64_t n, int prec);
+/* x[i] *= s in place (fp32; unscaling the gradients of a loss-scaled fp16 step by a power of 2
+ * is exact). */
+void qc_scale_inplace_cpu(float *x /* (n) */, float s, int64_t n);
 /* dst[i] = src[i] widened to fp32 (exact). OVERWRITE. */
 void qc_unpack16_cpu(float *dst /* (n) */, const uint16_t *src /* (n) */, int64_t n, int prec);
 

@@ -39,3 +39,11 @@ void qc_unpack16_cpu(float *dst, const uint16_t *src, int64_t n, int prec)
     for (int64_t i = 0; i < n; i++)
         dst[i] = qc_f32_from_half(src[i], prec);
 }
+
+void qc_scale_inplace_cpu(float *x, float s, int64_t n)
+{
+    QC_ASSERT(n >= 0 && (n == 0 || x), "scale: n %lld", (long long)n);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
+}

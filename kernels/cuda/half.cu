@@ -52,3 +52,18 @@ void qc_unpack16_cuda(float *dst, const uint16_t *src, int64_t n, int prec, cuda
     unpack16_kernel<<<cuda_blocks(n, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(dst, src, n, prec);
     QC_CUDA_LAUNCH_CHECK();
 }
+
+static __global__ void scale_inplace_kernel(float *x, float s, int64_t n)
+{
+    for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads())
+        x[i] = __fmul_rn(x[i], s);
+}
+
+void qc_scale_inplace_cuda(float *x, float s, int64_t n, cudaStream_t stream)
+{
+    QC_ASSERT(n >= 0 && (n == 0 || x), "scale cuda: n %lld", (long long)n);
+    if (n == 0)
+        return;
+    scale_inplace_kernel<<<cuda_blocks(n, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(x, s, n);
+    QC_CUDA_LAUNCH_CHECK();
+}
