@@ -20,6 +20,7 @@
 #ifndef QC_KERNELS_QC_HALF_H
 #define QC_KERNELS_QC_HALF_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
