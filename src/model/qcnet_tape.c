@@ -807,7 +807,7 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_
     QC_TRY(qcnet_falloc(m, N * D, name, &h0));
     qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
     QC_TRY(qcnet_falloc(m, ns, "scratch/gru", &scratch));
-    const float *w = m->params;
+    const float *w = qcnet_params_compute(m);
     float *hs = qc_stash_f32(&e->st, ihs), *gates = qc_stash_f32(&e->st, igates);
     qc_op_gru_forward(m->ex, hs, gates, x, h0, w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh,
                       w + m->o_gru_bhh, L, N, D, D, scratch);
@@ -830,7 +830,7 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float 
     QC_TRY(
         qcnet_falloc(m, qc_gru_backward_scratch_numel(L, N, D), "scratch/gru_backward", &scratch));
     float *g = m->grads;
-    const float *w = m->params;
+    const float *w = qcnet_params_compute(m);
     qc_op_gru_backward(m->ex, dx, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
                        g + m->o_gru_bhh, dh_last, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1),
                        e->x, w + m->o_gru_wih, w + m->o_gru_whh, L, N, D, D, scratch);
@@ -956,7 +956,7 @@ enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
             return s;
         }
         qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
-        const float *w = m->params;
+        const float *w = qcnet_params_compute(m);
         qc_op_gru_forward(m->ex, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1), e->x, h0,
                           w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, L,
                           N, D, D, scratch);
