@@ -734,12 +734,13 @@ static void test_create_on_errors(void)
 }
 
 /* CUDA vs CPU within tolerance, and two CUDA runs bit-identical. */
-/* CUDA vs CPU in bf16 / fp16. Tolerances (why): both round the same op outputs and stashes,
- * but the CUDA GEMMs read the fp32 weights (the CPU reads them rounded: docs/PRECISION.md,
- * "not yet on CUDA") and accumulate in another order, so they differ by a few 16-bit roundings
- * per layer: outputs and losses within 5e-2 of their largest value, the flat gradient within
- * 2e-1 (a gradient sums many rounded products); a missing unpack or a wrong offset gives errors
- * of order 1. best_mode may flip between near-equal modes and is not compared. */
+/* CUDA vs CPU in bf16 / fp16. Tolerances (why): both round the same op outputs, weights and
+ * stashes, but the CUDA GEMMs accumulate in another order and the fused attention kernels keep
+ * their tiles in fp32 (docs/PRECISION.md), so a value near a rounding boundary can round the
+ * other way and they differ by a few 16-bit roundings per layer: outputs and losses within 5e-2 of
+ * their largest value, the flat gradient within 2e-1 (a gradient sums many rounded products); a
+ * missing unpack or a wrong offset gives errors of order 1. best_mode may flip between near-equal
+ * modes and is not compared. */
 static void expect_close_lowp(const struct result *x, const struct result *y, const char *what)
 {
     if (x->nout != y->nout || x->np != y->np) {
