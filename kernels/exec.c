@@ -6,6 +6,7 @@
  */
 #include "qc_exec.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec_internal.h"
@@ -139,6 +140,40 @@ void kernels_prof_end(const struct qc_prof_mark *m, const struct qc_exec *x,
 #define QC_EXEC_OP(x, op, prof, ...)                                                               \
     QC_EXEC_OP_SPLIT(x, prof, op##_cpu(__VA_ARGS__), op##_cuda(__VA_ARGS__, EXEC_STREAM(x)))
 
+// ---- mixed precision (docs/PRECISION.md) --------------------------------------------------
+/* The single place where the ops of a 16-bit run round: an op's activation output is rounded
+ * to the exec's precision after the op (on every backend, by the round op), and the GEMM ops
+ * (linear, the GRUs) read their weights and activation inputs rounded (on CPU and EMU through
+ * rounded host copies; the values CUDA's 16-bit GEMM inputs hold). LayerNorm statistics, the
+ * softmax max and sum, the GRU's gates, the losses and the geometry stay fp32. */
+
+static bool exec_lowp(const struct qc_exec *x)
+{
+    return x && x->precision != 0 && x->backend != QC_EXEC_DRY;
+}
+
+/* p[0 .. n) rounded in place to x's precision (a no-op in fp32). */
+static void exec_round(const struct qc_exec *x, float *p, int64_t n)
+{
+    if (exec_lowp(x) && p && n > 0)
+        qc_op_round(x, p, p, n, x->precision);
+}
+
+/* A malloc'ed (rows, cols) contiguous copy of src (leading dimension ld) rounded to prec; NULL
+ * src gives NULL. Host code: runs inside an op (EMU arena open). Aborts when out of host memory
+ * (a few hundred KiB at most for QCNet's weights and tiles; an op cannot fail). */
+static float *exec_rounded_copy(const float *src, int64_t rows, int64_t cols, int64_t ld, int prec)
+{
+    if (!src)
+        return NULL;
+    float *d = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *d);
+    QC_ASSERT(d, "exec: %lld x %lld rounded copy: out of host memory", (long long)rows,
+              (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        qc_round_forward_cpu(d + r * cols, src + r * ld, cols, prec);
+    return d;
+}
+
 // ---- memory moves -------------------------------------------------------------------------
 
 void qc_op_zero(const struct qc_exec *x, void *dst, size_t bytes)
@@ -258,18 +293,40 @@ void qc_op_linear_forward(const struct qc_exec *ex, float *out, const float *inp
                           const float *weight, const float *bias, int64_t N, int64_t IC, int64_t OC,
                           bool accum)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        kernels_exec_enter(ex);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
+        qc_linear_forward_cpu(out, ir, IC, wr, bias, N, IC, OC, accum);
+        free(ir);
+        free(wr);
+        kernels_exec_leave(ex);
+        exec_round(ex, out, N * OC);
+        return;
+    }
     QC_EXEC_OP(ex, qc_linear_forward,
                EXEC_P("linear_forward", "N,IC,OC", N, IC, OC, 0,
                       4.0 * ((double)N * IC + (double)IC * OC + (double)N * OC * (accum ? 2 : 1) +
                              (bias ? OC : 0)),
                       2.0 * N * IC * OC),
                out, inp, ldi, weight, bias, N, IC, OC, accum);
+    exec_round(ex, out, N * OC);
 }
 
 void qc_op_linear_backward(const struct qc_exec *ex, float *dinp, int64_t lddi, float *dweight,
                            float *dbias, const float *dout, const float *inp, int64_t ldi,
                            const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) { /* the forward's rounded operands */
+        kernels_exec_enter(ex);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
+        qc_linear_backward_cpu(dinp, lddi, dweight, dbias, dout, ir, IC, wr, N, IC, OC, accum);
+        free(ir);
+        free(wr);
+        kernels_exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_linear_backward,
                EXEC_P("linear_backward", "N,IC,OC", N, IC, OC, 0,
                       4.0 * ((double)N * OC + (dweight ? (double)N * IC + 2.0 * IC * OC : 0) +
@@ -287,6 +344,7 @@ void qc_op_layernorm_forward(const struct qc_exec *ex, float *out, float *mean, 
         ex, qc_layernorm_forward,
         EXEC_P("layernorm_forward", "N,C", N, C, 0, 0, 4.0 * (2.0 * N * C + 2.0 * N + 2.0 * C), 0),
         out, mean, rstd, inp, weight, bias, N, C);
+    exec_round(ex, out, N * C); /* mean, rstd stay fp32 */
 }
 
 void qc_op_layernorm_backward(const struct qc_exec *ex, float *dinp, float *dweight, float *dbias,
@@ -304,6 +362,7 @@ void qc_op_relu_forward(const struct qc_exec *ex, float *out, const float *inp, 
 {
     QC_EXEC_OP(ex, qc_relu_forward, EXEC_P("relu_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out, inp,
                n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_relu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -316,6 +375,7 @@ void qc_op_relu_backward(const struct qc_exec *ex, float *dinp, const float *dou
 void qc_op_elu_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t n)
 {
     QC_EXEC_OP(ex, qc_elu_forward, EXEC_P("elu_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out, inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_elu_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -329,6 +389,7 @@ void qc_op_sigmoid_forward(const struct qc_exec *ex, float *out, const float *in
 {
     QC_EXEC_OP(ex, qc_sigmoid_forward, EXEC_P("sigmoid_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out,
                inp, n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_sigmoid_backward(const struct qc_exec *ex, float *dinp, const float *dout,
@@ -342,6 +403,7 @@ void qc_op_tanh_forward(const struct qc_exec *ex, float *out, const float *inp, 
 {
     QC_EXEC_OP(ex, qc_tanh_forward, EXEC_P("tanh_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out, inp,
                n);
+    exec_round(ex, out, n);
 }
 
 void qc_op_tanh_backward(const struct qc_exec *ex, float *dinp, const float *dout, const float *out,
@@ -386,6 +448,7 @@ void qc_op_dropout_forward(const struct qc_exec *ex, float *out, const float *in
 {
     QC_EXEC_OP(ex, qc_dropout_forward, EXEC_P("dropout_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out,
                inp, n, d);
+    exec_round(ex, out, n);
 }
 
 void qc_op_dropout_backward(const struct qc_exec *ex, float *dinp, const float *dout, int64_t n,
@@ -401,6 +464,7 @@ void qc_op_embedding_forward(const struct qc_exec *ex, float *out, const int64_t
     QC_EXEC_OP(ex, qc_embedding_forward,
                EXEC_P("embedding_forward", "N,C,V", N, C, V, 0, 8.0 * N * C + 8.0 * N, 0), out, idx,
                table, N, C, V);
+    exec_round(ex, out, N * C);
 }
 
 void qc_op_embedding_backward(const struct qc_exec *ex, float *dtable, const float *dout,
@@ -540,6 +604,7 @@ void qc_op_attn_score_forward(const struct qc_exec *ex, float *score, const floa
                           16.0 * csr.nitem,
                       2.0 * csr.nitem * H * Dh),
                score, q, k, csr, H, Dh, scale);
+    exec_round(ex, score, csr.nitem * H);
 }
 
 void qc_op_attn_score_backward(const struct qc_exec *ex, float *dq, float *dk, const float *dscore,
@@ -562,6 +627,7 @@ void qc_op_segment_softmax_forward(const struct qc_exec *ex, float *out, float *
                EXEC_P("segment_softmax_forward", "E,H", csr.nitem, H, 0, 0,
                       4.0 * (2.0 * csr.nitem * H + 2.0 * csr.nseg * H) + 16.0 * csr.nitem, 0),
                out, seg_max, seg_sum, score, csr, H);
+    exec_round(ex, out, csr.nitem * H); /* seg_max, seg_sum stay fp32 */
 }
 
 void qc_op_segment_softmax_backward(const struct qc_exec *ex, float *dscore, const float *dout,
@@ -584,6 +650,7 @@ void qc_op_attn_aggregate_forward(const struct qc_exec *ex, float *out, const fl
                           16.0 * csr.nitem,
                       2.0 * csr.nitem * H * Dh),
                out, alpha, v, csr, H, Dh, drop);
+    exec_round(ex, out, csr.nseg * H * Dh);
 }
 
 void qc_op_attn_aggregate_backward(const struct qc_exec *ex, float *dalpha, float *dv,
@@ -607,6 +674,7 @@ void qc_op_fourier_features_forward(const struct qc_exec *ex, float *phi, const 
                EXEC_P("fourier_features_forward", "N,d,F", N, D, F, 0,
                       4.0 * ((double)N * D * (2 * F + 1) + (double)N * D + (double)D * F), 0),
                phi, c, freqs, N, D, F);
+    exec_round(ex, phi, N * D * (2 * F + 1));
 }
 
 void qc_op_fourier_features_backward(const struct qc_exec *ex, float *dc, float *dfreqs,
@@ -661,6 +729,18 @@ void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const 
                        const float *b_hh, int64_t L, int64_t N, int64_t IC, int64_t C,
                        float *scratch)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        kernels_exec_enter(ex);
+        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_forward_cpu(hs, gates, xr, h0, wi, b_ih, wh, b_hh, L, N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        kernels_exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_gru_forward,
                EXEC_P("gru_forward", "L,N,IC,C", L, N, IC, C,
                       4.0 * ((double)L * N * IC + 5.0 * L * N * C + 3.0 * C * (IC + C)),
@@ -673,6 +753,19 @@ void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *
                         const float *gates, const float *x, const float *w_ih, const float *w_hh,
                         int64_t L, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        kernels_exec_enter(ex);
+        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_backward_cpu(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, xr, wi, wh, L,
+                            N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        kernels_exec_leave(ex);
+        return;
+    }
     QC_EXEC_OP(ex, qc_gru_backward,
                EXEC_P("gru_backward", "L,N,IC,C", L, N, IC, C,
                       4.0 * (2.0 * L * N * IC + 6.0 * L * N * C + 6.0 * C * (IC + C)),
@@ -796,4 +889,27 @@ void qc_op_adamw_step_segments(const struct qc_exec *ex, float *param, float *m,
     QC_EXEC_OP(ex, qc_adamw_step_segments,
                EXEC_P("adamw_step_segments", "segments", nseg, 0, 0, 0, 0, 0), param, m, v, grad,
                offsets, decay, nseg, hp);
+}
+
+// ---- mixed precision ops ------------------------------------------------------------------
+
+void qc_op_round(const struct qc_exec *ex, float *out, const float *inp, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_round_forward, EXEC_P("round_forward", "n", n, 0, 0, 0, 8.0 * n, 0), out, inp,
+               n, prec);
+}
+
+void qc_op_pack16(const struct qc_exec *ex, uint16_t *dst, const float *src, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_pack16, EXEC_P("pack16", "n", n, 0, 0, 0, 6.0 * n, 0), dst, src, n, prec);
+}
+
+void qc_op_unpack16(const struct qc_exec *ex, float *dst, const uint16_t *src, int64_t n, int prec)
+{
+    QC_EXEC_OP(ex, qc_unpack16, EXEC_P("unpack16", "n", n, 0, 0, 0, 6.0 * n, 0), dst, src, n, prec);
+}
+
+void qc_op_scale_inplace(const struct qc_exec *ex, float *x, float s, int64_t n)
+{
+    QC_EXEC_OP(ex, qc_scale_inplace, EXEC_P("scale_inplace", "n", n, 0, 0, 0, 8.0 * n, 0), x, s, n);
 }

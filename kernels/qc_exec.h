@@ -60,6 +60,8 @@ struct qc_exec {
     enum qc_exec_backend backend;
     void *stream;       /* CUDA: the cudaStream_t of every op and copy; NULL = legacy */
     struct qc_emu *emu; /* EMU: the arena (required) */
+    int precision;      /* enum qc_precision (qc_half.h): what the ops round their activation
+                           outputs and GEMM inputs to; 0 = fp32 (docs/PRECISION.md) */
 };
 
 /* "cpu" / "cuda" / "emu" / "dry". */
@@ -96,6 +98,18 @@ enum qc_status qc_op_upload(const struct qc_exec *ex, void *dst, const void *src
 enum qc_status qc_op_download(const struct qc_exec *ex, void *dst, const void *src, size_t bytes);
 /* Waits for everything enqueued on x's stream. QC_ERR_CUDA on a (sticky) device error. */
 enum qc_status qc_op_sync(const struct qc_exec *x);
+
+// ---- mixed precision (qc_half.h) ------------------------------------------------------------
+/* The exec's precision (enum qc_precision); fp32 for ex NULL. */
+static inline int qc_exec_precision(const struct qc_exec *x)
+{
+    return x ? x->precision : 0;
+}
+/* out = inp rounded to precision prec (in place allowed); pack to / unpack from 16 bits. */
+void qc_op_round(const struct qc_exec *ex, float *out, const float *inp, int64_t n, int prec);
+void qc_op_pack16(const struct qc_exec *ex, uint16_t *dst, const float *src, int64_t n, int prec);
+void qc_op_scale_inplace(const struct qc_exec *ex, float *x, float s, int64_t n);
+void qc_op_unpack16(const struct qc_exec *ex, float *dst, const uint16_t *src, int64_t n, int prec);
 
 // ---- ops (one per CPU op of qc_kernels.h; contracts there) ----------------------------------
 /* fourier_features_backward_saved runs qc_fourier_features_backward_cuda on CUDA (recomputing

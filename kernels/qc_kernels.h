@@ -441,6 +441,20 @@ void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *g
                                 const int64_t *offsets, const uint8_t *decay, int64_t nseg,
                                 const struct qc_adamw_hparams *hp);
 
+/* ---- mixed precision (qc_half.h, docs/PRECISION.md) ---------------------------------------- */
+
+/* out[i] = inp[i] rounded to precision prec (enum qc_precision; fp32 copies). In place is
+ * allowed (out == inp). OVERWRITE. */
+void qc_round_forward_cpu(float *out /* (n) */, const float *inp /* (n) */, int64_t n, int prec);
+/* dst[i] = the 16 bits of src[i] in precision prec (bf16 or fp16), rounded to nearest even.
+ * OVERWRITE. */
+void qc_pack16_cpu(uint16_t *dst /* (n) */, const float *src /* (n) */, int64_t n, int prec);
+/* x[i] *= s in place (fp32; unscaling the gradients of a loss-scaled fp16 step by a power of 2
+ * is exact). */
+void qc_scale_inplace_cpu(float *x /* (n) */, float s, int64_t n);
+/* dst[i] = src[i] widened to fp32 (exact). OVERWRITE. */
+void qc_unpack16_cpu(float *dst /* (n) */, const uint16_t *src /* (n) */, int64_t n, int prec);
+
 #ifdef __cplusplus
 }
 #endif

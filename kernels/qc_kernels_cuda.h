@@ -101,6 +101,10 @@ enum qc_status qc_upload_cuda(void *dst, const void *src, size_t bytes, cudaStre
 
 /* ---- geometry -------------------------------------------------------------------------- */
 
+void qc_round_forward_cuda(float *out, const float *inp, int64_t n, int prec, cudaStream_t stream);
+void qc_pack16_cuda(uint16_t *dst, const float *src, int64_t n, int prec, cudaStream_t stream);
+void qc_scale_inplace_cuda(float *x, float s, int64_t n, cudaStream_t stream);
+void qc_unpack16_cuda(float *dst, const uint16_t *src, int64_t n, int prec, cudaStream_t stream);
 void qc_wrap_angle_forward_cuda(float *out, const float *inp, int64_t n, cudaStream_t stream);
 void qc_angle_between_2d_forward_cuda(float *out, const float *ctr, const float *vec, int64_t N,
                                       cudaStream_t stream);

@@ -29,7 +29,9 @@
 #include "testutil.h"
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_graph.h"
+#include "qc_half.h"
 #include "qc_kernels.h"
 #include "qc_memctx.h"
 #include "qc_plan.h"
@@ -1198,6 +1200,67 @@ static void test_train_deterministic(enum qc_attn_impl impl)
     free(p2);
 }
 
+/* Mixed precision (docs/PRECISION.md): the parity-tiny forward with the ops rounding to bf16 /
+ * fp16 and the stashes packed, against PyTorch's fp32 outputs. Tolerances (why): one rounding
+ * is 2^-9 relative in bf16 (2^-12 in fp16); the outputs sit ~10 rounded layers deep, each
+ * error partly averaged by the GEMMs' fp32 accumulation and by LayerNorm. The outputs' max
+ * error relative to their largest value is observed at up to 4e-2 (bf16, pred.scale_refine) and
+ * 5e-3 (fp16); bounds 1e-1 and 2e-2 leave a 2.5-4x margin while a missing unpack, a wrong entry
+ * offset or a scale bug (errors of order 1) fail. The errors must also be non-zero: the rounding
+ * happened. */
+static void test_precision_parity(int prec, double tol)
+{
+    if (!parity_batch()) {
+        T_FAIL_AT("parity batch unavailable");
+        return;
+    }
+    struct qc_safetensors *ref = NULL;
+    T_EXPECT(qc_safetensors_open(PARITY_DIR "/outputs.safetensors", &ref) == QC_OK, "%s",
+             qc_error_last());
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.attention = QC_ATTN_FUSED;
+    cfg.precision = prec;
+    const struct qc_exec ex = {.backend = QC_EXEC_CPU, .precision = prec};
+    struct qc_qcnet *m = NULL;
+    if (qc_qcnet_create_on(&cfg, NULL, &ex, &m) != QC_OK)
+        T_FATAL("create: %s", qc_error_last());
+    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
+    struct qc_qcnet_ctx ctx = {.training = false, .need_backward = true, .seed = 1};
+    struct qc_qcnet_output o;
+    struct qc_qcnet_loss loss;
+    if (rc == QC_OK)
+        rc = qc_qcnet_forward(m, &g_batch, &ctx, &o);
+    if (rc == QC_OK)
+        rc = qc_qcnet_loss(m, &loss);
+    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    if (rc == QC_OK && ref) {
+        struct cmp_list l = {0};
+        const int64_t A = o.A, K = o.K, S = o.S, D = o.D;
+        cmp_output(&l, ref, "pred.loc_propose_pos", o.loc_propose_pos, A * K * S * 2, tol);
+        cmp_output(&l, ref, "pred.scale_propose_pos", o.scale_propose_pos, A * K * S * 2, tol);
+        cmp_output(&l, ref, "pred.loc_refine_pos", o.loc_refine_pos, A * K * S * 2, tol);
+        cmp_output(&l, ref, "pred.scale_refine_pos", o.scale_refine_pos, A * K * S * 2, tol);
+        cmp_output(&l, ref, "pred.pi", o.pi, A * K, tol);
+        cmp_output(&l, ref, "enc.x_pl_last", o.x_pl, o.P * D, tol);
+        cmp_output(&l, ref, "enc.x_a", o.x_a, A * 50 * D, tol);
+        cmp_output(&l, ref, "loss.loss", &loss.loss, 1, tol);
+        const struct qc_st_tensor *t = qc_safetensors_find(ref, "enc.x_a");
+        const double e = t ? rel_err(o.x_a, t->data, A * 50 * D, NULL) : 0.0;
+        T_EXPECT(e > 1e-6, "%s: enc.x_a equals fp32's (%.3g): nothing was rounded",
+                 qc_precision_str(prec), e);
+        printf("  %s: loss %.9g\n", qc_precision_str(prec), (double)loss.loss);
+        char what[32];
+        snprintf(what, sizeof what, "%s forward", qc_precision_str(prec));
+        T_EXPECT(l.failed == 0, "%s: %d tensors over %.0e", what, l.failed, tol);
+        cmp_print(&l, what, 8);
+    }
+    qc_qcnet_release(m);
+    qc_qcnet_destroy(m);
+    qc_safetensors_close(ref);
+}
+
 int main(void)
 {
     QC_TEST ("model: AV2 state_dict table == QCNET_state_dict.tsv")
@@ -1218,6 +1281,10 @@ int main(void)
         test_parity(QC_ATTN_UNFUSED);
     QC_TEST ("model: parity with PyTorch QCNet (fused attention)")
         test_parity(QC_ATTN_FUSED);
+    QC_TEST ("model: bf16 forward within 1e-1 of PyTorch's fp32 on parity-tiny")
+        test_precision_parity(QC_PREC_BF16, 1e-1);
+    QC_TEST ("model: fp16 forward within 2e-2 of PyTorch's fp32 on parity-tiny")
+        test_precision_parity(QC_PREC_FP16, 2e-2);
     QC_TEST ("model: eval mode, dropout keying, stash accounting")
         test_modes();
     QC_TEST ("model: memory context and gradient accumulation")

@@ -23,6 +23,9 @@
  * (step_s; step_s_min/max and steps_timed beside it). --threads runs each configuration with
  * each OpenMP / OpenBLAS thread count of the list (CPU); the summary then gives the scaling
  * efficiency t(1) / (n · t(n)) and, where both ran, the fused / unfused step-time ratio.
+ * --precision fp32,bf16,fp16 runs each configuration in each train.precision
+ * (docs/PRECISION.md); the summary then gives each one's peak device bytes and samples/s
+ * relative to fp32's.
  *
  * "Device" memory is host RAM on the cpu and emu backends, so the allocator runs under a
  * budget (--budget; default device.budget, or half the physical RAM); on cuda the default is
@@ -50,6 +53,7 @@
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_exec.h"
+#include "qc_half.h"
 #include "qc_kernels.h" /* qc_kernels_cpu_set_blas_threads */
 #include "qc_progress.h"
 #include "qc_train.h"
@@ -57,7 +61,7 @@
 static const char step_usage[] =
     "[--device cpu|cuda|emu] [--data FILE...] [--json] [--quick] [--repeats N] [--warmup N] "
     "[--rounds N] [--threads 1,2] [--batch-sizes 1,4] [--profiles typical,dense] "
-    "[--attention fused,unfused]";
+    "[--attention fused,unfused] [--precision fp32,bf16,fp16]";
 static const char step_summary[] =
     "Whole training steps on synthetic scenes, or on the scenes of --data: step time (median), "
     "samples/s, allocator peak and peak RSS for each batch size x scene profile x attention "
@@ -173,10 +177,11 @@ static void set_threads(int64_t n)
 
 static enum qc_status bench_one(const struct qc_config *base, const struct step_data *data,
                                 enum qc_scene_profile profile, int64_t batch,
-                                enum qc_attention_impl attn, int64_t warmup, int64_t repeats,
-                                struct step_result *r)
+                                enum qc_attention_impl attn, int prec, int64_t warmup,
+                                int64_t repeats, struct step_result *r)
 {
     struct qc_config cfg = *base;
+    cfg.precision = prec;
     cfg.batch_size = batch;
     cfg.grad_accum = 1;
     cfg.synthetic_profile = profile;
@@ -241,6 +246,7 @@ struct step_cfg {
     int64_t batch;   /* scenes per step */
     int attn;        /* enum qc_attention_impl */
     int64_t threads; /* OpenMP / BLAS threads (0: as set) */
+    int prec;        /* enum qc_precision (train.precision) */
     struct step_result r;
     double step_s; /* median of r.timed */
 };
@@ -252,6 +258,7 @@ static void add_result_json(cJSON *arr, const struct step_cfg *c, const char *pn
     cJSON_AddStringToObject(j, "profile", pname);
     cJSON_AddNumberToObject(j, "batch", (double)c->batch);
     cJSON_AddStringToObject(j, "attention", aname);
+    cJSON_AddStringToObject(j, "precision", qc_precision_str(c->prec));
     if (c->threads > 0)
         cJSON_AddNumberToObject(j, "threads", (double)c->threads);
     if (c->r.oom) {
@@ -277,13 +284,13 @@ static void add_result_json(cJSON *arr, const struct step_cfg *c, const char *pn
     cJSON_AddItemToArray(arr, j);
 }
 
-/* The configuration of (prof, batch, attn, threads), or NULL. */
+/* The configuration of (prof, batch, attn, threads, prec), or NULL. */
 static const struct step_cfg *find_cfg(const struct step_cfg *v, int n, int prof, int64_t batch,
-                                       int attn, int64_t threads)
+                                       int attn, int64_t threads, int prec)
 {
     for (int i = 0; i < n; i++)
         if (v[i].prof == prof && v[i].batch == batch && v[i].attn == attn &&
-            v[i].threads == threads && !v[i].r.oom && v[i].r.ntimed > 0)
+            v[i].threads == threads && v[i].prec == prec && !v[i].r.oom && v[i].r.ntimed > 0)
             return &v[i];
     return NULL;
 }
@@ -298,6 +305,9 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
     int64_t repeats = 2, warmup = 1, rounds = 1;
     const char *bs_list = "1,4", *prof_list = "typical,dense", *attn_list = "fused,unfused";
     const char *thr_list = "";
+    char prec_default[8];
+    snprintf(prec_default, sizeof prec_default, "%s", qc_precision_str(cli->cfg.precision));
+    const char *prec_list = prec_default;
     struct qc_cli_strings data = {0};
     const struct qc_cli_opt opts[] = {
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object"},
@@ -313,6 +323,8 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
         {"batch-sizes", QC_CLI_STRING, &bs_list, "1,4", "scenes per batch, comma-separated"},
         {"profiles", QC_CLI_STRING, &prof_list, "typical,dense", "scene profiles"},
         {"attention", QC_CLI_STRING, &attn_list, "fused,unfused", "attention implementations"},
+        {"precision", QC_CLI_STRING, &prec_list, "train.precision",
+         "train.precision values, comma-separated (fp32,bf16,fp16): a configuration each"},
         {"budget", QC_CLI_SIZE, &budget, "device.budget, or half the RAM on cpu/emu",
          "allocator budget; a configuration that does not fit is reported as out of memory"},
     };
@@ -344,9 +356,11 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
         QC_TRY(parse_ints(thr_list, "threads", thr, 8, &nthr));
     }
     static const char *const prof_names[] = {"typical", "dense", "mixed"};
-    static const char *const attn_names[] = {"fused", "unfused"}; /* enum qc_attention_impl */
-    int profs[3], attns[2];
-    int nprof = 0, nattn = 0;
+    static const char *const attn_names[] = {"fused", "unfused"};     /* enum qc_attention_impl */
+    static const char *const prec_names[] = {"fp32", "bf16", "fp16"}; /* enum qc_precision */
+    int profs[3], attns[2], precs[3];
+    int nprof = 0, nattn = 0, nprec = 0;
+    QC_TRY(parse_names(prec_list, "precision", prec_names, 3, precs, &nprec));
     QC_TRY(parse_names(prof_list, "profiles", prof_names, 3, profs, &nprof));
     QC_TRY(parse_names(attn_list, "attention", attn_names, 2, attns, &nattn));
     const struct step_data sd = {data.v, data.n};
@@ -390,7 +404,7 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
     struct qc_config base = cli->cfg;
     base.device_budget = budget;
 
-    const int ncfg = nprof * nbs * nthr * nattn;
+    const int ncfg = nprof * nbs * nthr * nattn * nprec;
     struct step_cfg *cfgs = calloc((size_t)ncfg, sizeof *cfgs);
     if (!cfgs) {
         cJSON_Delete(root);
@@ -400,12 +414,14 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
     for (int ip = 0; ip < nprof; ip++)
         for (int ib = 0; ib < nbs; ib++)
             for (int it = 0; it < nthr; it++)
-                for (int ia = 0; ia < nattn; ia++, k++) {
-                    cfgs[k].prof = profs[ip];
-                    cfgs[k].batch = bsz[ib];
-                    cfgs[k].threads = thr[it];
-                    cfgs[k].attn = attns[ia];
-                }
+                for (int ia = 0; ia < nattn; ia++)
+                    for (int iq = 0; iq < nprec; iq++, k++) {
+                        cfgs[k].prof = profs[ip];
+                        cfgs[k].batch = bsz[ib];
+                        cfgs[k].threads = thr[it];
+                        cfgs[k].attn = attns[ia];
+                        cfgs[k].prec = precs[iq];
+                    }
     const int omp0 = omp_get_max_threads(), blas0 = cuda ? 1 : qc_kernels_cpu_blas_threads();
     enum qc_status st = QC_OK;
     FILE *o = json ? stderr : stdout; /* one line per configuration and round as it completes */
@@ -419,7 +435,7 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
             set_threads(c->threads);
             const int n0 = c->r.ntimed;
             st = bench_one(&base, &sd, c->prof < 0 ? QC_SCENE_TYPICAL : c->prof, c->batch,
-                           (enum qc_attention_impl)c->attn, warmup, repeats, &c->r);
+                           (enum qc_attention_impl)c->attn, c->prec, warmup, repeats, &c->r);
             if (!cuda) {
                 omp_set_num_threads(omp0);
                 qc_kernels_cpu_set_blas_threads(blas0);
@@ -431,8 +447,8 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
                 else
                     snprintf(b, sizeof(b), "device's");
                 c->r.oom = true;
-                fprintf(o, "step %-7s B=%-2" PRId64 " %-7s out of memory under the %s budget\n",
-                        pname, c->batch, aname, b);
+                fprintf(o, "step %-7s B=%-2" PRId64 " %-7s %s out of memory under the %s budget\n",
+                        pname, c->batch, aname, qc_precision_str(c->prec), b);
                 st = QC_OK;
                 continue;
             }
@@ -446,9 +462,10 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
             qc_format_bytes(c->r.peak_device_bytes, a, sizeof(a));
             qc_format_bytes(c->r.peak_rss_bytes, b, sizeof(b));
             fprintf(o,
-                    "step %-7s B=%-2" PRId64 " %-7s thr %-2" PRId64 " round %" PRId64
+                    "step %-7s B=%-2" PRId64 " %-7s %s thr %-2" PRId64 " round %" PRId64
                     " %8.3f samples/s %7.2f s/step  device peak %-10s RSS peak %s\n",
-                    pname, c->batch, aname, c->threads > 0 ? c->threads : (int64_t)omp0, rd + 1,
+                    pname, c->batch, aname, qc_precision_str(c->prec),
+                    c->threads > 0 ? c->threads : (int64_t)omp0, rd + 1,
                     mean > 0 ? (double)c->batch / mean : 0, mean, a, b);
             fflush(o);
         }
@@ -470,20 +487,34 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
             continue;
         const char *pname = c->prof < 0 ? "data" : prof_names[c->prof];
         const int64_t nt = c->threads > 0 ? c->threads : (int64_t)omp0;
-        fprintf(o, "  %-7s B=%-2" PRId64 " %-7s thr %-2" PRId64 " %7.3f s/step", pname, c->batch,
-                attn_names[c->attn], nt, c->step_s);
+        char pk[32];
+        qc_format_bytes(c->r.peak_device_bytes, pk, sizeof pk);
+        fprintf(o,
+                "  %-7s B=%-2" PRId64 " %-7s %s thr %-2" PRId64 " %7.3f s/step %8.3f samples/s "
+                "peak %s",
+                pname, c->batch, attn_names[c->attn], qc_precision_str(c->prec), nt, c->step_s,
+                c->step_s > 0 ? (double)c->batch / c->step_s : 0.0, pk);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "profile", pname);
         cJSON_AddNumberToObject(j, "batch", (double)c->batch);
         cJSON_AddStringToObject(j, "attention", attn_names[c->attn]);
         cJSON_AddNumberToObject(j, "threads", (double)nt);
+        cJSON_AddStringToObject(j, "precision", qc_precision_str(c->prec));
         cJSON_AddNumberToObject(j, "step_s", c->step_s);
-        const struct step_cfg *u = find_cfg(cfgs, ncfg, c->prof, c->batch, 1, c->threads);
+        const struct step_cfg *f32 =
+            find_cfg(cfgs, ncfg, c->prof, c->batch, c->attn, c->threads, QC_PREC_FP32);
+        if (c->prec != QC_PREC_FP32 && f32 && f32->r.peak_device_bytes > 0 && c->step_s > 0) {
+            const double mem = (double)c->r.peak_device_bytes / (double)f32->r.peak_device_bytes;
+            fprintf(o, "  peak %.2fx fp32's, samples/s %.2fx", mem, f32->step_s / c->step_s);
+            cJSON_AddNumberToObject(j, "peak_over_fp32", mem);
+            cJSON_AddNumberToObject(j, "samples_per_s_over_fp32", f32->step_s / c->step_s);
+        }
+        const struct step_cfg *u = find_cfg(cfgs, ncfg, c->prof, c->batch, 1, c->threads, c->prec);
         if (c->attn == 0 && u && u->step_s > 0) {
             fprintf(o, "  fused/unfused %.2fx", c->step_s / u->step_s);
             cJSON_AddNumberToObject(j, "fused_over_unfused", c->step_s / u->step_s);
         }
-        const struct step_cfg *one = find_cfg(cfgs, ncfg, c->prof, c->batch, c->attn, 1);
+        const struct step_cfg *one = find_cfg(cfgs, ncfg, c->prof, c->batch, c->attn, 1, c->prec);
         if (nt > 1 && one && c->step_s > 0) {
             const double eff = one->step_s / ((double)nt * c->step_s);
             fprintf(o, "  speedup over 1 thread %.2fx, efficiency %.0f %%", one->step_s / c->step_s,

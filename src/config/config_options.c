@@ -66,6 +66,7 @@ static const char *const attention_names[] = {"fused", "unfused", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
 static const char *const balance_names[] = {"none", "cost", "auto", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL}; /* enum qc_precision */
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
@@ -152,6 +153,12 @@ static const struct qc_config_option options[] = {
                "skip (parameters untouched)"),
     OPT_INT("train.max_skipped", max_skipped, "10", 1, BIG_COUNT, "steps",
             "train.nonfinite=skip: stop after this many skipped steps in a row"),
+    /* train.* mixed precision (docs/PRECISION.md) */
+    OPT_CHOICE("train.precision", precision, "fp32", precision_names,
+               "activations, GEMM inputs and stashes: fp32, bf16, or fp16 with dynamic loss "
+               "scaling; weights, gradients and AdamW moments stay fp32"),
+    OPT_INT("train.loss_scale_window", loss_scale_window, "2000", 1, BIG_COUNT, "steps",
+            "train.precision=fp16: good steps in a row before the loss scale doubles"),
 
     /* data.* */
     OPT_CHOICE("data.synthetic_profile", synthetic_profile, "typical", scene_profile_names,

@@ -82,6 +82,8 @@ struct qc_config {
     char out_dir[QC_CONFIG_STR_MAX]; /* run directory */
     enum qc_nonfinite nonfinite;     /* stop | skip (docs/RELIABILITY.md) */
     int64_t max_skipped;             /* skip: steps skipped in a row before stopping, 10 */
+    int precision;                   /* enum qc_precision (kernels/qc_half.h): fp32 | bf16 | fp16 */
+    int64_t loss_scale_window;       /* fp16: good steps before the loss scale doubles, 2000 */
 
     /* data.* */
     enum qc_scene_profile synthetic_profile; /* typical | dense | mixed */

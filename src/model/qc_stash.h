@@ -134,7 +134,12 @@ struct qc_stash_entry {
     int64_t ne[4]; /* shape, outermost first */
     size_t bytes;  /* numel * dtype size */
     size_t offset; /* bytes from the arena start, multiple of 64 */
-    void *data;    /* arena + offset while bound, else NULL */
+    void *data;    /* arena + offset while bound (and not packed), else NULL */
+    /* 16-bit storage (qc_stash_pack): */
+    bool stat;      /* an F32 statistic that stays fp32 in every precision (name ends in mean,
+                       rstd, .max or .sum: LayerNorm and softmax statistics) */
+    size_t pbytes;  /* bytes when packed: numel * 2 for the other F32 entries, else bytes */
+    size_t poffset; /* offset in the packed arena, multiple of 64 */
 };
 
 struct qc_stash {
@@ -144,6 +149,12 @@ struct qc_stash {
     size_t arena_bytes; /* Σ round_up(bytes, 64) */
     void *arena;        /* bound memory or NULL */
     bool owned;         /* arena came from qc_stash_alloc */
+    /* 16-bit storage: with precision bf16 or fp16 the table can be packed after forward (the
+     * non-statistic F32 entries stored in 16 bits, the rest copied) and unpacked before
+     * backward; rounding first (qc_stash_round) makes the round trip exact. */
+    int precision;             /* enum qc_precision; 0 (fp32) = never packed */
+    bool packed;               /* arena holds the packed layout (entries' data NULL) */
+    size_t packed_arena_bytes; /* Σ round_up(pbytes, 64) */
 };
 
 /* Empty table labelled `block`. */
@@ -165,7 +176,7 @@ void qc_stash_release(struct qc_stash *s);
 size_t qc_stash_bytes(const struct qc_stash *s);
 static inline size_t qc_stash_arena_bytes(const struct qc_stash *s)
 {
-    return s->arena_bytes;
+    return s->packed ? s->packed_arena_bytes : s->arena_bytes;
 }
 /* Index of the entry named `name`, or -1. */
 int qc_stash_find(const struct qc_stash *s, const char *name);
@@ -173,6 +184,24 @@ int qc_stash_find(const struct qc_stash *s, const char *name);
 float *qc_stash_f32(const struct qc_stash *s, int i);
 int32_t *qc_stash_i32(const struct qc_stash *s, int i);
 uint8_t *qc_stash_u8(const struct qc_stash *s, int i);
+// ---- 16-bit storage (train.precision, docs/PRECISION.md) -----------------------------------
+/* Invariants: packed_arena_bytes <= arena_bytes; qc_stash_bytes() and qc_stash_arena_bytes()
+ * describe the layout in force (packed or not); bind keeps the layout in force. */
+
+/* Sets the precision the table is stored in (after the adds). */
+void qc_stash_set_precision(struct qc_stash *s, int precision);
+/* Rounds the non-statistic F32 entries in place to the table's precision (bound, unpacked; a
+ * no-op in fp32). Ops on ex. */
+void qc_stash_round(struct qc_stash *s, const struct qc_exec *ex);
+/* Packs the bound, unpacked table into dst (packed_arena_bytes, 64-byte aligned) and binds it
+ * there (packed); the old arena is the caller's to free. Precision must be bf16 or fp16. */
+void qc_stash_pack(struct qc_stash *s, const struct qc_exec *ex, void *dst);
+/* Unpacks the bound, packed table into dst (arena_bytes, 64-byte aligned) and binds it there;
+ * the packed arena is the caller's to free. */
+void qc_stash_unpack(struct qc_stash *s, const struct qc_exec *ex, void *dst);
+/* Forgets a packed layout of an unbound table (its next binding is the full one: a recompute). */
+void qc_stash_unpacked_reset(struct qc_stash *s);
+
 /* One line per entry: "block name dtype [shape] bytes". */
 void qc_stash_print(const struct qc_stash *s, FILE *out);
 

@@ -208,6 +208,9 @@ struct qc_qcnet {
     /* parameters */
     float *params,
         *grads; /* (nparams) each, from the memory context: device memory on device backends */
+    float *params_lp; /* cfg.precision != fp32: params + nparams (one allocation of 2 nparams):
+                         the parameters the blocks read, every Linear and GRU weight rounded to
+                         the precision (docs/PRECISION.md), refreshed by each forward; else NULL */
     int64_t nparams;
     struct qc_qcnet_key *keys;
     int nkeys, cap_keys;
@@ -268,6 +271,11 @@ struct qc_qcnet {
 /* Builds the key table and binds every block (called by qc_qcnet_create). */
 enum qc_status qcnet_params_build(struct qc_qcnet *m);
 void qcnet_params_free(struct qc_qcnet *m);
+/* The parameters the blocks and the GRU read: m->params_lp with a 16-bit precision, else
+ * m->params. qcnet_params_refresh rounds the master weights' Linear and GRU weight matrices
+ * into m->params_lp (a no-op in fp32); every forward calls it first. */
+float *qcnet_params_compute(const struct qc_qcnet *m);
+void qcnet_params_refresh(struct qc_qcnet *m);
 /* Binds every block to m->params / m->grads (after the buffers exist). */
 void qcnet_params_bind(struct qc_qcnet *m);
 

@@ -191,6 +191,8 @@ enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *
     qc_stash_bind(st, p);
     m->bytes_stash += qc_stash_bytes(st);
     struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (st->precision) /* a 16-bit stash: its packed arena is the stash (qcnet_tape.c) */
+        rec = NULL;
     if (rec && qc_plan_program_event(rec, QC_PLAN_OP_STASH, entry, qc_memctx_alloc_id(m->mc, p), 0,
                                      0, 0) < 0)
         return QC_ERR_NOMEM;
@@ -208,15 +210,22 @@ void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st)
 // ---- lifecycle ----------------------------------------------------------------------------
 
 /* Parameter and gradient buffers from context mc (tags "params", "grads"); none on failure. */
+/* Bytes of the parameter allocation: twice the parameters with a 16-bit precision (the rounded
+ * copy the blocks read follows the master weights, m->params_lp). */
+static size_t params_alloc_bytes(const struct qc_qcnet *m)
+{
+    return params_bytes(m) * (m->cfg.precision ? 2 : 1);
+}
+
 static enum qc_status params_alloc(struct qc_qcnet *m, struct qc_memctx *mc, float **params,
                                    float **grads)
 {
     const size_t bytes = params_bytes(m);
-    float *p = qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "params");
+    float *p = qc_memctx_alloc(mc, QC_MEM_PARAM, params_alloc_bytes(m), "params");
     float *g = p ? qc_memctx_alloc(mc, QC_MEM_PARAM, bytes, "grads") : NULL;
     if (!g) {
         if (p)
-            qc_memctx_free(mc, QC_MEM_PARAM, p, bytes);
+            qc_memctx_free(mc, QC_MEM_PARAM, p, params_alloc_bytes(m));
         return qc_errorf(QC_ERR_NOMEM,
                          "model: allocation of %zu bytes for %s failed (%lld parameters)\n"
                          "hint: a larger device budget or a smaller model",
@@ -230,7 +239,7 @@ static enum qc_status params_alloc(struct qc_qcnet *m, struct qc_memctx *mc, flo
 static void params_free(struct qc_qcnet *m, struct qc_memctx *mc, float *params, float *grads)
 {
     qc_memctx_free(mc, QC_MEM_PARAM, grads, params_bytes(m));
-    qc_memctx_free(mc, QC_MEM_PARAM, params, params_bytes(m));
+    qc_memctx_free(mc, QC_MEM_PARAM, params, params_alloc_bytes(m));
 }
 
 /* Bytes of the device copy of the AdamW segments: offsets (nseg+1) int64, then at the next
@@ -547,6 +556,7 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
                          (long long)batch->graph.num_modes, (long long)m->K);
     if (batch->num_agents < 1)
         return qc_errorf(QC_ERR_INVALID, "model forward: the batch has no agents");
+    qcnet_params_refresh(m); /* 16-bit precision: the weights the blocks read, rounded */
     struct qcnet_tape *t = &m->tape;
     t->active = true;
     t->A = batch->num_agents;

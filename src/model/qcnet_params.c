@@ -294,26 +294,27 @@ void qcnet_params_free(struct qc_qcnet *m)
  * qc_qcnet_set_memctx). */
 static void bind_layer(struct qc_qcnet *m, struct qcnet_layer *L)
 {
-    qc_attn_bind(&L->attn, m->params + L->offset, m->grads + L->offset);
+    qc_attn_bind(&L->attn, qcnet_params_compute(m) + L->offset, m->grads + L->offset);
     L->attn.mem.mc = m->mc;
 }
 
 static void bind_fourier(struct qc_qcnet *m, struct qc_fourier *fe, const char *first)
 {
     int64_t o = block_offset(m, first);
-    qc_fourier_bind(fe, m->params + o, m->grads + o);
+    qc_fourier_bind(fe, qcnet_params_compute(m) + o, m->grads + o);
     fe->mem.mc = m->mc;
 }
 
 static void bind_mlp(struct qc_qcnet *m, struct qc_mlp *mlp, const char *first)
 {
     int64_t o = block_offset(m, first);
-    qc_mlp_bind(mlp, m->params + o, m->grads + o);
+    qc_mlp_bind(mlp, qcnet_params_compute(m) + o, m->grads + o);
     mlp->mem.mc = m->mc;
 }
 
 void qcnet_params_bind(struct qc_qcnet *m)
 {
+    m->params_lp = m->cfg.precision ? m->params + m->nparams : NULL;
     /* FE(0) has no freqs: its first key is to_out.0.weight */
     bind_fourier(m, &m->x_pt_emb, PFX_MAP ".x_pt_emb.freqs.weight");
     bind_fourier(m, &m->x_pl_emb, PFX_MAP ".x_pl_emb.to_out.0.weight");
@@ -720,4 +721,27 @@ enum qc_status qc_qcnet_save(const struct qc_qcnet *m, const char *path)
         s = qc_st_writer_write(w, path);
     qc_st_writer_destroy(w);
     return s;
+}
+
+// ---- 16-bit precision: the rounded weights the blocks read ---------------------------------
+
+float *qcnet_params_compute(const struct qc_qcnet *m)
+{
+    return m->params_lp ? m->params_lp : m->params;
+}
+
+void qcnet_params_refresh(struct qc_qcnet *m)
+{
+    if (!m->params_lp)
+        return;
+    qc_op_copy(m->ex, m->params_lp, m->params, (size_t)m->nparams * sizeof(float));
+    for (int i = 0; i < m->nkeys; i++) {
+        const struct qc_qcnet_key *k = &m->keys[i];
+        if (k->alias_of >= 0 ||
+            (k->init != QC_QCNET_INIT_XAVIER && k->init != QC_QCNET_INIT_GRU_IH &&
+             k->init != QC_QCNET_INIT_GRU_HH))
+            continue;
+        float *w = m->params_lp + k->offset;
+        qc_op_round(m->ex, w, w, k->numel, m->cfg.precision);
+    }
 }

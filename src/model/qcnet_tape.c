@@ -122,9 +122,56 @@ static enum qc_status entry_fwd(struct qc_qcnet *m, int n)
     return QC_OK;
 }
 
+/* 16-bit stashes (docs/PRECISION.md): after its forward, an entry's own stash is rounded in
+ * place and packed into a fresh arena of half the bytes of its F32 activations (the stash arena
+ * the planner sees: its STASH event), the fp32 arena freed; before its backward it is unpacked
+ * into a fresh fp32 arena. Rounding first makes the round trip exact, and a recompute rounds
+ * the same way, so keep, offload and recompute read the same bits. */
+static enum qc_status stash_pack(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    struct qc_stash *st = &e->st;
+    if (!st->precision || !st->arena || st->packed || !m->tape.need_backward)
+        return QC_OK;
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/stash16", e->name);
+    void *p = NULL;
+    QC_TRY(qcnet_balloc(m, st->packed_arena_bytes, name, &p));
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (rec &&
+        qc_plan_program_event(rec, QC_PLAN_OP_STASH, n, qc_memctx_alloc_id(m->mc, p), 0, 0, 0) < 0)
+        return QC_ERR_NOMEM;
+    void *old = st->arena;
+    m->bytes_stash -= qc_stash_bytes(st);
+    qc_stash_round(st, m->ex);
+    qc_stash_pack(st, m->ex, p);
+    m->bytes_stash += qc_stash_bytes(st);
+    qcnet_free(m, old);
+    return QC_OK;
+}
+
+static enum qc_status stash_unpack(struct qc_qcnet *m, int n)
+{
+    struct qcnet_entry *e = &m->tape.e[n];
+    struct qc_stash *st = &e->st;
+    if (!st->packed || !st->arena)
+        return QC_OK;
+    char name[QCNET_ENTRY_NAME + 16];
+    snprintf(name, sizeof name, "%s/stash32", e->name);
+    void *p = NULL;
+    QC_TRY(qcnet_balloc(m, st->arena_bytes, name, &p));
+    void *old = st->arena;
+    m->bytes_stash -= qc_stash_bytes(st);
+    qc_stash_unpack(st, m->ex, p);
+    m->bytes_stash += qc_stash_bytes(st);
+    qcnet_free(m, old);
+    return QC_OK;
+}
+
 static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
 {
     struct qcnet_entry *e = &m->tape.e[n];
+    QC_TRY(stash_pack(m, n));
     e->t_fwd = now_s() - m->tape.t_entry;
     e->scratch_fwd = qc_memctx_block_peak(m->mc);
     QC_TRY(mark(m, QC_PLAN_OP_FWD_END, n, 0, 0));
@@ -135,6 +182,7 @@ static enum qc_status entry_bwd(struct qc_qcnet *m, int n)
 {
     QC_TRY(mark(m, QC_PLAN_OP_BWD, n, 0, 1));
     QC_TRY(qcnet_policy_before_backward(m, n));
+    QC_TRY(stash_unpack(m, n));
     qc_memctx_block_mark(m->mc);
     m->tape.t_entry = now_s();
     return QC_OK;
@@ -281,6 +329,7 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
             (uint64_t)(e->cat.n > 0 ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
     qc_stash_init(&e->st, "fe");
     qc_fourier_stash_plan(fe, N, &e->st);
+    qc_stash_set_precision(&e->st, m->cfg.precision);
     char name[QCNET_ENTRY_NAME + 16];
     float *catbuf = NULL;
     if (e->cat.n > 0) { /* before the stash, as the memory of the first forward was laid out */
@@ -325,6 +374,7 @@ enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, c
     drivers(m, n, N, 0, 0, true, (uint64_t)(N * mlp->O) * sizeof(float));
     qc_stash_init(&e->st, "mlp");
     qc_mlp_stash_plan(mlp, N, &e->st);
+    qc_stash_set_precision(&e->st, m->cfg.precision);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/stash", tag);
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
@@ -623,6 +673,7 @@ static enum qc_status app_forward(struct qc_qcnet *m, int n)
         QC_TRY(use_edges(m, n, e->set));
     qc_stash_init(&e->st, "attn.app");
     qc_attn_stash_plan(kv, &e->st);
+    qc_stash_set_precision(&e->st, m->cfg.precision);
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s.stash", e->name);
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
@@ -756,7 +807,7 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_
     QC_TRY(qcnet_falloc(m, N * D, name, &h0));
     qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
     QC_TRY(qcnet_falloc(m, ns, "scratch/gru", &scratch));
-    const float *w = m->params;
+    const float *w = qcnet_params_compute(m);
     float *hs = qc_stash_f32(&e->st, ihs), *gates = qc_stash_f32(&e->st, igates);
     qc_op_gru_forward(m->ex, hs, gates, x, h0, w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh,
                       w + m->o_gru_bhh, L, N, D, D, scratch);
@@ -779,7 +830,7 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float 
     QC_TRY(
         qcnet_falloc(m, qc_gru_backward_scratch_numel(L, N, D), "scratch/gru_backward", &scratch));
     float *g = m->grads;
-    const float *w = m->params;
+    const float *w = qcnet_params_compute(m);
     qc_op_gru_backward(m->ex, dx, dh0, g + m->o_gru_wih, g + m->o_gru_bih, g + m->o_gru_whh,
                        g + m->o_gru_bhh, dh_last, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1),
                        e->x, w + m->o_gru_wih, w + m->o_gru_whh, L, N, D, D, scratch);
@@ -863,6 +914,7 @@ int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3])
 static enum qc_status rebind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
 {
     void *p = NULL;
+    qc_stash_unpacked_reset(st); /* a recompute rebuilds the fp32 layout (rounded below) */
     QC_TRY(qcnet_balloc(m, qc_stash_arena_bytes(st), tag, &p));
     qc_stash_bind(st, p);
     return QC_OK;
@@ -904,7 +956,7 @@ enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
             return s;
         }
         qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
-        const float *w = m->params;
+        const float *w = qcnet_params_compute(m);
         qc_op_gru_forward(m->ex, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1), e->x, h0,
                           w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, L,
                           N, D, D, scratch);
@@ -928,6 +980,8 @@ enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
         break;
     }
     qcnet_free(m, out);
+    if (s == QC_OK && e->st.precision && e->st.arena)
+        qc_stash_round(&e->st, m->ex); /* as stash_pack rounds the first forward's */
     if (s == QC_OK) {
         for (int i = 0; i < ns; i++)
             m->recompute_bytes += qc_stash_bytes(st[i]);

@@ -5,6 +5,9 @@
 
 #include "qc_memctx.h"
 
+#include "qc_exec.h"
+#include "qc_half.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +150,22 @@ void qc_stash_deinit(struct qc_stash *s)
     qc_stash_release(s);
     s->n = 0;
     s->arena_bytes = 0;
+    s->packed_arena_bytes = 0;
+    s->packed = false;
+}
+
+/* LayerNorm and softmax statistics stay fp32 (docs/PRECISION.md): names ending in mean, rstd,
+ * ".max" or ".sum". */
+static bool stash_is_stat(const char *name)
+{
+    static const char *const suffix[] = {"mean", "rstd", ".max", ".sum"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++) {
+        const size_t k = strlen(suffix[i]);
+        if (n >= k && strcmp(name + n - k, suffix[i]) == 0)
+            return true;
+    }
+    return false;
 }
 
 int qc_stash_add(struct qc_stash *s, const char *name, enum qc_stash_dtype dtype, int ndim,
@@ -171,6 +190,10 @@ int qc_stash_add(struct qc_stash *s, const char *name, enum qc_stash_dtype dtype
     e->bytes = (size_t)numel * stash_dtype_size(dtype);
     e->offset = s->arena_bytes;
     s->arena_bytes += (e->bytes + STASH_ALIGN - 1) / STASH_ALIGN * STASH_ALIGN;
+    e->stat = dtype == QC_STASH_F32 && stash_is_stat(name);
+    e->pbytes = dtype == QC_STASH_F32 && !e->stat ? (size_t)numel * 2 : e->bytes;
+    e->poffset = s->packed_arena_bytes;
+    s->packed_arena_bytes += (e->pbytes + STASH_ALIGN - 1) / STASH_ALIGN * STASH_ALIGN;
     return s->n++;
 }
 
@@ -181,7 +204,7 @@ void qc_stash_bind(struct qc_stash *s, void *base)
     qc_stash_release(s);
     s->arena = base;
     s->owned = false;
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < s->n && !s->packed; i++)
         s->e[i].data = (char *)base + s->e[i].offset;
 }
 
@@ -211,7 +234,7 @@ size_t qc_stash_bytes(const struct qc_stash *s)
 {
     size_t b = 0;
     for (int i = 0; i < s->n; i++)
-        b += s->e[i].bytes;
+        b += s->packed ? s->e[i].pbytes : s->e[i].bytes;
     return b;
 }
 
@@ -256,4 +279,73 @@ void qc_stash_print(const struct qc_stash *s, FILE *out)
             fprintf(out, "%s%lld", d ? "," : "", (long long)e->ne[d]);
         fprintf(out, "] %zu\n", e->bytes);
     }
+}
+
+// ---- 16-bit storage ---------------------------------------------------------------------------
+
+static int64_t entry_numel(const struct qc_stash_entry *e)
+{
+    return e->ne[0] * e->ne[1] * e->ne[2] * e->ne[3];
+}
+
+/* An entry stored in 16 bits when packed. */
+static bool entry_half(const struct qc_stash *s, const struct qc_stash_entry *e)
+{
+    return s->precision != QC_PREC_FP32 && e->dtype == QC_STASH_F32 && !e->stat;
+}
+
+void qc_stash_set_precision(struct qc_stash *s, int precision)
+{
+    QC_ASSERT(precision >= 0 && precision < QC_PREC_COUNT && !s->packed, "stash %s: precision %d",
+              s->block, precision);
+    s->precision = precision;
+}
+
+void qc_stash_round(struct qc_stash *s, const struct qc_exec *ex)
+{
+    QC_ASSERT(s->arena && !s->packed, "stash %s: round without an unpacked arena", s->block);
+    for (int i = 0; i < s->n; i++)
+        if (entry_half(s, &s->e[i]))
+            qc_op_round(ex, s->e[i].data, s->e[i].data, entry_numel(&s->e[i]), s->precision);
+}
+
+void qc_stash_pack(struct qc_stash *s, const struct qc_exec *ex, void *dst)
+{
+    QC_ASSERT(s->arena && !s->packed && s->precision != QC_PREC_FP32,
+              "stash %s: pack needs a bound, unpacked 16-bit table", s->block);
+    for (int i = 0; i < s->n; i++) {
+        struct qc_stash_entry *e = &s->e[i];
+        void *to = (char *)dst + e->poffset;
+        if (entry_half(s, e))
+            qc_op_pack16(ex, to, e->data, entry_numel(e), s->precision);
+        else
+            qc_op_copy(ex, to, e->data, e->bytes);
+    }
+    qc_stash_release(s);
+    s->packed = true;
+    qc_stash_bind(s, dst);
+}
+
+void qc_stash_unpack(struct qc_stash *s, const struct qc_exec *ex, void *dst)
+{
+    QC_ASSERT(s->arena && s->packed, "stash %s: unpack needs a bound, packed table", s->block);
+    const char *src = s->arena;
+    for (int i = 0; i < s->n; i++) {
+        struct qc_stash_entry *e = &s->e[i];
+        void *to = (char *)dst + e->offset;
+        if (entry_half(s, e))
+            qc_op_unpack16(ex, to, (const uint16_t *)(const void *)(src + e->poffset),
+                           entry_numel(e), s->precision);
+        else
+            qc_op_copy(ex, to, src + e->poffset, e->bytes);
+    }
+    qc_stash_release(s);
+    s->packed = false;
+    qc_stash_bind(s, dst);
+}
+
+void qc_stash_unpacked_reset(struct qc_stash *s)
+{
+    QC_ASSERT(!s->arena, "stash %s: layout reset while bound", s->block);
+    s->packed = false;
 }

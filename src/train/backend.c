@@ -136,6 +136,7 @@ enum qc_status qc_train_backend_create(const struct qc_config *cfg, struct qc_tr
         return qc_errorf(QC_ERR_NOMEM, "backend: out of memory");
     b->kind = (enum qc_config_device)cfg->device_kind;
     enum qc_status st = backend_init(b, cfg);
+    b->exec.precision = cfg->precision; /* the ops round to it (docs/PRECISION.md) */
     if (st == QC_OK) {
         const struct qc_memctx_params mp = {
             .alloc = b->alloc,
@@ -179,7 +180,7 @@ void qc_train_backend_destroy(struct qc_train_backend *b)
 
 const struct qc_exec *qc_train_backend_exec(const struct qc_train_backend *b)
 {
-    return b->kind == QC_CONFIG_DEVICE_CPU ? NULL : &b->exec;
+    return b->kind == QC_CONFIG_DEVICE_CPU && b->exec.precision == 0 ? NULL : &b->exec;
 }
 
 struct qc_alloc *qc_train_backend_alloc(struct qc_train_backend *b)

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -285,6 +286,10 @@ static enum qc_status write_optim_file(struct qc_qcnet *m, struct qc_optim *o, c
         st = meta_i64(w, "adam_step", qc_optim_steps(o));
     if (st == QC_OK)
         st = meta_i64(w, "epoch", s->epoch);
+    if (st == QC_OK) /* fp16 loss scaling: a power of 2, saved as its exponent */
+        st = meta_i64(w, "loss_scale_log2", s->loss_scale > 0 ? ilogb(s->loss_scale) : 0);
+    if (st == QC_OK)
+        st = meta_i64(w, "loss_scale_good", s->loss_scale_good);
     if (st == QC_OK)
         st = meta_i64(w, "batch_in_epoch", s->batch_in_epoch);
     if (st == QC_OK)
@@ -419,6 +424,15 @@ enum qc_status qc_checkpoint_read_state(const char *ckpt_dir, struct qc_train_st
         rc = meta_get_i64(st, "adam_step", &t.adam_step);
     if (rc == QC_OK)
         rc = meta_get_i64(st, "epoch", &t.epoch);
+    int64_t scale_log2 = 0; /* absent in checkpoints older than train.precision: scale 1 */
+    if (rc == QC_OK && qc_safetensors_metadata(st, "loss_scale_log2"))
+        rc = meta_get_i64(st, "loss_scale_log2", &scale_log2);
+    if (rc == QC_OK && qc_safetensors_metadata(st, "loss_scale_good"))
+        rc = meta_get_i64(st, "loss_scale_good", &t.loss_scale_good);
+    if (rc == QC_OK && scale_log2 > 126)
+        rc = qc_errorf(QC_ERR_INVALID, "checkpoint %s: loss_scale_log2 %lld out of range [0, 126]",
+                       ckpt_dir, (long long)scale_log2);
+    t.loss_scale = ldexp(1.0, (int)scale_log2);
     if (rc == QC_OK)
         rc = meta_get_i64(st, "batch_in_epoch", &t.batch_in_epoch);
     if (rc == QC_OK)

@@ -41,6 +41,11 @@
 #include "train_dist.h"
 #include "train_internal.h"
 
+#include "qc_half.h"
+
+#define LOSS_SCALE_INIT 65536.0    /* 2^16, fp16's first loss scale */
+#define LOSS_SCALE_MAX  16777216.0 /* 2^24 */
+
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -128,6 +133,7 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->num_dec_layers = cfg->num_dec_layers;
     out->dropout = cfg->dropout;
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
+    out->precision = cfg->precision;
 }
 
 void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p)
@@ -256,6 +262,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     t->out = opts->progress_out ? opts->progress_out : stderr;
     t->G = t->cfg.grad_accum > 0 ? t->cfg.grad_accum : 1;
     t->st.seed = (uint64_t)t->cfg.seed;
+    t->st.loss_scale = t->cfg.precision == QC_PREC_FP16 ? LOSS_SCALE_INIT : 0.0;
     t->last_saved = -1;
     t->eval_every = opts->eval_every > 0 ? opts->eval_every : 0;
     if (opts->nval > 0) {
@@ -344,6 +351,9 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st != QC_OK)
             goto fail;
         t->last_saved = t->st.step;
+        if (t->cfg.precision == QC_PREC_FP16 && t->st.loss_scale <= 1.0 &&
+            t->st.loss_scale_good == 0) /* a checkpoint of another precision: start afresh */
+            t->st.loss_scale = LOSS_SCALE_INIT;
     } else if (opts->init_from) {
         st = load_init_from(t->model, opts->init_from);
         if (st != QC_OK)
@@ -550,6 +560,57 @@ static void step_nonfinite(const struct qc_trainer *t, const struct train_dist_s
         snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", s->bad_grad);
 }
 
+// ---- fp16 dynamic loss scaling (docs/PRECISION.md) ----------------------------------------
+
+/* With train.precision=fp16 the gradient seed of the loss is multiplied by st.loss_scale (a
+ * power of 2, from 2^16): small gradients survive fp16, large ones may overflow. After the
+ * reduction: a non-finite gradient (with finite loss terms) skips the step, parameters and
+ * moments untouched, and halves the scale (not below 1); otherwise the gradients are unscaled
+ * exactly (a power of 2) and, after train.loss_scale_window finite steps in a row, the scale
+ * doubles (up to 2^24). A non-finite loss term is no overflow: the NaN policy decides. With
+ * several ranks every rank sees the same reduced gradients, so all decide alike.
+ * QC_FAULT_GRAD_OVERFLOW_STEP=k (tests) puts +Inf into the first gradient at step k. */
+static enum qc_status loss_scale_check(struct qc_trainer *t, const struct train_dist_sums *sums,
+                                       bool *overflow)
+{
+    *overflow = false;
+    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
+        return QC_OK;
+    float *g = qc_qcnet_grads(t->model);
+    const int64_t n = qc_qcnet_num_params(t->model);
+    const struct qc_exec *ex = qc_train_backend_exec(t->be);
+    const char *fault = getenv("QC_FAULT_GRAD_OVERFLOW_STEP");
+    if (fault && strtoll(fault, NULL, 10) == t->st.step + 1) {
+        const float inf = INFINITY;
+        QC_TRY(qc_op_upload(ex, g, &inf, sizeof inf));
+    }
+    if (!isfinite(sums->reg_loss_propose) || !isfinite(sums->reg_loss_refine) ||
+        !isfinite(sums->cls_loss))
+        return QC_OK; /* the NaN policy's case */
+    int64_t bad = -1;
+    QC_TRY(first_nonfinite(t, g, n, &bad));
+    if (bad >= 0 && t->st.loss_scale > 1.0) { /* at scale 1 it is no overflow: the NaN policy */
+        *overflow = true;
+        t->st.loss_scale = t->st.loss_scale > 1.0 ? t->st.loss_scale / 2 : 1.0;
+        t->st.loss_scale_good = 0;
+        return QC_OK;
+    }
+    if (bad < 0)
+        qc_op_scale_inplace(ex, g, (float)(1.0 / t->st.loss_scale), n);
+    return QC_OK;
+}
+
+static void loss_scale_good_step(struct qc_trainer *t)
+{
+    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
+        return;
+    if (++t->st.loss_scale_good >= t->cfg.loss_scale_window) {
+        if (t->st.loss_scale < LOSS_SCALE_MAX)
+            t->st.loss_scale *= 2;
+        t->st.loss_scale_good = 0;
+    }
+}
+
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
 {
     if (t->st.batch_in_epoch >= t->nb) { /* defensive: the epoch is used up */
@@ -607,9 +668,11 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         /* planned, admitted (split when it does not fit), run, rolled back and re-run when the
          * allocator runs out (stepmem.c) */
         struct train_group_out l = {0};
+        /* fp16: the loss's gradient seed carries the loss scale (a power of 2) */
+        const float seed_scale = t->st.loss_scale > 0 ? (float)t->st.loss_scale : 1.0f;
         if (st == QC_OK)
-            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx, 1.0f / (float)groups,
-                                 t->dist, &l);
+            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
+                                 seed_scale / (float)groups, t->dist, &l);
         scenes += l.scenes;
         edges += train_dist_batch_edges(b);
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
@@ -657,11 +720,19 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     }
 
     /* non-finite numbers (train.nonfinite): the step's loss terms (summed over every rank's
-     * groups), then its reduced gradients */
+     * groups), then its reduced gradients; fp16 loss scaling first: an overflow in the scaled
+     * gradients skips the step and halves the scale, finite gradients are unscaled */
+    const double step_scale = t->st.loss_scale;
+    bool overflow = false;
+    QC_TRY(loss_scale_check(t, &sums, &overflow));
     char bad[160];
-    step_nonfinite(t, &sums, bad, sizeof bad);
-    const bool skipped = bad[0] != '\0';
-    if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
+    bad[0] = '\0';
+    if (!overflow)
+        step_nonfinite(t, &sums, bad, sizeof bad);
+    bool skipped = bad[0] != '\0';
+    if (overflow) {
+        skipped = true;
+    } else if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
         return qc_errorf(QC_ERR_INVALID,
                          "train: step %" PRId64 ": %s; stopped before updating the parameters "
                          "(last checkpoint: %s)\nhint: lower train.lr, check the data (qctrain "
@@ -672,6 +743,12 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
         QC_TRY(train_dist_update(t->dist, qc_qcnet_params(t->model)));
         t->skipped_in_row = 0;
+        loss_scale_good_step(t);
+    } else if (overflow) {
+        qc_log(QC_LOG_INFO,
+               "train: step %" PRId64 ": fp16 gradients overflowed at loss scale %g; skipped, "
+               "scale now %g",
+               t->st.step + 1, step_scale, t->st.loss_scale);
     } else {
         /* skip: parameters, moments and AdamW's step count stay as they were */
         t->skipped_in_row++;
@@ -750,6 +827,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
     m.skipped = skipped;
+    m.loss_scale = step_scale;
     if (t->log)
         QC_TRY(qc_metrics_write_step(t->log, &m));
     if (out)

@@ -174,7 +174,9 @@ struct qc_step_metrics {
     int64_t splits;                /* batches run as sub-groups (admission control) */
     int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
     double plan_ms;                /* describing and planning the step's batches */
-    bool skipped; /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
+    bool skipped;      /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
+    double loss_scale; /* train.precision=fp16: the scale this step ran with ("loss_scale");
+                          0 = not written */
     /* data-parallel runs (ranks > 1; the keys are left out of the line otherwise) */
     int64_t ranks;          /* world size */
     double rank_time_ratio; /* slowest / mean compute time (forward + backward) of the ranks that
@@ -222,6 +224,9 @@ struct qc_train_state {
     int64_t batch_in_epoch; /* batches of `epoch` already consumed */
     int64_t samples;        /* scenes seen */
     uint64_t seed;          /* run seed (loader shuffle, dropout) */
+    /* train.precision=fp16: dynamic loss scaling (docs/PRECISION.md); 1 and 0 otherwise */
+    double loss_scale;       /* the loss's gradient seed is multiplied by it, a power of 2 */
+    int64_t loss_scale_good; /* finite steps since the scale last changed */
 };
 
 /* Creates `path` and its parents (mkdir -p) and checks it is a writable folder. QC_ERR_IO

@@ -1,0 +1,13 @@
+# Mixed precision end to end (docs/PRECISION.md) through the qctrain binary: 20 cpu-smoke steps
+# in fp32, bf16 and fp16 (loss within 5 % of fp32's, peak device bytes <= 0.75x), and fp16 loss
+# scaling (a forced overflow skips the step bit for bit and halves the scale, the window
+# doubles it, checkpoints and resume keep it). The parity-tiny forward in bf16 / fp16 is in
+# test_model, policy invariance in bf16 in test_stash_policy.
+find_package(Python3 COMPONENTS Interpreter)
+foreach(what smoke scaling)
+    add_test(NAME test_precision_${what}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_precision_run.py ${what}
+                     $<TARGET_FILE:qctrain> ${PROJECT_BINARY_DIR}/test_precision_run)
+    set_tests_properties(test_precision_${what} PROPERTIES LABELS cpu TIMEOUT 1800
+        ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()
