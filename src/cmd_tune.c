@@ -398,6 +398,8 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     struct qc_config tuned = cli->cfg;
     tuned.device_budget = budget;
     tuned.global_batch = G;
+    tuned.quiet = base.quiet; /* --quiet and --log-level are this command's, not the preset's */
+    tuned.log_level = base.log_level;
     qc_tune_settings_apply(&r.cand[r.best].set, &tuned);
     char desc[1024];
     describe(desc, sizeof desc, &r, &cfg, budget, G, &data, dry);

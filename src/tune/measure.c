@@ -75,6 +75,10 @@ enum qc_status qc_tune_measure_train(void *user, const struct qc_config *cfg,
     const struct qc_train_opts to = {
         .cfg = &c, .data = data, .ndata = ndata, .out_dir = dir, .quiet = true};
     struct qc_trainer *t = NULL;
+    /* the trainer's info lines (offload probe, rungs) would bury tune's own: warnings only */
+    const enum qc_log_level level = qc_log_get_level();
+    if (level > QC_LOG_WARN)
+        qc_log_set_level(QC_LOG_WARN);
     double *times = calloc((size_t)steps, sizeof *times);
     if (st == QC_OK && !times)
         st = qc_errorf(QC_ERR_NOMEM, "tune: %lld steps", (long long)steps);
@@ -111,6 +115,7 @@ enum qc_status qc_tune_measure_train(void *user, const struct qc_config *cfg,
         *cost_written = st == QC_OK;
     }
     qc_trainer_destroy(t);
+    qc_log_set_level(level);
     free(times);
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return st;
