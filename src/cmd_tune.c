@@ -340,6 +340,13 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
                          "tune: --global-batch %" PRId64 " does not split over %" PRId64
                          " ranks (dist.world_size)",
                          G, ranks);
+    if (!dry && ranks > 1)
+        return qc_errorf(QC_ERR_INVALID,
+                         "tune: the base runs on %" PRId64 " ranks (dist.world_size) but tune "
+                         "measures on this one process\nhint: --dry-run predicts for those "
+                         "ranks; or tune one rank's share with --set dist.world_size=1 "
+                         "--global-batch %" PRId64,
+                         ranks, G / ranks);
     if (!out_path[0])
         return qc_errorf(QC_ERR_INVALID, "tune: --out: empty path");
     QC_TRY(qc_config_validate(&cfg));

@@ -397,6 +397,7 @@ static void test_cli(void)
             {"tune", "--budget", "0", "--dry-run", NULL},
             {"tune", "--time-limit", "soon", "--dry-run", NULL},
             {"tune", "--budget", "1GiB", "--global-batch", "0", "--dry-run", NULL},
+            {"tune", "--set", "dist.world_size=2", "--budget", "1GiB", NULL},
             {"tune", "--data", "/nonexistent.qcshard", "--budget", "1GiB", NULL},
         };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
@@ -411,7 +412,7 @@ static void test_cli(void)
             args[n] = NULL;
             char *out = NULL;
             const int rc = cli(args, &out);
-            T_EXPECT((rc == 2 || (k == 4 && rc == 1)) && out && strstr(out, "error"),
+            T_EXPECT((rc == 2 || (k == 5 && rc == 1)) && out && strstr(out, "error"),
                      "%s %s: exit %d: %s", bad[k][1], bad[k][2] ? bad[k][2] : "", rc,
                      out ? out : "");
             T_EXPECT(!t_exists(out_path), "nothing written");
