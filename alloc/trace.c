@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "qc_prof.h"
+
 #define TRACE_MAGIC   "QCTRACE1"
 #define TRACE_VERSION 1u
 
@@ -118,9 +120,22 @@ void alloc_trace_deinit(struct alloc_trace *t)
     memset(t, 0, sizeof *t);
 }
 
+/* The profiler's instant event (qc_prof.h): what happened, the tag, the block's bytes and the
+ * bytes allocated after it (a counter track in the trace). */
+static void alloc_prof_event(const struct qc_alloc *a, enum qc_alloc_event_kind kind, size_t size,
+                             const char *tag)
+{
+    static const char *const names[] = {"?",         "alloc_malloc", "alloc_free", "alloc_ready",
+                                        "alloc_map", "alloc_unmap",  "alloc_oom",  "alloc_step"};
+    const char *name = (size_t)kind < sizeof names / sizeof *names ? names[kind] : "alloc_event";
+    qc_prof_instant(QC_PROF_CAT_ALLOC, name, tag, (double)size, (double)a->st.bytes_allocated);
+}
+
 void alloc_trace_event(struct qc_alloc *a, enum qc_alloc_event_kind kind, const void *addr,
                        size_t size, size_t requested, uint32_t stream, int pool, const char *tag)
 {
+    if (qc_prof_on())
+        alloc_prof_event(a, kind, size, tag);
     struct alloc_trace *t = &a->trace;
     if (!t->ring)
         return;

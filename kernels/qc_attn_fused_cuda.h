@@ -1,7 +1,7 @@
 /*
  * qc_attn_fused_cuda.h — the fused edge attention of QCNet's AttentionLayer on CUDA (QCNET.md
  * §3.3 steps 2 and 4–8, §8.8 "fused edge attention"): the edge part of the CPU fused path
- * (src/model/attention_fused.c) with the same inputs, outputs, stash and dropout keying, so the
+ * (kernels/cpu/attn_fused.c) with the same inputs, outputs, stash and dropout keying, so the
  * CPU is its oracle.
  *
  * What it computes, per attention edge set (base edges as CSR by base destination, Q queries per

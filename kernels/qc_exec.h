@@ -64,6 +64,8 @@ struct qc_exec {
 
 /* "cpu" / "cuda" / "emu" / "dry". */
 const char *qc_exec_backend_str(enum qc_exec_backend b);
+/* True when this build runs backend b (CUDA only with QC_HAVE_CUDA; CPU, EMU and DRY always). */
+bool qc_exec_backend_built(enum qc_exec_backend b);
 /* x NULL counts as CPU. */
 static inline enum qc_exec_backend qc_exec_backend_of(const struct qc_exec *x)
 {

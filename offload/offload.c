@@ -23,6 +23,7 @@
 
 #include "offload_internal.h"
 #include "qc_pinned.h"
+#include "qc_prof.h"
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
@@ -660,9 +661,9 @@ static enum qc_status put_abort(struct qc_offload *o, struct offload_handle *h, 
     return qc_errorf(st, "%s", msg);
 }
 
-enum qc_status qc_offload_put(struct qc_offload *o, const void *src, size_t size,
-                              struct qc_stream *stream, enum qc_offload_place place,
-                              const char *tag, uint64_t *handle)
+static enum qc_status offload_put(struct qc_offload *o, const void *src, size_t size,
+                                  struct qc_stream *stream, enum qc_offload_place place,
+                                  const char *tag, uint64_t *handle)
 {
     if (!o || (!src && size) || !stream || !handle)
         return qc_errorf(QC_ERR_INVALID, "offload: put: NULL argument");
@@ -838,8 +839,8 @@ static enum qc_status get_nvme(struct qc_offload *o, struct offload_handle *h, v
     return st;
 }
 
-enum qc_status qc_offload_get(struct qc_offload *o, uint64_t handle, void *dst,
-                              struct qc_stream *stream)
+static enum qc_status offload_get(struct qc_offload *o, uint64_t handle, void *dst,
+                                  struct qc_stream *stream)
 {
     if (!o || !stream)
         return qc_errorf(QC_ERR_INVALID, "offload: get: NULL argument");
@@ -884,6 +885,38 @@ enum qc_status qc_offload_get(struct qc_offload *o, uint64_t handle, void *dst,
         o->st.gets++;
     }
     pthread_mutex_unlock(&o->mu);
+    return st;
+}
+
+// ---- the profiler's spans (qc_prof.h): the host side of a put or get (enqueue, or the wait
+// of a synchronous NVMe read) ----------------------------------------------------------------
+
+enum qc_status qc_offload_put(struct qc_offload *o, const void *src, size_t size,
+                              struct qc_stream *stream, enum qc_offload_place place,
+                              const char *tag, uint64_t *handle)
+{
+    if (!qc_prof_on())
+        return offload_put(o, src, size, stream, place, tag, handle);
+    struct qc_prof_mark m;
+    qc_prof_span_begin(&m, QC_PROF_CAT_OFFLOAD, "offload_put", QC_PROF_PASS_NONE);
+    const enum qc_status st = offload_put(o, src, size, stream, place, tag, handle);
+    qc_prof_span_end(&m, QC_PROF_CAT_OFFLOAD, tag, (double)size);
+    return st;
+}
+
+enum qc_status qc_offload_get(struct qc_offload *o, uint64_t handle, void *dst,
+                              struct qc_stream *stream)
+{
+    if (!qc_prof_on())
+        return offload_get(o, handle, dst, stream);
+    size_t size = 0;
+    enum qc_offload_place where = QC_OFFLOAD_PLACE_HOST;
+    (void)qc_offload_handle_info(o, handle, &size, &where);
+    struct qc_prof_mark m;
+    qc_prof_span_begin(&m, QC_PROF_CAT_OFFLOAD, "offload_get", QC_PROF_PASS_NONE);
+    const enum qc_status st = offload_get(o, handle, dst, stream);
+    qc_prof_span_end(&m, QC_PROF_CAT_OFFLOAD, where == QC_OFFLOAD_PLACE_HOST ? "host" : "nvme",
+                     (double)size);
     return st;
 }
 

@@ -22,6 +22,7 @@
 #include "qc_config.h"
 #include "qc_edit_distance.h"
 #include "qc_dist.h" /* qc_dist_world_end */
+#include "qc_runtime.h"
 #include "qc_status.h"
 
 struct global_opt {
@@ -284,6 +285,7 @@ static enum qc_status run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    qc_runtime_defaults_apply(argv); /* the OpenMP wait policy: may re-execute qctrain once */
     enum qc_status st = run(argc, argv);
     const int sig = qc_cleanup_stop_signal(); /* a graceful stop (train): 130 / 143 */
     if (st == QC_OK) {

@@ -1,7 +1,8 @@
 /*
- * proc_testlib.h — running the built qctrain binary from a test: spawn with output to files,
- * signals, waiting with a watchdog, small file helpers. For the reliability and crash tests
- * (tests/test_reliability.c, tests/test_kill.c). Header-only.
+ * proc_testlib.h — running the built qctrain binary from a test: the arguments of a tiny run,
+ * spawn with output to files, signals, waiting with a watchdog, small file helpers. For the
+ * reliability, crash and multi-rank tests (tests/test_reliability.c, tests/test_kill.c,
+ * tests/test_dist_*.c). Header-only.
  *
  * A child starts with SIGINT and SIGTERM at their defaults (a test runner may hand them down
  * ignored) and an alarm() watchdog: a child that hangs (a FIFO opened for reading, a lock
@@ -23,6 +24,35 @@
 #include <unistd.h>
 
 #define T_PROC_ARGS_MAX 96
+
+/* `qctrain train` arguments of a tiny run: cpu-smoke's model, one scene per group, 8 synthetic
+ * scenes, one loader thread, small radii (a step takes well under a second). */
+static const char *const t_tiny_train_args[] = {
+    "--preset",
+    "cpu-smoke",
+    "--quiet",
+    "--set",
+    "train.batch_size=1",
+    "--set",
+    "data.synthetic_scenes=8",
+    "--set",
+    "data.loader_threads=1",
+    "--set",
+    "model.pl2pl_radius=30",
+    "--set",
+    "model.pl2a_radius=15",
+    "--set",
+    "model.a2a_radius=15",
+    "--set",
+    "model.pl2m_radius=30",
+    "--set",
+    "model.a2m_radius=30",
+    "--set",
+    "model.time_span=3",
+    "--set",
+    "model.num_t2m_steps=6",
+};
+#define T_TINY_TRAIN_NARGS ((int)(sizeof(t_tiny_train_args) / sizeof(t_tiny_train_args[0])))
 
 /* An argument list under construction. */
 struct t_args {

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist_testlib.h"
 #include "qc_device.h" /* qc_device_cuda_count */
 #include "qc_safetensors.h"
 #include "testutil.h"
@@ -65,33 +66,6 @@ static char tmp_root[256];
 static char tag[64]; /* QC_TEST_TAG of this process's runs: finds their ranks in /proc */
 
 // ---- running mpirun -----------------------------------------------------------------------------
-
-static const char *const tiny_args[] = {
-    "--preset",
-    "cpu-smoke",
-    "--quiet",
-    "--set",
-    "train.batch_size=1",
-    "--set",
-    "data.synthetic_scenes=8",
-    "--set",
-    "data.loader_threads=1",
-    "--set",
-    "model.pl2pl_radius=30",
-    "--set",
-    "model.pl2a_radius=15",
-    "--set",
-    "model.a2a_radius=15",
-    "--set",
-    "model.pl2m_radius=30",
-    "--set",
-    "model.a2m_radius=30",
-    "--set",
-    "model.time_span=3",
-    "--set",
-    "model.num_t2m_steps=6",
-};
-#define NTINY ((int)(sizeof(tiny_args) / sizeof(tiny_args[0])))
 
 struct cmd {
     const char *argv[160];
@@ -126,8 +100,8 @@ static void cmd_mpirun(struct cmd *c, int np, const char *const *mpi_extra)
 static void cmd_train(struct cmd *c)
 {
     cmd_add(c, "train");
-    for (int i = 0; i < NTINY; i++)
-        cmd_add(c, tiny_args[i]);
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        cmd_add(c, t_tiny_train_args[i]);
 }
 
 /* Starts the command with stdout+stderr into log; returns the pid. */
@@ -238,7 +212,7 @@ static struct cmp compare(const char *dir_a, const char *dir_b, const char *file
         T_EXPECT(false, "cannot open %s or %s: %s", pa, pb, qc_error_last());
         qc_safetensors_close(a);
         c.identical = false;
-        c.relnorm = INFINITY;
+        c.relnorm = (double)INFINITY;
         return c;
     }
     double num = 0, den = 0;
@@ -590,42 +564,8 @@ static pid_t find_rank(int rank)
     char want_tag[96], want_rank[64];
     snprintf(want_tag, sizeof(want_tag), "QC_TEST_TAG=%s", tag);
     snprintf(want_rank, sizeof(want_rank), "OMPI_COMM_WORLD_RANK=%d", rank);
-    DIR *d = opendir("/proc");
-    if (!d)
-        return -1;
-    pid_t found = -1;
-    struct dirent *e;
-    while (found < 0 && (e = readdir(d)) != NULL) {
-        const pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid <= 0)
-            continue;
-        char p[64];
-        snprintf(p, sizeof(p), "/proc/%d/environ", (int)pid);
-        FILE *f = fopen(p, "rb");
-        if (!f)
-            continue;
-        char buf[1 << 16];
-        const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        bool has_tag = false, has_rank = false;
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
-            has_tag = has_tag || strcmp(buf + i, want_tag) == 0;
-            has_rank = has_rank || strcmp(buf + i, want_rank) == 0;
-        }
-        snprintf(p, sizeof(p), "/proc/%d/comm", (int)pid); /* size 0 to stat: read it */
-        char comm[64] = "";
-        f = fopen(p, "r");
-        if (f) {
-            if (!fgets(comm, sizeof(comm), f))
-                comm[0] = '\0';
-            fclose(f);
-        }
-        if (has_tag && has_rank && strncmp(comm, "qctrain", 7) == 0)
-            found = pid;
-    }
-    closedir(d);
-    return found;
+    const char *env[2] = {want_tag, want_rank};
+    return t_find_process(-1, "qctrain", env, 2);
 }
 
 /* Waits until RUN/metrics.jsonl shows a step (the ranks are training). */
@@ -744,8 +684,9 @@ static void test_rtx3090x8(void)
                        "--set",    "data.synthetic_scenes=8"};
     for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++)
         cmd_add(&c, t[k]);
-    for (int i = 2; i < NTINY; i++) /* tiny_args without "--preset cpu-smoke" */
-        cmd_add(&c, tiny_args[i]);
+    for (int i = 2; i < T_TINY_TRAIN_NARGS;
+         i++) /* t_tiny_train_args without "--preset cpu-smoke" */
+        cmd_add(&c, t_tiny_train_args[i]);
     const char *t2[] = {"--steps", "1", "--out", dir};
     for (size_t k = 0; k < 4; k++)
         cmd_add(&c, t2[k]);
@@ -816,13 +757,7 @@ int main(int argc, char **argv)
     mkdir(tmp_root, 0755);
     snprintf(tag, sizeof(tag), "dist-%d", (int)getpid());
     setenv("QC_TEST_TAG", tag, 1);
-    /* Open MPI as root (CI), several ranks on 2 cores, one thread per rank */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* shared-memory transport without process_vm_readv, which containers often forbid */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    t_dist_mpi_env();
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         QC_TEST ("dist: NCCL: 2 ranks x 1 group == 1 rank x 2 groups on cuda, ZeRO 0/1/2") {
             test_nccl();

@@ -37,36 +37,12 @@ static const char qctrain[] = QC_BINARY_DIR "/qctrain";
 /* qctrain train on the small settings; `resume`: --resume RUN, else --out RUN. */
 static void args(struct t_args *a, bool resume)
 {
-    static const char *const base[] = {qctrain,
-                                       "train",
-                                       "--preset",
-                                       "cpu-smoke",
-                                       "--quiet",
-                                       "--steps",
-                                       STR(STEPS),
-                                       "--save-every",
-                                       "1",
-                                       "--set",
-                                       "train.batch_size=1",
-                                       "--set",
-                                       "data.synthetic_scenes=8",
-                                       "--set",
-                                       "data.loader_threads=1",
-                                       "--set",
-                                       "model.pl2pl_radius=30",
-                                       "--set",
-                                       "model.pl2a_radius=15",
-                                       "--set",
-                                       "model.a2a_radius=15",
-                                       "--set",
-                                       "model.pl2m_radius=30",
-                                       "--set",
-                                       "model.a2m_radius=30",
-                                       "--set",
-                                       "model.time_span=3",
-                                       "--set",
-                                       "model.num_t2m_steps=6"};
+    static const char *const base[] = {"--steps", STR(STEPS), "--save-every", "1"};
     a->n = 0;
+    t_args_add(a, qctrain);
+    t_args_add(a, "train");
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        t_args_add(a, t_tiny_train_args[i]);
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
         t_args_add(a, base[i]);
     t_args_add(a, resume ? "--resume" : "--out");

@@ -1,9 +1,11 @@
 /*
  * test_memory_figures.c — the memory figures docs/BENCHMARKS.md states, held as tests (issue 17):
  * they are structural, so deterministic for a fixed input, unlike times.
- *   - the fused attention's training step: its caching-allocator peak is at least 2.8x below the
+ *   - the fused attention's training step: its caching-allocator peak is at least 2.5x below the
  *     unfused one's, on a fixed scene (the first synthetic typical scene of seed 2023, batch 1,
- *     cpu-smoke's model, the official radii);
+ *     cpu-smoke's model, the official radii). Measured 2.58x: 2.83x before the fused path on
+ *     the CPU kept one E x D tensor per edge set (the shared r = FE(feat), issue 16: +14.5 MB
+ *     here); a fused attention run as one tile over the whole edge set gives about 2x;
  *   - fragmentation (peak reserved / peak allocated) of the allocator replay of
  *     `qctrain bench alloc` (1,000 QCNet-like steps, seed 2026) stays <= 1.05.
  */
@@ -60,14 +62,14 @@ int main(void)
         return 1;
     }
 
-    QC_TEST ("memory: the fused step's allocator peak is >= 2.8x below the unfused one's") {
+    QC_TEST ("memory: the fused step's allocator peak is >= 2.5x below the unfused one's") {
         uint64_t pf = 0, pu = 0;
         if (!step_peak(true, &pf) || !step_peak(false, &pu))
             continue;
         const double ratio = pf ? (double)pu / (double)pf : 0.0;
         printf("  step peak: unfused %llu B, fused %llu B (%.2fx)\n", (unsigned long long)pu,
                (unsigned long long)pf, ratio);
-        T_EXPECT(pf > 0 && ratio >= 2.8, "ratio %.3f, docs/BENCHMARKS.md states >= 2.8", ratio);
+        T_EXPECT(pf > 0 && ratio >= 2.5, "ratio %.3f, docs/BENCHMARKS.md states >= 2.5", ratio);
     }
 
     QC_TEST ("memory: fragmentation of the fixed-seed allocator replay stays <= 1.05") {

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nonfinite_fixture.h"
 #include "proc_testlib.h"
 #include "qc_config.h"
 #include "qc_json.h"
@@ -457,29 +458,16 @@ static void test_signals(void)
 
 // ---- non-finite numbers -------------------------------------------------------------------------
 
-/* A qcshard of 3 valid scenes; scene 1's focal agent jumps between ±3e38 m (finite, as the
- * format requires), so every sum over it overflows: that batch's loss is not finite. */
+/* 3 valid scenes, scene 1's focal agent overflowing (nonfinite_fixture.h): that batch's loss
+ * is not finite. */
+static bool scene_1(int i)
+{
+    return i == 1;
+}
+
 static void nonfinite_data(const char *path)
 {
-    struct qc_scene sc[3];
-    for (int i = 0; i < 3; i++) {
-        T_EXPECT(qc_synth_scene(11, i, QC_SYNTH_TYPICAL, &sc[i]) == QC_OK, "%s", qc_error_last());
-    }
-    struct qc_scene bad;
-    T_EXPECT(qc_scene_copy(&sc[1], &bad) == QC_OK, "%s", qc_error_last());
-    float *pos = (float *)(uintptr_t)bad.position; /* an owned copy: writable */
-    for (int64_t a = 0; a < bad.num_agents; a++)
-        if (bad.agent_category[a] == 3)
-            for (int t = 0; t < QC_SCENE_STEPS; t++)
-                if (bad.valid_mask[a * QC_SCENE_STEPS + t] ||
-                    bad.predict_mask[a * QC_SCENE_STEPS + t])
-                    pos[(a * QC_SCENE_STEPS + t) * 3] = t % 2 ? 3e38f : -3e38f;
-    T_EXPECT(qc_scene_validate(&bad, NULL, 1) == QC_OK, "%s", qc_error_last());
-    qc_scene_free(&sc[1]);
-    sc[1] = bad;
-    T_EXPECT(qc_qcshard_write_file(path, sc, 3) == QC_OK, "%s", qc_error_last());
-    for (int i = 0; i < 3; i++)
-        qc_scene_free(&sc[i]);
+    t_write_nonfinite_qcshard(path, 11, 3, scene_1);
 }
 
 static void nonfinite_config(struct qc_config *cfg, bool skip)

@@ -6,7 +6,10 @@
 
 #include <string.h>
 
+#include "cpu_internal.h"
 #include "qc_status.h"
+
+#define DROPOUT_CHUNK 1024 /* elements per work item (a multiple of 4: one Philox per 4) */
 
 void qc_dropout_forward_cpu(float *out, const float *inp, int64_t n, const struct qc_dropout *d)
 {
@@ -17,12 +20,17 @@ void qc_dropout_forward_cpu(float *out, const float *inp, int64_t n, const struc
             memcpy(out, inp, (size_t)n * sizeof(float));
         return;
     }
-    float scale = 1.0f / (1.0f - d->p);
+    const float scale = 1.0f / (1.0f - d->p);
+    const int64_t nchunk = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        out[i] = qc_dropout_keep(d->seed, d->step, d->block, d->index_base + i, d->p)
-                     ? inp[i] * scale
-                     : 0.0f;
+    for (int64_t ch = 0; ch < nchunk; ch++) {
+        const int64_t i0 = ch * DROPOUT_CHUNK;
+        const int64_t m = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
+        uint8_t keep[DROPOUT_CHUNK];
+        cpu_dropout_keep_range(keep, d, d->index_base + i0, m);
+        for (int64_t j = 0; j < m; j++)
+            out[i0 + j] = cpu_keep_or_zero(inp[i0 + j] * scale, keep[j]);
+    }
 }
 
 void qc_dropout_backward_cpu(float *dinp, const float *dout, int64_t n, const struct qc_dropout *d)

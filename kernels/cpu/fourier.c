@@ -9,7 +9,7 @@
 
 #include "qc_status.h"
 
-#define FOURIER_F_CHUNK 16
+#define FOURIER_F_CHUNK 32 /* bands per work item of the frequency gradient */
 
 static inline float fourier_theta(float c, float w)
 {
@@ -79,6 +79,9 @@ static void fourier_backward(float *dc, float *dfreqs, const float *dphi, const 
         }
     }
     if (dfreqs) {
+        /* one work item per (input i, chunk of FOURIER_F_CHUNK bands); each walks the rows once
+         * with a double accumulator per band, rows in ascending order (the order of every sum:
+         * deterministic for any thread count) */
         int64_t fchunks = (F + FOURIER_F_CHUNK - 1) / FOURIER_F_CHUNK;
 #pragma omp parallel for schedule(static)
         for (int64_t item = 0; item < D * fchunks; item++) {

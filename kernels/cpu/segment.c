@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_internal.h"
 #include "qc_status.h"
 
 static inline int64_t csr_item(const struct qc_csr *csr, int64_t k)
@@ -231,12 +232,17 @@ void qc_segment_softmax_backward_cpu(float *dscore, const float *dout, const flo
 
 /* ---- weighted aggregation with attention dropout ----------------------------------------- */
 
-/* α' multiplier of element (e,h): scale when kept, 0 when dropped, 1 without dropout. */
-static inline float drop_factor(const struct qc_dropout *d, int64_t index, float scale)
+#define AGG_MAX_H 64 /* heads handled per dropout draw (QCNet: 8) */
+
+/* α' multipliers of edge e's H heads: f[h] = scale when kept, 0 when dropped (flat indices
+ * e·H + h of the site, one Philox per 4). */
+static inline void drop_factors(float *f, const struct qc_dropout *d, int64_t e, int64_t H,
+                                float scale)
 {
-    if (!d || d->p == 0.0f)
-        return 1.0f;
-    return qc_dropout_keep(d->seed, d->step, d->block, d->index_base + index, d->p) ? scale : 0.0f;
+    uint8_t keep[AGG_MAX_H];
+    cpu_dropout_keep_range(keep, d, d->index_base + e * H, H);
+    for (int64_t h = 0; h < H; h++)
+        f[h] = cpu_keep_or_zero(scale, keep[h]);
 }
 
 void qc_attn_aggregate_forward_cpu(float *out, const float *alpha, const float *v,
@@ -244,7 +250,8 @@ void qc_attn_aggregate_forward_cpu(float *out, const float *alpha, const float *
                                    const struct qc_dropout *drop)
 {
     csr_check(&csr, "attn_aggregate fwd");
-    QC_ASSERT(H > 0 && Dh > 0, "attn_aggregate fwd: H %lld Dh %lld", (long long)H, (long long)Dh);
+    QC_ASSERT(H > 0 && H <= AGG_MAX_H && Dh > 0, "attn_aggregate fwd: H %lld Dh %lld", (long long)H,
+              (long long)Dh);
     QC_ASSERT(!drop || (drop->p >= 0.0f && drop->p < 1.0f), "attn_aggregate fwd: bad dropout");
     int64_t D = H * Dh;
     bool dropping = drop && drop->p != 0.0f;
@@ -255,10 +262,13 @@ void qc_attn_aggregate_forward_cpu(float *out, const float *alpha, const float *
         memset(o, 0, (size_t)D * sizeof(float));
         for (int64_t kk = csr.ptr[s]; kk < csr.ptr[s + 1]; kk++) {
             int64_t e = csr_item(&csr, kk);
+            float f[AGG_MAX_H];
+            if (dropping)
+                drop_factors(f, drop, e, H, scale);
             for (int64_t h = 0; h < H; h++) {
                 float a = alpha[e * H + h];
                 if (dropping)
-                    a = a * drop_factor(drop, e * H + h, scale);
+                    a = a * f[h];
                 const float *ve = v + e * D + h * Dh;
                 for (int64_t c = 0; c < Dh; c++)
                     o[h * Dh + c] += ve[c] * a;
@@ -272,8 +282,8 @@ void qc_attn_aggregate_backward_cpu(float *dalpha, float *dv, const float *dout,
                                     const struct qc_dropout *drop)
 {
     csr_check(&csr, "attn_aggregate bwd");
-    QC_ASSERT(H > 0 && Dh > 0 && (csr.seg || csr.nitem == 0), "attn_aggregate bwd: H %lld Dh %lld",
-              (long long)H, (long long)Dh);
+    QC_ASSERT(H > 0 && H <= AGG_MAX_H && Dh > 0 && (csr.seg || csr.nitem == 0),
+              "attn_aggregate bwd: H %lld Dh %lld", (long long)H, (long long)Dh);
     QC_ASSERT(!drop || (drop->p >= 0.0f && drop->p < 1.0f), "attn_aggregate bwd: bad dropout");
     int64_t D = H * Dh;
     bool dropping = drop && drop->p != 0.0f;
@@ -281,8 +291,11 @@ void qc_attn_aggregate_backward_cpu(float *dalpha, float *dv, const float *dout,
 #pragma omp parallel for schedule(static)
     for (int64_t e = 0; e < csr.nitem; e++) {
         const float *g = dout + csr.seg[e] * D;
+        float fs[AGG_MAX_H];
+        if (dropping)
+            drop_factors(fs, drop, e, H, scale);
         for (int64_t h = 0; h < H; h++) {
-            float f = dropping ? drop_factor(drop, e * H + h, scale) : 1.0f;
+            float f = dropping ? fs[h] : 1.0f;
             if (dalpha) {
                 float acc = 0.0f;
                 for (int64_t c = 0; c < Dh; c++)

@@ -10,6 +10,9 @@
  * stop_sig (a lock-free atomic: the handler does nothing else) and returns; the owner polls
  * qc_cleanup_stop_signal() between units of work. A second signal takes the ordinary path:
  * registered files unlinked, the default disposition restored, the signal re-raised.
+ * stop_recv (what the handler received) is kept apart from stop_sig (what the owner stops for,
+ * which qc_cleanup_stop_agree may set without a signal), so an agreed stop never makes a later
+ * first signal count as a second one.
  */
 #include "qc_cleanup.h"
 
@@ -29,7 +32,8 @@ static pthread_once_t cleanup_once = PTHREAD_ONCE_INIT;
 static struct sigaction cleanup_old_int;
 static struct sigaction cleanup_old_term;
 static atomic_int stop_armed; /* 1: the next SIGINT/SIGTERM requests a graceful stop */
-static atomic_int stop_sig;   /* the signal that requested it, 0 when none */
+static atomic_int stop_sig;   /* the signal the owner stops for, 0 when none */
+static atomic_int stop_recv;  /* the first SIGINT/SIGTERM received while armed, 0 when none */
 
 static void cleanup_unlink_all(void)
 {
@@ -41,8 +45,11 @@ static void cleanup_unlink_all(void)
 static void cleanup_on_signal(int sig, siginfo_t *info, void *ctx)
 {
     int none = 0;
-    if (atomic_load(&stop_armed) && atomic_compare_exchange_strong(&stop_sig, &none, sig))
+    if (atomic_load(&stop_armed) && atomic_compare_exchange_strong(&stop_recv, &none, sig)) {
+        none = 0; /* an agreed stop keeps its signal */
+        atomic_compare_exchange_strong(&stop_sig, &none, sig);
         return; /* the first signal of a graceful stop: the owner finishes and exits */
+    }
     const struct sigaction *old = sig == SIGINT ? &cleanup_old_int : &cleanup_old_term;
     if (old->sa_flags & SA_SIGINFO) {
         old->sa_sigaction(sig, info, ctx);
@@ -107,6 +114,7 @@ void qc_cleanup_stop_begin(void)
 {
     pthread_once(&cleanup_once, cleanup_install_once);
     atomic_store(&stop_sig, 0);
+    atomic_store(&stop_recv, 0);
     atomic_store(&stop_armed, 1);
 }
 
@@ -118,4 +126,9 @@ void qc_cleanup_stop_end(void)
 int qc_cleanup_stop_signal(void)
 {
     return atomic_load(&stop_sig);
+}
+
+void qc_cleanup_stop_agree(int sig)
+{
+    atomic_store(&stop_sig, sig);
 }

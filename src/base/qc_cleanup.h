@@ -40,8 +40,13 @@ void qc_cleanup_stop_begin(void);
 /* Disarms it: later signals take the ordinary path. The recorded signal stays readable. */
 void qc_cleanup_stop_end(void);
 /* The signal that requested a graceful stop since the last qc_cleanup_stop_begin (SIGINT or
- * SIGTERM), or 0. */
+ * SIGTERM), or 0; after qc_cleanup_stop_agree, the agreed one. */
 int qc_cleanup_stop_signal(void);
+/* The owner stops for sig although this process may not have received it (several ranks agree
+ * on one rank's signal, so that every rank stops alike and exits 128 + sig): from now on
+ * qc_cleanup_stop_signal() returns sig. It does not count as a received signal: the first
+ * SIGINT / SIGTERM that arrives afterwards still only records itself. */
+void qc_cleanup_stop_agree(int sig);
 
 #ifdef __cplusplus
 }

@@ -44,11 +44,12 @@ enum qc_status qc_bench_run_trainer(struct qc_bench_run *r, const struct qc_trai
     return st;
 }
 
-enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name, int64_t warmup,
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
+                                  const char *const *data, int ndata, int64_t warmup,
                                   struct qc_bench_run *r)
 {
     QC_TRY(qc_bench_run_folder(name, r));
-    const struct qc_train_opts to = {.cfg = cfg};
+    const struct qc_train_opts to = {.cfg = cfg, .data = data, .ndata = ndata};
     return qc_bench_run_trainer(r, &to, warmup);
 }
 

@@ -1,7 +1,8 @@
 /*
- * bench_common.h — what the training benches (bench step, bench dist) share: a quiet trainer in
- * a scratch run folder of its own, warmed up, and the folder removed with everything the
- * trainer wrote into it (bench memory too, which seeds the folder before its trainer starts).
+ * bench_common.h — what the training benches (bench step, bench dist, bench memory) and
+ * `qctrain profile` share: a quiet trainer in a scratch run folder of its own, warmed up, and the
+ * folder removed with everything the trainer wrote into it (bench memory seeds the folder before
+ * its trainer starts).
  */
 #ifndef QC_BENCH_BENCH_COMMON_H
 #define QC_BENCH_BENCH_COMMON_H
@@ -17,9 +18,11 @@ struct qc_bench_run {
     struct qc_trainer *t; /* NULL when creation failed */
 };
 
-/* Creates the scratch folder and a quiet trainer of cfg in it (out_dir there), then runs
- * `warmup` untimed steps. On failure the folder is removed again. QC_ERR_IO naming /tmp. */
-enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name, int64_t warmup,
+/* Creates the scratch folder and a quiet trainer of cfg in it (out_dir there), on the scenes
+ * of the ndata qcshard files data (none: synthetic scenes), then runs `warmup` untimed steps.
+ * On failure the folder is removed again. QC_ERR_IO naming /tmp. */
+enum qc_status qc_bench_run_start(const struct qc_config *cfg, const char *name,
+                                  const char *const *data, int ndata, int64_t warmup,
                                   struct qc_bench_run *r);
 /* The two halves of qc_bench_run_start, for a bench that puts files into the folder before its
  * trainer starts (a cost model to start from): the folder alone (r->t NULL), then a quiet

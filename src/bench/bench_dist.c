@@ -80,7 +80,7 @@ static enum qc_status bench_one(const struct qc_config *base, enum qc_balance ba
     cfg.synthetic_scenes = ranks * batch * (warmup + steps);
     memset(r, 0, sizeof(*r));
     struct qc_bench_run run;
-    enum qc_status st = qc_bench_run_start(&cfg, "dist", warmup, &run);
+    enum qc_status st = qc_bench_run_start(&cfg, "dist", NULL, 0, warmup, &run);
     struct qc_trainer *t = run.t;
     double edge_sum = 0;
     double *ratio = calloc((size_t)steps, sizeof(double));

@@ -15,6 +15,8 @@ const struct qc_cli_command qc_cli_commands[] = {
      qc_cmd_tune},
     {"gen", "generate synthetic AV2-like scenes into a qcshard file", qc_cmd_gen},
     {"inspect", "print scene and edge-set statistics of qcshard files", qc_cmd_inspect},
+    {"profile", "profile training steps: per-op Chrome trace (Perfetto) and a summary",
+     qc_cmd_profile},
     {"report", "write a run's memory-profile report: one self-contained HTML page", qc_cmd_report},
     {"bench", "run a benchmark (loader, alloc, offload, ops, step) and print JSON", qc_cmd_bench},
     {"config", "show the option table, or check and dump a configuration", qc_cmd_config},

@@ -82,6 +82,7 @@ enum qc_status qc_cmd_inspect(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_bench(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_profile(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_report(struct qc_cli *cli, int argc, char **argv);
 
 /* `qctrain bench <what>` targets (src/bench/bench_<what>.c); argv[0] is <what>. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "qc_pinned.h"
+#include "qc_prof.h"
 #include "qc_rand.h"
 #include "qc_qcshard.h"
 #include "qc_synth.h"
@@ -541,7 +542,7 @@ enum qc_status qc_loader_start_epoch(struct qc_loader *l, int64_t epoch)
     return QC_OK;
 }
 
-enum qc_status qc_loader_next(struct qc_loader *l, struct qc_batch **out)
+static enum qc_status loader_next(struct qc_loader *l, struct qc_batch **out)
 {
     pthread_mutex_lock(&l->mu);
     if (l->consumed >= l->nb) {
@@ -574,4 +575,16 @@ void qc_loader_release(struct qc_loader *l, struct qc_batch *batch)
         return;
     qc_batch_release(batch);
     free(batch);
+}
+
+enum qc_status qc_loader_next(struct qc_loader *l, struct qc_batch **out)
+{
+    if (!qc_prof_on())
+        return loader_next(l, out);
+    /* the profiler's span: how long the trainer waited for the batch */
+    struct qc_prof_mark m;
+    qc_prof_span_begin(&m, QC_PROF_CAT_LOADER, "loader_wait", QC_PROF_PASS_NONE);
+    const enum qc_status st = loader_next(l, out);
+    qc_prof_span_end(&m, QC_PROF_CAT_LOADER, NULL, 0);
+    return st;
 }

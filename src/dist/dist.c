@@ -12,16 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static enum qc_status mpi_check(int rc, const char *call)
-{
-    if (rc == MPI_SUCCESS)
-        return QC_OK;
-    char es[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(rc, es, &len);
-    return qc_errorf(QC_ERR_IO, "dist: %s failed: %s", call, es);
-}
-
 enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **out)
 {
     if (qc_dist_world_size() < 2)
@@ -67,16 +57,16 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
         return qc_errorf(QC_ERR_NOMEM, "dist: out of memory");
     }
     /* set-up on this thread (serialised with MPI_Init), before the thread starts */
-    enum qc_status st = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &d->data), "MPI_Comm_dup");
+    enum qc_status st = dist_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &d->data), "MPI_Comm_dup");
     d->data_ok = st == QC_OK;
     if (st == QC_OK) {
-        st = mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &d->hb), "MPI_Comm_dup");
+        st = dist_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &d->hb), "MPI_Comm_dup");
         d->hb_ok = st == QC_OK;
     }
     if (st == QC_OK) {
         MPI_Comm_set_errhandler(d->data, MPI_ERRORS_RETURN);
         MPI_Comm_set_errhandler(d->hb, MPI_ERRORS_RETURN);
-        st = mpi_check(
+        st = dist_mpi_check(
             MPI_Irecv(&d->hb_buf, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, d->hb, &d->hb_req),
             "MPI_Irecv");
         d->hb_posted = st == QC_OK;

@@ -2,10 +2,10 @@
  * dist_internal.h — the communicator behind qc_dist.h, shared by the files of src/dist (never
  * included from outside this folder). MPI builds only.
  *
- * Files: launch.c (launch, world), shard.c (shards, pieces, rank-order sum), comm.c (the
- * communication thread: job queue, collectives, heartbeats, the watchdog), dist.c (the public
- * API on the main thread), nccl.c (the NCCL backend, CUDA builds), dist_stub.c (builds without
- * MPI).
+ * Files: launch.c (launch, world, the start-up barrier), shard.c (shards, pieces, rank-order sum),
+ * comm.c (the communication thread: job queue, collectives, heartbeats, the watchdog), dist.c (the
+ * public API on the main thread), nccl.c (the NCCL backend, CUDA builds), dist_stub.c (builds
+ * without MPI).
  *
  * Threads. The main thread (the trainer's) posts jobs and waits for their sequence numbers;
  * the communication thread runs them in order and is the only thread that calls MPI after
@@ -29,13 +29,14 @@
 #include "qc_dist.h"
 
 enum {
-    DIST_TAG_RS = 11,     /* gradient piece: contributions to the chunk's owner */
-    DIST_TAG_AG = 12,     /* gradient piece: the reduced chunk back to every rank */
-    DIST_TAG_PARAMS = 13, /* parameter shards */
-    DIST_TAG_SMALL = 14,  /* all-gather and broadcast of host bytes */
-    DIST_TAG_GATHER = 15, /* float shards to rank 0 */
-    DIST_TAG_PING = 21,   /* on hb: "are you there?" */
-    DIST_TAG_PONG = 22,   /* on hb: "yes" */
+    DIST_TAG_RS = 11,      /* gradient piece: contributions to the chunk's owner */
+    DIST_TAG_AG = 12,      /* gradient piece: the reduced chunk back to every rank */
+    DIST_TAG_PARAMS = 13,  /* parameter shards */
+    DIST_TAG_SMALL = 14,   /* all-gather and broadcast of host bytes */
+    DIST_TAG_GATHER = 15,  /* float shards to rank 0 */
+    DIST_TAG_PING = 21,    /* on hb: "are you there?" */
+    DIST_TAG_PONG = 22,    /* on hb: "yes" */
+    DIST_TAG_BARRIER = 31, /* on MPI_COMM_WORLD: the start-up barrier (launch.c) */
 };
 
 enum dist_job_kind {
@@ -118,6 +119,12 @@ struct qc_dist {
 
     struct dist_nccl *nccl; /* NCCL backend state; NULL for MPI */
 };
+
+// ---- launch.c ----
+
+/* QC_OK, or QC_ERR_IO "dist: <call> failed: <MPI's error string>" for a return code not
+ * MPI_SUCCESS (calls made on the main thread). */
+enum qc_status dist_mpi_check(int rc, const char *call);
 
 // ---- comm.c ----
 

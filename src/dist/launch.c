@@ -15,9 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef QC_HAVE_MPI
-#    include <mpi.h>
+#    include "dist_internal.h" /* mpi.h, dist_mpi_check */
 #endif
 #if defined(QC_HAVE_CUDA) && defined(QC_HAVE_MPI)
 #    include <nccl.h> /* NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH */
@@ -174,6 +175,127 @@ void qc_dist_world_end(int exit_code)
     MPI_Finalize();
 #else
     (void)exit_code;
+#endif
+}
+
+#ifdef QC_HAVE_MPI
+enum qc_status dist_mpi_check(int rc, const char *call)
+{
+    if (rc == MPI_SUCCESS)
+        return QC_OK;
+    char es[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, es, &len);
+    return qc_errorf(QC_ERR_IO, "dist: %s failed: %s", call, es);
+}
+
+/* Polls the n requests until all are done (*late = -1), or until timeout_s has passed (*late:
+ * the first one not done). */
+static enum qc_status wait_all_until(MPI_Request *reqs, int n, double timeout_s, int *late)
+{
+    struct timespec t0, ts;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long sleep_us = 10;
+    *late = -1;
+    for (;;) {
+        int done = 0;
+        QC_TRY(dist_mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
+        if (done)
+            return QC_OK;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((double)(ts.tv_sec - t0.tv_sec) + 1e-9 * (double)(ts.tv_nsec - t0.tv_nsec) > timeout_s)
+            break;
+        const struct timespec nap = {0, sleep_us * 1000};
+        nanosleep(&nap, NULL);
+        sleep_us = sleep_us * 2 > 1000 ? 1000 : sleep_us * 2;
+    }
+    for (int i = 0; i < n && *late < 0; i++) {
+        int flag = 0;
+        QC_TRY(dist_mpi_check(MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE), "MPI_Test"));
+        if (!flag)
+            *late = i;
+    }
+    return QC_OK;
+}
+
+/* Rank 0's side: hears from every rank, then releases them; a rank late or gone is named. */
+static enum qc_status barrier_root(MPI_Request *reqs, int *tokens, double timeout_s,
+                                   const char *what)
+{
+    const int W = world.size;
+    int late = -1;
+    for (int q = 1; q < W; q++)
+        QC_TRY(dist_mpi_check(
+            MPI_Irecv(&tokens[q], 1, MPI_INT, q, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[q - 1]),
+            "MPI_Irecv"));
+    QC_TRY(wait_all_until(reqs, W - 1, timeout_s, &late));
+    if (late >= 0)
+        return qc_errorf(QC_ERR_IO,
+                         "dist: rank %d did not arrive within dist.timeout (%.3g s) while rank "
+                         "0 was %s; it was killed, ran out of memory, stopped or hangs\nhint: "
+                         "its own output or the launcher's says why; if it is only slow, raise "
+                         "dist.timeout",
+                         late + 1, timeout_s, what);
+    for (int q = 1; q < W; q++)
+        QC_TRY(dist_mpi_check(
+            MPI_Isend(&tokens[0], 1, MPI_INT, q, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[q - 1]),
+            "MPI_Isend"));
+    QC_TRY(wait_all_until(reqs, W - 1, timeout_s, &late));
+    if (late >= 0)
+        return qc_errorf(QC_ERR_IO,
+                         "dist: rank %d did not take rank 0's release within dist.timeout "
+                         "(%.3g s) after rank 0 was %s",
+                         late + 1, timeout_s, what);
+    return QC_OK;
+}
+
+/* Every other rank's side: tells rank 0 it is here, waits for the release. */
+static enum qc_status barrier_leaf(MPI_Request *reqs, int *tokens, double timeout_s,
+                                   const char *what)
+{
+    int late = -1;
+    QC_TRY(dist_mpi_check(
+        MPI_Isend(&tokens[1], 1, MPI_INT, 0, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[0]),
+        "MPI_Isend"));
+    QC_TRY(dist_mpi_check(
+        MPI_Irecv(&tokens[0], 1, MPI_INT, 0, DIST_TAG_BARRIER, MPI_COMM_WORLD, &reqs[1]),
+        "MPI_Irecv"));
+    QC_TRY(wait_all_until(reqs, 2, timeout_s, &late));
+    if (late >= 0)
+        return qc_errorf(QC_ERR_IO,
+                         "dist: rank 0 did not answer within dist.timeout (%.3g s) while it "
+                         "was %s; it was killed, ran out of memory, stopped or hangs\nhint: its "
+                         "own output or the launcher's says why; if it is only slow, raise "
+                         "dist.timeout",
+                         timeout_s, what);
+    return QC_OK;
+}
+#endif
+
+enum qc_status qc_dist_world_barrier(double timeout_s, const char *what)
+{
+#ifdef QC_HAVE_MPI
+    if (!world.mpi_up || world.size < 2)
+        return QC_OK;
+    const size_t W = (size_t)world.size;
+    MPI_Request *reqs = calloc(W, sizeof(*reqs));
+    int *tokens = calloc(W, sizeof(int));
+    enum qc_status st = QC_OK;
+    if (!reqs || !tokens)
+        st = qc_errorf(QC_ERR_NOMEM, "dist: out of memory");
+    else if (world.rank == 0)
+        st = barrier_root(reqs, tokens, timeout_s, what);
+    else
+        st = barrier_leaf(reqs, tokens, timeout_s, what);
+    if (st == QC_OK || !reqs || !tokens) {
+        free(reqs);
+        free(tokens);
+    } /* else requests may still be pending on them: kept, as the process ends the job */
+    return st;
+#else
+    (void)timeout_s;
+    (void)what;
+    return QC_OK;
 #endif
 }
 

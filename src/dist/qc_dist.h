@@ -61,6 +61,12 @@ const char *qc_dist_world_launcher(void);
  * that code, so every other rank stops and the launcher exits non-zero. No-op when MPI was
  * never initialised. main() calls it once, last. */
 void qc_dist_world_end(int exit_code);
+/* A barrier of the whole world at start-up, before any communicator exists (main thread;
+ * every rank calls it once at the same point): rank 0 returns once every rank has arrived, the
+ * others once rank 0 has. A rank waited on for timeout_s seconds (dist.timeout) fails the call
+ * on the waiting rank: QC_ERR_IO naming it and what it was doing (`what`, e.g. "taking the run
+ * folder"). No-op in a world of one rank. */
+enum qc_status qc_dist_world_barrier(double timeout_s, const char *what);
 /* "mpi: yes (Open MPI 4.1.4, MPI 3.1)\nnccl: yes (2.21.5)\n" or the "no" lines, for
  * `qctrain version`. Returns the length needed (snprintf contract). */
 size_t qc_dist_build_info(char *buf, size_t n);

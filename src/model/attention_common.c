@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "blocks_internal.h"
+#include "qc_attn_fused.h" /* qc_attn_fused_takes_r */
 #include "qc_exec.h"
 #include "qc_kernels.h"
 
@@ -296,10 +297,12 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
         qc_attn_edges_deinit(ed); /* gives back what was built */
         return st;
     }
-    if (impl == QC_ATTN_UNFUSED && fe) {
+    if (impl == QC_ATTN_UNFUSED && fe)
         qc_fourier_stash_plan(fe, E, &ed->fe_stash);
+    /* r = FE(feat [+ cat]): UNFUSED with the FE's stash; FUSED alone, shared by the layers where
+     * the backend's op takes it (attention_fused.c) */
+    if (fe && (impl == QC_ATTN_UNFUSED || qc_attn_fused_takes_r(ex)))
         qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
-    }
     return QC_OK;
 }
 
@@ -319,10 +322,12 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
     memset(ed, 0, sizeof *ed);
 }
 
-enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
+static enum qc_status edges_forward(struct qc_attn_edges *ed)
 {
-    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return QC_OK;
+    if (ed->impl == QC_ATTN_FUSED)
+        return attn_fused_edges_forward(ed);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *cat = NULL;
@@ -338,12 +343,14 @@ enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
     return st;
 }
 
-enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
+static enum qc_status edges_backward(struct qc_attn_edges *ed)
 {
-    if (ed->impl == QC_ATTN_FUSED || !ed->fe)
+    if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return QC_OK;
     if (!ed->dr) /* no layer produced a gradient */
         return QC_OK;
+    if (ed->impl == QC_ATTN_FUSED)
+        return attn_fused_edges_backward(ed);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *dcat = NULL;
@@ -415,7 +422,7 @@ void qc_attn_kv_deinit(struct qc_attn_kv *kv)
     memset(kv, 0, sizeof *kv);
 }
 
-enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src)
+static enum qc_status kv_forward(struct qc_attn_kv *kv, const float *x_src)
 {
     const struct qc_attn *l = kv->l;
     QC_ASSERT(l->w, "attention: parameters not bound");
@@ -428,8 +435,8 @@ enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src)
     return attn_unfused_kv_forward(kv);
 }
 
-enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
-                                   bool accum)
+static enum qc_status kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
+                                  bool accum)
 {
     const struct qc_attn *l = kv->l;
     QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
@@ -654,8 +661,8 @@ void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat
 
 // ---- application: dispatch ----------------------------------------------------------------
 
-enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,
-                               const float *x_dst, const struct qc_attn_ctx *ctx)
+static enum qc_status attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,
+                                   const float *x_dst, const struct qc_attn_ctx *ctx)
 {
     const struct qc_attn *l = kv->l;
     const int64_t Nd = kv->ed->g->n_dst, D = l->D;
@@ -677,9 +684,9 @@ enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct q
     return attn_node_forward_post(l, out, st, &ix, x_dst, Nd, ctx);
 }
 
-enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
-                                const struct qc_stash *st, const float *x_dst,
-                                const struct qc_attn_ctx *ctx)
+static enum qc_status attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
+                                    const struct qc_stash *st, const float *x_dst,
+                                    const struct qc_attn_ctx *ctx)
 {
     const struct qc_attn *l = kv->l;
     const int64_t Nd = kv->ed->g->n_dst, D = l->D;
@@ -697,5 +704,77 @@ enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const floa
     if (s == QC_OK)
         attn_node_backward_pre(l, dx_dst, dxhat, dq, st, &ix, x_dst, Nd);
     blk_ffree(&l->mem, t, 3 * Nd * D);
+    return s;
+}
+
+// ---- the profiler's block spans -------------------------------------------------------------
+
+enum qc_status qc_attn_edges_forward(struct qc_attn_edges *ed)
+{
+    if (!qc_prof_on() || !ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
+        return edges_forward(ed);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &ed->mem, "", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = edges_forward(ed);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_attn_edges_backward(struct qc_attn_edges *ed)
+{
+    if (!qc_prof_on() || !ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
+        return edges_backward(ed);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &ed->mem, "", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = edges_backward(ed);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src)
+{
+    if (!qc_prof_on())
+        return kv_forward(kv, x_src);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &kv->l->mem, ".kv", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = kv_forward(kv, x_src);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
+                                   bool accum)
+{
+    if (!qc_prof_on())
+        return kv_backward(kv, dx_src, x_src, accum);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &kv->l->mem, ".kv", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = kv_backward(kv, dx_src, x_src, accum);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,
+                               const float *x_dst, const struct qc_attn_ctx *ctx)
+{
+    if (!qc_prof_on())
+        return attn_forward(kv, out, st, x_dst, ctx);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &kv->l->mem, "", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = attn_forward(kv, out, st, x_dst, ctx);
+    blk_prof_end(&m);
+    return s;
+}
+
+enum qc_status qc_attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
+                                const struct qc_stash *st, const float *x_dst,
+                                const struct qc_attn_ctx *ctx)
+{
+    if (!qc_prof_on())
+        return attn_backward(kv, dx_dst, dout, st, x_dst, ctx);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &kv->l->mem, "", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = attn_backward(kv, dx_dst, dout, st, x_dst, ctx);
+    blk_prof_end(&m);
     return s;
 }

@@ -13,7 +13,9 @@
 #include "qc_attention.h"
 #include "qc_exec.h"
 #include "qc_fourier.h"
+#include "qc_fourier_embed.h" /* struct qc_fe */
 #include "qc_kernels.h"
+#include "qc_prof.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
@@ -29,17 +31,24 @@ void blk_ffree(const struct qc_block_mem *bm, float *p, int64_t n);
 /* The status for a failed scratch allocation of n floats in `what` of block bm. */
 enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_t n);
 
-// ---- FourierEmbedding with caller scratch -------------------------------------------------
+// ---- profiler ------------------------------------------------------------------------------
 
-/* Floats of scratch qc_fourier_forward (backward = false) or qc_fourier_backward needs over
- * N rows. The _ws variants take that scratch from the caller, so that callers inside an
- * OpenMP region (the fused attention tiles) never call the hook. */
+/* The profiler's block span (qc_prof.h) of one block call: name = bm's name + suffix; the ops
+ * inside carry it and the pass. Call only when qc_prof_on(). */
+void blk_prof_begin(struct qc_prof_mark *m, const struct qc_block_mem *bm, const char *suffix,
+                    enum qc_prof_pass pass);
+static inline void blk_prof_end(const struct qc_prof_mark *m)
+{
+    qc_prof_span_end(m, QC_PROF_CAT_BLOCK, NULL, 0);
+}
+
+// ---- FourierEmbedding as the kernels see it ----------------------------------------------
+
+/* The composite op's descriptor (kernels/qc_fourier_embed.h) of fe: its shape, parameter
+ * offsets and bound buffers. */
+void fourier_desc(const struct qc_fourier *fe, struct qc_fe *out);
+/* Floats of the FE's forward (backward: backward's) scratch over N rows (0 when N is 0). */
 int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward);
-enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struct qc_stash *st,
-                                  const float *c, const float *cat, int64_t N, float *ws);
-enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float *dcat,
-                                   const float *dout, const struct qc_stash *st, const float *c,
-                                   int64_t N, float *ws);
 
 // ---- attention: stash layout of one application ---------------------------------------------
 
@@ -141,6 +150,13 @@ struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
  * edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA (upload). */
 enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr);
 
+/* FUSED: the edge context computes r = FE(feat [+ cat]) once and its layers share it (the
+ * backend's op takes r: qc_attn_fused_takes_r); else each tile computes its own. */
+static inline bool attn_edges_shares_r(const struct qc_attn_edges *ed)
+{
+    return ed->impl == QC_ATTN_FUSED && ed->stash.n > 0;
+}
+
 /* The attention dropout of the application (p = 0 when not training). */
 static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_t site_offset)
 {
@@ -169,6 +185,11 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
 enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                         const struct qc_stash *st, const struct attn_app_idx *ix,
                                         const struct qc_attn_ctx *ctx);
+
+/* FUSED with shared r: r = FE(feat [+ cat]) tile by tile into the edge stash; the FE backward
+ * from the layers' accumulated dr (fe->dw, dcat_table ACCUM), then dr freed. */
+enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed);
+enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed);
 
 /* kv context halves, run after (forward) / before (backward) the shared LN_src:
  * forward reads x̂_s from the kv stash; backward writes dxhat_s (n_src,D) OVERWRITE. */

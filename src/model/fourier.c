@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "blocks_internal.h"
-#include "qc_exec.h" /* every op and memory move on the block's backend (fe->mem.ex) */
+#include "qc_exec.h"          /* every op and memory move on the block's backend (fe->mem.ex) */
+#include "qc_fourier_embed.h" /* the op sequence (qc_op_fe_*) */
 #include "qc_kernels.h"
 #include "qc_oom.h"
 
@@ -41,6 +42,14 @@ enum qc_status blk_nomem(const struct qc_block_mem *bm, const char *what, int64_
 {
     return qc_oom_errorf(QC_OOM_ATTENTION_UNKNOWN, "%s/%s: allocation of %lld floats failed",
                          bm && bm->name[0] ? bm->name : "block", what, (long long)n);
+}
+
+void blk_prof_begin(struct qc_prof_mark *m, const struct qc_block_mem *bm, const char *suffix,
+                    enum qc_prof_pass pass)
+{
+    char name[QC_BLOCK_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s%s", bm && bm->name[0] ? bm->name : "block", suffix);
+    qc_prof_span_begin(m, QC_PROF_CAT_BLOCK, name, pass);
 }
 
 // ---- parameters -------------------------------------------------------------------------
@@ -135,131 +144,111 @@ void qc_fourier_stash_plan(const struct qc_fourier *fe, int64_t N, struct qc_sta
 
 // ---- forward / backward -------------------------------------------------------------------
 
+void fourier_desc(const struct qc_fourier *fe, struct qc_fe *out)
+{
+    _Static_assert(QC_FOURIER_MAX_D == QC_FE_MAX_D, "FE input bound");
+    *out = (struct qc_fe){.D = fe->D, .F = fe->F, .d = fe->d, .o_freqs = fe->o_freqs};
+    for (int64_t i = 0; i < fe->d; i++) {
+        out->o_w1[i] = fe->o_w1[i];
+        out->o_b1[i] = fe->o_b1[i];
+        out->o_lnw[i] = fe->o_lnw[i];
+        out->o_lnb[i] = fe->o_lnb[i];
+        out->o_w2[i] = fe->o_w2[i];
+        out->o_b2[i] = fe->o_b2[i];
+    }
+    out->o_out_lnw = fe->o_out_lnw;
+    out->o_out_lnb = fe->o_out_lnb;
+    out->o_out_w = fe->o_out_w;
+    out->o_out_b = fe->o_out_b;
+    out->w = fe->w;
+    out->dw = fe->dw;
+}
+
+/* The op's view of a stash table planned by qc_fourier_stash_plan for N rows. */
+static struct qc_fe_saved fe_saved(const struct qc_fourier *fe, const struct qc_stash *st,
+                                   int64_t N)
+{
+    struct fe_idx ix = fe_index(fe);
+    QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
+              st->block, (long long)N);
+    struct qc_fe_saved sv = {0};
+    if (N == 0)
+        return sv;
+    sv.phi = fe->d > 0 ? qc_stash_f32(st, ix.phi) : NULL;
+    for (int64_t i = 0; i < fe->d; i++) {
+        sv.z[i] = qc_stash_f32(st, ix.z[i]);
+        sv.mean[i] = qc_stash_f32(st, ix.mean[i]);
+        sv.rstd[i] = qc_stash_f32(st, ix.rstd[i]);
+        sv.relu[i] = qc_stash_f32(st, ix.relu[i]);
+    }
+    sv.s = qc_stash_f32(st, ix.s);
+    sv.s_mean = qc_stash_f32(st, ix.s_mean);
+    sv.s_rstd = qc_stash_f32(st, ix.s_rstd);
+    sv.o = qc_stash_f32(st, ix.o);
+    return sv;
+}
+
 int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool backward)
 {
-    if (backward)
-        return 3 * N * fe->D + N * fe->d * (2 * fe->F + 1);
-    return fe->d > 1 ? N * fe->D : 0;
+    struct qc_fe desc;
+    fourier_desc(fe, &desc);
+    return N > 0 ? qc_fe_scratch_numel(&desc, N, backward) : 0;
+}
+
+static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
+                                      const float *c, const float *cat, int64_t N)
+{
+    struct qc_fe desc;
+    fourier_desc(fe, &desc);
+    QC_ASSERT(fe->w, "FE: parameters not bound");
+    const struct qc_fe_saved sv = fe_saved(fe, st, N);
+    const int64_t n = fourier_scratch_floats(fe, N, false);
+    float *ws = NULL;
+    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_forward.h")))
+        return blk_nomem(&fe->mem, "fe_forward.h", n);
+    qc_op_fe_forward(qc_block_exec(&fe->mem), &desc, out, &sv, c, cat, N, ws);
+    blk_ffree(&fe->mem, ws, n);
+    return QC_OK;
+}
+
+static enum qc_status fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
+                                       const float *dout, const struct qc_stash *st, const float *c,
+                                       int64_t N)
+{
+    struct qc_fe desc;
+    fourier_desc(fe, &desc);
+    QC_ASSERT(fe->w && fe->dw, "FE: parameters or gradients not bound");
+    const struct qc_fe_saved sv = fe_saved(fe, st, N);
+    const int64_t n = fourier_scratch_floats(fe, N, true);
+    float *ws = NULL;
+    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_backward.scratch")))
+        return blk_nomem(&fe->mem, "fe_backward.scratch", n);
+    qc_op_fe_backward(qc_block_exec(&fe->mem), &desc, dc, dcat, dout, &sv, c, N, ws);
+    blk_ffree(&fe->mem, ws, n);
+    return QC_OK;
 }
 
 enum qc_status qc_fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
                                   const float *c, const float *cat, int64_t N)
 {
-    const int64_t n = N > 0 ? fourier_scratch_floats(fe, N, false) : 0;
-    float *ws = NULL;
-    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_forward.h")))
-        return blk_nomem(&fe->mem, "fe_forward.h", n);
-    enum qc_status s = fourier_forward_ws(fe, out, st, c, cat, N, ws);
-    blk_ffree(&fe->mem, ws, n);
+    if (!qc_prof_on())
+        return fourier_forward(fe, out, st, c, cat, N);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &fe->mem, "", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = fourier_forward(fe, out, st, c, cat, N);
+    blk_prof_end(&m);
     return s;
-}
-
-enum qc_status fourier_forward_ws(const struct qc_fourier *fe, float *out, struct qc_stash *st,
-                                  const float *c, const float *cat, int64_t N, float *ws)
-{
-    const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
-    const float *w = fe->w;
-    const struct qc_exec *ex = qc_block_exec(&fe->mem);
-    QC_ASSERT(w, "FE: parameters not bound");
-    QC_ASSERT(d > 0 || cat, "FE(0) needs categorical embeddings");
-    struct fe_idx ix = fe_index(fe);
-    QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
-              st->block, (long long)N);
-    if (N == 0)
-        return QC_OK;
-    float *s = qc_stash_f32(st, ix.s);
-    float *h = d > 1 ? ws : NULL; /* (N,D) h_i for i >= 1 */
-    if (d > 0) {
-        float *phi = qc_stash_f32(st, ix.phi);
-        qc_op_fourier_features_forward(ex, phi, c, w + fe->o_freqs, N, d, F);
-        for (int64_t i = 0; i < d; i++) {
-            float *z = qc_stash_f32(st, ix.z[i]);
-            float *a = qc_stash_f32(st, ix.relu[i]);
-            qc_op_linear_forward(ex, z, phi + i * P, d * P, w + fe->o_w1[i], w + fe->o_b1[i], N, P,
-                                 D, false);
-            qc_op_layernorm_forward(ex, a, qc_stash_f32(st, ix.mean[i]),
-                                    qc_stash_f32(st, ix.rstd[i]), z, w + fe->o_lnw[i],
-                                    w + fe->o_lnb[i], N, D);
-            qc_op_relu_forward(ex, a, a, N * D);
-            /* s = h_0 + h_1 + … in ascending i (PyTorch: stack + sum over dim 0) */
-            if (i == 0) {
-                qc_op_linear_forward(ex, s, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
-            } else {
-                qc_op_linear_forward(ex, h, a, D, w + fe->o_w2[i], w + fe->o_b2[i], N, D, D, false);
-                qc_op_add_forward(ex, s, s, h, N * D);
-            }
-        }
-        if (cat)
-            qc_op_add_forward(ex, s, s, cat, N * D);
-    } else {
-        qc_op_copy(ex, s, cat, (size_t)(N * D) * sizeof *s);
-    }
-    float *o = qc_stash_f32(st, ix.o);
-    qc_op_layernorm_forward(ex, o, qc_stash_f32(st, ix.s_mean), qc_stash_f32(st, ix.s_rstd), s,
-                            w + fe->o_out_lnw, w + fe->o_out_lnb, N, D);
-    qc_op_relu_forward(ex, o, o, N * D);
-    qc_op_linear_forward(ex, out, o, D, w + fe->o_out_w, w + fe->o_out_b, N, D, D, false);
-    return QC_OK;
 }
 
 enum qc_status qc_fourier_backward(const struct qc_fourier *fe, float *dc, float *dcat,
                                    const float *dout, const struct qc_stash *st, const float *c,
                                    int64_t N)
 {
-    const int64_t n = N > 0 ? fourier_scratch_floats(fe, N, true) : 0;
-    float *ws = NULL;
-    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_backward.scratch")))
-        return blk_nomem(&fe->mem, "fe_backward.scratch", n);
-    enum qc_status s = fourier_backward_ws(fe, dc, dcat, dout, st, c, N, ws);
-    blk_ffree(&fe->mem, ws, n);
+    if (!qc_prof_on())
+        return fourier_backward(fe, dc, dcat, dout, st, c, N);
+    struct qc_prof_mark m;
+    blk_prof_begin(&m, &fe->mem, "", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = fourier_backward(fe, dc, dcat, dout, st, c, N);
+    blk_prof_end(&m);
     return s;
-}
-
-enum qc_status fourier_backward_ws(const struct qc_fourier *fe, float *dc, float *dcat,
-                                   const float *dout, const struct qc_stash *st, const float *c,
-                                   int64_t N, float *ws)
-{
-    const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * fe->F + 1;
-    const float *w = fe->w;
-    float *dw = fe->dw;
-    const struct qc_exec *ex = qc_block_exec(&fe->mem);
-    QC_ASSERT(w && dw, "FE: parameters or gradients not bound");
-    struct fe_idx ix = fe_index(fe);
-    QC_ASSERT(st->n == ix.o + 1 && st->e[ix.o].ne[0] == N, "FE: stash %s not planned for %lld rows",
-              st->block, (long long)N);
-    if (N == 0)
-        return QC_OK;
-    float *t = ws; /* fourier_scratch_floats(fe, N, true) */
-    float *dho = t, *ds = t + N * D, *da = t + 2 * N * D, *dphi = t + 3 * N * D;
-
-    /* out = o·W_oᵀ + b_o, o = ReLU(LN_o(s)) */
-    const float *o = qc_stash_f32(st, ix.o);
-    qc_op_linear_backward(ex, dho, D, dw + fe->o_out_w, dw + fe->o_out_b, dout, o, D,
-                          w + fe->o_out_w, N, D, D, false);
-    qc_op_relu_backward(ex, dho, dho, o, N * D);
-    qc_op_layernorm_backward(ex, ds, dw + fe->o_out_lnw, dw + fe->o_out_lnb, dho,
-                             qc_stash_f32(st, ix.s), qc_stash_f32(st, ix.s_mean),
-                             qc_stash_f32(st, ix.s_rstd), w + fe->o_out_lnw, N, D, false);
-    if (dcat)
-        qc_op_copy(ex, dcat, ds, (size_t)(N * D) * sizeof *ds);
-
-    if (d > 0) {
-        const float *phi = qc_stash_f32(st, ix.phi);
-        for (int64_t i = 0; i < d; i++) {
-            const float *a = qc_stash_f32(st, ix.relu[i]);
-            /* h_i = a·W2ᵀ + b2 receives ds; a = ReLU(LN_i(z)) */
-            qc_op_linear_backward(ex, da, D, dw + fe->o_w2[i], dw + fe->o_b2[i], ds, a, D,
-                                  w + fe->o_w2[i], N, D, D, false);
-            qc_op_relu_backward(ex, da, da, a, N * D);
-            qc_op_layernorm_backward(ex, dho, dw + fe->o_lnw[i], dw + fe->o_lnb[i], da,
-                                     qc_stash_f32(st, ix.z[i]), qc_stash_f32(st, ix.mean[i]),
-                                     qc_stash_f32(st, ix.rstd[i]), w + fe->o_lnw[i], N, D, false);
-            /* z = φ_i·W1ᵀ + b1 with φ_i a strided view (row stride d·(2F+1)) */
-            qc_op_linear_backward(ex, dphi + i * P, d * P, dw + fe->o_w1[i], dw + fe->o_b1[i], dho,
-                                  phi + i * P, d * P, w + fe->o_w1[i], N, P, D, false);
-        }
-        qc_op_fourier_features_backward(ex, dc, dw + fe->o_freqs, dphi, c, w + fe->o_freqs, N, d,
-                                        F);
-    }
-    return QC_OK;
 }

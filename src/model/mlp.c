@@ -48,8 +48,8 @@ static void mlp_check_stash(const struct qc_mlp *m, const struct qc_stash *st, i
               "MLP: stash %s not planned for %lld rows", st->block, (long long)N);
 }
 
-enum qc_status qc_mlp_forward(const struct qc_mlp *m, float *out, struct qc_stash *st,
-                              const float *x, int64_t N)
+static enum qc_status mlp_forward(const struct qc_mlp *m, float *out, struct qc_stash *st,
+                                  const float *x, int64_t N)
 {
     const int64_t D = m->D, O = m->O;
     const float *w = m->w;
@@ -67,8 +67,8 @@ enum qc_status qc_mlp_forward(const struct qc_mlp *m, float *out, struct qc_stas
     return QC_OK;
 }
 
-enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *dout,
-                               const struct qc_stash *st, const float *x, int64_t N)
+static enum qc_status mlp_backward(const struct qc_mlp *m, float *dx, const float *dout,
+                                   const struct qc_stash *st, const float *x, int64_t N)
 {
     const int64_t D = m->D, O = m->O;
     const float *w = m->w;
@@ -93,4 +93,28 @@ enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *d
                           false);
     blk_ffree(&m->mem, t, 2 * N * D);
     return QC_OK;
+}
+
+enum qc_status qc_mlp_forward(const struct qc_mlp *m, float *out, struct qc_stash *st,
+                              const float *x, int64_t N)
+{
+    if (!qc_prof_on())
+        return mlp_forward(m, out, st, x, N);
+    struct qc_prof_mark pm;
+    blk_prof_begin(&pm, &m->mem, "", QC_PROF_PASS_FORWARD);
+    const enum qc_status s = mlp_forward(m, out, st, x, N);
+    blk_prof_end(&pm);
+    return s;
+}
+
+enum qc_status qc_mlp_backward(const struct qc_mlp *m, float *dx, const float *dout,
+                               const struct qc_stash *st, const float *x, int64_t N)
+{
+    if (!qc_prof_on())
+        return mlp_backward(m, dx, dout, st, x, N);
+    struct qc_prof_mark pm;
+    blk_prof_begin(&pm, &m->mem, "", QC_PROF_PASS_BACKWARD);
+    const enum qc_status s = mlp_backward(m, dx, dout, st, x, N);
+    blk_prof_end(&pm);
+    return s;
 }

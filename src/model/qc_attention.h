@@ -52,8 +52,9 @@
  * index arrays (row_ptr_host, src_host, query_row_host): the host side of the layers (graph
  * check, CSR builds, the tile plan) reads only those and uploads what it derives (through the
  * hook). EMU gives the CPU's bits; CUDA agrees with the CPU within tolerance (both checked by
- * tests/test_attn_device.c). FUSED on CUDA runs qc_attn_fused_forward_cuda / _backward_cuda
- * (kernels/qc_attn_fused_cuda.h) with tiles of tile_edges_cuda base edges.
+ * tests/test_attn_device.c). FUSED runs its edge part as one op, qc_op_attn_fused_forward /
+ * _backward (kernels/qc_attn_fused.h), with tiles of tile_edges base edges on CPU/EMU and of
+ * tile_edges_cuda on CUDA.
  */
 #ifndef QC_MODEL_QC_ATTENTION_H
 #define QC_MODEL_QC_ATTENTION_H

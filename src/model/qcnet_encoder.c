@@ -147,7 +147,6 @@ static float norm2f(float v0, float v1)
 static void agent_features(const struct qc_batch *b, float *c, int64_t A)
 {
     const int64_t T = QCNET_T, ST = QCNET_STEPS;
-#pragma omp parallel for schedule(static)
     for (int64_t a = 0; a < A; a++) {
         for (int64_t t = 0; t < T; t++) {
             const float *p = b->position + (a * ST + t) * 3;

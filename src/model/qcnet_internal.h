@@ -416,7 +416,8 @@ int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char 
  * its forward again into a temporary output; its inputs must be resident. */
 enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n);
 /* Tape entries whose stash entry n's backward reads (its own, its layer's source context, the
- * edge context an unfused source context reads); the count (<= 3). */
+ * edge context whose r an unfused source context or a fused application with the shared r
+ * reads); the count (<= 3). */
 int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3]);
 
 // ---- qcnet_policy.c: the stash policies of a step ------------------------------------------

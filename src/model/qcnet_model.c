@@ -278,12 +278,10 @@ static enum qc_status check_exec(const struct qc_exec *ex, const struct qc_memct
 {
     const enum qc_exec_backend b = qc_exec_backend_of(ex);
     if ((int)b < 0 || b >= QC_EXEC_BACKEND_COUNT)
-        return qc_errorf(QC_ERR_INVALID, "model: backend %d is not cpu|cuda|emu", (int)b);
-#ifndef QC_HAVE_CUDA
-    if (b == QC_EXEC_CUDA)
+        return qc_errorf(QC_ERR_INVALID, "model: backend %d is not cpu|cuda|emu|dry", (int)b);
+    if (!qc_exec_backend_built(b))
         return qc_errorf(QC_ERR_UNSUPPORTED, "model: the CUDA backend in a build without CUDA\n"
                                              "hint: rebuild with -DQC_CUDA=ON, or run on the CPU");
-#endif
     if (b == QC_EXEC_EMU && !ex->emu)
         return qc_errorf(QC_ERR_INVALID, "model: the emu backend without its arena");
     if (qc_exec_is_device(ex) && !qc_memctx_is_device(mc))

@@ -16,15 +16,17 @@
  *
  * Dry run (m->dry): the blocks do not run. What they would allocate beyond one call is
  * allocated here with the tags and sizes of their contract (qc_attention.h: the edge context's
- * index arrays, the source contexts' gradient buffers, the unfused dL/dr and CSR by source),
- * and their transient scratch is a PEAK event: exact for FE, MLP, GRU and edge contexts, left
- * to the cost model for source contexts and applications.
+ * index arrays and r, the source contexts' gradient buffers, dL/dr (unfused, or fused with the
+ * r its layers share on every backend but CUDA) and the CSR by source), and their transient
+ * scratch is a PEAK event: exact for FE, MLP, GRU and edge contexts, left to the cost model for
+ * source contexts and applications.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "qc_attn_fused.h" /* QC_ATTN_FUSED_TILE_EDGES_CPU */
 #include "qc_batch.h"
 #include "qc_exec.h"
 #include "qc_graph.h"
@@ -354,9 +356,10 @@ enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, 
 /* Dry run: the edge context as qc_attn_edges_init_mem leaves it (its stash tables planned,
  * its index arrays allocated with their tags and sizes), without the host work. */
 static enum qc_status dry_edges_init(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
-                                     enum qc_attn_impl impl, const struct qc_attn_graph *g,
-                                     const struct qc_fourier *fe, const float *cat_table,
-                                     const int64_t *cat_idx, int64_t ncat, float *dcat_table)
+                                     enum qc_attn_impl impl, bool cuda,
+                                     const struct qc_attn_graph *g, const struct qc_fourier *fe,
+                                     const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                     float *dcat_table)
 {
     memset(ed, 0, sizeof *ed);
     ed->mem = *mem;
@@ -378,12 +381,29 @@ static enum qc_status dry_edges_init(struct qc_attn_edges *ed, const struct qc_b
         ed->qindex = qc_block_alloc(&ed->mem, (size_t)n * sizeof(int64_t), "edges.query_index");
         if (!ed->qindex)
             return QC_ERR_NOMEM;
-        if (fe) {
+        if (fe)
             qc_fourier_stash_plan(fe, E, &ed->fe_stash);
-            qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
-        }
     }
+    /* r: UNFUSED with the FE's stash; FUSED alone, shared by the layers, where the target
+     * backend's op takes it (all but CUDA: qc_attn_fused_takes_r) */
+    if (fe && (impl == QC_ATTN_UNFUSED || !cuda))
+        qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
     return QC_OK;
+}
+
+/* Dry run: the scratch of the shared r's tiled FE on the CPU (forward or backward), bytes. */
+static uint64_t dry_fe_tiled_bytes(const struct qc_attn_edges *ed, bool backward)
+{
+    struct qc_fe fe;
+    fourier_desc(ed->fe, &fe);
+    const struct qc_fe_rows rows = {.N = ed->g->n_edge,
+                                    .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
+                                    .c = ed->fe->d > 0 ? ed->feat : NULL,
+                                    .cat_table = ed->cat_table,
+                                    .cat_idx = ed->cat_idx,
+                                    .ncat = ed->ncat,
+                                    .dcat_table = ed->dcat_table};
+    return (uint64_t)qc_fe_tiled_scratch_numel_cpu(&fe, &rows, backward) * sizeof(float);
 }
 
 /* Dry run: the CSR by source of an edge context, built by the first backward that needs it. */
@@ -417,8 +437,8 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     qc_block_mem_set(&mem, m->mc, name);
     mem.ex = m->ex;
     if (m->dry)
-        QC_TRY(
-            dry_edges_init(ed, &mem, impl, &t->g[set], fe, cat_table, cat_idx, ncat, dcat_table));
+        QC_TRY(dry_edges_init(ed, &mem, impl, m->target_cuda, &t->g[set], fe, cat_table, cat_idx,
+                              ncat, dcat_table));
     else
         QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? ge->attr : NULL,
                                       cat_table, cat_idx, ncat, dcat_table));
@@ -433,6 +453,8 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
                             ((uint64_t)(cat_table ? E * D : 0) +
                              (uint64_t)fourier_scratch_floats(fe, E, false)) *
                                 sizeof(float)));
+        else if (attn_edges_shares_r(ed))
+            QC_TRY(dry_peak(m, n, 0, dry_fe_tiled_bytes(ed, false)));
     } else {
         QC_TRY(qc_attn_edges_forward(ed));
     }
@@ -448,12 +470,14 @@ enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
     struct qc_attn_edges *ed = &t->ed[set];
     QC_TRY(entry_bwd(m, n));
     if (m->dry) {
-        if (ed->dr) { /* unfused with positional input: FE backward from dL/dr */
+        if (ed->dr) { /* positional input: FE backward from dL/dr (fused: tiled) */
             const int64_t E = ed->g->n_edge, D = ed->fe->D;
             QC_TRY(dry_peak(m, n, 1,
-                            ((uint64_t)(ed->cat_table && ed->dcat_table ? E * D : 0) +
-                             (uint64_t)fourier_scratch_floats(ed->fe, E, true)) *
-                                sizeof(float)));
+                            attn_edges_shares_r(ed)
+                                ? dry_fe_tiled_bytes(ed, true)
+                                : ((uint64_t)(ed->cat_table && ed->dcat_table ? E * D : 0) +
+                                   (uint64_t)fourier_scratch_floats(ed->fe, E, true)) *
+                                      sizeof(float)));
             blk_ffree(&ed->mem, ed->dr, E * D);
             ed->dr = NULL;
         }
@@ -465,8 +489,9 @@ enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
     return entry_bwd_end(m, n);
 }
 
-/* Entry n reads the edge context of its set when that context has a stash (unfused, with
- * positional input). */
+/* Entry n reads the edge context of its set when that context has a stash (positional input):
+ * unfused, a source context reads r to make k~ and v~; fused with the shared r
+ * (attn_edges_shares_r), every application reads r in its forward and backward. */
 static enum qc_status use_edges(struct qc_qcnet *m, int n, int set)
 {
     if (m->tape.ed[set].stash.n == 0)
@@ -484,7 +509,8 @@ static enum qc_status kv_forward(struct qc_qcnet *m, int n, const struct qcnet_l
     char name[QCNET_ENTRY_NAME + 16];
     snprintf(name, sizeof name, "%s/kv", layer->prefix);
     QC_TRY(qcnet_stash_bind(m, n, &e->kvc.stash, name));
-    QC_TRY(use_edges(m, n, e->set));
+    if (!attn_edges_shares_r(&m->tape.ed[e->set]))
+        QC_TRY(use_edges(m, n, e->set));
     if (m->dry)
         return dry_peak(m, n, 0, 0);
     return qc_attn_kv_forward(&e->kvc, e->x_src);
@@ -512,6 +538,17 @@ static enum qc_status dry_kv_grads(struct qc_attn_kv *kv)
     *a = blk_falloc(bm, n, fused ? "kv.dk" : "kv.dkt");
     *b = *a ? blk_falloc(bm, n, fused ? "kv.dv" : "kv.dvt") : NULL;
     return *b ? QC_OK : QC_ERR_NOMEM;
+}
+
+/* Dry run: the shared r's gradient dL/dr (fused, positional layer), made by the first
+ * application backward on the edge set that needs it. */
+static enum qc_status dry_shared_dr(struct qc_attn_kv *kv)
+{
+    struct qc_attn_edges *ed = kv->ed;
+    if (!kv->l->has_pos || !attn_edges_shares_r(ed) || ed->dr)
+        return QC_OK;
+    ed->dr = blk_fcalloc(&ed->mem, ed->g->n_edge * kv->l->D, "edges.dr");
+    return ed->dr ? QC_OK : QC_ERR_NOMEM;
 }
 
 /* Dry run: qc_attn_kv_backward's allocations that outlive it (unfused: dL/dr of the edge
@@ -582,6 +619,8 @@ static enum qc_status app_forward(struct qc_qcnet *m, int n)
     struct qcnet_entry *e = &t->e[n];
     const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
     const int64_t Nd = kv->ed->g->n_dst;
+    if (attn_edges_shares_r(kv->ed))
+        QC_TRY(use_edges(m, n, e->set));
     qc_stash_init(&e->st, "attn.app");
     qc_attn_stash_plan(kv, &e->st);
     char name[QCNET_ENTRY_NAME + 16];
@@ -677,6 +716,7 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
         QC_TRY(dry_kv_grads(kv));
         if (m->target_cuda && kv->ed->impl == QC_ATTN_FUSED)
             QC_TRY(dry_by_src(kv->ed));
+        QC_TRY(dry_shared_dr(kv));
         QC_TRY(dry_peak(m, n, 1, 0));
         if (e->kv < 0)
             QC_TRY(dry_kv_backward(m, n, kv));
@@ -808,7 +848,13 @@ int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3])
     out[k++] = n;
     if (e->kind == QCNET_ATTN && e->kv >= 0)
         out[k++] = e->kv;
-    if ((e->kind == QCNET_KV || (e->kind == QCNET_ATTN && e->kv < 0)) && t->ed[e->set].stash.n > 0)
+    /* the edge context's r (use_edges): an unfused source context's, a fused application's */
+    if (e->kind != QCNET_KV && e->kind != QCNET_ATTN)
+        return k;
+    const struct qc_attn_edges *ed = &t->ed[e->set];
+    const bool owns_kv = e->kind == QCNET_KV || e->kv < 0;
+    const bool reads_r = attn_edges_shares_r(ed) ? e->kind == QCNET_ATTN : owns_kv;
+    if (reads_r && ed->stash.n > 0)
         out[k++] = edges_entry(m, e->set);
     return k;
 }

@@ -103,10 +103,8 @@ static void remove_ckpt_dir(const char *dir)
         qc_error_clear();
 }
 
-/* Test hook (docs/RELIABILITY.md): QC_FAULT_CKPT_DELAY_MS=N sleeps N ms at each stage of a save
- * (folder created, model written, optim written), widening the windows a crash test aims its
- * kills at. Read once; unset or invalid: no delay. */
-static void fault_delay(void)
+/* Test hook (docs/RELIABILITY.md; train_internal.h). Read once; unset or invalid: no delay. */
+void train_fault_delay(void)
 {
     static long delay_ms = -1;
     if (delay_ms < 0) {
@@ -338,18 +336,18 @@ enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *
                          strerror(e), fixable ? "\nhint: is " : "", fixable ? run_dir : "",
                          fixable ? " writable and not full?" : "");
     }
-    fault_delay();
+    train_fault_delay();
     enum qc_status st = path_join(p, sizeof(p), tmp, CKPT_MODEL_FILE);
     if (st == QC_OK)
         st = write_model_file(m, s, p);
     if (st == QC_OK)
-        fault_delay();
+        train_fault_delay();
     if (st == QC_OK)
         st = path_join(p, sizeof(p), tmp, CKPT_OPTIM_FILE);
     if (st == QC_OK)
         st = write_optim_file(m, o, exp_avg, exp_avg_sq, s, cfg, p);
     if (st == QC_OK)
-        fault_delay();
+        train_fault_delay();
     if (st != QC_OK) {
         remove_ckpt_dir(tmp);
         return qc_error_wrap(st, "checkpoint %s not written", final);

@@ -49,6 +49,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "qc_alloc.h"
 #include "qc_cleanup.h"
@@ -88,6 +89,7 @@ struct qc_trainer {
     struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c; rank 0) */
     int64_t skipped_in_row;   /* train.nonfinite=skip: consecutive skipped steps */
     int64_t skipped_total;    /* ... and all of this process's */
+    int stop_sig, stop_rank;  /* several ranks: the graceful stop agreed on, and whose signal */
     float *host_check;        /* device backends: host copy for the finiteness checks */
     bool quiet;
     FILE *out;
@@ -298,6 +300,9 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st != QC_OK)
             goto fail;
     }
+    st = train_dist_run_dir_barrier(&t->cfg, t->out_dir); /* the others wait for that */
+    if (st != QC_OK)
+        goto fail;
 
     /* resume: the checkpoint's folder, state and configuration first */
     char ckpt[4096] = "";
@@ -314,7 +319,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     }
     train_dist_resolve(&t->cfg, opts->resume ? &saved : NULL);
     if (t->world > 1) {
-        agreement = train_dist_agreement_text(&t->cfg, opts);
+        agreement = train_dist_agreement_text(&t->cfg, opts, ckpt);
         if (!agreement) {
             st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
             goto fail;
@@ -346,7 +351,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     } else {
         qc_qcnet_init_params(t->model, (uint64_t)t->cfg.seed);
     }
-    st = train_dist_check_params(t->dist, t->model);
+    st = train_dist_check_params(t->dist, t->model, -1);
     if (st != QC_OK)
         goto fail;
 
@@ -478,17 +483,20 @@ static const char *last_ckpt_str(struct qc_trainer *t)
 }
 
 /* Index of the first non-finite value of n floats of backend memory (a device buffer is
- * copied into t->host_check first), or -1. */
+ * copied into t->host_check first, which holds as many floats as the parameters), or -1. */
 static enum qc_status first_nonfinite(struct qc_trainer *t, const float *x, int64_t n,
                                       int64_t *first)
 {
     const struct qc_exec *ex = qc_train_backend_exec(t->be);
     const float *h = x;
     if (qc_exec_is_device(ex)) {
+        const int64_t cap = qc_qcnet_num_params(t->model);
+        QC_ASSERT(n <= cap, "train: finiteness check of %" PRId64 " > %" PRId64 " floats", n, cap);
         if (!t->host_check) {
-            t->host_check = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+            t->host_check = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(float));
             if (!t->host_check)
-                return qc_errorf(QC_ERR_NOMEM, "train: out of host memory (%" PRId64 " floats)", n);
+                return qc_errorf(QC_ERR_NOMEM, "train: out of host memory (%" PRId64 " floats)",
+                                 cap);
         }
         QC_TRY(qc_op_download(ex, t->host_check, x, (size_t)n * sizeof(float)));
         h = t->host_check;
@@ -502,14 +510,26 @@ static enum qc_status first_nonfinite(struct qc_trainer *t, const float *x, int6
     return QC_OK;
 }
 
+/* The first non-finite element of this rank's reduced gradients (all of them, or its shard
+ * under ZeRO stage 2), or -1. */
+static enum qc_status grads_nonfinite(struct qc_trainer *t, int64_t *first)
+{
+    int64_t lo, hi;
+    train_dist_reduced_range(t->dist, qc_qcnet_num_params(t->model), &lo, &hi);
+    QC_TRY(first_nonfinite(t, qc_qcnet_grads(t->model) + lo, hi - lo, first));
+    if (*first >= 0)
+        *first += lo;
+    return QC_OK;
+}
+
 /* What went non-finite in this step, into bad ("" when nothing): the loss terms by name (each
- * is summed over the step's groups, so one non-finite group shows), else the first non-finite
- * gradient element. */
-static enum qc_status step_nonfinite(struct qc_trainer *t, double rp, double rr, double cls,
-                                     char *bad, size_t n)
+ * is summed over the step's groups, on every rank, so one non-finite group shows), else the
+ * first non-finite gradient element (found by any rank). */
+static void step_nonfinite(const struct qc_trainer *t, const struct train_dist_sums *s, char *bad,
+                           size_t n)
 {
     bad[0] = '\0';
-    const double v[3] = {rp, rr, cls};
+    const double v[3] = {s->reg_loss_propose, s->reg_loss_refine, s->cls_loss};
     const char *name[3] = {"reg_loss_propose", "reg_loss_refine", "cls_loss"};
     size_t len = 0;
     for (int i = 0; i < 3; i++)
@@ -519,13 +539,15 @@ static enum qc_status step_nonfinite(struct qc_trainer *t, double rp, double rr,
     if (len > 0) {
         if (len < n)
             snprintf(bad + len, n - len, " (not finite)");
-        return QC_OK;
+        return;
     }
-    int64_t i = -1;
-    QC_TRY(first_nonfinite(t, qc_qcnet_grads(t->model), qc_qcnet_num_params(t->model), &i));
-    if (i >= 0)
-        snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", i);
-    return QC_OK;
+    if (s->bad_grad >= 0 && t->world > 1)
+        snprintf(bad, n,
+                 "the loss is finite but gradient element %" PRId64
+                 " is not (summed over the ranks; seen by rank %d)",
+                 s->bad_grad, s->bad_grad_rank);
+    else if (s->bad_grad >= 0)
+        snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", s->bad_grad);
 }
 
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
@@ -548,7 +570,7 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     if (t->trace)
         qc_steptrace_begin(t->trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
-    QC_TRY(train_dist_step_begin(t->dist));
+    QC_TRY(train_dist_step_begin(t->dist, t->st.step + 1));
     train_mem_step_begin(t->mem, t->model);
 
     double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
@@ -611,26 +633,34 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
         st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
     if (st == QC_OK)
         st = qc_op_sync(qc_train_backend_exec(t->be));
+    int64_t bad_grad = -1;
+    if (st == QC_OK)
+        st = grads_nonfinite(t, &bad_grad);
+    /* one exchange gives every rank the step's losses, any rank's graceful-stop signal and any
+     * rank's non-finite gradient: the decisions below are the same on every rank */
+    const struct train_dist_local mine = {
+        .nlocal = nlocal,
+        .loss = losses,
+        .scenes = scenes,
+        .edges = edges,
+        .stop_signal = t->world > 1 ? qc_cleanup_stop_signal() : 0,
+        .bad_grad = bad_grad,
+    };
     struct train_dist_sums sums;
     if (st == QC_OK)
-        st = train_dist_combine(t->dist, nlocal, losses, scenes, edges, &sums);
+        st = train_dist_combine(t->dist, &mine, &sums);
     free(losses);
     QC_TRY(st);
+    if (sums.stop_signal && !t->stop_sig) { /* every rank stops after this step */
+        t->stop_sig = sums.stop_signal;
+        t->stop_rank = sums.stop_rank;
+    }
 
     /* non-finite numbers (train.nonfinite): the step's loss terms (summed over every rank's
-     * groups), then its gradients; with several ranks one rank's finding skips the step
-     * everywhere, so the ranks stay in step */
+     * groups), then its reduced gradients */
     char bad[160];
-    QC_TRY(step_nonfinite(t, sums.reg_loss_propose, sums.reg_loss_refine, sums.cls_loss, bad,
-                          sizeof bad));
-    bool skipped = bad[0] != '\0';
-    if (t->dist) {
-        bool any = skipped;
-        QC_TRY(train_dist_any(t->dist, skipped, &any));
-        if (any && !skipped)
-            snprintf(bad, sizeof bad, "another rank's gradients are not finite");
-        skipped = any;
-    }
+    step_nonfinite(t, &sums, bad, sizeof bad);
+    const bool skipped = bad[0] != '\0';
     if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
         return qc_errorf(QC_ERR_INVALID,
                          "train: step %" PRId64 ": %s; stopped before updating the parameters "
@@ -829,7 +859,10 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
     return st;
 }
 
-/* Saves, writes the memory report and flushes the log after a graceful stop at sig. */
+/* Saves, writes the memory report and flushes the log after a graceful stop at sig. With
+ * several ranks every rank comes here after the same step (the signal travelled in that step's
+ * exchange); none leaves before rank 0 has written everything (a launcher may end the whole job
+ * as soon as one rank exits non-zero), and every rank exits 128 + the same signal. */
 static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
 {
     qc_progress_clear(t->prog);
@@ -837,9 +870,19 @@ static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
         QC_TRY(qc_trainer_save(t, NULL, 0));
     if (t->nmem_steps > 0)
         QC_TRY(qc_trainer_memory_report(t, NULL, 0));
-    QC_TRY(qc_metrics_sync(t->log));
-    fprintf(stderr, "train: %s: stopped after step %" PRId64 " of %" PRId64 "; checkpoint %s\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", t->st.step, t->total_steps, last_ckpt_str(t));
+    if (t->log)
+        QC_TRY(qc_metrics_sync(t->log));
+    QC_TRY(train_dist_barrier(t->dist));
+    qc_cleanup_stop_agree(sig);
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (t->world == 1)
+        fprintf(stderr, "train: %s: stopped after step %" PRId64 " of %" PRId64 "; checkpoint %s\n",
+                name, t->st.step, t->total_steps, last_ckpt_str(t));
+    else if (t->rank == 0)
+        fprintf(stderr,
+                "train: %s on rank %d: all %d ranks stopped after step %" PRId64 " of %" PRId64
+                "; checkpoint %s\n",
+                name, t->stop_rank, t->world, t->st.step, t->total_steps, last_ckpt_str(t));
     return QC_OK;
 }
 
@@ -863,13 +906,15 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
                 " scenes x %" PRId64 " groups/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
                 qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->P, t->st.step,
                 t->total_steps, t->out_dir);
-        if (t->world > 1)
+        if (t->world > 1) /* (mpirun kills its ranks 1 s after a signal of its own) */
             fprintf(t->out,
                     "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
-                    ", data.balance %s, %s backend\n",
+                    ", data.balance %s, %s backend\n"
+                    "dist: to stop gracefully, send SIGINT or SIGTERM to any rank (rank 0 is "
+                    "pid %d), not to mpirun\n",
                     t->world, qc_dist_world_launcher(), t->G, t->cfg.zero_stage,
                     t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
-                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI");
+                    t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI", (int)getpid());
     }
     qc_progress_update(t->prog, (uint64_t)t->st.step);
     double first_loss = (double)NAN, last_loss = (double)NAN;
@@ -905,7 +950,9 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps) &&
             t->rank == 0) /* the others go on (their communicators answer rank 0's meanwhile) */
             QC_TRY(trainer_validate(t));
-        const int sig = qc_cleanup_stop_signal();
+        /* several ranks stop on the signal agreed in the step's exchange, never on one that
+         * arrived since: the others would not know of it */
+        const int sig = t->world > 1 ? t->stop_sig : qc_cleanup_stop_signal();
         if (sig)
             return trainer_stop(t, sig);
     }

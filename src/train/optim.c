@@ -27,6 +27,7 @@
 #include "qc_alloc.h"
 #include "qc_exec.h"
 #include "qc_kernels.h"
+#include "qc_prof.h"
 
 // ---- schedule --------------------------------------------------------------------------------
 
@@ -229,8 +230,14 @@ void qc_optim_step(struct qc_optim *o, float *param, const float *grad, double l
     /* the op reads the segment arrays as tensors: the device copies on a device backend */
     const int64_t *offsets = o->d_offsets ? o->d_offsets : o->offsets;
     const uint8_t *decay = o->d_decay ? o->d_decay : o->decay;
+    struct qc_prof_mark pm;
+    const bool prof = qc_prof_on();
+    if (prof) /* the profiler's optimizer span: parameters, gradients and both moments */
+        qc_prof_span_begin(&pm, QC_PROF_CAT_OPTIM, "optimizer", QC_PROF_PASS_NONE);
     qc_op_adamw_step_segments(o->ex, param + o->lo, o->m, o->v, grad + o->lo, offsets, decay,
                               o->nseg, &hp);
+    if (prof)
+        qc_prof_span_end(&pm, QC_PROF_CAT_OPTIM, "adamw", 28.0 * (double)o->numel);
 }
 
 enum qc_status qc_optim_create_shard(struct qc_alloc *alloc, const struct qc_exec *ex,

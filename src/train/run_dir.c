@@ -148,10 +148,14 @@ enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered)
         struct stat sb;
         if (lstat(p, &sb) != 0)
             continue;
-        if (S_ISDIR(sb.st_mode) && ckpt_name(name, ".tmp")) {
+        const bool tmp_dir = S_ISDIR(sb.st_mode) && ckpt_name(name, ".tmp");
+        const bool old_dir = S_ISDIR(sb.st_mode) && ckpt_name(name, ".old");
+        if (tmp_dir || old_dir || (S_ISREG(sb.st_mode) && tmp_file_name(name)))
+            train_fault_delay();
+        if (tmp_dir) {
             st = train_remove_tree(p);
             count++;
-        } else if (S_ISDIR(sb.st_mode) && ckpt_name(name, ".old")) {
+        } else if (old_dir) {
             snprintf(fin, sizeof fin, "%.*s", (int)(strlen(p) - 4), p);
             if (lstat(fin, &sb) == 0) {
                 st = train_remove_tree(p);

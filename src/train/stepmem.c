@@ -42,6 +42,7 @@
 #include "qc_offload.h"
 #include "qc_oom.h"
 #include "qc_plan.h"
+#include "qc_prof.h"
 #include "qc_progress.h" /* qc_format_bytes */
 #include "train_dist.h"
 
@@ -316,6 +317,42 @@ static void calibrate(struct train_mem *tm, struct qc_qcnet *model, double group
         qc_plan_cost_update(tm->cost, &tm->prog, tm->meas, group_s, !tm->cuda);
 }
 
+/* The model's three phases of a group, each a phase span of the profiler (qc_prof.h) when it
+ * records: the ops inside carry the pass. */
+static enum qc_status train_phase_forward(struct qc_qcnet *m, const struct qc_batch *b,
+                                          const struct qc_qcnet_ctx *ctx, struct qc_qcnet_output *o)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_forward(m, b, ctx, o);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "forward", QC_PROF_PASS_FORWARD);
+    const enum qc_status st = qc_qcnet_forward(m, b, ctx, o);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
+static enum qc_status train_phase_loss(struct qc_qcnet *m, struct qc_qcnet_loss *l)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_loss(m, l);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "loss", QC_PROF_PASS_FORWARD);
+    const enum qc_status st = qc_qcnet_loss(m, l);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
+static enum qc_status train_phase_backward(struct qc_qcnet *m, float scale)
+{
+    if (!qc_prof_on())
+        return qc_qcnet_backward(m, scale);
+    struct qc_prof_mark pm;
+    qc_prof_span_begin(&pm, QC_PROF_CAT_PHASE, "backward", QC_PROF_PASS_BACKWARD);
+    const enum qc_status st = qc_qcnet_backward(m, scale);
+    qc_prof_span_end(&pm, QC_PROF_CAT_PHASE, NULL, 0);
+    return st;
+}
+
 /* One forward / loss / backward of batch (host, dev) under the plan set on the model; the
  * losses are added into out. last: the group's last backward (its reports are final). */
 static enum qc_status attempt(struct train_mem *tm, struct qc_qcnet *model,
@@ -329,12 +366,12 @@ static enum qc_status attempt(struct train_mem *tm, struct qc_qcnet *model,
     struct qc_qcnet_output o;
     struct qc_qcnet_loss l;
     const double t0 = now_s();
-    enum qc_status st = qc_qcnet_forward(model, host, &ctx, &o);
+    enum qc_status st = train_phase_forward(model, host, &ctx, &o);
     if (st == QC_OK)
-        st = qc_qcnet_loss(model, &l);
+        st = train_phase_loss(model, &l);
     train_dist_hold(tm->td, !last);
     if (st == QC_OK)
-        st = qc_qcnet_backward(model, weight);
+        st = train_phase_backward(model, weight);
     train_dist_hold(tm->td, false);
     if (st == QC_OK) {
         calibrate(tm, model, now_s() - t0);

@@ -8,6 +8,7 @@
 #include "train_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,18 @@
 #include "qc_device.h"
 #include "qc_dist.h"
 #include "qc_exec.h"
+
+/* The step's exchange (train_dist_combine): the record of a rank, in doubles: its head, then its
+ * groups' 4 losses each. */
+enum {
+    REC_NLOCAL = 0, /* groups of the step */
+    REC_SCENES,
+    REC_SECONDS, /* forward + backward time */
+    REC_EDGES,
+    REC_STOP,     /* the graceful-stop signal it received, or 0 */
+    REC_BAD_GRAD, /* its first non-finite reduced gradient element, or -1 */
+    RECORD_HEAD
+};
 
 struct train_dist {
     struct qc_dist *d;
@@ -36,6 +49,13 @@ struct train_dist {
     double t_begin, t_end;     /* the step's compute clock (host functions on CUDA) */
     double *gather;            /* (world * record) the step's combine exchange */
     size_t record;             /* doubles per rank in it */
+    int64_t step;              /* the step being computed (1-based) */
+    float *grads;              /* the gradients being reduced (armed) */
+    struct {                   /* test hook QC_FAULT_NAN_GRAD=R:S:I (fault_nan_parse) */
+        bool on, pending;
+        int rank;
+        int64_t step, elem;
+    } nan;
 };
 
 static double now_s(void)
@@ -112,7 +132,15 @@ static bool text_add(char **buf, size_t *len, size_t *cap, const char *key, cons
     return true;
 }
 
-char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts)
+enum qc_status train_dist_run_dir_barrier(const struct qc_config *cfg, const char *run_dir)
+{
+    char what[4200];
+    snprintf(what, sizeof what, "taking the run folder %s and recovering it", run_dir);
+    return qc_dist_world_barrier(cfg->dist_timeout, what);
+}
+
+char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts,
+                                const char *resume_ckpt)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -133,6 +161,7 @@ char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_tra
     snprintf(num, sizeof(num), "%" PRId64, opts->eval_every);
     ok = ok && text_add(&buf, &len, &cap, "--eval-every", num);
     ok = ok && text_add(&buf, &len, &cap, "--resume", opts->resume ? opts->resume : "");
+    ok = ok && text_add(&buf, &len, &cap, "the resumed checkpoint", resume_ckpt);
     ok = ok && text_add(&buf, &len, &cap, "--init-from", opts->init_from ? opts->init_from : "");
     if (!ok) {
         free(buf);
@@ -144,6 +173,40 @@ char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_tra
 // ---- the communicator
 // ----------------------------------------------------------------------------
 
+/* Test hook (docs/RELIABILITY.md): QC_FAULT_NAN_GRAD=R:S:I makes rank R put a NaN into element
+ * I of its own gradients of step S just before they start reducing, so one rank's contribution
+ * is non-finite (CPU backend: the gradients are host memory). */
+static enum qc_status fault_nan_parse(struct train_dist *td, const struct qc_config *cfg,
+                                      int64_t numel)
+{
+    const char *e = getenv("QC_FAULT_NAN_GRAD");
+    if (!e || !*e)
+        return QC_OK;
+    long long r = -1, s = -1, i = -1;
+    char tail = 0;
+    if (sscanf(e, "%lld:%lld:%lld%c", &r, &s, &i, &tail) != 3 || r < 0 || s < 1 || i < 0 ||
+        i >= numel)
+        return qc_errorf(QC_ERR_INVALID,
+                         "QC_FAULT_NAN_GRAD=%s: want RANK:STEP:ELEMENT (element < %lld)", e,
+                         (long long)numel);
+    if (cfg->device_kind != QC_CONFIG_DEVICE_CPU)
+        return qc_errorf(QC_ERR_UNSUPPORTED, "QC_FAULT_NAN_GRAD is a test hook of the CPU backend");
+    td->nan.on = r == td->rank;
+    td->nan.rank = (int)r;
+    td->nan.step = s;
+    td->nan.elem = i;
+    return QC_OK;
+}
+
+/* The hook's NaN, when [lo, hi) holds its element and is about to start reducing. */
+static void fault_nan_apply(struct train_dist *td, int64_t lo, int64_t hi)
+{
+    if (td->nan.pending && td->nan.elem >= lo && td->nan.elem < hi) {
+        td->grads[td->nan.elem] = NAN;
+        td->nan.pending = false;
+    }
+}
+
 /* The model's grads-ready callback: forwards while armed (the rank's last backward) and not
  * held; a range already forwarded (a backward re-run after a rollback reports it again) stays
  * the communicator's. */
@@ -152,6 +215,7 @@ static void grads_ready_cb(void *ctx, int64_t lo, int64_t hi)
     struct train_dist *td = ctx;
     if (!td->armed || td->held || td->cb_status != QC_OK || lo >= td->reported)
         return;
+    fault_nan_apply(td, lo, hi);
     td->cb_status = qc_dist_grads_ready(td->d, lo, hi);
     td->reported = lo;
     if (td->fault_step == td->arms) { /* the test hook: the next allocation runs out, once */
@@ -187,7 +251,7 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
     td->numel = qc_qcnet_num_params(m);
     td->fault_step = fault_step_from_env();
     td->zero_stage = (int)cfg->zero_stage;
-    td->record = 4 + 4 * (size_t)td->G;
+    td->record = RECORD_HEAD + 4 * (size_t)td->G;
     td->gather = calloc((size_t)td->world * td->record, sizeof(double));
     if (!td->gather) {
         free(td);
@@ -211,7 +275,9 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
         .agreement = agreement,
         .agreement_what = "the effective configuration",
     };
-    const enum qc_status st = qc_dist_create(&o, &td->d);
+    enum qc_status st = fault_nan_parse(td, cfg, o.numel);
+    if (st == QC_OK)
+        st = qc_dist_create(&o, &td->d);
     if (st != QC_OK) {
         train_dist_destroy(td);
         return st;
@@ -261,7 +327,7 @@ enum qc_status train_dist_optim(struct train_dist *td, const struct qc_config *c
                                  decay, ntensors, lo, hi, &op, out);
 }
 
-enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m)
+enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m, int64_t step)
 {
     if (!td)
         return QC_OK;
@@ -282,13 +348,22 @@ enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m
             st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
         if (st == QC_OK)
             st = qc_dist_allgather(td->d, &h, sizeof(h), all);
-        for (int r = 1; st == QC_OK && r < td->world; r++)
-            if (all[r] != all[0])
+        for (int r = 1; st == QC_OK && r < td->world; r++) {
+            if (all[r] == all[0])
+                continue;
+            if (step < 0)
                 st = qc_errorf(QC_ERR_INVALID,
                                "dist: rank %d starts from other weights than rank 0\nhint: every "
                                "rank must read the same checkpoint (a shared folder) or "
                                "initialise from the same train.seed",
                                r);
+            else
+                st = qc_errorf(QC_ERR_INVALID,
+                               "dist: rank %d holds other weights than rank 0 after step %" PRId64
+                               ": the replicas drifted apart; checkpoint not written\nhint: this "
+                               "is a bug of qctrain; report it with the command line",
+                               r, step);
+        }
         free(all);
     }
     free(host);
@@ -312,10 +387,12 @@ static enum qc_status clock_at(struct train_dist *td, double *slot)
     return qc_stream_host_func(td->compute, stamp, slot);
 }
 
-enum qc_status train_dist_step_begin(struct train_dist *td)
+enum qc_status train_dist_step_begin(struct train_dist *td, int64_t step)
 {
     if (!td)
         return QC_OK;
+    td->step = step;
+    td->nan.pending = td->nan.on && td->nan.step == step;
     td->t_begin = td->t_end = 0;
     return clock_at(td, &td->t_begin);
 }
@@ -326,6 +403,7 @@ enum qc_status train_dist_arm(struct train_dist *td, float *grads)
         return QC_OK;
     td->cb_status = QC_OK;
     QC_TRY(qc_dist_grads_begin(td->d, grads));
+    td->grads = grads;
     td->armed = true;
     td->held = false;
     td->reported = td->numel;
@@ -358,6 +436,7 @@ enum qc_status train_dist_reduce(struct train_dist *td, float *grads)
         QC_TRY(train_dist_arm(td, grads)); /* no group this step: zero gradients, still summed */
     td->armed = false;
     QC_TRY(td->cb_status);
+    fault_nan_apply(td, 0, td->reported); /* what the model did not report reduces now */
     QC_TRY(clock_at(td, &td->t_end));
     return qc_dist_grads_end(td->d);
 }
@@ -375,6 +454,14 @@ void train_dist_step_end(struct train_dist *td)
         qc_dist_step_end(td->d);
 }
 
+void train_dist_reduced_range(const struct train_dist *td, int64_t numel, int64_t *lo, int64_t *hi)
+{
+    *lo = 0;
+    *hi = numel;
+    if (td && td->zero_stage >= 2)
+        qc_dist_my_shard(td->d, lo, hi);
+}
+
 int64_t train_dist_batch_edges(const struct qc_batch *b)
 {
     int64_t e = 0;
@@ -384,62 +471,66 @@ int64_t train_dist_batch_edges(const struct qc_batch *b)
     return e;
 }
 
-enum qc_status train_dist_any(struct train_dist *td, bool mine, bool *any)
+enum qc_status train_dist_barrier(struct train_dist *td)
 {
-    if (!td) {
-        *any = mine;
+    if (!td)
         return QC_OK;
-    }
     uint8_t *all = calloc((size_t)td->world, 1);
     if (!all)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    const uint8_t m = mine ? 1 : 0;
-    const enum qc_status st = qc_dist_allgather(td->d, &m, 1, all);
-    bool a = false;
-    for (int r = 0; r < td->world; r++)
-        a = a || all[r] != 0;
+    const uint8_t here = 1;
+    const enum qc_status st = qc_dist_allgather(td->d, &here, 1, all);
     free(all);
-    QC_TRY(st);
-    *any = a;
-    return QC_OK;
+    return st;
 }
 
-enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
-                                  int64_t scenes, int64_t edges, struct train_dist_sums *out)
+/* The sums of a step of one rank (td NULL). */
+static void combine_local(const struct train_dist_local *mine, struct train_dist_sums *out)
+{
+    for (int64_t g = 0; g < mine->nlocal; g++) {
+        out->loss += mine->loss[4 * g];
+        out->reg_loss_propose += mine->loss[4 * g + 1];
+        out->reg_loss_refine += mine->loss[4 * g + 2];
+        out->cls_loss += mine->loss[4 * g + 3];
+    }
+    out->scenes = mine->scenes;
+    out->stop_signal = mine->stop_signal;
+    out->bad_grad = mine->bad_grad;
+}
+
+enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist_local *mine,
+                                  struct train_dist_sums *out)
 {
     memset(out, 0, sizeof(*out));
+    out->bad_grad = -1;
+    out->rank_time_ratio = out->rank_edge_ratio = 1.0;
     if (!td) {
-        for (int64_t g = 0; g < nlocal; g++) {
-            out->loss += loss[4 * g];
-            out->reg_loss_propose += loss[4 * g + 1];
-            out->reg_loss_refine += loss[4 * g + 2];
-            out->cls_loss += loss[4 * g + 3];
-        }
-        out->scenes = scenes;
+        combine_local(mine, out);
         return QC_OK;
     }
-    /* record: nlocal, scenes, compute seconds, edges, then the groups' 4 losses */
     const size_t R = td->record;
-    double *mine = calloc(R, sizeof(double));
-    if (!mine)
+    double *rec = calloc(R, sizeof(double));
+    if (!rec)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    mine[0] = (double)nlocal;
-    mine[1] = (double)scenes;
-    mine[2] = td->t_end > td->t_begin ? td->t_end - td->t_begin : 0;
-    mine[3] = (double)edges;
-    QC_ASSERT(nlocal <= td->G, "train: %lld local groups > %lld", (long long)nlocal,
+    QC_ASSERT(mine->nlocal <= td->G, "train: %lld local groups > %lld", (long long)mine->nlocal,
               (long long)td->G);
-    memcpy(mine + 4, loss, (size_t)nlocal * 4 * sizeof(double));
-    const enum qc_status st = qc_dist_allgather(td->d, mine, R * sizeof(double), td->gather);
-    free(mine);
+    rec[REC_NLOCAL] = (double)mine->nlocal;
+    rec[REC_SCENES] = (double)mine->scenes;
+    rec[REC_SECONDS] = td->t_end > td->t_begin ? td->t_end - td->t_begin : 0;
+    rec[REC_EDGES] = (double)mine->edges;
+    rec[REC_STOP] = (double)mine->stop_signal;
+    rec[REC_BAD_GRAD] = (double)mine->bad_grad; /* exact: element indices are < 2^53 */
+    memcpy(rec + RECORD_HEAD, mine->loss, (size_t)mine->nlocal * 4 * sizeof(double));
+    const enum qc_status st = qc_dist_allgather(td->d, rec, R * sizeof(double), td->gather);
+    free(rec);
     QC_TRY(st);
     /* losses in global group order: j = r + g W */
     int64_t L = 0;
     for (int r = 0; r < td->world; r++)
-        L += (int64_t)td->gather[(size_t)r * R];
+        L += (int64_t)td->gather[(size_t)r * R + REC_NLOCAL];
     for (int64_t j = 0; j < L; j++) {
-        const double *rec = td->gather + (size_t)(j % td->world) * R;
-        const double *l = rec + 4 + 4 * (j / td->world);
+        const double *l =
+            td->gather + (size_t)(j % td->world) * R + RECORD_HEAD + 4 * (size_t)(j / td->world);
         out->loss += l[0];
         out->reg_loss_propose += l[1];
         out->reg_loss_refine += l[2];
@@ -448,14 +539,22 @@ enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const d
     double tmax = 0, tsum = 0, emax = 0, esum = 0;
     int busy = 0;
     for (int r = 0; r < td->world; r++) {
-        const double *rec = td->gather + (size_t)r * R;
-        out->scenes += (int64_t)rec[1];
-        if (rec[0] > 0) {
+        const double *h = td->gather + (size_t)r * R;
+        out->scenes += (int64_t)h[REC_SCENES];
+        if (h[REC_STOP] != 0 && out->stop_signal == 0) {
+            out->stop_signal = (int)h[REC_STOP];
+            out->stop_rank = r;
+        }
+        if (h[REC_BAD_GRAD] >= 0 && out->bad_grad < 0) {
+            out->bad_grad = (int64_t)h[REC_BAD_GRAD];
+            out->bad_grad_rank = r;
+        }
+        if (h[REC_NLOCAL] > 0) {
             busy++;
-            tsum += rec[2];
-            tmax = rec[2] > tmax ? rec[2] : tmax;
-            esum += rec[3];
-            emax = rec[3] > emax ? rec[3] : emax;
+            tsum += h[REC_SECONDS];
+            tmax = h[REC_SECONDS] > tmax ? h[REC_SECONDS] : tmax;
+            esum += h[REC_EDGES];
+            emax = h[REC_EDGES] > emax ? h[REC_EDGES] : emax;
         }
     }
     out->rank_time_ratio = busy > 0 && tsum > 0 ? tmax / (tsum / busy) : 1.0;
@@ -470,6 +569,7 @@ enum qc_status train_dist_save(struct train_dist *td, const char *run_dir, struc
                                struct qc_optim *o, const struct qc_train_state *s,
                                const struct qc_config *cfg, char *path_out, size_t n)
 {
+    QC_TRY(train_dist_check_params(td, m, s->step));
     if (!td || td->zero_stage == 0) {
         if (td && td->rank != 0)
             return QC_OK; /* rank 0 holds the same weights and moments and writes them */

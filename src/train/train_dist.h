@@ -11,14 +11,21 @@
  * computing the L groups would. Dropout is keyed by the global group index j.
  *
  *   train_dist_world      joins the world, checks dist.world_size, resolves it in cfg
+ *   train_dist_run_dir_barrier  every rank waits for rank 0 to lock and recover the run folder
+ *                         before anything in it is read
  *   train_dist_resolve    data.balance auto -> cost (several ranks) or none; the saved run's on
  *                         resume
  *   train_dist_create     the communicator (config agreement first), the model's grads-ready
  *                         callback (world > 1)
  *   train_dist_optim      AdamW: whole, or this rank's shard (ZeRO stage >= 1)
  *   step                  _step_begin, _arm before the last local group, _reduce after the
- *                         local groups, optimizer, _update, synchronisation, _step_end, _combine
- *   train_dist_save       rank 0 writes the checkpoint (moments gathered from the shards)
+ *                         local groups, synchronisation, _combine (losses, the stop signal, the
+ *                         finiteness of the gradients: one exchange decides for every rank),
+ *                         optimizer, _update, synchronisation, _step_end; under device.budget
+ *                         _hold and _settle around a split or rolled-back group
+ *   train_dist_save       rank 0 writes the checkpoint (moments gathered from the shards), after
+ *                         checking that every rank holds the same weights
+ *   train_dist_barrier    a graceful stop: no rank leaves before rank 0 has written everything
  */
 #ifndef QC_TRAIN_TRAIN_DIST_H
 #define QC_TRAIN_TRAIN_DIST_H
@@ -43,9 +50,16 @@ enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world);
 /* data.balance auto: the saved run's value when resuming one that resolved it, else cost with
  * several ranks and none with one. saved may be NULL. */
 void train_dist_resolve(struct qc_config *cfg, const struct qc_config *saved);
-/* The rank's canonical text of what every rank must agree on (the effective config and the
- * command's inputs, but the run folder: only rank 0's is used), malloc'd. */
-char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts);
+/* With several ranks, before any rank reads the run folder or a checkpoint: rank 0 has taken
+ * the run folder's lock and recovered what a killed writer left (ckpt-N.old put back, .tmp
+ * removed) when every rank returns, so no rank resolves a checkpoint that is about to change. A
+ * rank silent for dist.timeout fails it, named. A no-op with one rank. */
+enum qc_status train_dist_run_dir_barrier(const struct qc_config *cfg, const char *run_dir);
+/* The rank's canonical text of what every rank must agree on (the effective config, the
+ * command's inputs and the checkpoint resume_ckpt resolved to, "" when not resuming; not the run
+ * folder: only rank 0's is used), malloc'd. */
+char *train_dist_agreement_text(const struct qc_config *cfg, const struct qc_train_opts *opts,
+                                const char *resume_ckpt);
 
 /* The communicator of a run of world > 1 ranks on backend be, model m: checks the agreement
  * text across ranks first (a difference fails on every rank naming the rank and the key), and
@@ -60,16 +74,18 @@ void train_dist_destroy(struct train_dist *td);
 enum qc_status train_dist_optim(struct train_dist *td, const struct qc_config *cfg,
                                 struct qc_qcnet *m, struct qc_train_backend *be,
                                 struct qc_optim **out);
-/* Checks that every rank starts from the same weights (after init or load). */
-enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m);
+/* Checks that every rank holds the same weights (a hash of the parameters): at start-up
+ * (step < 0: after init or load) and before every checkpoint (the replicas must never drift
+ * apart). QC_ERR_INVALID naming the first rank that differs from rank 0. */
+enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m, int64_t step);
 
 /* Local groups of rank r of W in a step of L global groups: #{ j = r + gW < L }. */
 int64_t train_dist_local_groups(int rank, int world, int64_t L);
 
 // ---- one step (td NULL: no-ops) ----
 
-/* Before the step's first group: the rank's compute clock starts. */
-enum qc_status train_dist_step_begin(struct train_dist *td);
+/* Before the first group of step `step` (1-based): the rank's compute clock starts. */
+enum qc_status train_dist_step_begin(struct train_dist *td, int64_t step);
 /* Before the rank's last local backward of the step: its grads-ready reports start the
  * reduction of grads (the model's flat gradient buffer). */
 enum qc_status train_dist_arm(struct train_dist *td, float *grads);
@@ -89,27 +105,41 @@ enum qc_status train_dist_reduce(struct train_dist *td, float *grads);
 enum qc_status train_dist_update(struct train_dist *td, float *params);
 /* After the step's device work completed. */
 void train_dist_step_end(struct train_dist *td);
+/* The part [*lo, *hi) of the flat gradient buffer that holds reduced sums after
+ * train_dist_reduce: everything, or the rank's shard (ZeRO stage 2). */
+void train_dist_reduced_range(const struct train_dist *td, int64_t numel, int64_t *lo, int64_t *hi);
 
-/* *any = whether `mine` is true on any rank (the same answer on every rank: a step's skip
- * decision). td NULL: *any = mine. QC_ERR_* of the collective. */
-enum qc_status train_dist_any(struct train_dist *td, bool mine, bool *any);
-
-/* The step's figures over all ranks. */
+/* What a rank brings to the step's combination. */
+struct train_dist_local {
+    int64_t nlocal;     /* its groups of the step */
+    const double *loss; /* [nlocal][4]: loss, reg_propose, reg_refine, cls */
+    int64_t scenes;     /* in its groups */
+    int64_t edges;      /* graph edges of its groups */
+    int stop_signal;    /* SIGINT / SIGTERM this rank received (a graceful stop), or 0 */
+    int64_t bad_grad;   /* the first non-finite element of its reduced gradients, or -1 */
+};
+/* The step's figures over all ranks: the same on every rank, so every decision taken from them
+ * (skip the step, stop after it) is taken alike by all. */
 struct train_dist_sums {
     double loss, reg_loss_propose, reg_loss_refine, cls_loss; /* sums over the step's groups */
     int64_t scenes;                                           /* over all ranks */
     double rank_time_ratio;                                   /* slowest / mean compute time */
     double rank_edge_ratio; /* most / mean graph edges of the ranks' groups (the work) */
-    double comm_wait_s;     /* this rank's reduction wait */
+    int stop_signal;        /* the signal of the first rank (in rank order) that got one, or 0 */
+    int stop_rank;          /* that rank */
+    int64_t bad_grad;       /* the first rank's first non-finite gradient element, or -1 */
+    int bad_grad_rank;      /* that rank */
 };
 /* The base edges of a batch's graph (every edge set): the work a group holds. */
 struct qc_batch;
 int64_t train_dist_batch_edges(const struct qc_batch *b);
-/* Combines the step: loss[g][0..3] (loss, reg_propose, reg_refine, cls) of the rank's nlocal
- * groups, its scenes and edges; sums the losses in global group order (j = r + gW), exactly as
- * one rank adding the L groups in order would. td NULL: the local sums. */
-enum qc_status train_dist_combine(struct train_dist *td, int64_t nlocal, const double *loss,
-                                  int64_t scenes, int64_t edges, struct train_dist_sums *out);
+/* Combines the step in one exchange: sums the losses in global group order (j = r + gW),
+ * exactly as one rank adding the L groups in order would; the stop signals and the gradients'
+ * finiteness of every rank. td NULL: the rank's own figures. */
+enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist_local *mine,
+                                  struct train_dist_sums *out);
+/* Every rank waits here for every other (a graceful stop, after rank 0's writes). */
+enum qc_status train_dist_barrier(struct train_dist *td);
 
 // ---- checkpoints and the memory report ----
 

@@ -1,5 +1,5 @@
 # Fused edge attention on CUDA (kernels/qc_attn_fused_cuda.h) against the CPU fused path
-# (src/model/attention_fused.c). CUDA builds only.
+# (kernels/cpu/attn_fused.c). CUDA builds only.
 #   test_attn_fused_cuda_host (cpu): tile plan, O(tile) scratch, and the tile kernels' bodies
 #     run on the host, bit for bit against the CPU (one OpenMP thread: the CPU's lane sums then
 #     follow the kernels' ascending-edge order).

@@ -8,9 +8,24 @@ qc_add_test(test_dist SOURCES test_dist.c LIBS qctrainer qcdist qcmodel qcdata q
     LABELS cpu TIMEOUT 300 ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 add_dependencies(test_dist qctrain)
 if(QC_HAVE_MPI)
-    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu TIMEOUT 1200)
+    # slow: about 100 s in a Release build and 455 s under AddressSanitizer, so CI's asan step
+    # leaves it out; the multi-rank paths run under ASan in test_dist_faults and test_dist_comm
+    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu slow
+        TIMEOUT 1200)
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
+    # test_dist_comm: the communicator and its thread with real ranks, no trainer (reductions,
+    # heartbeats, the watchdog, the start-up barrier); small enough for ThreadSanitizer (tsan)
+    qc_add_test(test_dist_comm SOURCES test_dist_comm.c LIBS qcdist qcbase LABELS cpu tsan
+        TIMEOUT 300)
+    target_compile_definitions(test_dist_comm PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    # test_dist_faults: a run of several ranks when something happens to it (graceful stop on
+    # one or every rank, a kill inside a save and the run folder's recovery, train.nonfinite
+    # with a NaN on one rank, only rank 0 writing)
+    qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qcbase LABELS cpu
+        TIMEOUT 900)
+    target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    add_dependencies(test_dist_faults qctrain)
     # NCCL: 2 ranks on 2 GPUs (or on one when NCCL allows it); exit 77 without a GPU
     add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
     set_tests_properties(test_dist_mpi_cuda PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77

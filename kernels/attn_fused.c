@@ -1,0 +1,286 @@
+/*
+ * attn_fused.c — the fused edge attention's dispatch (qc_attn_fused.h): the tile plan, the
+ * scratch size per backend, and qc_op_attn_fused_*: the CPU tile loop (kernels/cpu/attn_fused.c)
+ * on CPU and, with the emulated device open, on EMU; on CUDA the launchers of
+ * qc_attn_fused_cuda.h, from the same descriptors.
+ */
+#include "qc_attn_fused.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_internal.h"
+#include "qc_exec.h"
+#include "qc_prof.h"
+#include "qc_status.h"
+
+#ifdef QC_HAVE_CUDA
+#    include "qc_attn_fused_cuda.h"
+
+_Static_assert(QC_ATTN_FUSED_TILE_EDGES_CUDA == QC_ATTN_FUSED_CUDA_TILE_EDGES,
+               "the default CUDA tile is the launchers' suggested tile");
+_Static_assert(QC_FE_MAX_D == QC_ATTN_FUSED_CUDA_FE_MAX_D, "FE input bound");
+#endif
+
+// ---- tiles ------------------------------------------------------------------------------
+
+enum qc_status qc_attn_fused_tiles_init(struct qc_attn_fused_tiles *t, const int64_t *row_ptr,
+                                        int64_t n_bdst, int64_t tile_edges)
+{
+    QC_ASSERT(t, "attn fused tiles: NULL plan");
+    if (n_bdst < 0 || (n_bdst > 0 && !row_ptr))
+        return qc_errorf(QC_ERR_INVALID, "attn fused tiles: n_bdst %lld, row_ptr %s",
+                         (long long)n_bdst, row_ptr ? "given" : "missing");
+    if (n_bdst > 0 && row_ptr[0] != 0)
+        return qc_errorf(QC_ERR_INVALID, "attn fused tiles: row_ptr[0] = %lld, expected 0",
+                         (long long)row_ptr[0]);
+    for (int64_t b = 0; b < n_bdst; b++)
+        if (row_ptr[b + 1] < row_ptr[b])
+            return qc_errorf(QC_ERR_INVALID, "attn fused tiles: row_ptr decreases at %lld",
+                             (long long)b);
+    const int64_t want = tile_edges > 0 ? tile_edges : 1;
+    struct qc_attn_fused_tiles p = {0, NULL, NULL, 0, 0};
+    p.b0 = malloc((size_t)(n_bdst + 1) * sizeof *p.b0);
+    p.e0 = malloc((size_t)(n_bdst + 1) * sizeof *p.e0);
+    if (!p.b0 || !p.e0) {
+        free(p.b0);
+        free(p.e0);
+        return qc_errorf(QC_ERR_NOMEM, "attn fused tiles: %lld base destinations",
+                         (long long)n_bdst);
+    }
+    /* add rows while the tile holds fewer than `want` edges */
+    int64_t b = 0;
+    while (b < n_bdst) {
+        const int64_t e0 = row_ptr[b];
+        p.b0[p.ntile] = b;
+        p.e0[p.ntile] = e0;
+        p.ntile++;
+        while (b < n_bdst && row_ptr[b] - e0 < want) {
+            const int64_t deg = row_ptr[b + 1] - row_ptr[b];
+            p.max_deg = deg > p.max_deg ? deg : p.max_deg;
+            b++;
+        }
+        const int64_t te = row_ptr[b] - e0;
+        p.cap = te > p.cap ? te : p.cap;
+    }
+    p.b0[p.ntile] = n_bdst;
+    p.e0[p.ntile] = n_bdst > 0 ? row_ptr[n_bdst] : 0;
+    *t = p;
+    return QC_OK;
+}
+
+void qc_attn_fused_tiles_deinit(struct qc_attn_fused_tiles *t)
+{
+    if (!t)
+        return;
+    free(t->b0);
+    free(t->e0);
+    memset(t, 0, sizeof *t);
+}
+
+// ---- CUDA ---------------------------------------------------------------------------------
+
+#ifdef QC_HAVE_CUDA
+/* One launcher call's descriptors: the layer slice, FE, edge set and tiles translated field by
+ * field (ed.fe and ed.tiles point into the struct: do not copy it). */
+struct fused_cuda {
+    struct qc_attn_fused_cuda_layer l;
+    struct qc_attn_fused_cuda_fe fe;
+    struct qc_attn_fused_cuda_edges ed;
+    struct qc_attn_fused_cuda_tiles tiles;
+};
+
+static void fused_cuda_make(struct fused_cuda *c, const struct qc_attn_fused_layer *l,
+                            const struct qc_attn_fused_edges *ed, bool backward)
+{
+    const struct qc_fe *fe = l->has_pos ? ed->fe : NULL;
+    memset(c, 0, sizeof *c);
+    QC_ASSERT(l->Dh <= QC_ATTN_FUSED_CUDA_MAX_DH, "attn fused: Dh %lld > %d on CUDA",
+              (long long)l->Dh, QC_ATTN_FUSED_CUDA_MAX_DH);
+    c->l = (struct qc_attn_fused_cuda_layer){.D = l->D,
+                                             .H = l->H,
+                                             .Dh = l->Dh,
+                                             .scale = l->scale,
+                                             .has_pos = l->has_pos,
+                                             .w_kr = l->w_kr,
+                                             .w_vr = l->w_vr,
+                                             .b_vr = l->b_vr,
+                                             .ln_r_w = l->ln_r_w,
+                                             .ln_r_b = l->ln_r_b,
+                                             .dw_kr = l->dw_kr,
+                                             .dw_vr = l->dw_vr,
+                                             .db_vr = l->db_vr,
+                                             .dln_r_w = l->dln_r_w,
+                                             .dln_r_b = l->dln_r_b};
+    if (!backward) /* the forward reads no gradient */
+        c->l.dw_kr = c->l.dw_vr = c->l.db_vr = c->l.dln_r_w = c->l.dln_r_b = NULL;
+    if (fe) {
+        c->fe.D = fe->D;
+        c->fe.F = fe->F;
+        c->fe.d = fe->d;
+        c->fe.o_freqs = fe->o_freqs;
+        for (int64_t i = 0; i < fe->d; i++) {
+            c->fe.o_w1[i] = fe->o_w1[i];
+            c->fe.o_b1[i] = fe->o_b1[i];
+            c->fe.o_lnw[i] = fe->o_lnw[i];
+            c->fe.o_lnb[i] = fe->o_lnb[i];
+            c->fe.o_w2[i] = fe->o_w2[i];
+            c->fe.o_b2[i] = fe->o_b2[i];
+        }
+        c->fe.o_out_lnw = fe->o_out_lnw;
+        c->fe.o_out_lnb = fe->o_out_lnb;
+        c->fe.o_out_w = fe->o_out_w;
+        c->fe.o_out_b = fe->o_out_b;
+        c->fe.w = fe->w;
+        c->fe.dw = backward ? fe->dw : NULL;
+    }
+    const struct qc_attn_fused_tiles *t = ed->tiles;
+    c->tiles = (struct qc_attn_fused_cuda_tiles){t->ntile, t->b0, t->e0, t->cap, t->max_deg};
+    c->ed.n_src = ed->n_src;
+    c->ed.n_dst = ed->n_dst;
+    c->ed.n_bdst = ed->n_bdst;
+    c->ed.n_query = ed->n_query;
+    c->ed.n_edge = ed->n_edge;
+    c->ed.row_ptr = ed->row_ptr;
+    c->ed.src = ed->src;
+    c->ed.query_row = ed->query_row;
+    c->ed.by_src = ed->by_src;
+    c->ed.fe = fe ? &c->fe : NULL;
+    c->ed.feat = fe && fe->d > 0 ? ed->feat : NULL;
+    c->ed.cat_table = fe ? ed->cat_table : NULL;
+    c->ed.cat_idx = fe && ed->cat_table ? ed->cat_idx : NULL;
+    c->ed.ncat = fe && ed->cat_table ? ed->ncat : 0;
+    c->ed.dcat_table = backward && fe && ed->cat_table ? ed->dcat_table : NULL;
+    c->ed.tiles = &c->tiles;
+}
+
+/* The launchers want 256-byte aligned scratch; the caller's block is rounded up (the 64 extra
+ * floats of qc_attn_fused_scratch_numel). */
+static float *fused_cuda_scratch(float *scratch)
+{
+    return (float *)(((uintptr_t)scratch + 255) & ~(uintptr_t)255);
+}
+#endif
+
+#ifndef QC_HAVE_CUDA
+static void fused_no_cuda(void)
+{
+    QC_ASSERT(false, "attn fused: the CUDA backend in a build without CUDA");
+}
+#endif
+
+// ---- dispatch -----------------------------------------------------------------------------
+
+bool qc_attn_fused_wants_by_src(const struct qc_exec *ex)
+{
+    return qc_exec_backend_of(ex) == QC_EXEC_CUDA;
+}
+
+bool qc_attn_fused_takes_r(const struct qc_exec *ex)
+{
+    return qc_exec_backend_of(ex) != QC_EXEC_CUDA;
+}
+
+int64_t qc_attn_fused_scratch_numel(const struct qc_exec *ex, const struct qc_attn_fused_layer *l,
+                                    const struct qc_attn_fused_edges *ed, bool backward)
+{
+    if (qc_exec_backend_of(ex) != QC_EXEC_CUDA)
+        return qc_attn_fused_scratch_numel_cpu(l, ed, backward);
+#ifdef QC_HAVE_CUDA
+    struct fused_cuda c;
+    fused_cuda_make(&c, l, ed, backward);
+    return qc_attn_fused_cuda_scratch_numel(&c.l, &c.ed, backward) + 64;
+#else
+    fused_no_cuda();
+    return 0;
+#endif
+}
+
+static void fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,
+                          const float *q, const float *k, const float *v,
+                          const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
+                          const struct qc_dropout *drop, float *scratch)
+{
+    if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
+#ifdef QC_HAVE_CUDA
+        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
+        struct fused_cuda c;
+        fused_cuda_make(&c, l, ed, false);
+        qc_attn_fused_forward_cuda(u, smax, ssum, q, k, v, &c.l, &c.ed, drop,
+                                   fused_cuda_scratch(scratch), (cudaStream_t)ex->stream);
+#else
+        fused_no_cuda();
+#endif
+        return;
+    }
+    kernels_exec_enter(ex);
+    qc_attn_fused_forward_cpu(u, smax, ssum, q, k, v, l, ed, drop, scratch);
+    kernels_exec_leave(ex);
+}
+
+static void fused_backward(const struct qc_exec *ex, float *dq, float *dk, float *dv,
+                           const float *du, const float *smax, const float *ssum, const float *q,
+                           const float *k, const float *v, const struct qc_attn_fused_layer *l,
+                           const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                           float *scratch)
+{
+    if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
+#ifdef QC_HAVE_CUDA
+        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
+        struct fused_cuda c;
+        fused_cuda_make(&c, l, ed, true);
+        qc_attn_fused_backward_cuda(dq, dk, dv, du, smax, ssum, q, k, v, &c.l, &c.ed, drop,
+                                    fused_cuda_scratch(scratch), (cudaStream_t)ex->stream);
+#else
+        fused_no_cuda();
+#endif
+        return;
+    }
+    kernels_exec_enter(ex);
+    qc_attn_fused_backward_cpu(dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
+    kernels_exec_leave(ex);
+}
+
+/* The profiler's description of one call: edges, queries per base destination, width; FLOPs and
+ * bytes are the nested ops' (on CPU) or not defined (CUDA). */
+static struct qc_prof_op fused_prof(const char *name, const struct qc_attn_fused_edges *ed,
+                                    const struct qc_attn_fused_layer *l)
+{
+    return (struct qc_prof_op){name, "E,Q,D", {ed->n_edge, ed->n_query, l->D, 0}, 0, 0};
+}
+
+void qc_op_attn_fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,
+                              const float *q, const float *k, const float *v,
+                              const struct qc_attn_fused_layer *l,
+                              const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                              float *scratch)
+{
+    if (!qc_prof_on()) {
+        fused_forward(ex, u, smax, ssum, q, k, v, l, ed, drop, scratch);
+        return;
+    }
+    struct qc_prof_mark m;
+    kernels_prof_begin(&m, ex);
+    fused_forward(ex, u, smax, ssum, q, k, v, l, ed, drop, scratch);
+    const struct qc_prof_op po = fused_prof("attn_fused_forward", ed, l);
+    kernels_prof_end(&m, ex, &po);
+}
+
+void qc_op_attn_fused_backward(const struct qc_exec *ex, float *dq, float *dk, float *dv,
+                               const float *du, const float *smax, const float *ssum,
+                               const float *q, const float *k, const float *v,
+                               const struct qc_attn_fused_layer *l,
+                               const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                               float *scratch)
+{
+    if (!qc_prof_on()) {
+        fused_backward(ex, dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
+        return;
+    }
+    struct qc_prof_mark m;
+    kernels_prof_begin(&m, ex);
+    fused_backward(ex, dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop, scratch);
+    const struct qc_prof_op po = fused_prof("attn_fused_backward", ed, l);
+    kernels_prof_end(&m, ex, &po);
+}

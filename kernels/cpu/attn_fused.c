@@ -1,0 +1,466 @@
+/*
+ * attn_fused.c — the fused edge attention on the CPU (qc_attn_fused.h): the tile loop over
+ * OpenMP threads, the per-query-row softmax and aggregation, and the gradient lanes.
+ *
+ * A tile's per-edge work (gathers, LN_r, the k_r/v_r GEMMs and their backward) is a
+ * sequence of ops dispatched through qc_exec.h with the CPU backend (ex = NULL: inline on the
+ * tile's thread), so the profiler sees each of them on that thread's track. The row math below
+ * is this file's own. Operation order is fixed per row and per tile, so forward, the backward's
+ * recompute, and repeated runs give the same bits.
+ *
+ * The positional embeddings r of the edges come from the caller (ed->r: computed once per edge
+ * set and shared by its layers, qc_attn_fused.h); a tile starts from r̂ = LN_r(r) and its
+ * backward adds dL/dr into ed->dr, rows it alone owns.
+ *
+ * Scratch (one buffer from the caller, cut here): per thread a tile workspace
+ *   edges (r̂, k̃, ṽ [, dk̃, dṽ, dr̂], LN_r mean, rstd) | row (3·max_deg·H floats + keep flags)
+ * and, in backward, per thread a gradient lane
+ *   dk, dv (n_src,D) | dlw (to_k_r, to_v_r weights, b_vr, LN_r weight and bias)
+ * each piece rounded up to 16 floats (64 bytes) so threads never share a cache line.
+ */
+#include "qc_attn_fused.h"
+
+#include <string.h>
+
+#include <omp.h>
+
+#include "cpu_internal.h"
+#include "qc_exec.h"
+#include "qc_kernels.h"
+#include "qc_prof.h"
+#include "qc_status.h"
+
+// ---- scratch layout -----------------------------------------------------------------------
+
+struct fcpu_layout {
+    int nthreads;
+    int64_t mem_n, row_n; /* per-thread workspace pieces */
+    int64_t ws_n;         /* one thread's workspace */
+    int64_t dk_n, dlw_n;  /* per-thread lane pieces */
+    int64_t lane_n;       /* one thread's lane (backward) */
+    int64_t total;
+};
+
+int qc_attn_fused_cpu_threads(const struct qc_attn_fused_tiles *t)
+{
+    int n = omp_get_max_threads();
+    if (n > t->ntile)
+        n = t->ntile > 0 ? (int)t->ntile : 1;
+    return n;
+}
+
+static struct fcpu_layout fcpu_layout_make(const struct qc_attn_fused_layer *l,
+                                           const struct qc_attn_fused_edges *ed, bool backward)
+{
+    const struct qc_attn_fused_tiles *t = ed->tiles;
+    const int64_t D = l->D, H = l->H, cap = t->cap;
+    struct fcpu_layout y;
+    memset(&y, 0, sizeof y);
+    y.nthreads = qc_attn_fused_cpu_threads(t);
+    y.mem_n = cpu_round16((backward ? 6 : 3) * cap * D + 2 * cap);
+    /* 3 per (edge, head) of the largest row, and its dropout keep flags (bytes) */
+    y.row_n = cpu_round16(3 * t->max_deg * H + (t->max_deg * H + 3) / 4 + 1);
+    y.ws_n = y.mem_n + y.row_n;
+    if (backward) {
+        y.dk_n = cpu_round16(ed->n_src * D);
+        y.dlw_n = l->has_pos ? cpu_round16(2 * D * D + 3 * D) : 0;
+        y.lane_n = 2 * y.dk_n + y.dlw_n;
+    }
+    y.total = (int64_t)y.nthreads * (y.ws_n + y.lane_n);
+    return y;
+}
+
+int64_t qc_attn_fused_scratch_numel_cpu(const struct qc_attn_fused_layer *l,
+                                        const struct qc_attn_fused_edges *ed, bool backward)
+{
+    return fcpu_layout_make(l, ed, backward).total;
+}
+
+/* One thread's tile buffers (cap base edges). */
+struct ftile_ws {
+    const float *r;                     /* the tile's rows of ed->r */
+    float *rhat, *rmean, *rrstd;        /* (cap,D), (cap), (cap) */
+    float *kt, *vt, *dkt, *dvt, *drhat; /* (cap,D) each; d* only for backward */
+    float *row;                         /* row scratch: 3·max_deg·H floats + keep flags */
+};
+
+/* One thread's gradient lane (backward): private accumulators, summed over lanes in lane order
+ * at the end, so the result is deterministic for a given thread count. */
+struct ftile_lane {
+    float *dk, *dv; /* (n_src,D) */
+    float *dlw;     /* to_k_r (D,D), to_v_r (D,D), b_vr, LN_r weight, LN_r bias (D each) */
+};
+
+static struct ftile_ws ftile_ws_at(const struct fcpu_layout *y, int64_t cap, int64_t D,
+                                   bool backward, float *scratch, int tid)
+{
+    struct ftile_ws w;
+    memset(&w, 0, sizeof w);
+    float *p = scratch + (int64_t)tid * y->ws_n, *m = p;
+    w.rhat = m, m += cap * D;
+    w.kt = m, m += cap * D;
+    w.vt = m, m += cap * D;
+    if (backward) {
+        w.dkt = m, m += cap * D;
+        w.dvt = m, m += cap * D;
+        w.drhat = m, m += cap * D;
+    }
+    w.rmean = m, m += cap;
+    w.rrstd = m;
+    w.row = p + y->mem_n;
+    return w;
+}
+
+static struct ftile_lane ftile_lane_at(const struct fcpu_layout *y, float *scratch, int tid)
+{
+    struct ftile_lane ln;
+    float *p = scratch + (int64_t)y->nthreads * y->ws_n + (int64_t)tid * y->lane_n;
+    ln.dk = p, p += y->dk_n;
+    ln.dv = p, p += y->dk_n;
+    ln.dlw = y->dlw_n ? p : NULL;
+    return ln;
+}
+
+// ---- one tile's edges ---------------------------------------------------------------------
+
+/* Per-edge work of one tile: base edges [e0, e0+te). Writes r̂ (+ stats), k̃, ṽ from the tile's
+ * rows of r. Runs inside the tile loop's parallel region, so the ops' own OpenMP loops run
+ * serially here. Deterministic: the same call reproduces the same bits. */
+static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
+                        const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
+                        int64_t e0, int64_t te)
+{
+    const int64_t D = l->D;
+    qc_op_gather_rows_forward(NULL, t->kt, k, ed->src + e0, te, D, false);
+    qc_op_gather_rows_forward(NULL, t->vt, v, ed->src + e0, te, D, false);
+    if (!l->has_pos || te == 0)
+        return;
+    t->r = ed->r + e0 * D;
+    qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->r, l->ln_r_w, l->ln_r_b, te, D);
+    qc_op_linear_forward(NULL, t->kt, t->rhat, D, l->w_kr, NULL, te, D, D, true);
+    qc_op_linear_forward(NULL, t->vt, t->rhat, D, l->w_vr, l->b_vr, te, D, D, true);
+}
+
+// ---- one query row ------------------------------------------------------------------------
+
+/* α' from α: identity when dropout is off, else keep ? α·(1/(1−p)) : 0 (qc_philox.h); keep is
+ * the flag of the element (cpu_dropout_keep_range). */
+static inline float fused_drop(float a, const struct qc_dropout *d, uint8_t keep, float dscale)
+{
+    if (d->p == 0.0f)
+        return a;
+    return cpu_keep_or_zero(a * dscale, keep);
+}
+
+/* The keep flags of a row's n·H (edge, head) elements, from flat index ibase (none without
+ * dropout). */
+static void fused_row_keep(uint8_t *keep, const struct qc_dropout *d, int64_t ibase, int64_t nh)
+{
+    if (d->p != 0.0f)
+        cpu_dropout_keep_range(keep, d, d->index_base + ibase, nh);
+}
+
+/* The row loops below keep one accumulator per head and run the heads innermost: every sum of
+ * a (edge, head) or a head still adds its terms in ascending order (the bits of one head at a
+ * time), while the H independent sums overlap in the pipeline. */
+#define ROW_MAX_H 64
+
+/* Scores of n edges for one query: s[e*H+h] = (Σ_c q[h,c]·k̃[e,h,c]) · scale. */
+static void fused_scores(float *s, const float *q, const float *kt, int64_t n, int64_t H,
+                         int64_t Dh, float scale)
+{
+    const int64_t D = H * Dh;
+    for (int64_t e = 0; e < n; e++) {
+        float acc[ROW_MAX_H];
+        for (int64_t h = 0; h < H; h++)
+            acc[h] = 0.0f;
+        for (int64_t c = 0; c < Dh; c++)
+            for (int64_t h = 0; h < H; h++)
+                acc[h] += q[h * Dh + c] * kt[e * D + h * Dh + c];
+        for (int64_t h = 0; h < H; h++)
+            s[e * H + h] = acc[h] * scale;
+    }
+}
+
+/* Forward of one query row with n edges: M, S (H) and u (D) OVERWRITE. ibase = flat dropout
+ * index of the row's first (edge, head). */
+static void fused_row_forward(float *u, float *M, float *S, const float *q, const float *kt,
+                              const float *vt, int64_t n, int64_t H, int64_t Dh, float scale,
+                              const struct qc_dropout *drop, int64_t ibase, float *s)
+{
+    const int64_t D = H * Dh;
+    const float dscale = drop->p > 0.0f ? 1.0f / (1.0f - drop->p) : 1.0f;
+    memset(u, 0, (size_t)D * sizeof *u);
+    if (n == 0) {
+        for (int64_t h = 0; h < H; h++) {
+            M[h] = 0.0f;
+            S[h] = QC_SOFTMAX_EPS;
+        }
+        return;
+    }
+    uint8_t *keep = (uint8_t *)(s + 3 * n * H);
+    fused_row_keep(keep, drop, ibase, n * H);
+    fused_scores(s, q, kt, n, H, Dh, scale);
+    float m[ROW_MAX_H], sum[ROW_MAX_H];
+    for (int64_t h = 0; h < H; h++) {
+        m[h] = s[h];
+        sum[h] = 0.0f;
+    }
+    for (int64_t e = 1; e < n; e++)
+        for (int64_t h = 0; h < H; h++)
+            m[h] = s[e * H + h] > m[h] ? s[e * H + h] : m[h];
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            s[e * H + h] = expf(s[e * H + h] - m[h]);
+            sum[h] += s[e * H + h];
+        }
+    for (int64_t h = 0; h < H; h++) {
+        M[h] = m[h];
+        S[h] = sum[h] + QC_SOFTMAX_EPS;
+    }
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            float a = fused_drop(s[e * H + h] / S[h], drop, keep[e * H + h], dscale);
+            for (int64_t c = 0; c < Dh; c++)
+                u[h * Dh + c] += a * vt[e * D + h * Dh + c];
+        }
+}
+
+/* Backward of one query row: dq (D) OVERWRITE; dkt, dvt (n,D) ACCUM. */
+static void fused_row_backward(float *dq, float *dkt, float *dvt, const float *du, const float *M,
+                               const float *S, const float *q, const float *kt, const float *vt,
+                               int64_t n, int64_t H, int64_t Dh, float scale,
+                               const struct qc_dropout *drop, int64_t ibase, float *sc)
+{
+    const int64_t D = H * Dh;
+    const float dscale = drop->p > 0.0f ? 1.0f / (1.0f - drop->p) : 1.0f;
+    memset(dq, 0, (size_t)D * sizeof *dq);
+    if (n == 0)
+        return;
+    float *alpha = sc, *adrop = sc + n * H, *dalpha = sc + 2 * n * H;
+    uint8_t *keep = (uint8_t *)(sc + 3 * n * H);
+    fused_row_keep(keep, drop, ibase, n * H);
+    fused_scores(alpha, q, kt, n, H, Dh, scale);
+    for (int64_t e = 0; e < n; e++) {
+        float acc[ROW_MAX_H];
+        for (int64_t h = 0; h < H; h++)
+            acc[h] = 0.0f;
+        for (int64_t c = 0; c < Dh; c++)
+            for (int64_t h = 0; h < H; h++)
+                acc[h] += du[h * Dh + c] * vt[e * D + h * Dh + c];
+        for (int64_t h = 0; h < H; h++) {
+            int64_t j = e * H + h;
+            alpha[j] = expf(alpha[j] - M[h]) / S[h]; /* the forward's α, bit for bit */
+            adrop[j] = fused_drop(alpha[j], drop, keep[j], dscale);
+            dalpha[j] = fused_drop(acc[h], drop, keep[j], dscale); /* d wrt the pre-dropout α */
+        }
+    }
+    float dot[ROW_MAX_H];
+    for (int64_t h = 0; h < H; h++)
+        dot[h] = 0.0f;
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++)
+            dot[h] += alpha[e * H + h] * dalpha[e * H + h];
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t j = e * H + h;
+            dalpha[j] = alpha[j] * (dalpha[j] - dot[h]); /* dscore */
+        }
+    for (int64_t e = 0; e < n; e++)
+        for (int64_t h = 0; h < H; h++) {
+            int64_t j = e * H + h;
+            float gs = dalpha[j] * scale, a = adrop[j];
+            for (int64_t c = 0; c < Dh; c++) {
+                int64_t x = e * D + h * Dh + c;
+                dq[h * Dh + c] += gs * kt[x];
+                dkt[x] += gs * q[h * Dh + c];
+                dvt[x] += a * du[h * Dh + c];
+            }
+        }
+}
+
+/* x_dst row of query (b,k). */
+static inline int64_t fused_query_row(const struct qc_attn_fused_edges *ed, int64_t b, int64_t k)
+{
+    return ed->query_row ? ed->query_row[b * ed->n_query + k] : b * ed->n_query + k;
+}
+
+/* The profiler's nested op for the row math of one tile (b1 − b0 base destinations, te edges,
+ * Q queries each): flops per query edge 4·D forward (scores, aggregation), 10·D backward
+ * (scores, dα, dq, dk̃, dṽ). */
+static void rows_prof_end(const struct qc_prof_mark *m, const char *name, int64_t te, int64_t nrows,
+                          int64_t Q, int64_t D, double flops_per)
+{
+    const struct qc_prof_op po = {name,
+                                  "E,Q,D",
+                                  {te, Q, D, 0},
+                                  4.0 * (2.0 * (double)te * D + 2.0 * (double)nrows * Q * D),
+                                  flops_per * (double)te * Q * D};
+    qc_prof_op_end(m, &po);
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *q, const float *k,
+                               const float *v, const struct qc_attn_fused_layer *l,
+                               const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                               float *scratch)
+{
+    const struct qc_attn_fused_tiles *t = ed->tiles;
+    const int64_t *row_ptr = ed->row_ptr;
+    const int64_t E = ed->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = ed->n_query;
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+                  (!l->has_pos || ed->n_edge == 0 || ed->r),
+              "attn fused fwd: no tile plan, H·Dh != D, or no r for a positional layer");
+    memset(u, 0, (size_t)(ed->n_dst * D) * sizeof *u);
+    for (int64_t i = 0; i < ed->n_dst * H; i++) {
+        smax[i] = 0.0f;
+        ssum[i] = QC_SOFTMAX_EPS;
+    }
+    if (t->ntile == 0)
+        return;
+    const struct fcpu_layout y = fcpu_layout_make(l, ed, false);
+    const int blas_threads = qc_kernels_cpu_blas_threads();
+    qc_kernels_cpu_set_blas_threads(1);
+    const bool prof = qc_prof_on();
+    if (prof)
+        qc_prof_team_begin(y.nthreads);
+        /* tiles write disjoint query rows: any schedule gives the same bits */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(y.nthreads)
+    for (int64_t ti = 0; ti < t->ntile; ti++) {
+        struct ftile_ws ws = ftile_ws_at(&y, t->cap, D, false, scratch, omp_get_thread_num());
+        const int64_t b0 = t->b0[ti], b1 = t->b0[ti + 1], e0 = row_ptr[b0];
+        ftile_edges(&ws, k, v, l, ed, e0, row_ptr[b1] - e0);
+        struct qc_prof_mark pm;
+        if (prof)
+            qc_prof_op_begin(&pm);
+        for (int64_t b = b0; b < b1; b++) {
+            const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
+            for (int64_t kq = 0; kq < Q; kq++) {
+                const int64_t i = fused_query_row(ed, b, kq);
+                fused_row_forward(u + i * D, smax + i * H, ssum + i * H, q + i * D,
+                                  ws.kt + (eb - e0) * D, ws.vt + (eb - e0) * D, n, H, Dh, l->scale,
+                                  drop, (kq * E + eb) * H, ws.row);
+            }
+        }
+        if (prof)
+            rows_prof_end(&pm, "attn_fused_rows_forward", row_ptr[b1] - e0, b1 - b0, Q, D, 4.0);
+    }
+    if (prof)
+        qc_prof_team_end();
+    qc_kernels_cpu_set_blas_threads(blas_threads);
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+/* dst[0..n) += piece `piece` of every lane, in lane order (cpu_internal.h). */
+static void lanes_reduce(float *dst, const struct fcpu_layout *y, const float *lanes0,
+                         int64_t piece, int64_t n)
+{
+    cpu_lanes_reduce(dst, lanes0, y->nthreads, y->lane_n, piece, n);
+}
+
+/* One tile's backward on thread lane ln: recompute, the rows, the edge backward into the lane. */
+static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq, const float *du,
+                           const float *M, const float *S, const float *q, const float *k,
+                           const float *v, const struct qc_attn_fused_layer *l,
+                           const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                           int64_t b0, int64_t b1)
+{
+    const int64_t *row_ptr = ed->row_ptr;
+    const int64_t E = ed->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = ed->n_query;
+    const int64_t e0 = row_ptr[b0], te = row_ptr[b1] - e0;
+    ftile_edges(ws, k, v, l, ed, e0, te);
+    memset(ws->dkt, 0, (size_t)(te * D) * sizeof *ws->dkt);
+    memset(ws->dvt, 0, (size_t)(te * D) * sizeof *ws->dvt);
+    const bool prof = qc_prof_on();
+    struct qc_prof_mark pm;
+    if (prof)
+        qc_prof_op_begin(&pm);
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
+        for (int64_t kq = 0; kq < Q; kq++) {
+            const int64_t i = fused_query_row(ed, b, kq);
+            fused_row_backward(dq + i * D, ws->dkt + (eb - e0) * D, ws->dvt + (eb - e0) * D,
+                               du + i * D, M + i * H, S + i * H, q + i * D, ws->kt + (eb - e0) * D,
+                               ws->vt + (eb - e0) * D, n, H, Dh, l->scale, drop, (kq * E + eb) * H,
+                               ws->row);
+        }
+    }
+    if (prof)
+        rows_prof_end(&pm, "attn_fused_rows_backward", te, b1 - b0, Q, D, 10.0);
+    if (l->has_pos && te > 0) {
+        float *dlw = ln->dlw;
+        qc_op_linear_backward(NULL, ws->drhat, D, dlw, NULL, ws->dkt, ws->rhat, D, l->w_kr, te, D,
+                              D, false);
+        qc_op_linear_backward(NULL, ws->drhat, D, dlw + D * D, dlw + 2 * D * D, ws->dvt, ws->rhat,
+                              D, l->w_vr, te, D, D, true);
+        /* dr accumulates into the caller's buffer: the tile's rows are its own */
+        qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
+                                 dlw + 2 * D * D + 2 * D, ws->drhat, ws->r, ws->rmean, ws->rrstd,
+                                 l->ln_r_w, te, D, true);
+    }
+    /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
+    if (prof)
+        qc_prof_op_begin(&pm);
+    for (int64_t e = 0; e < te; e++) {
+        float *dkj = ln->dk + ed->src[e0 + e] * D, *dvj = ln->dv + ed->src[e0 + e] * D;
+        const float *a = ws->dkt + e * D, *c = ws->dvt + e * D;
+        for (int64_t x = 0; x < D; x++) {
+            dkj[x] += a[x];
+            dvj[x] += c[x];
+        }
+    }
+    if (prof) {
+        const struct qc_prof_op po = {
+            "attn_fused_scatter", "E,D", {te, D, 0, 0}, 4.0 * 6.0 * (double)te * D, 0};
+        qc_prof_op_end(&pm, &po);
+    }
+}
+
+void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du, const float *smax,
+                                const float *ssum, const float *q, const float *k, const float *v,
+                                const struct qc_attn_fused_layer *l,
+                                const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                                float *scratch)
+{
+    const struct qc_attn_fused_tiles *t = ed->tiles;
+    const int64_t D = l->D;
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+                  (!l->has_pos || ed->n_edge == 0 || (ed->r && ed->dr)),
+              "attn fused bwd: no tile plan, H·Dh != D, or no r, dr for a positional layer");
+    memset(dq, 0, (size_t)(ed->n_dst * D) * sizeof *dq);
+    if (t->ntile == 0)
+        return;
+    const struct fcpu_layout y = fcpu_layout_make(l, ed, true);
+    float *lanes0 = scratch + (int64_t)y.nthreads * y.ws_n;
+    memset(lanes0, 0, (size_t)(y.nthreads * y.lane_n) * sizeof *lanes0);
+    const int blas_threads = qc_kernels_cpu_blas_threads();
+    qc_kernels_cpu_set_blas_threads(1);
+    const bool prof = qc_prof_on();
+    if (prof)
+        qc_prof_team_begin(y.nthreads);
+        /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order, so
+         * every lane sum has a fixed order */
+#pragma omp parallel for schedule(static, 1) num_threads(y.nthreads)
+    for (int64_t ti = 0; ti < t->ntile; ti++) {
+        const int tid = omp_get_thread_num();
+        struct ftile_ws ws = ftile_ws_at(&y, t->cap, D, true, scratch, tid);
+        struct ftile_lane ln = ftile_lane_at(&y, scratch, tid);
+        ftile_backward(&ws, &ln, dq, du, smax, ssum, q, k, v, l, ed, drop, t->b0[ti],
+                       t->b0[ti + 1]);
+    }
+    if (prof)
+        qc_prof_team_end();
+    qc_kernels_cpu_set_blas_threads(blas_threads);
+    lanes_reduce(dk, &y, lanes0, 0, ed->n_src * D);
+    lanes_reduce(dv, &y, lanes0, y.dk_n, ed->n_src * D);
+    if (l->has_pos) {
+        const int64_t o = 2 * y.dk_n;
+        lanes_reduce(l->dw_kr, &y, lanes0, o, D * D);
+        lanes_reduce(l->dw_vr, &y, lanes0, o + D * D, D * D);
+        lanes_reduce(l->db_vr, &y, lanes0, o + 2 * D * D, D);
+        lanes_reduce(l->dln_r_w, &y, lanes0, o + 2 * D * D + D, D);
+        lanes_reduce(l->dln_r_b, &y, lanes0, o + 2 * D * D + 2 * D, D);
+    }
+}

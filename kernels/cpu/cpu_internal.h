@@ -1,0 +1,123 @@
+/*
+ * cpu_internal.h — helpers shared by the CPU ops (kernels/cpu). Private to kernels/cpu.
+ *
+ * Lanes: a tile loop over T threads (cpu/attn_fused.c, cpu/fe_tiled.c) gives tile t to thread
+ * t mod T (static round-robin), each thread accumulates into its own lane, and the lanes are
+ * summed in lane order at the end, so a result is bit-reproducible for a given thread count.
+ *
+ * Dropout keep flags of a range of elements: one Philox-4x32-10 evaluation serves the 4
+ * elements of a counter (qc_philox.h: element i uses word i & 3 of counter i >> 2), instead of
+ * one evaluation per element; the flags are those of qc_dropout_keep, bit for bit.
+ */
+#ifndef QC_KERNELS_CPU_CPU_INTERNAL_H
+#define QC_KERNELS_CPU_CPU_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "qc_kernels.h"
+
+/* dst[0..n) += Σ_{i < nlanes} lanes0[i·stride + piece + j], lanes in ascending order. */
+static inline void cpu_lanes_reduce(float *dst, const float *lanes0, int nlanes, int64_t stride,
+                                    int64_t piece, int64_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++) {
+        float acc = dst[j];
+        for (int i = 0; i < nlanes; i++)
+            acc += lanes0[(int64_t)i * stride + piece + j];
+        dst[j] = acc;
+    }
+}
+
+/* keep ? x : +0.0f without a branch (the dropout flags are random: a branch mispredicts on every
+ * dropped element; as a mask the loop vectorizes). The same bits as the conditional. */
+static inline float cpu_keep_or_zero(float x, uint8_t keep)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    b &= 0u - (uint32_t)keep;
+    memcpy(&x, &b, sizeof b);
+    return x;
+}
+
+/* n rounded up to 16 floats (64 bytes: threads never share a cache line). */
+static inline int64_t cpu_round16(int64_t n)
+{
+    return (n + 15) & ~(int64_t)15;
+}
+
+/* Philox-4x32-10 of 4 consecutive counters g .. g+3 (block, step as given) at once: the same
+ * rounds as qc_philox4x32_10 (qc_philox.h) on 4 independent lanes, which overlap in the pipeline
+ * (and vectorize) where one evaluation is a chain of dependent multiplies. x[l] = the words of
+ * counter g + l. */
+static inline void cpu_philox4x32_10_x4(uint32_t x[4][4], uint64_t g, uint32_t block, uint32_t step,
+                                        uint32_t key0, uint32_t key1)
+{
+    uint32_t c0[4], c1[4], c2[4], c3[4];
+    for (int l = 0; l < 4; l++) {
+        const uint64_t q = g + (uint64_t)l;
+        c0[l] = (uint32_t)q;
+        c1[l] = (uint32_t)(q >> 32);
+        c2[l] = block;
+        c3[l] = step;
+    }
+    for (int r = 0; r < 10; r++) {
+        for (int l = 0; l < 4; l++) {
+            const uint64_t p0 = (uint64_t)QC_PHILOX_M0 * c0[l];
+            const uint64_t p1 = (uint64_t)QC_PHILOX_M1 * c2[l];
+            const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ key0;
+            const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ key1;
+            c0[l] = n0;
+            c1[l] = (uint32_t)p1;
+            c2[l] = n2;
+            c3[l] = (uint32_t)p0;
+        }
+        key0 += QC_PHILOX_W0;
+        key1 += QC_PHILOX_W1;
+    }
+    for (int l = 0; l < 4; l++) {
+        x[l][0] = c0[l];
+        x[l][1] = c1[l];
+        x[l][2] = c2[l];
+        x[l][3] = c3[l];
+    }
+}
+
+/* keep[j] = qc_dropout_keep(d->seed, d->step, d->block, index0 + j, d->p) for j in [0, n);
+ * index0 is the site's flat index (d->index_base not added). The test u >= p, with
+ * u = (word >> 8)·2^-24 exact in fp32, is done on the integer: word >> 8 >= ceil(p·2^24) (p·2^24
+ * is exact in double), the same flag without a conversion per element. */
+static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout *d, int64_t index0,
+                                          int64_t n)
+{
+    const uint32_t k0 = (uint32_t)d->seed, k1 = (uint32_t)(d->seed >> 32);
+    const uint32_t thr = (uint32_t)ceil((double)d->p * 16777216.0); /* p < 1: thr <= 2^24 */
+    int64_t j = 0;
+    /* 16 elements (4 counters) at a time from an index aligned to 4 */
+    while (j < n) {
+        const uint64_t q = (uint64_t)(index0 + j);
+        if ((q & 3u) == 0 && n - j >= 16) {
+            uint32_t x[4][4];
+            cpu_philox4x32_10_x4(x, q >> 2, d->block, d->step, k0, k1);
+            for (int l = 0; l < 4; l++)
+                for (int w = 0; w < 4; w++)
+                    keep[j + 4 * l + w] = (x[l][w] >> 8) >= thr;
+            j += 16;
+            continue;
+        }
+        const uint64_t g = q >> 2;
+        struct qc_philox_u4 c;
+        c.v[0] = (uint32_t)g;
+        c.v[1] = (uint32_t)(g >> 32);
+        c.v[2] = d->block;
+        c.v[3] = d->step;
+        const struct qc_philox_u4 x = qc_philox4x32_10(c, k0, k1);
+        for (uint64_t w = q & 3u; w < 4 && j < n; w++, j++)
+            keep[j] = (x.v[w] >> 8) >= thr;
+    }
+}
+
+#endif /* QC_KERNELS_CPU_CPU_INTERNAL_H */

@@ -1,0 +1,20 @@
+/*
+ * runtime.c — process-wide runtime defaults (qc_runtime.h).
+ */
+#include "qc_runtime.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Set in the re-executed process: never re-exec twice. */
+#define QC_RUNTIME_REEXEC_ENV "QC_RUNTIME_REEXEC"
+
+void qc_runtime_defaults_apply(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv(QC_RUNTIME_REEXEC_ENV))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0 || setenv(QC_RUNTIME_REEXEC_ENV, "1", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* no exec (no /proc, no permission): go on with the OpenMP runtime as it loaded */
+}

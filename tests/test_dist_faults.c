@@ -1,0 +1,620 @@
+/*
+ * test_dist_faults.c — a run of several ranks when something happens to it: the qctrain binary
+ * under Open MPI's mpirun (oversubscribed on a small machine), CPU backend, the tiny settings of
+ * dist_testlib.h (docs/DISTRIBUTED.md "Failures", "Stopping a run"):
+ *   - graceful stop: SIGTERM to one rank only, and SIGINT / SIGTERM to every rank at different
+ *     moments: every rank stops after the same step (the signal travels in the step's exchange),
+ *     rank 0 writes the one checkpoint (ZeRO moments gathered), mpirun exits 128 + the agreed
+ *     signal and the log names it; resuming that checkpoint gives the bytes of an uninterrupted
+ *     run;
+ *   - the run folder after a kill: rank 0 killed (kill -9) inside a save (QC_FAULT_CKPT_DELAY_MS
+ *     widens it), with a replaced checkpoint left moved aside (ckpt-N.old, as a kill between the
+ *     move and the rename leaves it): resumed with 2 ranks, rank 0 recovers the folder (slowed
+ *     by the same hook) before any rank resolves the checkpoint, and the final checkpoint is
+ *     the uninterrupted run's, byte for byte; resumed with 1 rank x 2 groups, it is what 1 rank
+ *     resuming the uninterrupted run's checkpoint of that step computes;
+ *   - train.nonfinite with a NaN on one rank only (a poisoned scene, nonfinite_fixture.h; or
+ *     QC_FAULT_NAN_GRAD in a gradient element only another rank's ZeRO-2 shard sums): stop ends
+ *     every rank naming the step; skip skips the step on every rank (weights and moments
+ *     untouched; the ranks' weights are compared before every checkpoint);
+ *   - only rank 0 writes: ranks given different --out folders (an MPMD launch), rank 1's folder
+ *     never appears and nothing lands in the working folder.
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dist_testlib.h"
+#include "nonfinite_fixture.h"
+#include "proc_testlib.h"
+#include "qc_safetensors.h"
+#include "testutil.h"
+
+#define QCTRAIN QC_BINARY_DIR "/qctrain"
+
+static char tmp_root[256];
+
+static void tpath(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tmp_root, name);
+}
+
+/* tmp_root/name, removed if it exists. */
+static void fresh(char *out, size_t n, const char *name)
+{
+    tpath(out, n, name);
+    t_rm_rf(out);
+}
+
+// ---- running jobs -------------------------------------------------------------------------------
+
+/* "mpirun --oversubscribe -np N qctrain train <tiny>" (N 0: qctrain alone), then the NULL-ended
+ * extra arguments. */
+static void job_args(struct t_args *a, int np, const char *const *extra)
+{
+    static char npbuf[16];
+    a->n = 0;
+    if (np > 0) {
+        snprintf(npbuf, sizeof npbuf, "%d", np);
+        t_args_add(a, QC_MPIEXEC);
+        t_args_add(a, "--oversubscribe");
+        t_args_add(a, "-np");
+        t_args_add(a, npbuf);
+    }
+    t_args_add(a, QCTRAIN);
+    t_args_add(a, "train");
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        t_args_add(a, t_tiny_train_args[i]);
+    for (int i = 0; extra && extra[i]; i++)
+        t_args_add(a, extra[i]);
+}
+
+static bool ended(void *job)
+{
+    return t_ended(*(pid_t *)job);
+}
+
+/* Waits up to limit_s for the job; its wait status, or -1 after killing it (and its ranks) when
+ * it hung. */
+static int finish(pid_t job, double limit_s)
+{
+    if (!t_poll(ended, &job, -1, (long)(limit_s * 1000))) {
+        for (int r = 0; r < 8; r++) {
+            const pid_t p = t_rank_pid(job, r);
+            if (p > 0)
+                kill(p, SIGKILL);
+        }
+        kill(job, SIGKILL);
+        t_wait(job);
+        return -1;
+    }
+    return t_wait(job);
+}
+
+/* Runs a job to its end (env: one "NAME=value" or NULL); its wait status. The log is printed
+ * when it fails. */
+static int run_job(const struct t_args *a, const char *name, const char *env)
+{
+    char log[512];
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
+    unlink(log);
+    const int status = finish(t_spawn(a, log, env, 300), 300);
+    if (!t_exited(status, 0)) {
+        char *s = t_read_file(log, NULL);
+        char b[64];
+        printf("  %s: %s\n%s\n", name, status < 0 ? "hung" : t_status_str(status, b, sizeof b),
+               s ? s : "");
+        free(s);
+    }
+    return status;
+}
+
+struct step_seen {
+    const char *run;
+    int step;
+};
+
+static bool step_logged(void *user)
+{
+    const struct step_seen *w = user;
+    char p[600], want[32];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", w->run);
+    snprintf(want, sizeof want, "\"step\":%d,", w->step);
+    char *s = t_read_file(p, NULL);
+    const bool ok = s && strstr(s, want);
+    free(s);
+    return ok;
+}
+
+/* Waits (up to 120 s) until RUN/metrics.jsonl holds step `step`. */
+static bool wait_step(pid_t job, const char *run, int step)
+{
+    struct step_seen w = {run, step};
+    return t_poll(step_logged, &w, job, 120000);
+}
+
+// ---- the run folder -----------------------------------------------------------------------------
+
+/* Steps of the step lines of RUN/metrics.jsonl (validation lines left out) into steps[]; their
+ * count. */
+static int logged_steps(const char *run, int *steps, int cap)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+    char *s = t_read_file(p, NULL);
+    int n = 0;
+    for (char *line = s; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        int st = 0;
+        if (strstr(line, "\"epoch\":") && sscanf(line, "{\"step\":%d,", &st) == 1 && n < cap)
+            steps[n++] = st;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(s);
+    return n;
+}
+
+/* Whether RUN/metrics.jsonl logs steps 1..last, each once, in order. */
+static bool steps_once(const char *run, int last)
+{
+    int steps[64];
+    const int n = logged_steps(run, steps, 64);
+    bool ok = n == last;
+    for (int i = 0; ok && i < n; i++)
+        ok = steps[i] == i + 1;
+    return ok;
+}
+
+/* The checkpoint folders of RUN (complete or not: any name starting "ckpt-"), and the step of
+ * the last one by name into *last. */
+static int ckpt_dirs(const char *run, int *last)
+{
+    DIR *d = opendir(run);
+    int n = 0;
+    *last = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "ckpt-", 5) != 0)
+            continue;
+        n++;
+        const int s = atoi(e->d_name + 5);
+        *last = s > *last ? s : *last;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Whether every tensor of A/file and B/file is equal, bit for bit (the files' metadata, which
+ * records the run folder, set aside); `say`: print the first tensor that differs. */
+static bool tensors_equal(const char *ckpt_a, const char *ckpt_b, const char *file, bool say)
+{
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/%s", ckpt_a, file);
+    snprintf(pb, sizeof pb, "%s/%s", ckpt_b, file);
+    struct qc_safetensors *a = NULL, *b = NULL;
+    if (qc_safetensors_open(pa, &a) != QC_OK || qc_safetensors_open(pb, &b) != QC_OK) {
+        printf("  cannot open %s or %s: %s\n", pa, pb, qc_error_last());
+        qc_safetensors_close(a);
+        return false;
+    }
+    bool same = qc_safetensors_count(a) > 0 && qc_safetensors_count(a) == qc_safetensors_count(b);
+    for (int64_t i = 0; same && i < qc_safetensors_count(a); i++) {
+        const struct qc_st_tensor *ta = qc_safetensors_at(a, i);
+        const struct qc_st_tensor *tb = qc_safetensors_find(b, ta->name);
+        same = tb && tb->nbytes == ta->nbytes && memcmp(ta->data, tb->data, ta->nbytes) == 0;
+        if (!same && say)
+            printf("  %s differs between %s and %s\n", ta->name, pa, pb);
+    }
+    qc_safetensors_close(a);
+    qc_safetensors_close(b);
+    return same;
+}
+
+static bool same_tensors(const char *ckpt_a, const char *ckpt_b, const char *file)
+{
+    return tensors_equal(ckpt_a, ckpt_b, file, true);
+}
+
+/* Whether RUN_A/ckpt-<step> and RUN_B/ckpt-<step> hold the same weights and AdamW moments. */
+static bool same_ckpt(const char *run_a, const char *run_b, int step)
+{
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/ckpt-%06d", run_a, step);
+    snprintf(b, sizeof b, "%s/ckpt-%06d", run_b, step);
+    return same_tensors(a, b, "model.safetensors") && same_tensors(a, b, "optim.safetensors");
+}
+
+/* cp -a src dst */
+static void copy_tree(const char *src, const char *dst)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", src, dst);
+    T_EXPECT(system(cmd) == 0, "%s", cmd);
+}
+
+// ---- graceful stop ------------------------------------------------------------------------------
+
+/* Starts `ranks` ranks for many steps (ZeRO `zero`), waits for step 2, sends sigs[i] to rank
+ * who[i] at gaps of gap_ms, and checks the stop: every rank after the same step N (the job ends
+ * 128 + the signal rank 0 names), one checkpoint, ckpt-N, the log up to N. Returns N (0 on
+ * failure). */
+static int stop_run(const char *name, int ranks, int zero, const int *who, const int *sigs,
+                    int nsig, long gap_ms)
+{
+    char run[512], log[600], zs[32];
+    fresh(run, sizeof run, name);
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
+    snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
+    unlink(log);
+    const char *extra[] = {"--steps",         "1000",  "--set", zs,  "--set",
+                           "dist.timeout=20", "--out", run,     NULL};
+    struct t_args a;
+    job_args(&a, ranks, extra);
+    const pid_t job = t_spawn(&a, log, NULL, 300);
+    const bool training = wait_step(job, run, 2);
+    T_EXPECT(training, "%s: step 2 never logged", name);
+    for (int i = 0; training && i < nsig; i++) {
+        const pid_t p = t_rank_pid(job, who[i]);
+        T_EXPECT(p > 0, "%s: rank %d not found", name, who[i]);
+        if (p > 0)
+            kill(p, sigs[i]);
+        if (i + 1 < nsig)
+            t_sleep_ms(gap_ms);
+    }
+    const int status = finish(job, 120);
+    char *s = t_read_file(log, NULL);
+    if (!s)
+        s = calloc(1, 1);
+    char b[64];
+    printf("  %s: %s\n", name, status < 0 ? "hung" : t_status_str(status, b, sizeof b));
+    T_EXPECT(status >= 0, "%s: the job hung\n%s", name, s);
+    /* "train: SIGTERM on rank 1: all 2 ranks stopped after step 3 of 1000; checkpoint ..." */
+    const char *line = strstr(s, "train: SIG");
+    char signame[16] = "";
+    int rank = -1, all = 0, step = 0;
+    const bool parsed = line && sscanf(line,
+                                       "train: %15s on rank %d: all %d ranks stopped after "
+                                       "step %d of",
+                                       signame, &rank, &all, &step) == 4;
+    T_EXPECT(parsed, "%s: no stop line in the log:\n%s", name, s);
+    T_EXPECT(strstr(s, "error") == NULL, "%s: an error in the log:\n%s", name, s);
+    if (!parsed) {
+        free(s);
+        return 0;
+    }
+    const int sig = strcmp(signame, "SIGINT") == 0 ? SIGINT : SIGTERM;
+    printf("  %s: %s of rank %d stopped %d ranks after step %d\n", name, signame, rank, all, step);
+    T_EXPECT(t_exited(status, 128 + sig), "%s: mpirun %s, want exit %d", name,
+             t_status_str(status, b, sizeof b), 128 + sig);
+    bool sent = false;
+    for (int i = 0; i < nsig; i++)
+        sent = sent || (who[i] == rank && sigs[i] == sig);
+    T_EXPECT(sent && all == ranks, "%s: the stop names %s of rank %d of %d", name, signame, rank,
+             all);
+    int last = -1;
+    T_EXPECT(ckpt_dirs(run, &last) == 1 && last == step, "%s: one checkpoint, ckpt-%06d", name,
+             step);
+    char p[700];
+    snprintf(p, sizeof p, "%s/ckpt-%06d/optim.safetensors", run, step);
+    T_EXPECT(t_exists(p), "%s: %s (the gathered moments)", name, p);
+    T_EXPECT(steps_once(run, step), "%s: metrics.jsonl logs steps 1..%d once", name, step);
+    free(s);
+    return step;
+}
+
+static void test_stop(void)
+{
+    QC_TEST ("stop: SIGTERM to one rank stops every rank after the same step; the checkpoint "
+             "resumes to the bytes of an uninterrupted run") {
+        const int who[] = {1}, sigs[] = {SIGTERM};
+        const int n = stop_run("stop-one", 2, 1, who, sigs, 1, 0);
+        if (n <= 0)
+            continue;
+        char run[512], ref[512], steps[16];
+        tpath(run, sizeof run, "stop-one");
+        fresh(ref, sizeof ref, "stop-ref");
+        snprintf(steps, sizeof steps, "%d", n + 2);
+        const char *res[] = {"--steps", steps, "--set", "dist.zero_stage=1", "--resume", run, NULL};
+        const char *unint[] = {"--steps", steps, "--set", "dist.zero_stage=1", "--out", ref, NULL};
+        struct t_args a;
+        job_args(&a, 2, res);
+        T_EXPECT(t_exited(run_job(&a, "stop-resume", NULL), 0), "resume after the stop");
+        job_args(&a, 2, unint);
+        T_EXPECT(t_exited(run_job(&a, "stop-ref", NULL), 0), "the uninterrupted run");
+        T_EXPECT(same_ckpt(run, ref, n + 2), "stopped at %d and resumed vs uninterrupted", n);
+        T_EXPECT(steps_once(run, n + 2), "metrics.jsonl after the resume");
+    }
+
+    QC_TEST ("stop: SIGINT and SIGTERM to every rank at different moments: one agreed stop, "
+             "exit 128 + its signal") {
+        const int who[] = {0, 2, 1}, sigs[] = {SIGINT, SIGTERM, SIGTERM};
+        stop_run("stop-all", 3, 2, who, sigs, 3, 150);
+    }
+}
+
+// ---- the run folder after a kill ----------------------------------------------------------------
+
+static bool tmp_ckpt_3(void *run)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/ckpt-000003.tmp", (const char *)run);
+    return t_exists(p);
+}
+
+/* Entries of RUN named *.tmp, *.tmp.* or *.old, anywhere below it. */
+static int leftovers(const char *run)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp' -o -name '*.tmp.*' -o -name '*.old'", run);
+    FILE *f = popen(cmd, "r");
+    int n = 0;
+    char line[700];
+    while (f && fgets(line, sizeof line, f))
+        n++;
+    if (f)
+        pclose(f);
+    return n;
+}
+
+static void test_recovery(void)
+{
+    QC_TEST ("recovery: rank 0 killed inside a save; resumed with 2 ranks (rank 0 recovers the "
+             "folder first) and with 1 rank x 2 groups: the uninterrupted bytes") {
+        char ref[512], run[512], run1[512], ref1[512];
+        fresh(ref, sizeof ref, "rec-ref");
+        fresh(run, sizeof run, "rec-2");
+        fresh(run1, sizeof run1, "rec-1");
+        fresh(ref1, sizeof ref1, "rec-ref1");
+        const char *base[] = {"--steps", "6", "--save-every", "1", "--out", ref, NULL};
+        struct t_args a;
+        job_args(&a, 2, base);
+        T_EXPECT(t_exited(run_job(&a, "rec-ref", NULL), 0), "the uninterrupted run");
+
+        /* the run, killed while rank 0 writes ckpt-000003 (each stage of a save slowed) */
+        base[5] = run;
+        job_args(&a, 2, base);
+        char log[600];
+        snprintf(log, sizeof log, "%s/rec-2.log", tmp_root);
+        const pid_t job = t_spawn(&a, log, "QC_FAULT_CKPT_DELAY_MS=300", 300);
+        const bool saving = t_poll(tmp_ckpt_3, run, job, 120000);
+        T_EXPECT(saving, "ckpt-000003.tmp never appeared");
+        const pid_t r0 = saving ? t_rank_pid(job, 0) : -1;
+        T_EXPECT(r0 > 0, "rank 0 not found");
+        if (r0 > 0)
+            kill(r0, SIGKILL);
+        const int st = finish(job, 120);
+        T_EXPECT(st >= 0 && !t_exited(st, 0), "the killed job: status %d", st);
+        /* and a replaced checkpoint left moved aside: what a kill between moving ckpt-2 aside
+         * and renaming its replacement into place leaves */
+        char c2[600], c2old[600];
+        snprintf(c2, sizeof c2, "%s/ckpt-000002", run);
+        snprintf(c2old, sizeof c2old, "%s/ckpt-000002.old", run);
+        T_EXPECT(rename(c2, c2old) == 0, "rename %s", c2);
+        T_EXPECT(leftovers(run) >= 2, "leftovers before the resume: %d", leftovers(run));
+        copy_tree(run, run1);
+
+        /* 2 ranks: rank 0 puts ckpt-2 back (slowly) before rank 1 resolves the run folder */
+        const char *res2[] = {"--steps", "6", "--save-every", "1", "--resume", run, NULL};
+        job_args(&a, 2, res2);
+        T_EXPECT(t_exited(run_job(&a, "rec-2-resume", "QC_FAULT_CKPT_DELAY_MS=300"), 0),
+                 "2-rank resume");
+        T_EXPECT(same_ckpt(ref, run, 6), "2 ranks: killed and resumed vs uninterrupted");
+        T_EXPECT(leftovers(run) == 0, "leftovers after the resume: %d", leftovers(run));
+        T_EXPECT(steps_once(run, 6), "metrics.jsonl: steps 1..6 once");
+
+        /* 1 rank x 2 groups, from the same state; against 1 rank x 2 groups resuming the
+         * uninterrupted run's ckpt-000002 */
+        const char *res1[] = {"--steps", "6",        "--save-every", "1", "--grad-accum",
+                              "2",       "--resume", run1,           NULL};
+        job_args(&a, 0, res1);
+        T_EXPECT(t_exited(run_job(&a, "rec-1-resume", NULL), 0), "1-rank resume");
+        mkdir(ref1, 0755);
+        char src[600];
+        snprintf(src, sizeof src, "%s/ckpt-000002", ref);
+        copy_tree(src, ref1);
+        res1[7] = ref1;
+        job_args(&a, 0, res1);
+        T_EXPECT(t_exited(run_job(&a, "rec-ref1", NULL), 0), "1-rank resume of the reference");
+        T_EXPECT(same_ckpt(ref1, run1, 6), "1 rank x 2 groups after the kill vs from the "
+                                           "uninterrupted run's ckpt-000002");
+        T_EXPECT(leftovers(run1) == 0, "leftovers after the 1-rank resume: %d", leftovers(run1));
+    }
+}
+
+// ---- non-finite numbers on one rank -------------------------------------------------------------
+
+static bool scene_3(int i)
+{
+    return i == 3;
+}
+
+/* A 2-rank run of 3 steps saving each, extra arguments after; its log (malloc'd) and status. */
+static char *nonfinite_run(const char *name, const char *const *extra, const char *env, int *status)
+{
+    char run[512], log[600];
+    fresh(run, sizeof run, name);
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
+    unlink(log);
+    const char *args[32] = {"--steps", "3", "--save-every", "1", "--set", "train.max_skipped=2",
+                            "--out",   run};
+    int n = 8;
+    for (int i = 0; extra[i] && n < 31; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    struct t_args a;
+    job_args(&a, 2, args);
+    *status = finish(t_spawn(&a, log, env, 300), 300);
+    char *s = t_read_file(log, NULL);
+    return s ? s : calloc(1, 1);
+}
+
+/* After a skipped step 2: steps 1..3 logged, step 2 as skipped; ckpt-2 holds ckpt-1's weights
+ * and moments, ckpt-3 moved on. */
+static void expect_skipped_step_2(const char *name)
+{
+    char run[512], c[3][600], p[600];
+    tpath(run, sizeof run, name);
+    for (int k = 0; k < 3; k++)
+        snprintf(c[k], sizeof c[k], "%s/ckpt-%06d", run, k + 1);
+    T_EXPECT(steps_once(run, 3), "%s: steps 1..3 logged", name);
+    snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+    char *m = t_read_file(p, NULL);
+    const char *l2 = m ? strstr(m, "{\"step\":2,") : NULL;
+    const char *l3 = m ? strstr(m, "{\"step\":3,") : NULL;
+    const char *sk = m ? strstr(m, "\"skipped\":true") : NULL;
+    T_EXPECT(l2 && l3 && sk && sk > l2 && sk < l3, "%s: step 2 logged as skipped", name);
+    free(m);
+    T_EXPECT(same_tensors(c[0], c[1], "model.safetensors") &&
+                 same_tensors(c[0], c[1], "optim.safetensors"),
+             "%s: the skipped step changed the weights or moments", name);
+    T_EXPECT(!tensors_equal(c[1], c[2], "model.safetensors", false), "%s: step 3 did not update",
+             name);
+}
+
+static void test_nonfinite(void)
+{
+    char data[512];
+    tpath(data, sizeof data, "nf.qcshard");
+    t_write_nonfinite_qcshard(data, 11, 8, scene_3);
+    /* unshuffled plain groups of 1 scene: step s is scenes 2s-2 (rank 0) and 2s-1 (rank 1), so
+     * scene 3 is rank 1's at step 2 */
+    const char *plain[] = {"--data",           data, "--set", "data.shuffle=false", "--set",
+                           "data.balance=none"};
+
+    QC_TEST ("nonfinite=stop with a NaN loss on rank 1 only: every rank stops at step 2, named") {
+        const char *x[] = {plain[0], plain[1], plain[2], plain[3],
+                           plain[4], plain[5], "--set",  "train.nonfinite=stop",
+                           NULL};
+        int status = 0;
+        char *s = nonfinite_run("nf-stop", x, NULL, &status);
+        char b[64];
+        T_EXPECT(status >= 0 && !t_exited(status, 0), "nf-stop: %s",
+                 t_status_str(status, b, sizeof b));
+        T_EXPECT_STR_CONTAINS(s, "train: step 2: reg_loss_propose");
+        T_EXPECT_STR_CONTAINS(s, "stopped before updating the parameters");
+        char run[512];
+        tpath(run, sizeof run, "nf-stop");
+        int last = -1;
+        T_EXPECT(ckpt_dirs(run, &last) == 1 && last == 1, "nf-stop: ckpt-000001 only");
+        T_EXPECT(steps_once(run, 1), "nf-stop: step 1 logged only");
+        free(s);
+    }
+
+    QC_TEST ("nonfinite=skip with a NaN loss on rank 1 only (ZeRO 1): every rank skips step 2") {
+        const char *x[] = {plain[0], plain[1],
+                           plain[2], plain[3],
+                           plain[4], plain[5],
+                           "--set",  "train.nonfinite=skip",
+                           "--set",  "dist.zero_stage=1",
+                           NULL};
+        int status = 0;
+        char *s = nonfinite_run("nf-skip", x, NULL, &status);
+        T_EXPECT(t_exited(status, 0), "nf-skip failed:\n%s", s);
+        free(s);
+        expect_skipped_step_2("nf-skip");
+    }
+
+    /* ZeRO 2: element 5 lies in rank 0's shard; rank 1 poisons its own contribution, so only
+     * rank 0's reduced shard holds the NaN, and the step's exchange tells rank 1 */
+    QC_TEST ("nonfinite: a NaN in rank 1's gradient that only rank 0's ZeRO-2 shard sums: skip "
+             "on every rank, or stop naming rank 0") {
+        const char *x[] = {"--set", "train.nonfinite=skip", "--set", "dist.zero_stage=2", NULL};
+        int status = 0;
+        char *s = nonfinite_run("nf-grad-skip", x, "QC_FAULT_NAN_GRAD=1:2:5", &status);
+        T_EXPECT(t_exited(status, 0), "nf-grad-skip failed:\n%s", s);
+        free(s);
+        expect_skipped_step_2("nf-grad-skip");
+        x[1] = "train.nonfinite=stop";
+        s = nonfinite_run("nf-grad-stop", x, "QC_FAULT_NAN_GRAD=1:2:5", &status);
+        T_EXPECT(status >= 0 && !t_exited(status, 0), "nf-grad-stop exited 0");
+        T_EXPECT_STR_CONTAINS(s, "rank 1 of 2: train: step 2: the loss is finite but gradient "
+                                 "element 5 is not (summed over the ranks; seen by rank 0)");
+        free(s);
+    }
+}
+
+// ---- rank 0 writes ------------------------------------------------------------------------------
+
+static void test_rank0_writes(void)
+{
+    QC_TEST ("only rank 0 writes: rank 1's own --out never appears, nothing in the working "
+             "folder") {
+        char a_dir[512], b_dir[512], cwd[512], old[4096];
+        fresh(a_dir, sizeof a_dir, "w-rank0");
+        fresh(b_dir, sizeof b_dir, "w-rank1");
+        fresh(cwd, sizeof cwd, "w-cwd");
+        mkdir(cwd, 0755);
+        /* mpirun -np 1 qctrain train ... --out A : -np 1 qctrain train ... --out B */
+        const char *tail[] = {"--steps", "2", "--eval-every", "1",     "--out", a_dir, ":",
+                              "-np",     "1", QCTRAIN,        "train", NULL};
+        struct t_args a;
+        job_args(&a, 1, tail);
+        for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+            t_args_add(&a, t_tiny_train_args[i]);
+        const char *tail2[] = {"--steps", "2", "--eval-every", "1", "--out", b_dir};
+        for (int i = 0; i < 6; i++)
+            t_args_add(&a, tail2[i]);
+        T_EXPECT(getcwd(old, sizeof old) != NULL && chdir(cwd) == 0, "chdir %s", cwd);
+        const int st = run_job(&a, "w-mpmd", NULL);
+        T_EXPECT(chdir(old) == 0, "chdir back");
+        T_EXPECT(t_exited(st, 0), "the 2-rank run");
+        T_EXPECT(!t_exists(b_dir), "rank 1 wrote its --out folder %s", b_dir);
+        DIR *d = opendir(cwd);
+        int n = 0;
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+                printf("  in the working folder: %s\n", e->d_name);
+                n++;
+            }
+        if (d)
+            closedir(d);
+        T_EXPECT(n == 0, "%d entries in the working folder", n);
+        /* rank 0 wrote everything, once */
+        const char *want[] = {"ckpt-000002/model.safetensors",
+                              "ckpt-000002/optim.safetensors",
+                              "metrics.jsonl",
+                              "memory.json",
+                              "memory.txt",
+                              "run.json",
+                              "report.html",
+                              "trace/index.json"};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            char p[700];
+            snprintf(p, sizeof p, "%s/%s", a_dir, want[i]);
+            T_EXPECT(t_exists(p), "rank 0 did not write %s", p);
+        }
+        T_EXPECT(steps_once(a_dir, 2), "metrics.jsonl: steps 1 and 2 once");
+        char p[700];
+        snprintf(p, sizeof p, "%s/tb", a_dir);
+        d = opendir(p);
+        n = 0;
+        while (d && (e = readdir(d)) != NULL)
+            n += strncmp(e->d_name, "events.out.tfevents.", 20) == 0;
+        if (d)
+            closedir(d);
+        T_EXPECT(n == 1, "%d TensorBoard event files in %s (want 1: rank 0's)", n, p);
+    }
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-dist-faults-%d", (int)getpid());
+    t_rm_rf(tmp_root);
+    mkdir(tmp_root, 0755);
+    t_dist_mpi_env();
+    test_stop();
+    test_recovery();
+    test_nonfinite();
+    test_rank0_writes();
+    t_rm_rf(tmp_root);
+    return qc_test_summary();
+}
