@@ -127,6 +127,7 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "train.steps",
                                             "train.batch_size",
                                             "train.grad_accum",
+                                            "train.global_batch",
                                             "train.seed",
                                             "train.save_every",
                                             "train.log_every",
@@ -172,6 +173,7 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "dist.bucket_bytes",
                                             "dist.timeout",
                                             "plan.policy",
+                                            "plan.margin",
                                             "log.level",
                                             "log.quiet",
                                             "log.tensorboard",
@@ -800,7 +802,15 @@ int main(void)
         expect_validate_error("offload.placement=nvme", NULL,
                               "invalid configuration: offload.placement = nvme needs "
                               "offload.nvme_dir");
+        expect_validate_error("train.global_batch=6", NULL,
+                              "invalid configuration: train.global_batch = 6 but train.batch_size "
+                              "x train.grad_accum x dist.world_size = 4 x 1 x 1 = 4\nhint:");
         struct qc_config c;
+        qc_config_defaults(&c);
+        T_EXPECT(qc_config_apply_set(&c, "train.global_batch=8") == QC_OK &&
+                     qc_config_apply_set(&c, "train.grad_accum=2") == QC_OK &&
+                     qc_config_validate(&c) == QC_OK,
+                 "4 x 2 = 8 validates: %s", qc_error_last());
         qc_config_defaults(&c);
         T_EXPECT(qc_config_apply_set(&c, "model.hidden_dim=64") == QC_OK &&
                      qc_config_apply_set(&c, "model.head_dim=8") == QC_OK &&

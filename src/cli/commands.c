@@ -11,6 +11,8 @@ const struct qc_cli_command qc_cli_commands[] = {
      qc_cmd_eval},
     {"plan", "plan a step's memory under the budget (policies, peak, time) without training",
      qc_cmd_plan},
+    {"tune", "write the fastest preset that fits a memory budget: planned, then measured",
+     qc_cmd_tune},
     {"gen", "generate synthetic AV2-like scenes into a qcshard file", qc_cmd_gen},
     {"inspect", "print scene and edge-set statistics of qcshard files", qc_cmd_inspect},
     {"profile", "profile training steps: per-op Chrome trace (Perfetto) and a summary",

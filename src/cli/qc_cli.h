@@ -76,6 +76,7 @@ enum qc_status qc_cli_parse(const char *cmd, const char *usage, const char *summ
 enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_config(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_gen(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_inspect(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv);

@@ -140,6 +140,9 @@ static const struct qc_config_option options[] = {
     OPT_INT("train.batch_size", batch_size, "4", 1, 4096, "scenes",
             "scenes per rank per micro-batch"),
     OPT_INT("train.grad_accum", grad_accum, "1", 1, 4096, "", "micro-batches per optimizer step"),
+    OPT_INT("train.global_batch", global_batch, "0", 0, 1048576, "scenes",
+            "scenes per optimizer step over all ranks (batch_size x grad_accum x "
+            "dist.world_size, checked); 0 = whatever those give (qctrain tune keeps it)"),
     OPT_INT("train.seed", seed, "2023", 0, JSON_INT_MAX, "", "seed of every random draw"),
     OPT_INT("train.save_every", save_every, "0", 0, BIG_COUNT, "steps",
             "steps between checkpoints; 0 = only at the end"),
@@ -248,6 +251,9 @@ static const struct qc_config_option options[] = {
         "plan.policy", plan_policy, "auto", plan_policy_names,
         "stash policy: auto (the planner, under device.budget), or keep / offload / recompute "
         "on every block application"),
+    OPT_FLOAT("plan.margin", plan_margin, "0.02", 0.0, 0.5, "",
+              "fraction of device.budget the planner keeps free (raised for a while after a "
+              "rollback)"),
 
     /* log.* */
     OPT_CHOICE("log.level", log_level, "info", log_level_names, "log level"),

@@ -569,6 +569,17 @@ enum qc_status qc_config_validate(const struct qc_config *cfg)
                          "invalid configuration: model.num_t2m_steps = %" PRId64
                          " exceeds model.num_historical_steps = %" PRId64,
                          cfg->num_t2m_steps, cfg->num_historical_steps);
+    if (cfg->global_batch > 0) {
+        const int64_t ranks = cfg->world_size > 0 ? cfg->world_size : 1;
+        if (cfg->batch_size * cfg->grad_accum * ranks != cfg->global_batch)
+            return qc_errorf(QC_ERR_INVALID,
+                             "invalid configuration: train.global_batch = %" PRId64
+                             " but train.batch_size x train.grad_accum x dist.world_size = %" PRId64
+                             " x %" PRId64 " x %" PRId64 " = %" PRId64
+                             "\nhint: change one of them, or set train.global_batch=0",
+                             cfg->global_batch, cfg->batch_size, cfg->grad_accum, ranks,
+                             cfg->batch_size * cfg->grad_accum * ranks);
+    }
     if (!(cfg->dropout < 1.0))
         return qc_errorf(QC_ERR_INVALID, "invalid configuration: model.dropout = %g must be < 1",
                          cfg->dropout);

@@ -76,6 +76,7 @@ struct qc_config {
     int64_t steps;                   /* optimizer steps; 0 = run `epochs` */
     int64_t batch_size;              /* scenes per rank per micro-batch, 4 */
     int64_t grad_accum;              /* micro-batches per optimizer step, 1 */
+    int64_t global_batch;            /* scenes per optimizer step over all ranks; 0 = derived */
     int64_t seed;                    /* 2023 */
     int64_t save_every;              /* steps between checkpoints; 0 = only at the end */
     int64_t log_every;               /* steps between progress lines, 1 */
@@ -135,6 +136,7 @@ struct qc_config {
 
     /* plan.* */
     enum qc_plan_policy plan_policy; /* auto | keep | offload | recompute */
+    double plan_margin;              /* fraction of the budget kept free, 0.02 */
 
     /* log.* */
     int64_t log_level; /* enum qc_log_level */

@@ -26,6 +26,7 @@ void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p)
 {
     qc_plan_params_default(p);
     p->budget = cfg->device_budget;
+    p->margin = cfg->plan_margin;
     p->round = cfg->alloc_round;
     p->prefetch_window = cfg->offload_prefetch_window;
     switch (cfg->plan_policy) {
@@ -119,9 +120,9 @@ struct qc_train_planner {
     int nreaders;
     int64_t nscenes; /* in the files; 0: generated */
     struct qc_graph_builder *gb;
-    struct qc_batch batch; /* the last batch planned: scenes first .. first + B - 1 */
+    struct qc_batch batch; /* the last batch planned: scenes idx[0 .. B) */
     bool have_batch;
-    int64_t first, B;
+    int64_t *idx, B; /* B 0: nothing cached */
     int64_t ntensors;
 };
 
@@ -135,6 +136,7 @@ void qc_train_planner_destroy(struct qc_train_planner *pl)
     for (int i = 0; i < pl->nreaders; i++)
         qc_qcshard_reader_destroy(pl->readers[i]);
     free(pl->readers);
+    free(pl->idx);
     qc_plan_program_free(&pl->prog);
     qc_plan_cost_destroy(pl->cost);
     qc_qcnet_destroy(pl->dry);
@@ -203,8 +205,8 @@ static enum qc_status scene_at(struct qc_train_planner *pl, int64_t i, struct qc
     return qc_errorf(QC_ERR_INVALID, "plan: scene %lld out of range", (long long)i);
 }
 
-/* pl->batch = scenes first .. first + B - 1, collated with targets, graph built. */
-static enum qc_status make_batch(struct qc_train_planner *pl, int64_t first, int64_t B)
+/* pl->batch = scenes idx[0 .. B), collated with targets, graph built. */
+static enum qc_status make_batch(struct qc_train_planner *pl, const int64_t *idx, int64_t B)
 {
     if (pl->have_batch) {
         qc_batch_release(&pl->batch);
@@ -216,7 +218,7 @@ static enum qc_status make_batch(struct qc_train_planner *pl, int64_t first, int
         sc && ptr ? QC_OK : qc_errorf(QC_ERR_NOMEM, "plan: %lld scenes", (long long)B);
     int64_t made = 0;
     for (; made < B && st == QC_OK; made++) {
-        st = scene_at(pl, first + made, &sc[made]);
+        st = scene_at(pl, idx[made], &sc[made]);
         ptr[made] = &sc[made];
     }
     if (st == QC_OK)
@@ -256,13 +258,38 @@ enum qc_status qc_train_planner_plan_with(struct qc_train_planner *pl, int64_t f
     if (B < 1 || first < 0)
         return qc_errorf(QC_ERR_INVALID, "plan: a batch of %lld scenes from scene %lld",
                          (long long)B, (long long)first);
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    if (!idx)
+        return qc_errorf(QC_ERR_NOMEM, "plan: %lld scenes", (long long)B);
+    for (int64_t i = 0; i < B; i++)
+        idx[i] = first + i;
+    const enum qc_status st = qc_train_planner_plan_scenes(pl, idx, B, hw, par, out, prog);
+    free(idx);
+    return st;
+}
+
+enum qc_status qc_train_planner_plan_scenes(struct qc_train_planner *pl, const int64_t *idx,
+                                            int64_t B, const struct qc_plan_hw *hw,
+                                            const struct qc_plan_params *par,
+                                            struct qc_plan_result *out,
+                                            const struct qc_plan_program **prog)
+{
+    if (B < 1)
+        return qc_errorf(QC_ERR_INVALID, "plan: a batch of %lld scenes", (long long)B);
+    for (int64_t i = 0; i < B; i++)
+        if (idx[i] < 0)
+            return qc_errorf(QC_ERR_INVALID, "plan: scene %lld", (long long)idx[i]);
     /* the program depends on the batch alone: kept from the last call for the same one */
-    if (!pl->have_batch || pl->first != first || pl->B != B) {
+    if (!pl->have_batch || pl->B != B || memcmp(pl->idx, idx, (size_t)B * sizeof *idx) != 0) {
         pl->B = 0; /* nothing cached until both succeed */
-        QC_TRY(make_batch(pl, first, B));
+        int64_t *keep = realloc(pl->idx, (size_t)B * sizeof *keep);
+        if (!keep)
+            return qc_errorf(QC_ERR_NOMEM, "plan: %lld scenes", (long long)B);
+        pl->idx = keep;
+        QC_TRY(make_batch(pl, idx, B));
         QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
                                  &pl->prog));
-        pl->first = first;
+        memcpy(pl->idx, idx, (size_t)B * sizeof *idx);
         pl->B = B;
     }
     pl->prog.fixed_bytes =

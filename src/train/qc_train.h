@@ -459,7 +459,7 @@ struct qc_batch;
 
 /* The planner's parameters of cfg: device.budget, plan.policy (auto searches; keep, offload,
  * recompute force one policy on every block), offload.placement, offload.prefetch_window,
- * alloc.round; margin 2 %. */
+ * alloc.round, plan.margin. */
 void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p);
 /* The hardware figures of cfg: hw.pcie_gbps both ways, hw.nvme_gbps both ways, the host tier
  * (offload.host_capacity; 0: half the host's available memory; none with placement nvme) and
@@ -502,6 +502,13 @@ enum qc_status qc_train_planner_plan_with(struct qc_train_planner *pl, int64_t f
                                           const struct qc_plan_params *par,
                                           struct qc_plan_result *out,
                                           const struct qc_plan_program **prog);
+/* The same for any scenes: idx[0..B) (indices into the session's scenes, as scene_at counts
+ * them), e.g. the B heaviest of the data (qctrain tune's heavy tail). */
+enum qc_status qc_train_planner_plan_scenes(struct qc_train_planner *pl, const int64_t *idx,
+                                            int64_t B, const struct qc_plan_hw *hw,
+                                            const struct qc_plan_params *par,
+                                            struct qc_plan_result *out,
+                                            const struct qc_plan_program **prog);
 /* Plans with cost model c from now on (borrowed: it must outlive its use; NULL: the session's
  * own again), e.g. the calibrated one of a short run (qc_trainer_plan_cost). */
 void qc_train_planner_use_cost(struct qc_train_planner *pl, const struct qc_plan_cost *c);

@@ -1,0 +1,435 @@
+/*
+ * test_tune.c — `qctrain tune` (src/tune, src/cmd_tune.c) on a small QCNet (cpu-smoke with small
+ * radii) and generated mixed scenes:
+ *   - the tuned preset loads (--config-dump), inherits its base and changes only tuned keys;
+ *   - training with it stays under the budget over a mixed epoch, no step failing;
+ *   - the search never runs a candidate predicted over the budget (every run is counted and
+ *     re-planned on the heavy tail by a session of its own);
+ *   - the choice is a function of the measurements (injected: no timing), the same twice, and
+ *     follows them; a measured peak over the budget is never chosen;
+ *   - a budget too small for anything: the error names the least budget, which does fit;
+ *   - --dry-run on rtx3090x8 runs nothing; --allow-precision and bad arguments are refused.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "proc_testlib.h"
+#include "qc_config.h"
+#include "qc_plan.h"
+#include "qc_train.h"
+#include "qc_tune.h"
+#include "testutil.h"
+
+#define MIB ((uint64_t)1 << 20)
+
+static char tmp_root[256], base_path[512];
+static const char qctrain[] = QC_BINARY_DIR "/qctrain";
+static const uint64_t budget = 160 * MIB; /* batch 1 fits (offloading), a dense pair does not */
+
+/* The base preset: cpu-smoke with small radii, 8 generated mixed scenes, batch 2. */
+static void write_base(void)
+{
+    snprintf(base_path, sizeof base_path, "%s/base.json", tmp_root);
+    FILE *f = fopen(base_path, "w");
+    if (!f)
+        T_FATAL("cannot write %s", base_path);
+    fprintf(f, "{\"description\": \"test base\", \"inherits\": \"cpu-smoke\",\n"
+               " \"model.pl2pl_radius\": 30, \"model.pl2a_radius\": 15, \"model.a2a_radius\": 15,\n"
+               " \"model.pl2m_radius\": 30, \"model.a2m_radius\": 30, \"model.time_span\": 3,\n"
+               " \"model.num_t2m_steps\": 6, \"data.synthetic_scenes\": 8,\n"
+               " \"data.synthetic_profile\": \"mixed\", \"data.loader_threads\": 1,\n"
+               " \"data.shuffle\": false, \"alloc.trace\": false, \"log.report\": false,\n"
+               " \"log.tensorboard\": false, \"train.batch_size\": 2, \"train.grad_accum\": 1}\n");
+    fclose(f);
+}
+
+static void base_config(struct qc_config *cfg)
+{
+    qc_config_defaults(cfg);
+    if (qc_config_apply_preset(cfg, base_path) != QC_OK)
+        T_FATAL("base preset: %s", qc_error_last());
+}
+
+/* Runs qctrain with args; returns the exit code and the output (malloc'd). */
+static int cli(const char *const *args, char **out)
+{
+    char log[512];
+    snprintf(log, sizeof log, "%s/cli.out", tmp_root);
+    unlink(log);
+    struct t_args a = {{0}, 0};
+    t_args_add(&a, qctrain);
+    for (int i = 0; args[i]; i++)
+        t_args_add(&a, args[i]);
+    const int st = t_run(&a, log, NULL);
+    *out = t_read_file(log, NULL);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The output's line that starts with '{' (warnings may come before it), parsed. */
+static cJSON *json_line(const char *out)
+{
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (*l == '{')
+            return cJSON_Parse(l);
+    return NULL;
+}
+
+/* `qctrain --preset P --config-dump` parsed. */
+static cJSON *config_dump(const char *preset)
+{
+    const char *args[] = {"--preset", preset, "--config-dump", NULL};
+    char *out = NULL;
+    const int rc = cli(args, &out);
+    cJSON *j = rc == 0 && out ? cJSON_Parse(out) : NULL;
+    T_EXPECT(j != NULL, "--config-dump of %s: exit %d: %s", preset, rc, out ? out : "");
+    free(out);
+    return j;
+}
+
+/* The dumped value of a dotted key (the dump nests by section). */
+static const cJSON *dumped(const cJSON *j, const char *key)
+{
+    char sec[64];
+    const char *dot = strchr(key, '.');
+    snprintf(sec, sizeof sec, "%.*s", (int)(dot - key), key);
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, sec), dot + 1);
+}
+
+static bool tuned_key(const char *k)
+{
+    static const char *const keys[] = {
+        "train.batch_size",    "train.grad_accum",    "train.global_batch",      "device.budget",
+        "plan.margin",         "plan.policy",         "offload.prefetch_window", "model.attention",
+        "data.loader_threads", "offload.queue_depth", "offload.block_size"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(k, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+static void test_preset(void)
+{
+    char out_path[512], budget_s[32];
+    snprintf(out_path, sizeof out_path, "%s/tuned.json", tmp_root);
+    snprintf(budget_s, sizeof budget_s, "%" PRIu64, budget);
+    QC_TEST ("tune writes a preset that loads, inherits its base and changes only tuned keys") {
+        const char *args[] = {"--quiet",         "--preset", base_path,       "tune",
+                              "--budget",        budget_s,   "--max-runs",    "1",
+                              "--measure-steps", "1",        "--tail-scenes", "8",
+                              "--out",           out_path,   "--json",        NULL};
+        char *out = NULL;
+        const int rc = cli(args, &out);
+        T_EXPECT(rc == 0, "exit %d: %s", rc, out ? out : "");
+        cJSON *j = json_line(out);
+        T_EXPECT(j != NULL, "one JSON object: %s", out ? out : "");
+        free(out);
+        const double runs = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "runs"));
+        T_EXPECT(runs >= 1, "at least one candidate measured: %g", runs);
+        T_EXPECT(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "chosen_measured")),
+                 "chosen by measurement");
+        cJSON_Delete(j);
+        /* the file: description, inherits the base's path, only tuned keys */
+        char *text = t_read_file(out_path, NULL);
+        cJSON *p = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        T_EXPECT(p != NULL, "%s is JSON", out_path);
+        const char *inh = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "inherits"));
+        char real_base[4096];
+        T_EXPECT(inh && realpath(base_path, real_base) && strcmp(inh, real_base) == 0,
+                 "inherits %s", inh ? inh : "(none)");
+        const char *desc = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "description"));
+        T_EXPECT(desc && strstr(desc, "samples/s") && strstr(desc, "budget") &&
+                     strstr(desc, "mixed"),
+                 "description: %s", desc ? desc : "(none)");
+        const cJSON *k;
+        cJSON_ArrayForEach(k, p)
+        {
+            if (strcmp(k->string, "description") == 0 || strcmp(k->string, "inherits") == 0)
+                continue;
+            T_EXPECT(tuned_key(k->string), "the preset sets %s, not a tuned key", k->string);
+        }
+        cJSON_Delete(p);
+        /* loaded: every key that differs from the base is a tuned one; the budget is set */
+        cJSON *dt = config_dump(out_path), *db = config_dump(base_path);
+        for (int i = 0; dt && db && i < qc_config_option_count(); i++) {
+            const char *key = qc_config_option_at(i)->key;
+            const cJSON *a = dumped(dt, key), *b = dumped(db, key);
+            T_EXPECT(a && b, "%s dumped", key);
+            if (a && b && !cJSON_Compare(a, b, true))
+                T_EXPECT(tuned_key(key), "%s differs from the base", key);
+        }
+        T_EXPECT(dt && cJSON_GetNumberValue(dumped(dt, "device.budget")) == (double)budget,
+                 "device.budget");
+        T_EXPECT(dt && cJSON_GetNumberValue(dumped(dt, "train.batch_size")) *
+                               cJSON_GetNumberValue(dumped(dt, "train.grad_accum")) ==
+                           2,
+                 "the base's global batch of 2");
+        cJSON_Delete(dt);
+        cJSON_Delete(db);
+    }
+
+    QC_TEST ("training with the tuned preset stays under the budget over a mixed epoch, no step "
+             "failing") {
+        struct qc_config cfg;
+        qc_config_defaults(&cfg);
+        if (qc_config_apply_preset(&cfg, out_path) != QC_OK) {
+            T_EXPECT(false, "tuned preset: %s", qc_error_last());
+            continue;
+        }
+        cfg.steps = 0;
+        cfg.epochs = 1;
+        cfg.synthetic_profile = QC_SCENE_MIXED;
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/run", tmp_root);
+        const struct qc_train_opts to = {.cfg = &cfg, .out_dir = dir, .quiet = true};
+        struct qc_trainer *t = NULL;
+        T_EXPECT(qc_trainer_create(&to, &t) == QC_OK, "%s", qc_error_last());
+        const int64_t total = t ? qc_trainer_total_steps(t) : 0;
+        T_EXPECT(total * cfg.batch_size * cfg.grad_accum >= 8, "an epoch of 8 scenes: %" PRId64,
+                 total);
+        uint64_t peak = 0;
+        for (int64_t s = 0; t && s < total; s++) {
+            struct qc_step_metrics m = {0};
+            const enum qc_status st = qc_trainer_step(t, &m);
+            T_EXPECT(st == QC_OK, "step %" PRId64 ": %s", s + 1, qc_error_last());
+            if (st != QC_OK)
+                break;
+            T_EXPECT(m.peak_device_bytes <= budget, "step %" PRId64 ": peak %" PRIu64, s + 1,
+                     m.peak_device_bytes);
+            peak = m.peak_device_bytes > peak ? m.peak_device_bytes : peak;
+        }
+        printf("  %" PRId64 " steps, peak %" PRIu64 " of %" PRIu64 "\n", total, peak, budget);
+        qc_trainer_destroy(t);
+        t_rm_rf(dir);
+    }
+}
+
+// ---- injected measurements ----------------------------------------------------------------
+
+struct fake {
+    int64_t calls;
+    struct qc_tune_settings ran[64];
+    int favour;                          /* 0: larger micro-batches are faster; 1: smaller ones */
+    const struct qc_tune_settings *over; /* these settings measure over the budget */
+};
+
+/* step time a pure function of the settings: no clock */
+static enum qc_status fake_measure(void *user, const struct qc_config *cfg, const char *const *data,
+                                   int ndata, const char *cost_path, bool *cost_written,
+                                   struct qc_tune_measure *out)
+{
+    (void)data;
+    (void)ndata;
+    (void)cost_path;
+    struct fake *f = user;
+    struct qc_tune_settings s;
+    qc_tune_settings_of(cfg, &s);
+    if (f->calls < 64)
+        f->ran[f->calls] = s;
+    f->calls++;
+    memset(out, 0, sizeof *out);
+    const double micro = f->favour == 0 ? 1.0 / (double)s.batch_size : (double)s.batch_size;
+    out->step_s = (double)s.grad_accum * micro + 0.01 * (double)s.loader_threads +
+                  (s.attention == QC_ATTENTION_UNFUSED ? 0.001 : 0.0);
+    out->steps = 3;
+    out->peak_bytes = f->over && memcmp(f->over, &s, sizeof s) == 0 ? budget + 1 : budget / 2;
+    *cost_written = false;
+    return QC_OK;
+}
+
+static enum qc_status run_fake(struct fake *f, uint64_t b, bool dry, struct qc_tune_result *r)
+{
+    struct qc_config cfg;
+    base_config(&cfg);
+    struct qc_tune_opts o;
+    qc_tune_opts_init(&o);
+    o.cfg = &cfg;
+    o.budget = b;
+    o.global_batch = 4;
+    o.dry_run = dry;
+    o.tail_scenes = 6;
+    o.max_measured = 3;
+    o.measure = fake_measure;
+    o.measure_user = f;
+    o.scratch = tmp_root;
+    return qc_tune_run(&o, r);
+}
+
+static void test_search(void)
+{
+    QC_TEST ("the search never runs a candidate predicted over the budget") {
+        struct fake f = {0};
+        struct qc_tune_result r;
+        T_EXPECT(run_fake(&f, budget, false, &r) == QC_OK, "%s", qc_error_last());
+        int64_t pruned = 0;
+        for (int64_t i = 0; i < r.ncand; i++)
+            pruned += r.cand[i].state == QC_TUNE_PRUNED;
+        printf("  %" PRId64 " candidates, %" PRId64 " pruned, %" PRId64 " run\n", r.ncand, pruned,
+               f.calls);
+        T_EXPECT(pruned > 0 && r.fitting > 0, "the budget prunes some: %" PRId64, pruned);
+        T_EXPECT(f.calls == r.runs && f.calls >= 3, "runs counted: %" PRId64 " vs %" PRId64,
+                 f.calls, r.runs);
+        /* every run: a fresh session plans it on the heavy tail under the budget: it fits */
+        struct qc_config cfg;
+        base_config(&cfg);
+        for (int64_t k = 0; k < f.calls && k < 64; k++) {
+            struct qc_config c = cfg;
+            qc_tune_settings_apply(&f.ran[k], &c);
+            c.device_budget = budget;
+            struct qc_train_planner *pl = NULL;
+            T_EXPECT(qc_train_planner_create(&c, NULL, 0, NULL, &pl) == QC_OK, "%s",
+                     qc_error_last());
+            struct qc_plan_result pr = {0};
+            T_EXPECT(pl && qc_train_planner_plan_scenes(pl, r.heavy_scenes, c.batch_size, NULL,
+                                                        NULL, &pr, NULL) == QC_OK,
+                     "%s", qc_error_last());
+            T_EXPECT(pr.fits && pr.peak <= budget,
+                     "run %" PRId64 " (batch %" PRId64 ", %s): heavy-tail peak %" PRIu64, k + 1,
+                     c.batch_size, c.attention ? "unfused" : "fused", pr.peak);
+            bool found = false;
+            for (int64_t i = 0; i < r.ncand && !found; i++)
+                found = memcmp(&r.cand[i].set, &f.ran[k], sizeof f.ran[k]) == 0 &&
+                        r.cand[i].state == QC_TUNE_MEASURED;
+            T_EXPECT(found, "run %" PRId64 " is a measured candidate", k + 1);
+            qc_plan_result_free(&pr);
+            qc_train_planner_destroy(pl);
+        }
+        qc_tune_result_free(&r);
+    }
+
+    QC_TEST ("the choice is a function of the measurements: the same twice, following them") {
+        struct fake f1 = {0}, f2 = {0}, f3 = {.favour = 1};
+        struct qc_tune_result r1, r2, r3;
+        T_EXPECT(run_fake(&f1, budget, false, &r1) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(run_fake(&f2, budget, false, &r2) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(r1.best >= 0 && r1.best == r2.best && r1.best_measured,
+                 "the same choice: %" PRId64 " and %" PRId64, r1.best, r2.best);
+        T_EXPECT(f1.calls == f2.calls &&
+                     memcmp(f1.ran, f2.ran,
+                            (size_t)(f1.calls < 64 ? f1.calls : 64) * sizeof f1.ran[0]) == 0,
+                 "the same runs in the same order");
+        /* the fastest measured is chosen, whatever the prediction said */
+        double fastest = 0;
+        for (int64_t i = 0; i < r1.ncand; i++)
+            if (r1.cand[i].state == QC_TUNE_MEASURED && r1.cand[i].measured_sps > fastest)
+                fastest = r1.cand[i].measured_sps;
+        T_EXPECT(r1.best >= 0 && r1.cand[r1.best].measured_sps == fastest, "the fastest measured");
+        /* measurements favouring small micro-batches move the choice there */
+        T_EXPECT(run_fake(&f3, budget, false, &r3) == QC_OK, "%s", qc_error_last());
+        int64_t smallest = INT64_MAX;
+        for (int64_t i = 0; i < r3.ncand; i++)
+            if (r3.cand[i].state == QC_TUNE_MEASURED && r3.cand[i].set.batch_size < smallest)
+                smallest = r3.cand[i].set.batch_size;
+        T_EXPECT(r3.best >= 0 && r3.cand[r3.best].set.batch_size == smallest,
+                 "favouring small batches: chose %" PRId64 ", smallest measured %" PRId64,
+                 r3.best >= 0 ? r3.cand[r3.best].set.batch_size : -1, smallest);
+        /* a measured peak over the budget is never chosen */
+        struct fake f4 = {.favour = 1, .over = r3.best >= 0 ? &r3.cand[r3.best].set : NULL};
+        struct qc_tune_result r4;
+        T_EXPECT(run_fake(&f4, budget, false, &r4) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(r4.best >= 0 && f4.over &&
+                     memcmp(&r4.cand[r4.best].set, f4.over, sizeof *f4.over) != 0,
+                 "over the budget when measured: not chosen");
+        qc_tune_result_free(&r1);
+        qc_tune_result_free(&r2);
+        qc_tune_result_free(&r3);
+        qc_tune_result_free(&r4);
+    }
+
+    QC_TEST ("a budget too small for anything names the least that fits, and that one does") {
+        struct fake f = {0};
+        struct qc_tune_result r;
+        const enum qc_status st = run_fake(&f, 16 * MIB, false, &r);
+        T_EXPECT(st == QC_ERR_INVALID, "status %d", (int)st);
+        const char *msg = qc_error_last();
+        char want[64];
+        snprintf(want, sizeof want, "--budget %" PRIu64 "MiB", r.min_budget >> 20);
+        T_EXPECT(strstr(msg, "at least") && strstr(msg, want), "message: %s", msg);
+        T_EXPECT(f.calls == 0, "nothing run: %" PRId64, f.calls);
+        printf("  least budget %" PRIu64 " MiB\n", r.min_budget >> 20);
+        const uint64_t least = r.min_budget;
+        qc_tune_result_free(&r);
+        T_EXPECT(least > 16 * MIB && run_fake(&f, least, true, &r) == QC_OK && r.fitting > 0,
+                 "the least budget fits: %s", qc_error_last());
+        qc_tune_result_free(&r);
+    }
+}
+
+static void test_cli(void)
+{
+    QC_TEST ("tune --preset rtx3090x8 --dry-run: predicted from the hw figures, nothing run") {
+        char out_path[512];
+        snprintf(out_path, sizeof out_path, "%s/3090.json", tmp_root);
+        const char *args[] = {"--quiet",   "--preset",      "rtx3090x8", "tune",
+                              "--dry-run", "--tail-scenes", "4",         "--out",
+                              out_path,    "--json",        NULL};
+        char *out = NULL;
+        const int rc = cli(args, &out);
+        T_EXPECT(rc == 0, "exit %d: %s", rc, out ? out : "");
+        cJSON *j = json_line(out);
+        free(out);
+        T_EXPECT(j && cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "runs")) == 0 &&
+                     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "chosen_measured")) &&
+                     cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "global_batch")) ==
+                         32,
+                 "no run, global batch 32");
+        cJSON_Delete(j);
+        cJSON *d = config_dump(out_path);
+        T_EXPECT(d && cJSON_GetNumberValue(dumped(d, "train.batch_size")) *
+                              cJSON_GetNumberValue(dumped(d, "train.grad_accum")) * 8 ==
+                          32,
+                 "32 scenes a step over 8 ranks");
+        cJSON_Delete(d);
+    }
+
+    QC_TEST ("tune refuses --allow-precision and bad arguments, exit 2, nothing written") {
+        char out_path[512];
+        snprintf(out_path, sizeof out_path, "%s/bad.json", tmp_root);
+        static const char *const bad[][8] = {
+            {"tune", "--allow-precision", "--dry-run", NULL},
+            {"tune", "--budget", "0", "--dry-run", NULL},
+            {"tune", "--time-limit", "soon", "--dry-run", NULL},
+            {"tune", "--budget", "1GiB", "--global-batch", "0", "--dry-run", NULL},
+            {"tune", "--set", "dist.world_size=2", "--budget", "1GiB", NULL},
+            {"tune", "--data", "/nonexistent.qcshard", "--budget", "1GiB", NULL},
+        };
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            const char *args[12];
+            int n = 0;
+            args[n++] = "--preset";
+            args[n++] = base_path;
+            for (int i = 0; bad[k][i]; i++)
+                args[n++] = bad[k][i];
+            args[n++] = "--out";
+            args[n++] = out_path;
+            args[n] = NULL;
+            char *out = NULL;
+            const int rc = cli(args, &out);
+            T_EXPECT((rc == 2 || (k == 5 && rc == 1)) && out && strstr(out, "error"),
+                     "%s %s: exit %d: %s", bad[k][1], bad[k][2] ? bad[k][2] : "", rc,
+                     out ? out : "");
+            T_EXPECT(!t_exists(out_path), "nothing written");
+            free(out);
+        }
+    }
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-tune-%d", (int)getpid());
+    t_rm_rf(tmp_root);
+    mkdir(tmp_root, 0755);
+    write_base();
+    test_preset();
+    test_search();
+    test_cli();
+    t_rm_rf(tmp_root);
+    return qc_test_summary();
+}
