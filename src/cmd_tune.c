@@ -17,13 +17,14 @@
 
 #include "qc_cleanup.h"
 #include "qc_file.h"
+#include "qc_half.h"
 #include "qc_progress.h"
 #include "qc_train.h"
 #include "qc_tune.h"
 
 static const char tune_usage[] =
     "[--preset BASE] [--data FILE...] [--budget SIZE] [--time-limit DURATION] [--out PRESET.json] "
-    "[--json] [--dry-run]";
+    "[--json] [--dry-run] [--allow-precision]";
 static const char tune_summary[] =
     "Writes the fastest preset that fits a memory budget: searches micro-batch x accumulation "
     "for the global batch, plan margin and policy, prefetch window, attention, loader threads "
@@ -31,7 +32,8 @@ static const char tune_summary[] =
     "predictions on the heaviest scenes (nothing predicted over the budget is run), measures "
     "the best few with a few training steps each (on --data, or generated mixed scenes), and "
     "writes a preset inheriting BASE (default qcnet-av2) that sets only what differs. "
-    "--dry-run predicts from the preset's hw.* figures and runs nothing.";
+    "--dry-run predicts from the preset's hw.* figures and runs nothing. --allow-precision also "
+    "searches train.precision (fp32, bf16, fp16), which changes results (docs/PRECISION.md).";
 
 /* "90", "90s", "2.5m", "1h": seconds. */
 static enum qc_status parse_duration(const char *s, double *out)
@@ -100,11 +102,12 @@ static void print_row(FILE *out, const struct qc_tune_result *r, int64_t i)
     qc_format_bytes(c->peak, pk, sizeof pk);
     qc_format_bytes(c->set.prefetch_window, win, sizeof win);
     fprintf(out,
-            "%c%4" PRId64 " %5" PRId64 " %5" PRId64 " %-8s %-9s %5.2f %-10s %7" PRId64
+            "%c%4" PRId64 " %5" PRId64 " %5" PRId64 " %-8s %-4s %-9s %5.2f %-10s %7" PRId64
             " %10s %9.4f",
             i == r->best ? '*' : ' ', i, c->set.batch_size, c->set.grad_accum,
-            attention_str(c->set.attention), policy_str(c->set.policy), c->set.margin, win,
-            c->set.loader_threads, pk, c->samples_per_s);
+            attention_str(c->set.attention), qc_precision_str((enum qc_precision)c->set.precision),
+            policy_str(c->set.policy), c->set.margin, win, c->set.loader_threads, pk,
+            c->samples_per_s);
     if (c->state == QC_TUNE_MEASURED) {
         qc_format_bytes(c->m.peak_bytes, mp, sizeof mp);
         fprintf(out, " %9.4f %10s %7" PRId64 "%s%s\n", c->measured_sps, mp, c->m.replans,
@@ -126,9 +129,9 @@ static void print_text(FILE *out, const struct qc_tune_result *r, const char *de
             "%" PRId64 " candidates: %" PRId64 " predicted over the budget (never run), %" PRId64
             " measured, in %s%s\n\n",
             r->ncand, pruned, r->runs, el, r->stopped ? " (stopped early)" : "");
-    fprintf(out, "%5s %5s %5s %-8s %-9s %5s %-10s %7s %10s %9s %9s %10s %7s\n", "#", "batch",
-            "accum", "attn", "policy", "margn", "window", "loaders", "pred peak", "pred sps",
-            "meas sps", "meas peak", "replans");
+    fprintf(out, "%5s %5s %5s %-8s %-4s %-9s %5s %-10s %7s %10s %9s %9s %10s %7s\n", "#", "batch",
+            "accum", "attn", "prec", "policy", "margn", "window", "loaders", "pred peak",
+            "pred sps", "meas sps", "meas peak", "replans");
     for (int64_t k = 1; k <= r->runs; k++)
         for (int64_t i = 0; i < r->ncand; i++)
             if (r->cand[i].state == QC_TUNE_MEASURED && r->cand[i].order == k)
@@ -168,6 +171,7 @@ static cJSON *candidate_json(const struct qc_tune_result *r, int64_t i)
     cJSON_AddNumberToObject(o, "batch_size", (double)c->set.batch_size);
     cJSON_AddNumberToObject(o, "grad_accum", (double)c->set.grad_accum);
     cJSON_AddStringToObject(o, "attention", attention_str(c->set.attention));
+    cJSON_AddStringToObject(o, "precision", qc_precision_str((enum qc_precision)c->set.precision));
     cJSON_AddStringToObject(o, "policy", policy_str(c->set.policy));
     cJSON_AddNumberToObject(o, "margin", c->set.margin);
     cJSON_AddNumberToObject(o, "prefetch_window", (double)c->set.prefetch_window);
@@ -261,10 +265,11 @@ static void describe(char *buf, size_t n, const struct qc_tune_result *r,
     const int w =
         snprintf(buf, n,
                  "qctrain tune, %s: the global batch of %" PRId64 " as %" PRId64 " x %" PRId64
-                 " (%s attention, plan.policy %s) "
+                 " (%s attention, %s, plan.policy %s) "
                  "under a %s budget on the %s device, data: %s; ",
                  date, G, c->set.batch_size, c->set.grad_accum, attention_str(c->set.attention),
-                 policy_str(c->set.policy), b, qc_train_device_str(cfg->device_kind), src);
+                 qc_precision_str((enum qc_precision)c->set.precision), policy_str(c->set.policy),
+                 b, qc_train_device_str(cfg->device_kind), src);
     if (w < 0 || (size_t)w >= n)
         return;
     if (r->best_measured) {
@@ -314,7 +319,7 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object"},
         {"dry-run", QC_CLI_FLAG, &dry, "", "predict from the hw.* figures only; run nothing"},
         {"allow-precision", QC_CLI_FLAG, &allow_precision, "",
-         "also search the training precision (refused: not available in this build)"},
+         "also search train.precision (fp32, bf16, fp16): changes results, off by default"},
     };
     const char *pos[QC_CLI_STRINGS_MAX];
     int npos = 0;
@@ -323,11 +328,6 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
                         argc, argv, pos, QC_CLI_STRINGS_MAX, &npos, &help));
     if (help)
         return QC_OK;
-    if (allow_precision)
-        return qc_errorf(QC_ERR_INVALID,
-                         "tune: --allow-precision: this build has no train.precision key, so "
-                         "there is no precision to search; tune never changes precision\nhint: "
-                         "leave --allow-precision out");
     QC_TRY(qc_train_cli_finish("tune", pos, npos, &data, NULL, &cfg));
     double limit = 0;
     QC_TRY(parse_duration(limit_s, &limit));
@@ -382,6 +382,7 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     to.budget = budget;
     to.global_batch = G;
     to.dry_run = dry;
+    to.allow_precision = allow_precision;
     to.time_limit_s = limit;
     to.max_measured = runs;
     to.tail_scenes = tail;

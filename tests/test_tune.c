@@ -8,7 +8,9 @@
  *   - the choice is a function of the measurements (injected: no timing), the same twice, and
  *     follows them; a measured peak over the budget is never chosen;
  *   - a budget too small for anything: the error names the least budget, which does fit;
- *   - --dry-run on rtx3090x8 runs nothing; --allow-precision and bad arguments are refused.
+ *   - --allow-precision: only then does precision vary; a 16-bit plan keeps fewer bytes; the
+ *     measurements choose the precision like any other setting;
+ *   - --dry-run on rtx3090x8 runs nothing; bad arguments are refused.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -22,6 +24,7 @@
 
 #include "proc_testlib.h"
 #include "qc_config.h"
+#include "qc_half.h"
 #include "qc_plan.h"
 #include "qc_train.h"
 #include "qc_tune.h"
@@ -216,7 +219,7 @@ static void test_preset(void)
 struct fake {
     int64_t calls;
     struct qc_tune_settings ran[64];
-    int favour;                          /* 0: larger micro-batches are faster; 1: smaller ones */
+    int favour; /* 0: larger micro-batches are faster; 1: smaller ones; 2: as 0, bf16 2x faster */
     const struct qc_tune_settings *over; /* these settings measure over the budget */
 };
 
@@ -238,13 +241,16 @@ static enum qc_status fake_measure(void *user, const struct qc_config *cfg, cons
     const double micro = f->favour == 0 ? 1.0 / (double)s.batch_size : (double)s.batch_size;
     out->step_s = (double)s.grad_accum * micro + 0.01 * (double)s.loader_threads +
                   (s.attention == QC_ATTENTION_UNFUSED ? 0.001 : 0.0);
+    if (f->favour == 2 && s.precision == QC_PREC_BF16)
+        out->step_s *= 0.5;
     out->steps = 3;
     out->peak_bytes = f->over && memcmp(f->over, &s, sizeof s) == 0 ? budget + 1 : budget / 2;
     *cost_written = false;
     return QC_OK;
 }
 
-static enum qc_status run_fake(struct fake *f, uint64_t b, bool dry, struct qc_tune_result *r)
+static enum qc_status run_fake_prec(struct fake *f, uint64_t b, bool dry, bool allow_precision,
+                                    struct qc_tune_result *r)
 {
     struct qc_config cfg;
     base_config(&cfg);
@@ -254,12 +260,38 @@ static enum qc_status run_fake(struct fake *f, uint64_t b, bool dry, struct qc_t
     o.budget = b;
     o.global_batch = 4;
     o.dry_run = dry;
+    o.allow_precision = allow_precision;
     o.tail_scenes = 6;
     o.max_measured = 3;
     o.measure = fake_measure;
     o.measure_user = f;
     o.scratch = tmp_root;
     return qc_tune_run(&o, r);
+}
+
+static enum qc_status run_fake(struct fake *f, uint64_t b, bool dry, struct qc_tune_result *r)
+{
+    return run_fake_prec(f, b, dry, false, r);
+}
+
+/* s is a point of the search space, not a measured-only variant (loader threads, NVMe queue
+ * depth or block size changed from the base's). */
+static bool is_space_point(const struct qc_tune_settings *s, const struct qc_config *base)
+{
+    return s->loader_threads == base->loader_threads &&
+           s->queue_depth == base->offload_queue_depth && s->block_size == base->offload_block_size;
+}
+
+/* The candidate of r with c's settings but precision q; -1 when none. */
+static int64_t same_but_precision(const struct qc_tune_result *r, const struct qc_tune_candidate *c,
+                                  int q)
+{
+    struct qc_tune_settings s = c->set;
+    s.precision = q;
+    for (int64_t i = 0; i < r->ncand; i++)
+        if (memcmp(&r->cand[i].set, &s, sizeof s) == 0)
+            return i;
+    return -1;
 }
 
 static void test_search(void)
@@ -343,6 +375,58 @@ static void test_search(void)
         qc_tune_result_free(&r4);
     }
 
+    QC_TEST ("--allow-precision: precision varies only then, 16-bit plans keep fewer bytes, and "
+             "the measurements choose it") {
+        struct fake f1 = {.favour = 2}, f2 = {.favour = 2};
+        struct qc_tune_result r1, r2;
+        T_EXPECT(run_fake_prec(&f1, budget, false, false, &r1) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(run_fake_prec(&f2, budget, false, true, &r2) == QC_OK, "%s", qc_error_last());
+        struct qc_config cfg;
+        base_config(&cfg);
+        for (int64_t i = 0; i < r1.ncand; i++)
+            T_EXPECT(r1.cand[i].set.precision == cfg.precision,
+                     "not allowed: candidate %" PRId64 " keeps the base precision", i);
+        /* the space's points (the measured-only variants of loader threads, queue depth and
+         * block size that the search appends left out) */
+        int64_t per[QC_PREC_COUNT] = {0}, without = 0;
+        for (int64_t i = 0; i < r1.ncand; i++)
+            without += is_space_point(&r1.cand[i].set, &cfg);
+        for (int64_t i = 0; i < r2.ncand; i++)
+            if ((unsigned)r2.cand[i].set.precision < QC_PREC_COUNT)
+                per[r2.cand[i].set.precision] += is_space_point(&r2.cand[i].set, &cfg);
+        T_EXPECT(without > 0 && per[0] == without && per[1] == without && per[2] == without,
+                 "allowed: each precision once per point (%" PRId64 "/%" PRId64 "/%" PRId64
+                 ", without %" PRId64 ")",
+                 per[0], per[1], per[2], without);
+        /* everything kept: the 16-bit stashes are packed, so the heavy-tail peak is lower */
+        int64_t compared = 0;
+        for (int64_t i = 0; i < r2.ncand; i++) {
+            const struct qc_tune_candidate *c = &r2.cand[i];
+            if (c->set.precision != QC_PREC_FP32 || c->set.policy != QC_PLAN_KEEP)
+                continue;
+            for (int q = QC_PREC_BF16; q <= QC_PREC_FP16; q++) {
+                const int64_t j = same_but_precision(&r2, c, q);
+                T_EXPECT(j >= 0 && r2.cand[j].peak < c->peak,
+                         "batch %" PRId64 " kept, %s: peak %" PRIu64 " vs fp32 %" PRIu64,
+                         c->set.batch_size, q == QC_PREC_BF16 ? "bf16" : "fp16",
+                         j >= 0 ? r2.cand[j].peak : 0, c->peak);
+                compared++;
+            }
+        }
+        T_EXPECT(compared > 0, "kept candidates compared: %" PRId64, compared);
+        /* bf16 measures twice as fast: it is chosen, and it was really run as bf16 */
+        T_EXPECT(r2.best >= 0 && r2.best_measured && r2.cand[r2.best].set.precision == QC_PREC_BF16,
+                 "chose %s",
+                 r2.best >= 0 ? (r2.cand[r2.best].set.precision == QC_PREC_BF16 ? "bf16" : "other")
+                              : "nothing");
+        bool ran_bf16 = false;
+        for (int64_t k = 0; k < f2.calls && k < 64; k++)
+            ran_bf16 |= f2.ran[k].precision == QC_PREC_BF16;
+        T_EXPECT(ran_bf16, "a bf16 configuration was measured");
+        qc_tune_result_free(&r1);
+        qc_tune_result_free(&r2);
+    }
+
     QC_TEST ("a budget too small for anything names the least that fits, and that one does") {
         struct fake f = {0};
         struct qc_tune_result r;
@@ -389,11 +473,38 @@ static void test_cli(void)
         cJSON_Delete(d);
     }
 
-    QC_TEST ("tune refuses --allow-precision and bad arguments, exit 2, nothing written") {
+    QC_TEST ("tune --allow-precision --dry-run: every precision predicted, the preset loads") {
+        char out_path[512];
+        snprintf(out_path, sizeof out_path, "%s/prec.json", tmp_root);
+        const char *args[] = {
+            "--quiet",           "--preset",  base_path, "tune",   "--budget", "160MiB",
+            "--allow-precision", "--dry-run", "--out",   out_path, "--json",   NULL};
+        char *out = NULL;
+        const int rc = cli(args, &out);
+        T_EXPECT(rc == 0, "exit %d: %s", rc, out ? out : "");
+        cJSON *j = json_line(out);
+        free(out);
+        bool seen[3] = {false, false, false};
+        const cJSON *c = NULL, *cands = cJSON_GetObjectItemCaseSensitive(j, "candidates");
+        cJSON_ArrayForEach(c, cands)
+        {
+            const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "precision"));
+            for (int q = 0; p && q < 3; q++)
+                seen[q] |= strcmp(p, qc_precision_str((enum qc_precision)q)) == 0;
+        }
+        T_EXPECT(seen[0] && seen[1] && seen[2], "candidates of fp32, bf16 and fp16");
+        cJSON_Delete(j);
+        cJSON *d = config_dump(out_path);
+        const char *p = d ? cJSON_GetStringValue(dumped(d, "train.precision")) : NULL;
+        T_EXPECT(p && (!strcmp(p, "fp32") || !strcmp(p, "bf16") || !strcmp(p, "fp16")),
+                 "the preset's train.precision: %s", p ? p : "(none)");
+        cJSON_Delete(d);
+    }
+
+    QC_TEST ("tune refuses bad arguments, exit 2, nothing written") {
         char out_path[512];
         snprintf(out_path, sizeof out_path, "%s/bad.json", tmp_root);
         static const char *const bad[][8] = {
-            {"tune", "--allow-precision", "--dry-run", NULL},
             {"tune", "--budget", "0", "--dry-run", NULL},
             {"tune", "--time-limit", "soon", "--dry-run", NULL},
             {"tune", "--budget", "1GiB", "--global-batch", "0", "--dry-run", NULL},
@@ -412,7 +523,7 @@ static void test_cli(void)
             args[n] = NULL;
             char *out = NULL;
             const int rc = cli(args, &out);
-            T_EXPECT((rc == 2 || (k == 5 && rc == 1)) && out && strstr(out, "error"),
+            T_EXPECT((rc == 2 || (k == 4 && rc == 1)) && out && strstr(out, "error"),
                      "%s %s: exit %d: %s", bad[k][1], bad[k][2] ? bad[k][2] : "", rc,
                      out ? out : "");
             T_EXPECT(!t_exists(out_path), "nothing written");

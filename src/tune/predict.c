@@ -25,16 +25,19 @@ static int heavier_first(const void *a, const void *b)
     return x->scene < y->scene ? -1 : x->scene > y->scene;
 }
 
-/* The session of attention a (created on first use). */
-static enum qc_status session(struct tune_predictor *p, enum qc_attention_impl a,
+/* The session of attention a and precision q (created on first use). */
+static enum qc_status session(struct tune_predictor *p, enum qc_attention_impl a, int q,
                               struct qc_train_planner **out)
 {
-    if (!p->session[a]) {
+    QC_ASSERT((unsigned)a < 2 && (unsigned)q < QC_PREC_COUNT,
+              "tune: attention %d, precision %d out of range", (int)a, q);
+    if (!p->session[a][q]) {
         struct qc_config c = p->cfg;
         c.attention = a;
-        QC_TRY(qc_train_planner_create(&c, p->data, p->ndata, NULL, &p->session[a]));
+        c.precision = q;
+        QC_TRY(qc_train_planner_create(&c, p->data, p->ndata, NULL, &p->session[a][q]));
     }
-    *out = p->session[a];
+    *out = p->session[a][q];
     return QC_OK;
 }
 
@@ -50,7 +53,7 @@ enum qc_status tune_predictor_init(struct tune_predictor *p, const struct qc_con
     p->budget = budget;
     p->ranks = cfg->world_size > 0 ? cfg->world_size : 1;
     struct qc_train_planner *pl = NULL;
-    QC_TRY(session(p, cfg->attention, &pl));
+    QC_TRY(session(p, cfg->attention, cfg->precision, &pl));
     /* the scenes weighed: every one up to tail_scenes, else evenly spread */
     const int64_t total = ndata > 0 ? qc_train_planner_scenes(pl) : cfg->synthetic_scenes;
     const int64_t n = total < tail_scenes ? total : tail_scenes;
@@ -87,7 +90,8 @@ enum qc_status tune_predictor_init(struct tune_predictor *p, const struct qc_con
 void tune_predictor_deinit(struct tune_predictor *p)
 {
     for (int a = 0; a < 2; a++)
-        qc_train_planner_destroy(p->session[a]);
+        for (int q = 0; q < QC_PREC_COUNT; q++)
+            qc_train_planner_destroy(p->session[a][q]);
     free(p->order);
     memset(p, 0, sizeof *p);
 }
@@ -95,8 +99,9 @@ void tune_predictor_deinit(struct tune_predictor *p)
 void tune_predictor_use_cost(struct tune_predictor *p, const struct qc_plan_cost *c)
 {
     for (int a = 0; a < 2; a++)
-        if (p->session[a])
-            qc_train_planner_use_cost(p->session[a], c);
+        for (int q = 0; q < QC_PREC_COUNT; q++)
+            if (p->session[a][q])
+                qc_train_planner_use_cost(p->session[a][q], c);
     p->cost = c;
 }
 
@@ -129,7 +134,7 @@ static void plan_params(const struct tune_predictor *p, const struct qc_tune_set
 enum qc_status tune_predict(struct tune_predictor *p, struct qc_tune_candidate *c)
 {
     struct qc_train_planner *pl = NULL;
-    QC_TRY(session(p, c->set.attention, &pl));
+    QC_TRY(session(p, c->set.attention, c->set.precision, &pl));
     if (p->cost)
         qc_train_planner_use_cost(pl, p->cost);
     const int64_t B = c->set.batch_size;
@@ -157,6 +162,7 @@ enum qc_status tune_predict(struct tune_predictor *p, struct qc_tune_candidate *
         h = fnv(h, heavy.policy, (size_t)heavy.nblocks);
         h = fnv(h, &c->set.batch_size, sizeof c->set.batch_size);
         h = fnv(h, &c->set.attention, sizeof c->set.attention);
+        h = fnv(h, &c->set.precision, sizeof c->set.precision);
         if (c->offload_bytes > 0)
             h = fnv(h, &heavy.window, sizeof heavy.window);
         c->plan_hash = h;
@@ -172,9 +178,12 @@ enum qc_status tune_predict(struct tune_predictor *p, struct qc_tune_candidate *
 enum qc_status tune_min_budget(struct tune_predictor *p, uint64_t *out)
 {
     uint64_t best = UINT64_MAX;
-    for (int a = 0; a < 2; a++) {
+    for (int k = 0; k < 2 * QC_PREC_COUNT; k++) {
+        const int a = k % 2, q = k / 2;
+        if (q != p->cfg.precision && !p->allow_precision)
+            continue;
         struct qc_train_planner *pl = NULL;
-        QC_TRY(session(p, (enum qc_attention_impl)a, &pl));
+        QC_TRY(session(p, (enum qc_attention_impl)a, q, &pl));
         struct qc_plan_params par;
         qc_train_plan_params(&p->cfg, &par);
         par.mode = QC_PLAN_MODE_AUTO;

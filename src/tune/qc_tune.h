@@ -4,8 +4,9 @@
  * invariants).
  *
  *   space     the settings tried (struct qc_tune_settings): micro-batch × accumulation for the
- *             global batch, plan margin, policy limit (plan.policy), prefetch window, attention;
- *             measured only: loader threads, NVMe queue depth and block size
+ *             global batch, plan margin, policy limit (plan.policy), prefetch window, attention,
+ *             precision (only when allowed: it changes results); measured only: loader
+ *             threads, NVMe queue depth and block size
  *   predict   every point planned on the heavy tail of the data (the B heaviest scenes) under
  *             the budget: fits or pruned; speed from a typical batch's predicted step
  *   measure   the best predicted few, a few real training steps each; the run's calibrated
@@ -36,6 +37,8 @@ struct qc_tune_settings {
     enum qc_plan_policy policy;       /* plan.policy */
     uint64_t prefetch_window;         /* offload.prefetch_window */
     enum qc_attention_impl attention; /* model.attention */
+    int precision;                    /* train.precision (enum qc_precision); varies only with
+                                         qc_tune_opts.allow_precision */
     int64_t loader_threads;           /* data.loader_threads (measured only) */
     int64_t queue_depth;              /* offload.queue_depth (measured only) */
     uint64_t block_size;              /* offload.block_size (measured only) */
@@ -103,6 +106,7 @@ struct qc_tune_opts {
     uint64_t budget;            /* device bytes (> 0) */
     int64_t global_batch;       /* scenes per optimizer step, all ranks (> 0) */
     bool dry_run;               /* predict only */
+    bool allow_precision;       /* also search train.precision (fp32, bf16, fp16) */
     double time_limit_s;        /* measurement stops starting new runs past it (> 0) */
     int64_t max_measured;       /* predicted candidates measured (3); variants come after */
     int64_t tail_scenes;        /* scenes weighed for the heavy tail (32) */

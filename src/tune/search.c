@@ -112,9 +112,10 @@ static enum qc_status measure(struct search *s, int64_t k)
     struct qc_config cfg = s->pred.cfg;
     qc_tune_settings_apply(&c->set, &cfg);
     char what[160];
-    snprintf(what, sizeof what, "run %lld: batch %lld x %lld, %s", (long long)s->runs + 1,
+    snprintf(what, sizeof what, "run %lld: batch %lld x %lld, %s, %s", (long long)s->runs + 1,
              (long long)c->set.batch_size, (long long)c->set.grad_accum,
-             c->set.attention == QC_ATTENTION_FUSED ? "fused" : "unfused");
+             c->set.attention == QC_ATTENTION_FUSED ? "fused" : "unfused",
+             qc_precision_str((enum qc_precision)c->set.precision));
     progress(s, what);
     bool written = false;
     c->predicted_at_run_s = c->step_s;
@@ -222,7 +223,9 @@ static enum qc_status search_run(struct search *s, struct qc_tune_result *r)
     const struct qc_tune_opts *o = s->o;
     progress(s, "weighing scenes");
     QC_TRY(tune_predictor_init(&s->pred, o->cfg, o->data, o->ndata, o->budget, o->tail_scenes));
-    QC_TRY(tune_space(&s->pred.cfg, o->global_batch, s->pred.ranks, &s->cand, &s->n));
+    s->pred.allow_precision = o->allow_precision;
+    QC_TRY(tune_space(&s->pred.cfg, o->global_batch, s->pred.ranks, o->allow_precision, &s->cand,
+                      &s->n));
     s->cap = s->n;
     progress(s, "predicting");
     QC_TRY(predict_all(s));

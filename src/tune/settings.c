@@ -19,6 +19,7 @@ void qc_tune_settings_of(const struct qc_config *cfg, struct qc_tune_settings *s
     s->policy = cfg->plan_policy;
     s->prefetch_window = cfg->offload_prefetch_window;
     s->attention = cfg->attention;
+    s->precision = cfg->precision;
     s->loader_threads = cfg->loader_threads;
     s->queue_depth = cfg->offload_queue_depth;
     s->block_size = cfg->offload_block_size;
@@ -32,6 +33,7 @@ void qc_tune_settings_apply(const struct qc_tune_settings *s, struct qc_config *
     cfg->plan_policy = s->policy;
     cfg->offload_prefetch_window = s->prefetch_window;
     cfg->attention = s->attention;
+    cfg->precision = s->precision;
     cfg->loader_threads = s->loader_threads;
     cfg->offload_queue_depth = s->queue_depth;
     cfg->offload_block_size = s->block_size;
@@ -55,7 +57,7 @@ static void add_f64(double *vals, int *n, double v)
 }
 
 enum qc_status tune_space(const struct qc_config *cfg, int64_t G, int64_t ranks,
-                          struct qc_tune_candidate **out, int64_t *n)
+                          bool allow_precision, struct qc_tune_candidate **out, int64_t *n)
 {
     if (G < 1 || ranks < 1 || G % ranks != 0)
         return qc_errorf(QC_ERR_INVALID,
@@ -83,35 +85,42 @@ enum qc_status tune_space(const struct qc_config *cfg, int64_t G, int64_t ranks,
     const enum qc_attention_impl att[2] = {cfg->attention, cfg->attention == QC_ATTENTION_FUSED
                                                                ? QC_ATTENTION_UNFUSED
                                                                : QC_ATTENTION_FUSED};
+    uint64_t precs[QC_PREC_COUNT];
+    int nprec = 0;
+    add_u64(precs, &nprec, (uint64_t)cfg->precision);
+    for (uint64_t v = 0; allow_precision && v < QC_PREC_COUNT; v++)
+        add_u64(precs, &nprec, v);
     int64_t cap = 0;
     for (int64_t b = 1; b <= per_rank; b++)
         cap += per_rank % b == 0;
-    cap *= 2 * np * nm * nw;
+    cap *= 2 * nprec * np * nm * nw;
     struct qc_tune_candidate *c = calloc((size_t)cap, sizeof *c);
     if (!c)
         return qc_errorf(QC_ERR_NOMEM, "tune: %lld candidates", (long long)cap);
     int64_t k = 0;
-    for (int a = 0; a < 2; a++)
-        for (int64_t b = per_rank; b >= 1; b--) {
-            if (per_rank % b != 0)
-                continue;
-            for (int p = 0; p < np; p++)
-                for (int m = 0; m < nm; m++)
-                    for (int w = 0; w < nw; w++) {
-                        const enum qc_plan_policy pol = (enum qc_plan_policy)policies[p];
-                        /* the window matters only where stashes may be offloaded */
-                        if (w > 0 && (pol == QC_PLAN_KEEP || pol == QC_PLAN_RECOMPUTE))
-                            continue;
-                        struct qc_tune_candidate *x = &c[k++];
-                        qc_tune_settings_of(cfg, &x->set);
-                        x->set.attention = att[a];
-                        x->set.batch_size = b;
-                        x->set.grad_accum = per_rank / b;
-                        x->set.policy = pol;
-                        x->set.margin = margins[m];
-                        x->set.prefetch_window = windows[w];
-                    }
-        }
+    for (int q = 0; q < nprec; q++)
+        for (int a = 0; a < 2; a++)
+            for (int64_t b = per_rank; b >= 1; b--) {
+                if (per_rank % b != 0)
+                    continue;
+                for (int p = 0; p < np; p++)
+                    for (int m = 0; m < nm; m++)
+                        for (int w = 0; w < nw; w++) {
+                            const enum qc_plan_policy pol = (enum qc_plan_policy)policies[p];
+                            /* the window matters only where stashes may be offloaded */
+                            if (w > 0 && (pol == QC_PLAN_KEEP || pol == QC_PLAN_RECOMPUTE))
+                                continue;
+                            struct qc_tune_candidate *x = &c[k++];
+                            qc_tune_settings_of(cfg, &x->set);
+                            x->set.attention = att[a];
+                            x->set.batch_size = b;
+                            x->set.grad_accum = per_rank / b;
+                            x->set.policy = pol;
+                            x->set.margin = margins[m];
+                            x->set.prefetch_window = windows[w];
+                            x->set.precision = (int)precs[q];
+                        }
+            }
     *out = c;
     *n = k;
     return QC_OK;

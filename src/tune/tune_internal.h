@@ -5,16 +5,20 @@
 #ifndef QC_TUNE_TUNE_INTERNAL_H
 #define QC_TUNE_TUNE_INTERNAL_H
 
+#include "qc_half.h"
 #include "qc_tune.h"
 
 struct qc_plan_cost;
 struct qc_train_planner;
 
-/* The planner sessions of one search: one per attention implementation (the dry model
- * depends on it), the scenes weighed, heaviest first, and the cost model in force. */
+/* The planner sessions of one search: one per attention implementation and precision (the
+ * dry model depends on both), the scenes weighed, heaviest first, and the cost model in
+ * force. */
 struct tune_predictor {
-    struct qc_config cfg;                /* the base, budget and mixed scenes applied */
-    struct qc_train_planner *session[2]; /* per enum qc_attention_impl; NULL until used */
+    struct qc_config cfg; /* the base, budget and mixed scenes applied */
+    struct qc_train_planner *session[2][QC_PREC_COUNT]; /* per enum qc_attention_impl and
+                                                           enum qc_precision; NULL until used */
+    bool allow_precision;                               /* tune_min_budget tries every precision */
     const char *const *data;
     int ndata;
     int64_t *order; /* the weighed scenes' indices, heaviest first (ties: lower index) */
@@ -24,8 +28,8 @@ struct tune_predictor {
     const struct qc_plan_cost *cost; /* in force (NULL: built-in), borrowed */
 };
 
-/* Opens the session of cfg's attention and weighs up to tail_scenes scenes (each planned
- * alone, kept whole: its bytes above the fixed ones). */
+/* Opens the session of cfg's attention and precision and weighs up to tail_scenes scenes (each
+ * planned alone, kept whole: its bytes above the fixed ones). */
 enum qc_status tune_predictor_init(struct tune_predictor *p, const struct qc_config *cfg,
                                    const char *const *data, int ndata, uint64_t budget,
                                    int64_t tail_scenes);
@@ -37,13 +41,13 @@ void tune_predictor_use_cost(struct tune_predictor *p, const struct qc_plan_cost
  * MEASURED and SAME stay). */
 enum qc_status tune_predict(struct tune_predictor *p, struct qc_tune_candidate *c);
 /* The least budget under which a batch of the heaviest scene alone fits (the planner's
- * smallest plan, either attention), rounded up to a MiB. */
+ * smallest plan, either attention, any precision of the space), rounded up to a MiB. */
 enum qc_status tune_min_budget(struct tune_predictor *p, uint64_t *out);
 
 /* The search space of cfg for global batch G (README.md "The space"): candidates in
  * enumeration order (malloc'd; *n). Only the predicted keys vary; measured-only keys keep
  * cfg's values. */
 enum qc_status tune_space(const struct qc_config *cfg, int64_t G, int64_t ranks,
-                          struct qc_tune_candidate **out, int64_t *n);
+                          bool allow_precision, struct qc_tune_candidate **out, int64_t *n);
 
 #endif /* QC_TUNE_TUNE_INTERNAL_H */
