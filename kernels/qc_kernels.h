@@ -101,6 +101,13 @@ struct qc_adamw_hparams {
 int qc_kernels_cpu_blas_threads(void);
 void qc_kernels_cpu_set_blas_threads(int n);
 
+/* The host ops' threads: OpenMP's and OpenBLAS's count both set to n (train.cpu_threads);
+ * n = 0 restores the counts the process had at its first call (OMP_NUM_THREADS and
+ * OPENBLAS_NUM_THREADS, else every core). Results are bit-reproducible for a given count; the
+ * tiled FE and fused attention backwards sum one gradient lane per thread (cpu/cpu_internal.h),
+ * so another count changes the last bits of those gradients. Call it outside parallel regions. */
+void qc_kernels_cpu_set_threads(int n);
+
 /* ---- geometry helpers (QCNET.md §3.0): forward only, exact fp32 order -------------------- */
 
 /* wrap_angle(a) = -π_f + rem(a + π_f, 2π_f), rem = PyTorch remainder (sign of the divisor).

@@ -27,8 +27,9 @@ static const char tune_usage[] =
     "[--json] [--dry-run] [--allow-precision]";
 static const char tune_summary[] =
     "Writes the fastest preset that fits a memory budget: searches micro-batch x accumulation "
-    "for the global batch, plan margin and policy, prefetch window, attention, loader threads "
-    "(and NVMe queue depth and block size when the plan uses NVMe); prunes with the planner's "
+    "for the global batch, plan margin and policy, prefetch window, attention, loader and compute "
+    "threads (and NVMe queue depth and block size when the plan uses NVMe); prunes with the "
+    "planner's "
     "predictions on the heaviest scenes (nothing predicted over the budget is run), measures "
     "the best few with a few training steps each (on --data, or generated mixed scenes), and "
     "writes a preset inheriting BASE (default qcnet-av2) that sets only what differs. "
@@ -103,11 +104,11 @@ static void print_row(FILE *out, const struct qc_tune_result *r, int64_t i)
     qc_format_bytes(c->set.prefetch_window, win, sizeof win);
     fprintf(out,
             "%c%4" PRId64 " %5" PRId64 " %5" PRId64 " %-8s %-4s %-9s %5.2f %-10s %7" PRId64
-            " %10s %9.4f",
+            " %7" PRId64 " %10s %9.4f",
             i == r->best ? '*' : ' ', i, c->set.batch_size, c->set.grad_accum,
             attention_str(c->set.attention), qc_precision_str((enum qc_precision)c->set.precision),
-            policy_str(c->set.policy), c->set.margin, win, c->set.loader_threads, pk,
-            c->samples_per_s);
+            policy_str(c->set.policy), c->set.margin, win, c->set.loader_threads,
+            c->set.cpu_threads, pk, c->samples_per_s);
     if (c->state == QC_TUNE_MEASURED) {
         qc_format_bytes(c->m.peak_bytes, mp, sizeof mp);
         fprintf(out, " %9.4f %10s %7" PRId64 "%s%s\n", c->measured_sps, mp, c->m.replans,
@@ -129,9 +130,9 @@ static void print_text(FILE *out, const struct qc_tune_result *r, const char *de
             "%" PRId64 " candidates: %" PRId64 " predicted over the budget (never run), %" PRId64
             " measured, in %s%s\n\n",
             r->ncand, pruned, r->runs, el, r->stopped ? " (stopped early)" : "");
-    fprintf(out, "%5s %5s %5s %-8s %-4s %-9s %5s %-10s %7s %10s %9s %9s %10s %7s\n", "#", "batch",
-            "accum", "attn", "prec", "policy", "margn", "window", "loaders", "pred peak",
-            "pred sps", "meas sps", "meas peak", "replans");
+    fprintf(out, "%5s %5s %5s %-8s %-4s %-9s %5s %-10s %7s %7s %10s %9s %9s %10s %7s\n", "#",
+            "batch", "accum", "attn", "prec", "policy", "margn", "window", "loaders", "threads",
+            "pred peak", "pred sps", "meas sps", "meas peak", "replans");
     for (int64_t k = 1; k <= r->runs; k++)
         for (int64_t i = 0; i < r->ncand; i++)
             if (r->cand[i].state == QC_TUNE_MEASURED && r->cand[i].order == k)
@@ -176,6 +177,7 @@ static cJSON *candidate_json(const struct qc_tune_result *r, int64_t i)
     cJSON_AddNumberToObject(o, "margin", c->set.margin);
     cJSON_AddNumberToObject(o, "prefetch_window", (double)c->set.prefetch_window);
     cJSON_AddNumberToObject(o, "loader_threads", (double)c->set.loader_threads);
+    cJSON_AddNumberToObject(o, "cpu_threads", (double)c->set.cpu_threads);
     cJSON_AddNumberToObject(o, "queue_depth", (double)c->set.queue_depth);
     cJSON_AddNumberToObject(o, "block_size", (double)c->set.block_size);
     cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)c->peak);

@@ -13,6 +13,7 @@
  * minADE on held-out scenes improves clearly over the untrained model.
  */
 #include <errno.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 
 #include "qc_batch.h"
 #include "qc_config.h"
+#include "qc_kernels.h"
 #include "qc_loader.h"
 #include "qc_qcnet.h"
 #include "qc_qcshard.h"
@@ -687,6 +689,34 @@ static void test_training(void)
 
 // ---- gradient accumulation ---------------------------------------------------------------------
 
+static void test_threads(void)
+{
+    QC_TEST ("train.cpu_threads sets the host ops' OpenMP and OpenBLAS threads; 0 restores the "
+             "process's") {
+        const int omp0 = omp_get_max_threads(), blas0 = qc_kernels_cpu_blas_threads();
+        const int64_t want[3] = {1, 3, 0};
+        for (int k = 0; k < 3; k++) {
+            struct qc_config cfg;
+            tiny_config(&cfg);
+            cfg.cpu_threads = want[k];
+            char dir[512];
+            char name[32];
+            snprintf(name, sizeof name, "threads-%d", k);
+            tmp_dir(dir, sizeof dir, name);
+            const struct qc_train_opts to = {.cfg = &cfg, .out_dir = dir, .quiet = true};
+            struct qc_trainer *t = NULL;
+            T_EXPECT(qc_trainer_create(&to, &t) == QC_OK, "%s", qc_error_last());
+            const int omp = omp_get_max_threads(), blas = qc_kernels_cpu_blas_threads();
+            qc_trainer_destroy(t);
+            const int e_omp = want[k] ? (int)want[k] : omp0,
+                      e_blas = want[k] ? (int)want[k] : blas0;
+            T_EXPECT(omp == e_omp && blas == e_blas,
+                     "cpu_threads %lld: OpenMP %d (want %d), OpenBLAS %d (want %d)",
+                     (long long)want[k], omp, e_omp, blas, e_blas);
+        }
+    }
+}
+
 static void test_accum(void)
 {
     QC_TEST ("train: a step of 2 groups takes the mean of the group losses and gradients") {
@@ -881,6 +911,7 @@ int main(int argc, char **argv)
         test_adamw_parity();
         test_metrics();
         test_training();
+        test_threads();
         test_accum();
         test_eval();
     }

@@ -108,9 +108,10 @@ static const cJSON *dumped(const cJSON *j, const char *key)
 static bool tuned_key(const char *k)
 {
     static const char *const keys[] = {
-        "train.batch_size",    "train.grad_accum",    "train.global_batch",      "device.budget",
-        "plan.margin",         "plan.policy",         "offload.prefetch_window", "model.attention",
-        "data.loader_threads", "offload.queue_depth", "offload.block_size"};
+        "train.batch_size",        "train.grad_accum",   "train.global_batch",
+        "device.budget",           "plan.margin",        "plan.policy",
+        "offload.prefetch_window", "model.attention",    "data.loader_threads",
+        "offload.queue_depth",     "offload.block_size", "train.cpu_threads"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strcmp(k, keys[i]) == 0)
             return true;
@@ -278,7 +279,7 @@ static enum qc_status run_fake(struct fake *f, uint64_t b, bool dry, struct qc_t
  * depth or block size changed from the base's). */
 static bool is_space_point(const struct qc_tune_settings *s, const struct qc_config *base)
 {
-    return s->loader_threads == base->loader_threads &&
+    return s->loader_threads == base->loader_threads && s->cpu_threads == base->cpu_threads &&
            s->queue_depth == base->offload_queue_depth && s->block_size == base->offload_block_size;
 }
 
@@ -353,6 +354,12 @@ static void test_search(void)
             if (r1.cand[i].state == QC_TUNE_MEASURED && r1.cand[i].measured_sps > fastest)
                 fastest = r1.cand[i].measured_sps;
         T_EXPECT(r1.best >= 0 && r1.cand[r1.best].measured_sps == fastest, "the fastest measured");
+        /* the compute threads are tried on the fastest: 1 thread, besides every core (0) */
+        bool ran_one_thread = false;
+        for (int64_t k = 0; k < f1.calls && k < 64; k++)
+            ran_one_thread |= f1.ran[k].cpu_threads == 1;
+        T_EXPECT(ran_one_thread || sysconf(_SC_NPROCESSORS_ONLN) < 2,
+                 "a run with train.cpu_threads=1");
         /* measurements favouring small micro-batches move the choice there */
         T_EXPECT(run_fake(&f3, budget, false, &r3) == QC_OK, "%s", qc_error_last());
         int64_t smallest = INT64_MAX;

@@ -162,6 +162,9 @@ static const struct qc_config_option options[] = {
                "scaling; weights, gradients and AdamW moments stay fp32"),
     OPT_INT("train.loss_scale_window", loss_scale_window, "2000", 1, BIG_COUNT, "steps",
             "train.precision=fp16: good steps in a row before the loss scale doubles"),
+    OPT_INT("train.cpu_threads", cpu_threads, "0", 0, 1024, "",
+            "OpenMP and OpenBLAS threads of the host ops; 0 = OMP_NUM_THREADS, else all cores "
+            "(a speed setting: runs with the same count give the same bits)"),
 
     /* data.* */
     OPT_CHOICE("data.synthetic_profile", synthetic_profile, "typical", scene_profile_names,

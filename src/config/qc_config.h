@@ -85,6 +85,7 @@ struct qc_config {
     int64_t max_skipped;             /* skip: steps skipped in a row before stopping, 10 */
     int precision;                   /* enum qc_precision (kernels/qc_half.h): fp32 | bf16 | fp16 */
     int64_t loss_scale_window;       /* fp16: good steps before the loss scale doubles, 2000 */
+    int64_t cpu_threads;             /* host ops' OpenMP + OpenBLAS threads; 0 = the process's */
 
     /* data.* */
     enum qc_scene_profile synthetic_profile; /* typical | dense | mixed */

@@ -42,6 +42,7 @@
 #include "train_internal.h"
 
 #include "qc_half.h"
+#include "qc_kernels.h"
 
 #define LOSS_SCALE_INIT 65536.0    /* 2^16, fp16's first loss scale */
 #define LOSS_SCALE_MAX  16777216.0 /* 2^24 */
@@ -258,6 +259,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     if (!t)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     t->cfg = *opts->cfg;
+    qc_kernels_cpu_set_threads((int)t->cfg.cpu_threads); /* 0: the process's own counts */
     t->quiet = opts->quiet;
     t->out = opts->progress_out ? opts->progress_out : stderr;
     t->G = t->cfg.grad_accum > 0 ? t->cfg.grad_accum : 1;

@@ -6,7 +6,7 @@
  *   space     the settings tried (struct qc_tune_settings): micro-batch × accumulation for the
  *             global batch, plan margin, policy limit (plan.policy), prefetch window, attention,
  *             precision (only when allowed: it changes results); measured only: loader
- *             threads, NVMe queue depth and block size
+ *             and compute threads, NVMe queue depth and block size
  *   predict   every point planned on the heavy tail of the data (the B heaviest scenes) under
  *             the budget: fits or pruned; speed from a typical batch's predicted step
  *   measure   the best predicted few, a few real training steps each; the run's calibrated
@@ -40,6 +40,7 @@ struct qc_tune_settings {
     int precision;                    /* train.precision (enum qc_precision); varies only with
                                          qc_tune_opts.allow_precision */
     int64_t loader_threads;           /* data.loader_threads (measured only) */
+    int64_t cpu_threads;              /* train.cpu_threads (measured only) */
     int64_t queue_depth;              /* offload.queue_depth (measured only) */
     uint64_t block_size;              /* offload.block_size (measured only) */
 };

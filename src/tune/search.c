@@ -179,20 +179,25 @@ static enum qc_status add_variant(struct search *s, int64_t k, const struct qc_t
     return QC_OK;
 }
 
-/* The measured-only keys, tried on the fastest measured candidate: loader threads (0 = every
- * core, 1, 2, 4, ... below the core count), and with NVMe traffic the queue depth and block
- * size. */
+/* The measured-only keys, tried on the fastest measured candidate: loader threads and compute
+ * threads (each 0 = every core, 1, 2, 4, ... below the core count), and with NVMe traffic the
+ * queue depth and block size. */
 static enum qc_status variants(struct search *s, uint64_t budget, bool *stopped)
 {
     const int64_t best = best_measured(s->cand, s->n, budget);
     if (best < 0)
         return QC_OK;
-    struct qc_tune_settings sets[16];
+    struct qc_tune_settings sets[24];
     int ns = 0;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (int64_t t = 0; t < cores && ns < 8; t = t ? t * 2 : 1) {
         sets[ns] = s->cand[best].set;
         sets[ns].loader_threads = t;
+        ns++;
+    }
+    for (int64_t t = 0, n0 = ns; t < cores && ns < n0 + 8; t = t ? t * 2 : 1) {
+        sets[ns] = s->cand[best].set;
+        sets[ns].cpu_threads = t;
         ns++;
     }
     if (s->cand[best].nvme_bytes > 0) {

@@ -21,6 +21,7 @@ void qc_tune_settings_of(const struct qc_config *cfg, struct qc_tune_settings *s
     s->attention = cfg->attention;
     s->precision = cfg->precision;
     s->loader_threads = cfg->loader_threads;
+    s->cpu_threads = cfg->cpu_threads;
     s->queue_depth = cfg->offload_queue_depth;
     s->block_size = cfg->offload_block_size;
 }
@@ -35,6 +36,7 @@ void qc_tune_settings_apply(const struct qc_tune_settings *s, struct qc_config *
     cfg->attention = s->attention;
     cfg->precision = s->precision;
     cfg->loader_threads = s->loader_threads;
+    cfg->cpu_threads = s->cpu_threads;
     cfg->offload_queue_depth = s->queue_depth;
     cfg->offload_block_size = s->block_size;
 }
