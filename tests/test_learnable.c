@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_testlib.h"
 #include "qc_batch.h"
 #include "qc_config.h"
 #include "qc_qcnet.h"
@@ -256,20 +257,10 @@ static void test_baseline(void)
 /* The cpu-smoke preset with small radii and time spans (as test_train's tiny model). */
 static void small_config(struct qc_config *cfg)
 {
-    qc_config_defaults(cfg);
-    const enum qc_status st = qc_config_apply_preset(cfg, "cpu-smoke");
-    if (st != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->save_every = 0;
     cfg->loader_threads = 2;
     cfg->prefetch_batches = 2;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
 }
 
 static void test_eval_reports(void)

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_testlib.h"
 #include "qc_alloc.h"
 #include "qc_config.h"
 #include "qc_memreport.h"
@@ -183,9 +184,7 @@ static void test_format(const char *dir)
 
 static void tiny_config(struct qc_config *cfg)
 {
-    qc_config_defaults(cfg);
-    if (qc_config_apply_preset(cfg, "cpu-smoke") != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->batch_size = 1;
     cfg->grad_accum = 1;
     cfg->synthetic_scenes = 3;
@@ -193,13 +192,6 @@ static void tiny_config(struct qc_config *cfg)
     cfg->save_every = 1;
     cfg->loader_threads = 1;
     cfg->prefetch_batches = 1;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
 }
 
 static void test_training(const char *root)

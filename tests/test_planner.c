@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "config_testlib.h"
 #include "proc_testlib.h"
 #include "qc_config.h"
 #include "qc_plan.h"
@@ -33,9 +34,7 @@ static const char qctrain[] = QC_BINARY_DIR "/qctrain";
 /* cpu-smoke with small radii: a step of one scene in about a second. */
 static void small_config(struct qc_config *cfg)
 {
-    qc_config_defaults(cfg);
-    if (qc_config_apply_preset(cfg, "cpu-smoke") != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->batch_size = 1;
     cfg->grad_accum = 1;
     cfg->synthetic_scenes = 4;
@@ -43,13 +42,6 @@ static void small_config(struct qc_config *cfg)
     cfg->save_every = 0;
     cfg->loader_threads = 1;
     cfg->alloc_trace = false;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
     cfg->offload_host_capacity = (uint64_t)512 << 20;
 }
 

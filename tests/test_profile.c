@@ -21,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "config_testlib.h"
 #include "qc_config.h"
 #include "qc_prof.h"
 #include "qc_profile.h"
@@ -32,22 +33,13 @@ static char tmp_root[256];
 
 static void tiny_config(struct qc_config *cfg, enum qc_attention_impl attn)
 {
-    qc_config_defaults(cfg);
-    if (qc_config_apply_preset(cfg, "cpu-smoke") != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->batch_size = 2;
     cfg->grad_accum = 1;
     cfg->synthetic_scenes = 4;
     cfg->steps = 2;
     cfg->save_every = 0;
     cfg->attention = attn;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
 }
 
 /* Runs cfg->steps steps (each a "step" phase span when profiling) in a fresh folder; copies the

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_testlib.h"
 #include "qc_batch.h"
 #include "qc_config.h"
 #include "qc_kernels.h"
@@ -51,10 +52,7 @@ static void tmp_dir(char *out, size_t n, const char *name)
  * radii. */
 static void tiny_config(struct qc_config *cfg)
 {
-    qc_config_defaults(cfg);
-    enum qc_status st = qc_config_apply_preset(cfg, "cpu-smoke");
-    if (st != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->batch_size = 1;
     cfg->grad_accum = 2;
     cfg->synthetic_scenes = 3;
@@ -64,13 +62,6 @@ static void tiny_config(struct qc_config *cfg)
     cfg->loader_threads = 2;
     cfg->prefetch_batches = 2;
     /* small radii and time spans: far fewer edges, the same code paths */
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
 }
 
 struct run_out {

@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config_testlib.h"
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_train.h"
@@ -48,10 +49,7 @@ static void tmp_dir(char *out, size_t n, const char *name)
  * per step, 3 synthetic scenes per epoch, small radii; STEPS steps. */
 static void tiny_config(struct qc_config *cfg, enum qc_config_device dev, bool fused)
 {
-    qc_config_defaults(cfg);
-    enum qc_status st = qc_config_apply_preset(cfg, "cpu-smoke");
-    if (st != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->batch_size = 1;
     cfg->grad_accum = 2;
     cfg->synthetic_scenes = 3;
@@ -60,13 +58,6 @@ static void tiny_config(struct qc_config *cfg, enum qc_config_device dev, bool f
     cfg->save_every = 0;
     cfg->loader_threads = 2;
     cfg->prefetch_batches = 2;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
     cfg->alloc_trace = false;
     cfg->attention = fused ? QC_ATTENTION_FUSED : QC_ATTENTION_UNFUSED;
     cfg->device_kind = dev;

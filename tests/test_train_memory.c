@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_testlib.h"
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_memctx.h"
@@ -55,9 +56,7 @@ static void tmp_dir(char *out, size_t n, const char *name)
  * 1 group per step, 6 synthetic scenes per epoch, 3 steps. */
 static void tiny_config(struct qc_config *cfg, int64_t device, bool fused, int64_t batch)
 {
-    qc_config_defaults(cfg);
-    if (qc_config_apply_preset(cfg, "cpu-smoke") != QC_OK)
-        T_FATAL("preset cpu-smoke: %s", qc_error_last());
+    t_small_smoke_config(cfg);
     cfg->device_kind = device;
     cfg->attention = fused ? QC_ATTENTION_FUSED : QC_ATTENTION_UNFUSED;
     cfg->batch_size = batch;
@@ -67,13 +66,6 @@ static void tiny_config(struct qc_config *cfg, int64_t device, bool fused, int64
     cfg->save_every = 0;
     cfg->loader_threads = 1;
     cfg->prefetch_batches = 2;
-    cfg->pl2pl_radius = 30;
-    cfg->pl2a_radius = 15;
-    cfg->a2a_radius = 15;
-    cfg->pl2m_radius = 30;
-    cfg->a2m_radius = 30;
-    cfg->time_span = 3;
-    cfg->num_t2m_steps = 6;
     cfg->offload_host_capacity = (uint64_t)512 << 20;
     cfg->offload_nvme_capacity = (uint64_t)512 << 20;
     cfg->offload_block_size = (uint64_t)64 << 10;
