@@ -88,7 +88,7 @@ struct fused_cuda {
     struct qc_attn_fused_cuda_layer l;
     struct qc_attn_fused_cuda_fe fe;
     struct qc_attn_fused_cuda_edges ed;
-    struct qc_attn_fused_cuda_tiles tiles;
+    struct qc_attn_fused_tiles tiles;
 };
 
 static void fused_cuda_make(struct fused_cuda *c, const struct qc_attn_fused_layer *l,
@@ -136,7 +136,7 @@ static void fused_cuda_make(struct fused_cuda *c, const struct qc_attn_fused_lay
         c->fe.dw = backward ? fe->dw : NULL;
     }
     const struct qc_attn_fused_tiles *t = ed->tiles;
-    c->tiles = (struct qc_attn_fused_cuda_tiles){t->ntile, t->b0, t->e0, t->cap, t->max_deg};
+    c->tiles = *t;
     c->ed.n_src = ed->n_src;
     c->ed.n_dst = ed->n_dst;
     c->ed.n_bdst = ed->n_bdst;

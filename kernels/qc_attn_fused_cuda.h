@@ -15,7 +15,7 @@
  * to_k_r, to_v_r, attn_prenorm_r, the FourierEmbedding and the categorical table.
  *
  * Memory: O(tile × D), never O(E × D). Base destinations are cut into tiles of whole CSR rows
- * holding at least tile_edges base edges (the CPU's rule, qc_attn_fused_cuda_tiles_init). For
+ * holding at least tile_edges base edges (the CPU's rule, qc_attn_fused_tiles_init). For
  * a tile, r, r̂, k̃, ṽ and the FE intermediates are computed into the caller's scratch (sized by
  * qc_attn_fused_cuda_scratch_numel from the largest tile), GEMMs through cuBLAS; they serve all
  * Q queries of the tile's base destinations and are dropped when the next tile starts. Backward
@@ -46,7 +46,8 @@
 
 #include <cuda_runtime.h> /* cudaStream_t */
 
-#include "qc_kernels.h" /* struct qc_csr, struct qc_dropout */
+#include "qc_attn_fused.h" /* struct qc_attn_fused_tiles */
+#include "qc_kernels.h"    /* struct qc_csr, struct qc_dropout */
 #include "qc_status.h"
 
 #ifdef __cplusplus
@@ -59,27 +60,9 @@ extern "C" {
 
 /* ---- tiles (host plan) ------------------------------------------------------------------ */
 
-/* Tiles of whole base-destination rows: tile t covers base destinations [b0[t], b0[t+1]) and
- * base edges [e0[t], e0[t+1]) with e0[t] = row_ptr[b0[t]]. Every tile but the last holds at
- * least tile_edges edges (a row is never split); the same rule as the CPU fused path, so equal
- * tile_edges give equal tiles. Invariants: b0[0] = 0, b0[ntile] = n_bdst, e0[ntile] = E,
- * cap = max_t (e0[t+1] − e0[t]), max_deg = the largest row. */
-struct qc_attn_fused_cuda_tiles {
-    int64_t ntile;   /* tiles (0 when n_bdst = 0) */
-    int64_t *b0;     /* host (ntile+1) first base destination of each tile */
-    int64_t *e0;     /* host (ntile+1) first base edge of each tile */
-    int64_t cap;     /* most base edges in one tile: sizes the scratch */
-    int64_t max_deg; /* most base edges of one base destination */
-};
-
-/* Plans the tiles from a HOST copy of the CSR (row_ptr (n_bdst+1), checked monotone).
- * tile_edges < 1 counts as 1. QC_ERR_NOMEM, QC_ERR_INVALID (bad row_ptr, with the index).
- * t is written only on QC_OK; release with _deinit. */
-enum qc_status qc_attn_fused_cuda_tiles_init(struct qc_attn_fused_cuda_tiles *t,
-                                             const int64_t *row_ptr, int64_t n_bdst,
-                                             int64_t tile_edges);
-/* Frees the arrays and zeroes t. NULL and zeroed structs are no-ops. */
-void qc_attn_fused_cuda_tiles_deinit(struct qc_attn_fused_cuda_tiles *t);
+/* The tiles are the CPU fused path's, planned by the same host code (qc_attn_fused.h:
+ * struct qc_attn_fused_tiles, qc_attn_fused_tiles_init), so equal tile_edges give equal tiles
+ * on both backends. */
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
@@ -129,8 +112,8 @@ struct qc_attn_fused_cuda_edges {
     const float *cat_table; /* (ncat,D) categorical table added before FE's output LN, or NULL */
     const int64_t *cat_idx; /* (E) categories in [0,ncat) */
     int64_t ncat;
-    float *dcat_table;                            /* (ncat,D) ACCUM, may be NULL */
-    const struct qc_attn_fused_cuda_tiles *tiles; /* host plan over row_ptr */
+    float *dcat_table;                       /* (ncat,D) ACCUM, may be NULL */
+    const struct qc_attn_fused_tiles *tiles; /* host plan over row_ptr */
 };
 
 /* ---- scratch ---------------------------------------------------------------------------- */

@@ -396,8 +396,8 @@ static void test_host_replay(const struct fcase *fc)
     struct fstate s;
     fstate_make(&s, fc);
     fstate_run_cpu(&s);
-    struct qc_attn_fused_cuda_tiles t;
-    if (qc_attn_fused_cuda_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
+    struct qc_attn_fused_tiles t;
+    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
         T_FATAL("tiles: %s", qc_error_last());
     const int64_t D = s.D, H = s.H, Nd = s.Nd, cap = t.cap;
     float *u = fnew(Nd * D), *M = fnew(Nd * H), *S = fnew(Nd * H), *dq = fnew(Nd * D);
@@ -440,7 +440,7 @@ static void test_host_replay(const struct fcase *fc)
     }
     free(u), free(M), free(S), free(dq), free(dk), free(dv);
     free(kt), free(vt), free(dkt), free(dvt);
-    qc_attn_fused_cuda_tiles_deinit(&t);
+    qc_attn_fused_tiles_deinit(&t);
     fstate_free(&s);
 }
 
@@ -459,8 +459,8 @@ static void test_tiles(void)
     const int64_t want_list[] = {0, 1, 5, 64, 1000, (int64_t)1 << 40};
     for (size_t w = 0; w < sizeof want_list / sizeof want_list[0]; w++) {
         const int64_t want = want_list[w] > 0 ? want_list[w] : 1;
-        struct qc_attn_fused_cuda_tiles t;
-        T_EXPECT(qc_attn_fused_cuda_tiles_init(&t, rp, nb, want_list[w]) == QC_OK, "%s",
+        struct qc_attn_fused_tiles t;
+        T_EXPECT(qc_attn_fused_tiles_init(&t, rp, nb, want_list[w]) == QC_OK, "%s",
                  qc_error_last());
         T_EXPECT(t.ntile >= 1 && t.b0[0] == 0 && t.b0[t.ntile] == nb && t.e0[t.ntile] == rp[nb],
                  "tile_edges %" PRId64 ": ends %" PRId64 " %" PRId64, want, t.b0[t.ntile],
@@ -479,20 +479,20 @@ static void test_tiles(void)
         }
         T_EXPECT_EQ_I64(t.cap, cap, "cap, tile_edges %" PRId64, want);
         T_EXPECT_EQ_I64(t.max_deg, maxdeg, "max_deg, tile_edges %" PRId64, want);
-        qc_attn_fused_cuda_tiles_deinit(&t);
-        qc_attn_fused_cuda_tiles_deinit(&t); /* deinit of a zeroed plan is a no-op */
+        qc_attn_fused_tiles_deinit(&t);
+        qc_attn_fused_tiles_deinit(&t); /* deinit of a zeroed plan is a no-op */
         T_EXPECT(t.b0 == NULL && t.ntile == 0, "deinit leaves the plan zeroed");
     }
-    struct qc_attn_fused_cuda_tiles t;
-    T_EXPECT(qc_attn_fused_cuda_tiles_init(&t, rp, 0, 16) == QC_OK && t.ntile == 0 && t.cap == 0,
+    struct qc_attn_fused_tiles t;
+    T_EXPECT(qc_attn_fused_tiles_init(&t, rp, 0, 16) == QC_OK && t.ntile == 0 && t.cap == 0,
              "no base destination: no tile");
-    qc_attn_fused_cuda_tiles_deinit(&t);
+    qc_attn_fused_tiles_deinit(&t);
     rp[7] = rp[6] - 1;
-    T_EXPECT(qc_attn_fused_cuda_tiles_init(&t, rp, nb, 16) == QC_ERR_INVALID,
+    T_EXPECT(qc_attn_fused_tiles_init(&t, rp, nb, 16) == QC_ERR_INVALID,
              "a decreasing row_ptr is rejected");
     T_EXPECT_STR_CONTAINS(qc_error_last(), "decreases at 6");
     rp[0] = 3;
-    T_EXPECT(qc_attn_fused_cuda_tiles_init(&t, rp, nb, 16) == QC_ERR_INVALID,
+    T_EXPECT(qc_attn_fused_tiles_init(&t, rp, nb, 16) == QC_ERR_INVALID,
              "row_ptr[0] != 0 is rejected");
     free(rp);
 }
@@ -515,8 +515,8 @@ static void test_scratch(void)
         int64_t *rp = inew(nbs[i] + 1);
         for (int64_t b = 0; b < nbs[i]; b++)
             rp[b + 1] = rp[b] + deg;
-        struct qc_attn_fused_cuda_tiles t;
-        if (qc_attn_fused_cuda_tiles_init(&t, rp, nbs[i], tile) != QC_OK)
+        struct qc_attn_fused_tiles t;
+        if (qc_attn_fused_tiles_init(&t, rp, nbs[i], tile) != QC_OK)
             T_FATAL("tiles: %s", qc_error_last());
         T_EXPECT_EQ_I64(t.cap, tile, "cap with rows of %" PRId64, deg);
         struct qc_attn_fused_cuda_edges ed;
@@ -539,7 +539,7 @@ static void test_scratch(void)
                      "no positional input needs less scratch");
             l.has_pos = true;
         }
-        qc_attn_fused_cuda_tiles_deinit(&t);
+        qc_attn_fused_tiles_deinit(&t);
         free(rp);
     }
     T_EXPECT_EQ_I64(numel[0][0], numel[1][0], "forward scratch independent of E");
@@ -626,8 +626,8 @@ static void test_device(struct gctx *x, const struct fcase *fc)
     fstate_make(&s, fc);
     fstate_run_cpu(&s);
     const int64_t D = s.D, H = s.H, Nd = s.Nd, Ns = s.Ns, E = s.E;
-    struct qc_attn_fused_cuda_tiles t;
-    if (qc_attn_fused_cuda_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
+    struct qc_attn_fused_tiles t;
+    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
         T_FATAL("tiles: %s", qc_error_last());
 
     /* inputs */
@@ -765,7 +765,7 @@ static void test_device(struct gctx *x, const struct fcase *fc)
                           &d_S,  &d_dq,  &d_dk,   &d_dv,   &d_dw,    &d_fedw, &d_dcat, &d_scr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         dfree(x, all[i]);
-    qc_attn_fused_cuda_tiles_deinit(&t);
+    qc_attn_fused_tiles_deinit(&t);
     fstate_free(&s);
 }
 

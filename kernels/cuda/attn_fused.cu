@@ -34,64 +34,6 @@
 
 #define FUSED_ALIGN 64 /* floats: scratch pieces start on 256-byte boundaries */
 
-// ---- tiles (host) -------------------------------------------------------------------------------
-
-enum qc_status qc_attn_fused_cuda_tiles_init(struct qc_attn_fused_cuda_tiles *t,
-                                             const int64_t *row_ptr, int64_t n_bdst,
-                                             int64_t tile_edges)
-{
-    QC_ASSERT(t, "attn fused tiles: NULL plan");
-    if (n_bdst < 0 || (n_bdst > 0 && !row_ptr))
-        return qc_errorf(QC_ERR_INVALID, "attn fused tiles: n_bdst %lld, row_ptr %s",
-                         (long long)n_bdst, row_ptr ? "given" : "missing");
-    if (n_bdst > 0 && row_ptr[0] != 0)
-        return qc_errorf(QC_ERR_INVALID, "attn fused tiles: row_ptr[0] = %lld, expected 0",
-                         (long long)row_ptr[0]);
-    for (int64_t b = 0; b < n_bdst; b++)
-        if (row_ptr[b + 1] < row_ptr[b])
-            return qc_errorf(QC_ERR_INVALID, "attn fused tiles: row_ptr decreases at %lld",
-                             (long long)b);
-    const int64_t want = tile_edges > 0 ? tile_edges : 1;
-    struct qc_attn_fused_cuda_tiles p = {0, NULL, NULL, 0, 0};
-    p.b0 = (int64_t *)malloc((size_t)(n_bdst + 1) * sizeof(int64_t));
-    p.e0 = (int64_t *)malloc((size_t)(n_bdst + 1) * sizeof(int64_t));
-    if (!p.b0 || !p.e0) {
-        free(p.b0);
-        free(p.e0);
-        return qc_errorf(QC_ERR_NOMEM, "attn fused tiles: %lld base destinations",
-                         (long long)n_bdst);
-    }
-    /* the CPU's rule (attention_fused.c ftile_make): add rows while the tile holds < want */
-    int64_t b = 0;
-    while (b < n_bdst) {
-        const int64_t e0 = row_ptr[b];
-        p.b0[p.ntile] = b;
-        p.e0[p.ntile] = e0;
-        p.ntile++;
-        while (b < n_bdst && row_ptr[b] - e0 < want) {
-            const int64_t deg = row_ptr[b + 1] - row_ptr[b];
-            p.max_deg = deg > p.max_deg ? deg : p.max_deg;
-            b++;
-        }
-        const int64_t te = row_ptr[b] - e0;
-        p.cap = te > p.cap ? te : p.cap;
-    }
-    p.b0[p.ntile] = n_bdst;
-    p.e0[p.ntile] = n_bdst > 0 ? row_ptr[n_bdst] : 0;
-    *t = p;
-    return QC_OK;
-}
-
-void qc_attn_fused_cuda_tiles_deinit(struct qc_attn_fused_cuda_tiles *t)
-{
-    if (!t)
-        return;
-    free(t->b0);
-    free(t->e0);
-    t->ntile = t->cap = t->max_deg = 0;
-    t->b0 = t->e0 = NULL;
-}
-
 // ---- scratch layout -----------------------------------------------------------------------------
 
 /* Offsets (floats) of every scratch piece; -1 when absent. */
@@ -174,7 +116,7 @@ static void fused_check(const struct qc_attn_fused_cuda_layer *l,
     QC_ASSERT(ed->query_row || ed->n_bdst * ed->n_query <= ed->n_dst,
               "%s: %lld queries but %lld x_dst rows", op, (long long)(ed->n_bdst * ed->n_query),
               (long long)ed->n_dst);
-    const struct qc_attn_fused_cuda_tiles *t = ed->tiles;
+    const struct qc_attn_fused_tiles *t = ed->tiles;
     QC_ASSERT(t->b0 || t->ntile == 0, "%s: tiles not planned", op);
     QC_ASSERT(t->ntile == 0 ? ed->n_bdst == 0
                             : t->b0[t->ntile] == ed->n_bdst && t->e0[t->ntile] == ed->n_edge,
@@ -790,7 +732,7 @@ void qc_attn_fused_forward_cuda(float *u, float *smax, float *ssum, const float 
         return;
     QC_ASSERT(k && v && scratch, "attn fused fwd cuda: NULL k, v or scratch");
     const struct fused_layout L = fused_layout_make(l, ed, false);
-    const struct qc_attn_fused_cuda_tiles *t = ed->tiles;
+    const struct qc_attn_fused_tiles *t = ed->tiles;
     for (int64_t ti = 0; ti < t->ntile; ti++) {
         const int64_t b0 = t->b0[ti], nb = t->b0[ti + 1] - b0;
         const int64_t e0 = t->e0[ti], te = t->e0[ti + 1] - e0;
@@ -831,7 +773,7 @@ void qc_attn_fused_backward_cuda(float *dq, float *dk, float *dv, const float *d
                   "attn fused bwd cuda: positional parameter gradients missing");
     }
     const struct fused_layout L = fused_layout_make(l, ed, true);
-    const struct qc_attn_fused_cuda_tiles *t = ed->tiles;
+    const struct qc_attn_fused_tiles *t = ed->tiles;
     float *ws = scratch;
     float *kt = ws + L.kt, *vt = ws + L.vt, *dkt = ws + L.dkt, *dvt = ws + L.dvt;
     for (int64_t ti = 0; ti < t->ntile; ti++) {
