@@ -13,6 +13,7 @@
 
 #include "testutil.h"
 
+#include "batch_testlib.h"
 #include "qc_batch.h"
 #include "qc_graph.h"
 #include "qc_plan.h"
@@ -129,23 +130,7 @@ static void test_simulation(void)
 
 static bool make_batch(struct qc_batch *b)
 {
-    struct qc_scene sc[2];
-    const struct qc_scene *ptr[2] = {&sc[0], &sc[1]};
-    for (int i = 0; i < 2; i++)
-        if (qc_synth_scene(5, i, QC_SYNTH_TYPICAL, &sc[i]) != QC_OK)
-            return false;
-    enum qc_status rc = qc_batch_collate(ptr, 2, NULL, true, b);
-    for (int i = 0; i < 2; i++)
-        qc_scene_free(&sc[i]);
-    struct qc_graph_builder *gb = NULL;
-    struct qc_graph_params gp;
-    qc_graph_params_default(&gp);
-    if (rc == QC_OK)
-        rc = qc_graph_builder_create(&gb);
-    if (rc == QC_OK)
-        rc = qc_batch_build_graph(b, gb, &gp);
-    qc_graph_builder_destroy(gb);
-    return rc == QC_OK;
+    return t_synth_batch2(5, b) == QC_OK;
 }
 
 static void test_model_budgets(void)

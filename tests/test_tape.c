@@ -19,6 +19,7 @@
 #include "testutil.h"
 
 #include "device_testlib.h"
+#include "batch_testlib.h"
 #include "qc_batch.h"
 #include "qc_graph.h"
 #include "qc_memctx.h"
@@ -36,22 +37,7 @@ static bool make_batch(void)
     if (tried)
         return ok;
     tried = true;
-    struct qc_scene sc[2];
-    const struct qc_scene *ptr[2] = {&sc[0], &sc[1]};
-    for (int i = 0; i < 2; i++)
-        if (qc_synth_scene(77, i, QC_SYNTH_TYPICAL, &sc[i]) != QC_OK)
-            return false;
-    enum qc_status rc = qc_batch_collate(ptr, 2, NULL, true, &g_batch);
-    for (int i = 0; i < 2; i++)
-        qc_scene_free(&sc[i]);
-    struct qc_graph_builder *gb = NULL;
-    struct qc_graph_params gp;
-    qc_graph_params_default(&gp);
-    if (rc == QC_OK)
-        rc = qc_graph_builder_create(&gb);
-    if (rc == QC_OK)
-        rc = qc_batch_build_graph(&g_batch, gb, &gp);
-    qc_graph_builder_destroy(gb);
+    enum qc_status rc = t_synth_batch2(77, &g_batch);
     ok = rc == QC_OK;
     if (!ok)
         printf("  batch: %s\n", qc_error_last());
