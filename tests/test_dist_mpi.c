@@ -452,29 +452,33 @@ static double metric_sum(const char *dir, const char *key, double *peak)
 
 static void test_budget(void)
 {
-    /* batch 1 under 64 MiB (unconstrained steps peak at 115-143 MiB, the smallest plan at about
-     * 30 MiB), every rank's group of step 2 running out after its first reported range */
+    /* batch 1 under 96 MiB (unconstrained steps peak at 115-143 MiB, the smallest plans at
+     * 30-40 MiB), every rank's group of step 2 running out after its first reported range. Not
+     * lower: at 64 MiB a CI run failed when the small pool's fragmentation (33 of 62 MiB
+     * reserved) ran a 72-agent scene out four times and the raised margin (37.5 %) left no
+     * plan of it under the budget; at 96 MiB even the largest margin (50 %) holds every
+     * scene's smallest plan (src/plan/README.md on fragmentation at this model's sizes). */
     const char *z0 = dp_run(2, 0);
     const char *a[] = {"--steps", "4",
                        "--set",   "data.balance=none",
                        "--set",   "dist.zero_stage=0",
-                       "--set",   "device.budget=64MiB",
+                       "--set",   "device.budget=96MiB",
                        NULL};
     setenv("QC_FAULT_OOM_AFTER_REPORT", "2", 1);
-    const char *b64 = trained("np2-budget64", 2, a);
+    const char *b96 = trained("np2-budget96", 2, a);
     unsetenv("QC_FAULT_OOM_AFTER_REPORT");
-    if (z0 && b64) {
-        expect_identical("2 ranks: 64 MiB budget with an OOM after a reported range vs none", z0,
-                         b64);
+    if (z0 && b96) {
+        expect_identical("2 ranks: 96 MiB budget with an OOM after a reported range vs none", z0,
+                         b96);
         double peak = 0;
-        const double moved = metric_sum(b64, "recompute_bytes", &peak) +
-                             metric_sum(b64, "offload_host_bytes", &peak);
-        const double replans = metric_sum(b64, "replans", &peak);
-        printf("  budget 64 MiB: rank 0 moved %.0f stash bytes, %.0f re-plans, peak %.0f B\n",
+        const double moved = metric_sum(b96, "recompute_bytes", &peak) +
+                             metric_sum(b96, "offload_host_bytes", &peak);
+        const double replans = metric_sum(b96, "replans", &peak);
+        printf("  budget 96 MiB: rank 0 moved %.0f stash bytes, %.0f re-plans, peak %.0f B\n",
                moved, replans, peak);
-        T_EXPECT(moved > 0, "the planner recomputed or offloaded nothing under 64 MiB");
+        T_EXPECT(moved > 0, "the planner recomputed or offloaded nothing under 96 MiB");
         T_EXPECT(replans >= 1, "the injected OOM was not rolled back and re-planned");
-        T_EXPECT(peak > 0 && peak <= 64.0 * 1048576, "peak %.0f B over the budget", peak);
+        T_EXPECT(peak > 0 && peak <= 96.0 * 1048576, "peak %.0f B over the budget", peak);
     }
     /* groups of 4 scenes under 100 MiB: split into 2 + 2 (their smallest plan, about 124 MiB,
      * does not fit; each half's is 54-70 MiB), the first part's reports held, the injected OOM
