@@ -11,6 +11,7 @@
 
 #include "exec_internal.h"
 #include "qc_emu.h"
+#include "qc_half.h"
 #include "qc_kernels.h"
 #include "qc_prof.h"
 #include "qc_status.h"
@@ -293,10 +294,11 @@ void qc_op_linear_forward(const struct qc_exec *ex, float *out, const float *inp
                           const float *weight, const float *bias, int64_t N, int64_t IC, int64_t OC,
                           bool accum)
 {
-    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+    const int prec = exec_lowp(ex) ? ex->precision : QC_PREC_FP32;
+    if (prec != QC_PREC_FP32 && ex->backend != QC_EXEC_CUDA) {
         kernels_exec_enter(ex);
-        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
-        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, prec);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, prec);
         qc_linear_forward_cpu(out, ir, IC, wr, bias, N, IC, OC, accum);
         free(ir);
         free(wr);
@@ -304,12 +306,15 @@ void qc_op_linear_forward(const struct qc_exec *ex, float *out, const float *inp
         exec_round(ex, out, N * OC);
         return;
     }
-    QC_EXEC_OP(ex, qc_linear_forward,
-               EXEC_P("linear_forward", "N,IC,OC", N, IC, OC, 0,
-                      4.0 * ((double)N * IC + (double)IC * OC + (double)N * OC * (accum ? 2 : 1) +
-                             (bias ? OC : 0)),
-                      2.0 * N * IC * OC),
-               out, inp, ldi, weight, bias, N, IC, OC, accum);
+    /* CUDA in 16 bits: the GEMM on the tensor cores, its operands converted by cuBLAS */
+    QC_EXEC_OP_SPLIT(ex,
+                     EXEC_P("linear_forward", "N,IC,OC", N, IC, OC, 0,
+                            4.0 * ((double)N * IC + (double)IC * OC +
+                                   (double)N * OC * (accum ? 2 : 1) + (bias ? OC : 0)),
+                            2.0 * N * IC * OC),
+                     qc_linear_forward_cpu(out, inp, ldi, weight, bias, N, IC, OC, accum),
+                     qc_linear_forward_prec_cuda(out, inp, ldi, weight, bias, N, IC, OC, accum,
+                                                 prec, EXEC_STREAM(ex)));
     exec_round(ex, out, N * OC);
 }
 
@@ -317,23 +322,33 @@ void qc_op_linear_backward(const struct qc_exec *ex, float *dinp, int64_t lddi, 
                            float *dbias, const float *dout, const float *inp, int64_t ldi,
                            const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum)
 {
-    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) { /* the forward's rounded operands */
+    const int prec = exec_lowp(ex) ? ex->precision : QC_PREC_FP32;
+    if (prec != QC_PREC_FP32 && ex->backend != QC_EXEC_CUDA) {
+        /* the forward's rounded operands, and dout rounded: every GEMM input in 16 bits (the
+         * bias gradient reads dout as it is, in fp32) */
         kernels_exec_enter(ex);
-        float *ir = exec_rounded_copy(inp, N, IC, ldi, ex->precision);
-        float *wr = exec_rounded_copy(weight, OC, IC, IC, ex->precision);
-        qc_linear_backward_cpu(dinp, lddi, dweight, dbias, dout, ir, IC, wr, N, IC, OC, accum);
+        float *ir = exec_rounded_copy(inp, N, IC, ldi, prec);
+        float *wr = exec_rounded_copy(weight, OC, IC, IC, prec);
+        float *dr = exec_rounded_copy(dout, N, OC, OC, prec);
+        qc_linear_backward_cpu(dinp, lddi, dweight, NULL, dr, ir, IC, wr, N, IC, OC, accum);
+        if (dbias)
+            qc_linear_backward_cpu(NULL, 0, NULL, dbias, dout, NULL, IC, NULL, N, IC, OC, accum);
         free(ir);
         free(wr);
+        free(dr);
         kernels_exec_leave(ex);
         return;
     }
-    QC_EXEC_OP(ex, qc_linear_backward,
-               EXEC_P("linear_backward", "N,IC,OC", N, IC, OC, 0,
-                      4.0 * ((double)N * OC + (dweight ? (double)N * IC + 2.0 * IC * OC : 0) +
-                             (dinp ? (double)IC * OC + (double)N * IC * (accum ? 2 : 1) : 0) +
-                             (dbias ? 2.0 * OC : 0)),
-                      2.0 * N * IC * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0))),
-               dinp, lddi, dweight, dbias, dout, inp, ldi, weight, N, IC, OC, accum);
+    QC_EXEC_OP_SPLIT(ex,
+                     EXEC_P("linear_backward", "N,IC,OC", N, IC, OC, 0,
+                            4.0 * ((double)N * OC + (dweight ? (double)N * IC + 2.0 * IC * OC : 0) +
+                                   (dinp ? (double)IC * OC + (double)N * IC * (accum ? 2 : 1) : 0) +
+                                   (dbias ? 2.0 * OC : 0)),
+                            2.0 * N * IC * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0))),
+                     qc_linear_backward_cpu(dinp, lddi, dweight, dbias, dout, inp, ldi, weight, N,
+                                            IC, OC, accum),
+                     qc_linear_backward_prec_cuda(dinp, lddi, dweight, dbias, dout, inp, ldi,
+                                                  weight, N, IC, OC, accum, prec, EXEC_STREAM(ex)));
 }
 
 void qc_op_layernorm_forward(const struct qc_exec *ex, float *out, float *mean, float *rstd,

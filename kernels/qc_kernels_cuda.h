@@ -117,6 +117,16 @@ void qc_linear_forward_cuda(float *out, const float *inp, int64_t ldi, const flo
 void qc_linear_backward_cuda(float *dinp, int64_t lddi, float *dweight, float *dbias,
                              const float *dout, const float *inp, int64_t ldi, const float *weight,
                              int64_t N, int64_t IC, int64_t OC, bool accum, cudaStream_t stream);
+/* The same with the GEMMs in precision prec (enum qc_precision): fp32 as above; bf16 / fp16 on
+ * the tensor cores with fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
+ * The operands must already be rounded to prec (then the down-conversion is exact). */
+void qc_linear_forward_prec_cuda(float *out, const float *inp, int64_t ldi, const float *weight,
+                                 const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
+                                 int prec, cudaStream_t stream);
+void qc_linear_backward_prec_cuda(float *dinp, int64_t lddi, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, int64_t ldi,
+                                  const float *weight, int64_t N, int64_t IC, int64_t OC,
+                                  bool accum, int prec, cudaStream_t stream);
 
 /* ---- layernorm --------------------------------------------------------------------------- */
 
