@@ -9,6 +9,9 @@
                         bit for bit, the scale halves (2^16 -> 2^15); loss_scale_window=2 good
                         steps double it back; the checkpoint holds it and a resume continues
                         with it.
+A fourth argument "cuda" runs the same on the CUDA device (test_precision_*_cuda, label gpu):
+exit 77 in a CPU-only build or on a machine without an NVIDIA GPU; fp32 peaks and losses are
+then compared within the same bounds, the forced overflow's bit-for-bit skip included.
 Exit 0 on success, 1 with the failures listed.
 """
 import json
@@ -19,6 +22,7 @@ import subprocess
 import sys
 
 FAILS = []
+DEVICE = []  # ["--device", "cuda"] for the GPU variants
 
 
 def expect(cond, msg):
@@ -28,7 +32,7 @@ def expect(cond, msg):
 
 
 def train(qctrain, out, sets, env=None, resume=False, steps=None):
-    cmd = [qctrain, "train", "--preset", "cpu-smoke"]
+    cmd = [qctrain, "train", "--preset", "cpu-smoke"] + DEVICE
     if resume:
         cmd += ["--resume", out, "--steps", str(steps)]
     else:
@@ -119,9 +123,22 @@ def scaling(qctrain, root):
            "resumed step 5 ran at %s" % (rows.get(5, {}).get("loss_scale")))
 
 
+def have_gpu(qctrain):
+    """A CUDA build (qctrain version) on a machine with an NVIDIA device node."""
+    v = subprocess.run([qctrain, "version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    return "cuda: yes" in v.stdout and os.path.exists("/dev/nvidia0")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("smoke", "scaling"):
+    if len(sys.argv) not in (4, 5) or sys.argv[1] not in ("smoke", "scaling") or \
+            (len(sys.argv) == 5 and sys.argv[4] != "cuda"):
         raise SystemExit(__doc__)
+    if len(sys.argv) == 5:
+        if not have_gpu(sys.argv[2]):
+            print("skipped: no CUDA build or no GPU")
+            return 77
+        DEVICE.extend(["--device", "cuda"])
     os.makedirs(sys.argv[3], exist_ok=True)
     {"smoke": smoke, "scaling": scaling}[sys.argv[1]](sys.argv[2], sys.argv[3])
     if FAILS:

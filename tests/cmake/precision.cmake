@@ -10,4 +10,11 @@ foreach(what smoke scaling)
                      $<TARGET_FILE:qctrain> ${PROJECT_BINARY_DIR}/test_precision_run)
     set_tests_properties(test_precision_${what} PROPERTIES LABELS cpu TIMEOUT 1800
         ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+    # the same on the CUDA device (the tensor-core GEMMs, loss scaling with a forced overflow);
+    # exit 77 without a GPU
+    add_test(NAME test_precision_${what}_cuda
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_precision_run.py ${what}
+                     $<TARGET_FILE:qctrain> ${PROJECT_BINARY_DIR}/test_precision_run_cuda cuda)
+    set_tests_properties(test_precision_${what}_cuda PROPERTIES LABELS gpu TIMEOUT 900
+        SKIP_RETURN_CODE 77 ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles")
 endforeach()
