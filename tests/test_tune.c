@@ -220,7 +220,8 @@ static void test_preset(void)
 struct fake {
     int64_t calls;
     struct qc_tune_settings ran[64];
-    int favour; /* 0: larger micro-batches are faster; 1: smaller ones; 2: as 0, bf16 2x faster */
+    int favour; /* 0: larger micro-batches are faster; 1: smaller ones; 2: as 0, bf16 2x faster;
+                   3: as 0, bf16 and fp16 2x slower (as on a CPU) */
     const struct qc_tune_settings *over; /* these settings measure over the budget */
 };
 
@@ -244,6 +245,8 @@ static enum qc_status fake_measure(void *user, const struct qc_config *cfg, cons
                   (s.attention == QC_ATTENTION_UNFUSED ? 0.001 : 0.0);
     if (f->favour == 2 && s.precision == QC_PREC_BF16)
         out->step_s *= 0.5;
+    if (f->favour == 3 && s.precision != QC_PREC_FP32)
+        out->step_s *= 2.0;
     out->steps = 3;
     out->peak_bytes = f->over && memcmp(f->over, &s, sizeof s) == 0 ? budget + 1 : budget / 2;
     *cost_written = false;
@@ -430,8 +433,22 @@ static void test_search(void)
         for (int64_t k = 0; k < f2.calls && k < 64; k++)
             ran_bf16 |= f2.ran[k].precision == QC_PREC_BF16;
         T_EXPECT(ran_bf16, "a bf16 configuration was measured");
+        /* 16-bit measures slower (a CPU): the predictions rank the smaller 16-bit peaks first,
+         * yet every precision is measured and fp32 is chosen */
+        struct fake f3 = {.favour = 3};
+        struct qc_tune_result r3;
+        T_EXPECT(run_fake_prec(&f3, budget, false, true, &r3) == QC_OK, "%s", qc_error_last());
+        bool ran[QC_PREC_COUNT] = {false, false, false};
+        for (int64_t k = 0; k < f3.calls && k < 64; k++)
+            if ((unsigned)f3.ran[k].precision < QC_PREC_COUNT)
+                ran[f3.ran[k].precision] = true;
+        T_EXPECT(ran[0] && ran[1] && ran[2], "every precision measured: fp32 %d bf16 %d fp16 %d",
+                 ran[0], ran[1], ran[2]);
+        T_EXPECT(r3.best >= 0 && r3.cand[r3.best].set.precision == QC_PREC_FP32,
+                 "16-bit measured slower: fp32 chosen");
         qc_tune_result_free(&r1);
         qc_tune_result_free(&r2);
+        qc_tune_result_free(&r3);
     }
 
     QC_TEST ("a budget too small for anything names the least that fits, and that one does") {

@@ -48,14 +48,20 @@ static bool predicted_before(const struct qc_tune_candidate *c, int64_t a, int64
     return a < b;
 }
 
-/* The best predicted candidate in state FITS, or -1. */
-static int64_t best_predicted(const struct qc_tune_candidate *c, int64_t n)
+/* The best predicted candidate in state FITS of precision prec (-1: any), or -1. */
+static int64_t best_predicted_of(const struct qc_tune_candidate *c, int64_t n, int prec)
 {
     int64_t best = -1;
     for (int64_t i = 0; i < n; i++)
-        if (c[i].state == QC_TUNE_FITS && (best < 0 || predicted_before(c, i, best)))
+        if (c[i].state == QC_TUNE_FITS && (prec < 0 || c[i].set.precision == prec) &&
+            (best < 0 || predicted_before(c, i, best)))
             best = i;
     return best;
+}
+
+static int64_t best_predicted(const struct qc_tune_candidate *c, int64_t n)
+{
+    return best_predicted_of(c, n, -1);
 }
 
 /* The fastest measured candidate that ran without a failure within the budget, or -1. Ties go
@@ -179,6 +185,27 @@ static enum qc_status add_variant(struct search *s, int64_t k, const struct qc_t
     return QC_OK;
 }
 
+/* With --allow-precision: the best predicted candidate of every precision that no run has
+ * measured yet. The cost model does not tell the precisions' step times apart (a 16-bit step
+ * on the CPU is the fp32 arithmetic plus rounding passes, on a GPU it runs on the tensor
+ * cores), so the predictions rank the smaller 16-bit peaks first and only a measurement of
+ * each precision decides. */
+static enum qc_status precision_runs(struct search *s, bool *stopped)
+{
+    for (int q = 0; q < QC_PREC_COUNT; q++) {
+        bool measured = false;
+        for (int64_t i = 0; i < s->n && !measured; i++)
+            measured = s->cand[i].state == QC_TUNE_MEASURED && s->cand[i].set.precision == q;
+        const int64_t k = measured ? -1 : best_predicted_of(s->cand, s->n, q);
+        if (k < 0)
+            continue;
+        if (!may_run(s, &s->cand[k], stopped))
+            break;
+        QC_TRY(measure(s, k));
+    }
+    return QC_OK;
+}
+
 /* The measured-only keys, tried on the fastest measured candidate: loader threads and compute
  * threads (each 0 = every core, 1, 2, 4, ... below the core count), and with NVMe traffic the
  * queue depth and block size. */
@@ -270,6 +297,8 @@ static enum qc_status search_run(struct search *s, struct qc_tune_result *r)
             QC_TRY(measure(s, k));
             done++;
         }
+        if (o->allow_precision && !r->stopped)
+            QC_TRY(precision_runs(s, &r->stopped));
         if (!r->stopped)
             QC_TRY(variants(s, o->budget, &r->stopped));
     }
