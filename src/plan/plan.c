@@ -701,7 +701,8 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
                          : a == QC_POLICY_OFFLOAD_HOST
                              ? bytes / s->d2h + bytes / s->h2d
                              : bytes / fmin(s->d2h, s->nvme_w) + bytes / fmin(s->h2d, s->nvme_r);
-                tries[nt++] = (struct try_){b, nt, a, lb > 1e-9 ? bytes / lb : (double)INFINITY};
+                tries[nt] = (struct try_){b, nt, a, lb > 1e-9 ? bytes / lb : (double)INFINITY};
+                nt++;
             }
         }
         for (int32_t i = 1; i < nt; i++) { /* by bound, then in the candidates' order */
