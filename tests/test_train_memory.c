@@ -513,11 +513,11 @@ static void test_split(void)
             double gmax = 0, dmax = 0;
             int64_t bad = 0;
             for (int64_t k = 0; k < r0.nparams; k++)
-                gmax = fmax(gmax, fabs(r0.grads[k]));
+                gmax = fmax(gmax, fabs((double)r0.grads[k]));
             for (int64_t k = 0; k < r0.nparams; k++) {
                 const double d = fabs((double)r.grads[k] - (double)r0.grads[k]);
                 dmax = fmax(dmax, d);
-                if (d > 1e-5 * gmax + 1e-4 * fabs(r0.grads[k]))
+                if (d > 1e-5 * gmax + 1e-4 * fabs((double)r0.grads[k]))
                     bad++;
             }
             printf("  gradients: max |diff| %.3g of max |g| %.3g\n", dmax, gmax);
