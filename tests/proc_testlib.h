@@ -181,6 +181,21 @@ static inline char *t_read_file(const char *path, size_t *n)
     return buf;
 }
 
+/* Runs `binary args...` (args NULL-terminated) with stdout and stderr to log; returns its exit
+ * code (128 when it died of a signal) and its output in *out (malloc'd, NULL if unreadable). */
+static inline int t_run_output(const char *binary, const char *const *args, const char *log,
+                               char **out)
+{
+    unlink(log);
+    struct t_args a = {{0}, 0};
+    t_args_add(&a, binary);
+    for (int i = 0; args[i]; i++)
+        t_args_add(&a, args[i]);
+    const int st = t_run(&a, log, NULL);
+    *out = t_read_file(log, NULL);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
 /* Lines of a file (0 when missing). */
 static inline int t_count_lines(const char *path)
 {

@@ -229,14 +229,7 @@ static int plan_cli(const char *const *args, char **out)
 {
     char log[512];
     snprintf(log, sizeof log, "%s/plan.out", tmp_root);
-    unlink(log);
-    struct t_args a = {{0}, 0};
-    t_args_add(&a, qctrain);
-    for (int i = 0; args[i]; i++)
-        t_args_add(&a, args[i]);
-    const int st = t_run(&a, log, NULL);
-    *out = t_read_file(log, NULL);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return t_run_output(qctrain, args, log, out);
 }
 
 static void test_cli(void)

@@ -65,14 +65,7 @@ static int cli(const char *const *args, char **out)
 {
     char log[512];
     snprintf(log, sizeof log, "%s/cli.out", tmp_root);
-    unlink(log);
-    struct t_args a = {{0}, 0};
-    t_args_add(&a, qctrain);
-    for (int i = 0; args[i]; i++)
-        t_args_add(&a, args[i]);
-    const int st = t_run(&a, log, NULL);
-    *out = t_read_file(log, NULL);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return t_run_output(qctrain, args, log, out);
 }
 
 /* The output's line that starts with '{' (warnings may come before it), parsed. */
