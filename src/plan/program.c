@@ -77,6 +77,8 @@ int32_t qc_plan_program_block(struct qc_plan_program *p, const char *name, enum 
     return p->nblocks++;
 }
 
+_Static_assert(sizeof(struct qc_plan_event) == 24, "struct qc_plan_event has no padding bytes");
+
 int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int32_t block,
                               int32_t id, uint64_t bytes, int cls, int phase)
 {

@@ -86,6 +86,7 @@ struct qc_plan_event {
     uint8_t pad;
     int32_t block;  /* FWD*, BWD*, STASH, PEAK: the block index; else -1 */
     int32_t id;     /* ALLOC, FREE, STASH: the allocation id (0, 1, 2, ... in ALLOC order) */
+    uint32_t pad2;  /* 0: the struct has no padding bytes, so programs compare with memcmp */
     uint64_t bytes; /* ALLOC: bytes asked for; PEAK: known transient bytes */
 };
 
