@@ -1,13 +1,18 @@
 /*
  * layernorm.c — LayerNorm over the last dim (QCNET.md §3.0): biased variance, eps 1e-5.
- * Row statistics are computed two-pass in double and rounded to fp32 once (mean, rstd are what
- * the forward saves and the backward reads, so store and recompute agree bit for bit).
- * Parameter-gradient column sums loop rows in ascending order (deterministic).
+ * Row statistics are two-pass (mean, then the mean square of x − mean), each summed in fp32 in
+ * LN_LANES lanes: column c goes to lane c mod LN_LANES, each lane adds its columns in ascending
+ * order, and the lanes are added pairwise in a fixed tree. The order is fixed by the code, not
+ * by the compiler or the thread count, and the lanes are independent sums, so the compiler adds
+ * them with packed instructions. mean and rstd are what the forward saves and the backward
+ * reads, so store and recompute agree bit for bit. The backward's two row sums are taken the
+ * same way. Parameter-gradient column sums loop rows in ascending order in double
+ * (deterministic; they run over up to ~10^5 rows).
  *
- * Speed: the forward takes the rows LN_ROWS at a time, copied column-major into a small buffer
- * (C <= LN_TMAX), so that the LN_ROWS independent double sums of one column are adjacent and the
- * compiler adds them with packed instructions (about 1.2x over reading the rows in place); each
- * row still adds its columns in ascending order, so the bits are those of one row at a time.
+ * Speed: most calls are the fused attention's tiles (512 rows × 128, one thread each, in
+ * cache); with fp32 lanes a forward takes a third and a backward half the time of the double
+ * sums this replaced (docs/BENCHMARKS.md, "Again on an idle machine"). Against the official
+ * model the outputs agree to the parity tolerance as before.
  */
 #include "qc_kernels.h"
 
@@ -16,56 +21,41 @@
 #include "qc_status.h"
 
 #define LN_COL_CHUNK 16
-#define LN_ROWS      8   /* rows whose statistics are summed together (interleaved) */
-#define LN_TMAX      512 /* widest row the transposed block path takes (16 KiB of stack) */
+#define LN_LANES     8
+/* Fewest elements (N·C) worth an OpenMP team: waking a passive team costs tens of µs, about
+ * what one thread takes for 2,048 rows of 128; below, the calling thread does it alone (rows
+ * and columns are independent: the same bits either way). */
+#define LN_PAR_MIN (1 << 18)
 
-/* Rows [n0, n0 + LN_ROWS) of x (C columns) column-major into t: t[c][k] = x[n0 + k][c]. */
-static void ln_transpose_block(float (*t)[LN_ROWS], const float *x, int64_t n0, int64_t C)
+/* Σ a[c] over c < C in LN_LANES lanes (file comment). */
+static inline float ln_lanes_total(const float *acc)
 {
-    for (int k = 0; k < LN_ROWS; k++) {
-        const float *row = x + (n0 + k) * C;
-        for (int64_t c = 0; c < C; c++)
-            t[c][k] = row[c];
-    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* Row statistics of rows [n0, n0 + LN_ROWS): mean and rstd as in the file header, from the
- * block transposed (t). The rows' independent double sums run side by side; each row still adds
- * its columns in ascending order: the same bits as one row at a time. */
-static void ln_stats_block(float *m, float *r, const float (*t)[LN_ROWS], int64_t C)
-{
-    double s[LN_ROWS] = {0}, v[LN_ROWS] = {0}, mu[LN_ROWS];
-    for (int64_t c = 0; c < C; c++)
-        for (int k = 0; k < LN_ROWS; k++)
-            s[k] += (double)t[c][k];
-    for (int k = 0; k < LN_ROWS; k++)
-        mu[k] = s[k] / (double)C;
-    for (int64_t c = 0; c < C; c++)
-        for (int k = 0; k < LN_ROWS; k++) {
-            const double d = (double)t[c][k] - mu[k];
-            v[k] += d * d;
-        }
-    for (int k = 0; k < LN_ROWS; k++) {
-        m[k] = (float)mu[k];
-        r[k] = (float)(1.0 / sqrt(v[k] / (double)C + (double)QC_LAYERNORM_EPS));
-    }
-}
-
-/* The same for one row. */
+/* mean and rstd of one row */
 static void ln_stats_row(float *m, float *r, const float *x, int64_t C)
 {
-    double s = 0.0;
-    for (int64_t c = 0; c < C; c++)
-        s += (double)x[c];
-    double mu = s / (double)C;
-    double v = 0.0;
-    for (int64_t c = 0; c < C; c++) {
-        double d = (double)x[c] - mu;
-        v += d * d;
+    const int64_t Cv = C - C % LN_LANES;
+    float s[LN_LANES] = {0};
+    for (int64_t c0 = 0; c0 < Cv; c0 += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++)
+            s[j] += x[c0 + j];
+    for (int64_t c = Cv; c < C; c++)
+        s[c - Cv] += x[c];
+    const float mu = ln_lanes_total(s) / (float)C;
+    float v[LN_LANES] = {0};
+    for (int64_t c0 = 0; c0 < Cv; c0 += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++) {
+            const float d = x[c0 + j] - mu;
+            v[j] += d * d;
+        }
+    for (int64_t c = Cv; c < C; c++) {
+        const float d = x[c] - mu;
+        v[c - Cv] += d * d;
     }
-    v /= (double)C;
-    *m = (float)mu;
-    *r = (float)(1.0 / sqrt(v + (double)QC_LAYERNORM_EPS));
+    *m = mu;
+    *r = 1.0f / sqrtf(ln_lanes_total(v) / (float)C + QC_LAYERNORM_EPS);
 }
 
 void qc_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
@@ -73,28 +63,18 @@ void qc_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
 {
     QC_ASSERT(N >= 0 && C > 0, "layernorm fwd: N %lld C %lld", (long long)N, (long long)C);
     QC_ASSERT(N == 0 || (out && inp && weight && bias), "layernorm fwd: NULL tensor");
-    const int64_t nblk = (N + LN_ROWS - 1) / LN_ROWS;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t n0 = b * LN_ROWS, nr = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
-        float m[LN_ROWS], r[LN_ROWS];
-        if (nr == LN_ROWS && C <= LN_TMAX) {
-            float t[LN_TMAX][LN_ROWS];
-            ln_transpose_block(t, inp, n0, C);
-            ln_stats_block(m, r, (const float(*)[LN_ROWS])t, C);
-        } else
-            for (int64_t k = 0; k < nr; k++)
-                ln_stats_row(&m[k], &r[k], inp + (n0 + k) * C, C);
-        for (int64_t k = 0; k < nr; k++) {
-            const float *x = inp + (n0 + k) * C;
-            float *y = out + (n0 + k) * C;
-            for (int64_t c = 0; c < C; c++)
-                y[c] = (x[c] - m[k]) * r[k] * weight[c] + bias[c];
-            if (mean)
-                mean[n0 + k] = m[k];
-            if (rstd)
-                rstd[n0 + k] = r[k];
-        }
+#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;
+        float *y = out + n * C;
+        float m, r;
+        ln_stats_row(&m, &r, x, C);
+        for (int64_t c = 0; c < C; c++)
+            y[c] = (x[c] - m) * r * weight[c] + bias[c];
+        if (mean)
+            mean[n] = m;
+        if (rstd)
+            rstd[n] = r;
     }
 }
 
@@ -108,52 +88,40 @@ void qc_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const 
     QC_ASSERT(dout && inp && mean && rstd, "layernorm bwd: NULL saved tensor");
     if (dinp) {
         QC_ASSERT(weight, "layernorm bwd: dinp needs weight");
-        const int64_t nblk = (N + LN_ROWS - 1) / LN_ROWS;
-#pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nblk; b++) {
-            const int64_t n0 = b * LN_ROWS, nr = N - n0 < LN_ROWS ? N - n0 : LN_ROWS;
-            /* the rows' two sums interleaved as in the forward's statistics (each row in
-             * ascending column order: the bits of one row at a time) */
-            double sd[LN_ROWS] = {0}, sdn[LN_ROWS] = {0};
-            if (nr == LN_ROWS) {
+#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
+        for (int64_t n = 0; n < N; n++) {
+            const float *x = inp + n * C;
+            const float *dy = dout + n * C;
+            float *dx = dinp + n * C;
+            const float m = mean[n], r = rstd[n];
+            /* Σ dx̂ and Σ dx̂·x̂ of the row, in lanes as the forward's statistics */
+            const int64_t Cv = C - C % LN_LANES;
+            float sd[LN_LANES] = {0}, sdn[LN_LANES] = {0};
+            for (int64_t c0 = 0; c0 < Cv; c0 += LN_LANES) /* two loops: each vectorizes */
+                for (int j = 0; j < LN_LANES; j++)
+                    sd[j] += dy[c0 + j] * weight[c0 + j];
+            for (int64_t c0 = 0; c0 < Cv; c0 += LN_LANES)
+                for (int j = 0; j < LN_LANES; j++)
+                    sdn[j] += (dy[c0 + j] * weight[c0 + j]) * ((x[c0 + j] - m) * r);
+            for (int64_t c = Cv; c < C; c++) {
+                const float xh = (x[c] - m) * r;
+                const float dxh = dy[c] * weight[c];
+                sd[c - Cv] += dxh;
+                sdn[c - Cv] += dxh * xh;
+            }
+            const float mdxh = ln_lanes_total(sd) / (float)C;
+            const float mdxhxh = ln_lanes_total(sdn) / (float)C;
+            if (accum)
                 for (int64_t c = 0; c < C; c++)
-                    for (int k = 0; k < LN_ROWS; k++) {
-                        const int64_t n = n0 + k;
-                        float xh = (inp[n * C + c] - mean[n]) * rstd[n];
-                        float dxh = dout[n * C + c] * weight[c];
-                        sd[k] += (double)dxh;
-                        sdn[k] += (double)dxh * (double)xh;
-                    }
-            } else {
-                for (int64_t k = 0; k < nr; k++)
-                    for (int64_t c = 0; c < C; c++) {
-                        const int64_t n = n0 + k;
-                        float xh = (inp[n * C + c] - mean[n]) * rstd[n];
-                        float dxh = dout[n * C + c] * weight[c];
-                        sd[k] += (double)dxh;
-                        sdn[k] += (double)dxh * (double)xh;
-                    }
-            }
-            for (int64_t k = 0; k < nr; k++) {
-                const int64_t n = n0 + k;
-                const float *x = inp + n * C;
-                const float *dy = dout + n * C;
-                float *dx = dinp + n * C;
-                float m = mean[n], r = rstd[n];
-                float mdxh = (float)(sd[k] / (double)C);
-                float mdxhxh = (float)(sdn[k] / (double)C);
-                for (int64_t c = 0; c < C; c++) {
-                    float xh = (x[c] - m) * r;
-                    float dxh = dy[c] * weight[c];
-                    float g = (dxh - mdxh - xh * mdxhxh) * r;
-                    dx[c] = accum ? dx[c] + g : g;
-                }
-            }
+                    dx[c] += (dy[c] * weight[c] - mdxh - ((x[c] - m) * r) * mdxhxh) * r;
+            else
+                for (int64_t c = 0; c < C; c++)
+                    dx[c] = (dy[c] * weight[c] - mdxh - ((x[c] - m) * r) * mdxhxh) * r;
         }
     }
     if (dweight || dbias) {
         int64_t nchunk = (C + LN_COL_CHUNK - 1) / LN_COL_CHUNK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
         for (int64_t ch = 0; ch < nchunk; ch++) {
             int64_t c0 = ch * LN_COL_CHUNK;
             int64_t c1 = c0 + LN_COL_CHUNK < C ? c0 + LN_COL_CHUNK : C;
