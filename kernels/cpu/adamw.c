@@ -11,10 +11,13 @@
 
 #include "qc_status.h"
 
+#define ADAMW_CHUNK 16384 /* elements per work item of one flat tensor */
+
+/* Elements [i0, i1) on the calling thread. Every element's update is independent of the others:
+ * any split over threads gives the same bits. */
 static void adamw_range(float *param, float *m, float *v, const float *grad, int64_t i0, int64_t i1,
                         const struct adamw_scalars *s)
 {
-#pragma omp parallel for schedule(static)
     for (int64_t i = i0; i < i1; i++) {
         float g = grad[i];
         float p = param[i] * s->decay;
@@ -35,7 +38,11 @@ void qc_adamw_step_cpu(float *param, float *m, float *v, const float *grad, int6
 {
     QC_ASSERT(n >= 0 && hp, "adamw: n %lld", (long long)n);
     struct adamw_scalars s = adamw_scalars_make(hp, hp->weight_decay);
-    adamw_range(param, m, v, grad, 0, n, &s);
+    const int64_t nchunk = (n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < nchunk; ch++)
+        adamw_range(param, m, v, grad, ch * ADAMW_CHUNK,
+                    n - ch * ADAMW_CHUNK < ADAMW_CHUNK ? n : (ch + 1) * ADAMW_CHUNK, &s);
 }
 
 void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *grad,
@@ -46,10 +53,13 @@ void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *g
               (long long)nseg);
     struct adamw_scalars with = adamw_scalars_make(hp, hp->weight_decay);
     struct adamw_scalars without = adamw_scalars_make(hp, 0.0);
-    for (int64_t sgi = 0; sgi < nseg; sgi++) {
+    for (int64_t sgi = 0; sgi < nseg; sgi++)
         QC_ASSERT(offsets[sgi] <= offsets[sgi + 1], "adamw segments: offsets not sorted at %lld",
                   (long long)sgi);
+    /* one team for every segment (a team per segment cost more than the update: QCNet has ~900
+     * parameter tensors, most of them small) */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t sgi = 0; sgi < nseg; sgi++)
         adamw_range(param, m, v, grad, offsets[sgi], offsets[sgi + 1],
                     decay[sgi] ? &with : &without);
-    }
 }

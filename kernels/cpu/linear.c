@@ -15,6 +15,9 @@
 
 /* Columns per OpenMP work item in column reductions: a cache line of floats. */
 #define LINEAR_COL_CHUNK 16
+/* Fewest elements (N·OC) worth an OpenMP team for the bias loops: waking a passive team costs
+ * tens of µs (cpu/layernorm.c); below, the calling thread does them (the same bits). */
+#define LINEAR_PAR_MIN (1 << 18)
 
 int qc_kernels_cpu_blas_threads(void)
 {
@@ -46,7 +49,7 @@ void qc_linear_forward_cpu(float *out, const float *inp, int64_t ldi, const floa
     check_blas_dims(N, IC, OC, ldi);
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= LINEAR_PAR_MIN)
         for (int64_t n = 0; n < N; n++) {
             float *o = out + n * OC;
             if (accum) {
@@ -90,14 +93,19 @@ void qc_linear_backward_cpu(float *dinp, int64_t lddi, float *dweight, float *db
     }
     if (dbias) {
         int64_t nchunk = (OC + LINEAR_COL_CHUNK - 1) / LINEAR_COL_CHUNK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * OC >= LINEAR_PAR_MIN)
         for (int64_t ch = 0; ch < nchunk; ch++) {
             int64_t c0 = ch * LINEAR_COL_CHUNK;
             int64_t c1 = c0 + LINEAR_COL_CHUNK < OC ? c0 + LINEAR_COL_CHUNK : OC;
             double acc[LINEAR_COL_CHUNK] = {0};
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t c = c0; c < c1; c++)
-                    acc[c - c0] += (double)dout[n * OC + c];
+            if (c1 - c0 == LINEAR_COL_CHUNK) /* a constant trip count: the adds vectorize */
+                for (int64_t n = 0; n < N; n++)
+                    for (int j = 0; j < LINEAR_COL_CHUNK; j++)
+                        acc[j] += (double)dout[n * OC + c0 + j];
+            else
+                for (int64_t n = 0; n < N; n++)
+                    for (int64_t c = c0; c < c1; c++)
+                        acc[c - c0] += (double)dout[n * OC + c];
             for (int64_t c = c0; c < c1; c++)
                 dbias[c] += (float)acc[c - c0];
         }
