@@ -53,9 +53,10 @@ void qc_adamw_step_segments_cpu(float *param, float *m, float *v, const float *g
               (long long)nseg);
     struct adamw_scalars with = adamw_scalars_make(hp, hp->weight_decay);
     struct adamw_scalars without = adamw_scalars_make(hp, 0.0);
-    for (int64_t sgi = 0; sgi < nseg; sgi++)
+    for (int64_t sgi = 0; sgi < nseg; sgi++) {
         QC_ASSERT(offsets[sgi] <= offsets[sgi + 1], "adamw segments: offsets not sorted at %lld",
                   (long long)sgi);
+    }
     /* one team for every segment (a team per segment cost more than the update: QCNet has ~900
      * parameter tensors, most of them small) */
 #pragma omp parallel for schedule(dynamic, 1)
