@@ -10,7 +10,7 @@
  * then took 14.9 s instead of 1.8 s with 1 thread (cpu-smoke, 2 cores, load ≈ 6; passive:
  * 3.3 s; docs/BENCHMARKS.md). With "passive" alone a waiting thread sleeps at once, and waking
  * it costs tens of microseconds per parallel region: on an idle machine the real×4 step at AV2
- * size (thousands of regions) ran 7 % slower than with a short spin first. So qctrain sets
+ * size (thousands of regions) ran 6–7 % slower than with a short spin first. So qctrain sets
  * passive with GOMP_SPINCOUNT=10000 (libgomp spins that many iterations, a few tens of µs, then
  * sleeps): the idle machine gets the quick wake-ups, and a loaded one loses at most that spin
  * per region (docs/BENCHMARKS.md, "Again on an idle machine").
