@@ -19,6 +19,12 @@
 
 #include "qc_kernels.h"
 
+/* Fewest elements worth an OpenMP team in a cheap per-element loop: waking a passive team costs
+ * tens of µs, about what one thread takes for 2^18 elements of LayerNorm; below, the calling
+ * thread does the loop alone (`#pragma omp parallel for if (n >= CPU_PAR_MIN)`; the work items
+ * are independent, so the bits are the same either way). */
+#define CPU_PAR_MIN (1 << 18)
+
 /* dst[0..n) += Σ_{i < nlanes} lanes0[i·stride + piece + j], lanes in ascending order. */
 static inline void cpu_lanes_reduce(float *dst, const float *lanes0, int nlanes, int64_t stride,
                                     int64_t piece, int64_t n)

@@ -10,22 +10,20 @@
  * (deterministic; they run over up to ~10^5 rows).
  *
  * Speed: most calls are the fused attention's tiles (512 rows × 128, one thread each, in
- * cache); with fp32 lanes a forward takes a third and a backward half the time of the double
- * sums this replaced (docs/BENCHMARKS.md, "Again on an idle machine"). Against the official
- * model the outputs agree to the parity tolerance as before.
+ * cache); with fp32 lanes a forward takes half and a backward dx 0.4 of the time of the double
+ * sums this replaced (docs/BENCHMARKS.md, "The step after the idle profile"). Against the
+ * official model the outputs agree to the parity tolerance as before. No OpenMP team below
+ * CPU_PAR_MIN elements (cpu_internal.h).
  */
 #include "qc_kernels.h"
 
 #include <math.h>
 
+#include "cpu_internal.h"
 #include "qc_status.h"
 
 #define LN_COL_CHUNK 16
 #define LN_LANES     8
-/* Fewest elements (N·C) worth an OpenMP team: waking a passive team costs tens of µs, about
- * what one thread takes for 2,048 rows of 128; below, the calling thread does it alone (rows
- * and columns are independent: the same bits either way). */
-#define LN_PAR_MIN (1 << 18)
 
 /* Σ a[c] over c < C in LN_LANES lanes (file comment). */
 static inline float ln_lanes_total(const float *acc)
@@ -63,7 +61,7 @@ void qc_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
 {
     QC_ASSERT(N >= 0 && C > 0, "layernorm fwd: N %lld C %lld", (long long)N, (long long)C);
     QC_ASSERT(N == 0 || (out && inp && weight && bias), "layernorm fwd: NULL tensor");
-#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
         float *y = out + n * C;
@@ -88,7 +86,7 @@ void qc_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const 
     QC_ASSERT(dout && inp && mean && rstd, "layernorm bwd: NULL saved tensor");
     if (dinp) {
         QC_ASSERT(weight, "layernorm bwd: dinp needs weight");
-#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
         for (int64_t n = 0; n < N; n++) {
             const float *x = inp + n * C;
             const float *dy = dout + n * C;
@@ -121,7 +119,7 @@ void qc_layernorm_backward_cpu(float *dinp, float *dweight, float *dbias, const 
     }
     if (dweight || dbias) {
         int64_t nchunk = (C + LN_COL_CHUNK - 1) / LN_COL_CHUNK;
-#pragma omp parallel for schedule(static) if (N * C >= LN_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
         for (int64_t ch = 0; ch < nchunk; ch++) {
             int64_t c0 = ch * LN_COL_CHUNK;
             int64_t c1 = c0 + LN_COL_CHUNK < C ? c0 + LN_COL_CHUNK : C;

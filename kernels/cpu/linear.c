@@ -11,13 +11,11 @@
 
 #include <cblas.h> /* cblas_sgemm, openblas_{get,set}_num_threads (OpenBLAS) */
 
+#include "cpu_internal.h"
 #include "qc_status.h"
 
 /* Columns per OpenMP work item in column reductions: a cache line of floats. */
 #define LINEAR_COL_CHUNK 16
-/* Fewest elements (N·OC) worth an OpenMP team for the bias loops: waking a passive team costs
- * tens of µs (cpu/layernorm.c); below, the calling thread does them (the same bits). */
-#define LINEAR_PAR_MIN (1 << 18)
 
 int qc_kernels_cpu_blas_threads(void)
 {
@@ -49,7 +47,7 @@ void qc_linear_forward_cpu(float *out, const float *inp, int64_t ldi, const floa
     check_blas_dims(N, IC, OC, ldi);
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static) if (N * OC >= LINEAR_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * OC >= CPU_PAR_MIN)
         for (int64_t n = 0; n < N; n++) {
             float *o = out + n * OC;
             if (accum) {
@@ -93,7 +91,7 @@ void qc_linear_backward_cpu(float *dinp, int64_t lddi, float *dweight, float *db
     }
     if (dbias) {
         int64_t nchunk = (OC + LINEAR_COL_CHUNK - 1) / LINEAR_COL_CHUNK;
-#pragma omp parallel for schedule(static) if (N * OC >= LINEAR_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * OC >= CPU_PAR_MIN)
         for (int64_t ch = 0; ch < nchunk; ch++) {
             int64_t c0 = ch * LINEAR_COL_CHUNK;
             int64_t c1 = c0 + LINEAR_COL_CHUNK < OC ? c0 + LINEAR_COL_CHUNK : OC;

@@ -13,7 +13,7 @@
  * size (thousands of regions) ran 6–7 % slower than with a short spin first. So qctrain sets
  * passive with GOMP_SPINCOUNT=10000 (libgomp spins that many iterations, a few tens of µs, then
  * sleeps): the idle machine gets the quick wake-ups, and a loaded one loses at most that spin
- * per region (docs/BENCHMARKS.md, "Again on an idle machine").
+ * per region (docs/BENCHMARKS.md, "The step after the idle profile").
  */
 #ifndef QC_BASE_QC_RUNTIME_H
 #define QC_BASE_QC_RUNTIME_H
