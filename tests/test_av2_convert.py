@@ -3,7 +3,7 @@
 test_av2_convert.py — tools/av2_to_qcshard on the real AV2 sample scenario, checked through
 `qctrain inspect --json` against QCNET.md §8.1 (exact edge counts at the official radii).
 
-usage: test_av2_convert.py QCTRAIN_BINARY SOURCE_DIR SHARED_DIR
+usage: test_av2_convert.py QCTRAIN_BINARY SOURCE_DIR DATA_DIR (tests/data)
 
 Tracks are read from the parquet file when pyarrow is installed (and then also from the JSON-lines
 rendering, which must give the same bytes); without pyarrow only the JSON-lines path runs. Also
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import tempfile
 
-QCTRAIN, SRC, SHARED = sys.argv[1], sys.argv[2], sys.argv[3]
+QCTRAIN, SRC, DATA = sys.argv[1], sys.argv[2], sys.argv[3]
 TOOL = os.path.join(SRC, 'tools', 'av2_to_qcshard')
-SAMPLE = os.path.join(SHARED, 'data', 'av2-sample')
+SAMPLE = os.path.join(DATA, 'av2-sample')
 SCEN = os.path.join(SAMPLE, 'forecasting_scenarios')
 JSONL = os.path.join(SAMPLE, 'derived')
 SID = '0a1e6f0a-1817-4a98-b02e-db8c9327d151'

@@ -2,7 +2,7 @@
  * test_graph.c — the graph builder against the official QCNet edge sets and against a literal
  * all-pairs re-statement of the Python rules.
  *
- * 1. Parity: ../shared/data/qcnet-parity-tiny/batch.safetensors (2 scenes collated by PyG) is
+ * 1. Parity: tests/data/qcnet-parity-tiny/batch.safetensors (2 scenes collated by PyG) is
  *    read into a qc_batch; every edge set is built and compared with the edge_index the
  *    official model handed to each attention layer (outputs.safetensors), as sets of
  *    (src, dst) pairs, and also in exact order.
@@ -20,7 +20,7 @@
 #include "qc_safetensors.h"
 #include "testutil.h"
 
-#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
+#define PARITY_DIR QC_TEST_DATA_DIR "/qcnet-parity-tiny"
 #define S_ALL      QC_SCENE_STEPS
 #define T_HIST     QC_SCENE_HIST_STEPS
 

@@ -3,7 +3,7 @@
  *
  * - State dict: the key table of the AV2 configuration equals QCNET_state_dict.tsv (keys in
  *   order, shapes, decay group, aliases; 949 keys, 7,660,673 parameters).
- * - Parity with the official PyTorch QCNet on ../shared/data/qcnet-parity-tiny, for BOTH
+ * - Parity with the official PyTorch QCNet on tests/data/qcnet-parity-tiny, for BOTH
  *   attention implementations: with weights.safetensors loaded, the forward on
  *   batch.safetensors reproduces pred.*, enc.* and loss.* of outputs.safetensors within 1e-4
  *   relative (max |ours − ref| / max |ref| per tensor; best_mode exactly), the gradients
@@ -38,8 +38,8 @@
 #include "qc_qcnet.h"
 #include "qc_safetensors.h"
 
-#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
-#define TSV_PATH   QC_SHARED_DIR "/design/QCNET_state_dict.tsv"
+#define PARITY_DIR QC_TEST_DATA_DIR "/qcnet-parity-tiny"
+#define TSV_PATH   QC_TEST_DATA_DIR "/QCNET_state_dict.tsv"
 
 // ---- fixtures ---------------------------------------------------------------------------------
 

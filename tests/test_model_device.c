@@ -5,7 +5,7 @@
  * `test_model_device` (label cpu): the EMU backend, whose "device memory" is a host arena that
  * is PROT_NONE except while an op runs (src/base/qc_emu.h): any host code of the model that
  * dereferences device memory faults at once. Cases: the parity-tiny model with its weights on
- * ../shared/data/qcnet-parity-tiny (eval mode, the batch with its targets), and a smaller
+ * tests/data/qcnet-parity-tiny (eval mode, the batch with its targets), and a smaller
  * configuration initialised from a seed on a batch of two synthetic scenes without targets
  * (train mode: dropout on), each with unfused and fused attention. For every case the forward
  * outputs, the four loss values, best_mode, the gradients (qc_qcnet_grads_download) and the
@@ -49,7 +49,7 @@
 #    include "qc_kernels_cuda.h"
 #endif
 
-#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
+#define PARITY_DIR QC_TEST_DATA_DIR "/qcnet-parity-tiny"
 
 /* Arena of the EMU backend: address space only (PROT_NONE, committed on use). */
 #define EMU_RESERVE ((size_t)16 << 30)

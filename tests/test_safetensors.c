@@ -11,7 +11,7 @@
 #include "qc_safetensors.h"
 #include "testutil.h"
 
-#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
+#define PARITY_DIR QC_TEST_DATA_DIR "/qcnet-parity-tiny"
 
 /* A file image: 8-byte length + header (as given) + data bytes. */
 static size_t make_file(unsigned char *buf, const char *header, const void *data, size_t nd)

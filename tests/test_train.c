@@ -33,8 +33,8 @@
 #include "qc_train.h"
 #include "testutil.h"
 
-#define PARITY_DIR QC_SHARED_DIR "/data/qcnet-parity-tiny"
-#define TSV_PATH   QC_SHARED_DIR "/design/QCNET_state_dict.tsv"
+#define PARITY_DIR QC_TEST_DATA_DIR "/qcnet-parity-tiny"
+#define TSV_PATH   QC_TEST_DATA_DIR "/QCNET_state_dict.tsv"
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -254,10 +254,10 @@ static void test_adamw_parity(void)
         if (nrows <= 0 || qc_safetensors_open(PARITY_DIR "/weights.safetensors", &w) != QC_OK ||
             qc_safetensors_open(PARITY_DIR "/grads.safetensors", &g) != QC_OK ||
             qc_safetensors_open(PARITY_DIR "/after_step.safetensors", &a) != QC_OK) {
-            /* a failure, as in test_model: a missing ../shared would otherwise let the parity
+            /* a failure, as in test_model: a missing tests/data would otherwise let the parity
              * check pass without running */
             T_FAIL_AT("parity data not found under %s (QCNET_state_dict.tsv: %d rows): %s",
-                      QC_SHARED_DIR, nrows, qc_error_last());
+                      QC_TEST_DATA_DIR, nrows, qc_error_last());
             qc_safetensors_close(w);
             qc_safetensors_close(g);
             continue;

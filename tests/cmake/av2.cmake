@@ -5,7 +5,7 @@ find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
     add_test(NAME test_av2_convert
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_av2_convert.py
-                     $<TARGET_FILE:qctrain> ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/../shared)
+                     $<TARGET_FILE:qctrain> ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests/data)
     set_tests_properties(test_av2_convert PROPERTIES LABELS cpu TIMEOUT 300)
 else()
     message(WARNING "python3 not found: test_av2_convert is not registered")

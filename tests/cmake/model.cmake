@@ -1,5 +1,5 @@
 # The whole QCNet model (src/model/qc_qcnet.h): state_dict table, parity with the official
-# PyTorch numbers on ../shared/data/qcnet-parity-tiny (both attention implementations),
+# PyTorch numbers on tests/data/qcnet-parity-tiny (both attention implementations),
 # checkpoints, initialisation, allocation hook, metrics, deterministic training. One thread:
 # the tiny config's ops (D 32) are dominated by OpenMP fork/join on a loaded 2-core machine.
 # The allocation-failure cases (~80% of the time) run as their own ctest entries, so ctest -j2
