@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "qc_attention.h"
+#include "qc_attn_fused.h"
 #include "qc_emu.h"
 #include "qc_exec.h"
 #include "qc_fourier.h"
@@ -518,36 +519,70 @@ static void expect_f32(const char *what, const float *got, const float *ref, int
     T_EXPECT(bad == 0, "%s: %" PRId64 " of %" PRId64 " elements outside tolerance", what, bad, n);
 }
 
-/* Every entry of a stash, by name (all entries are f32). */
-static void expect_stash(const char *what, const struct qc_stash *plan, const unsigned char *got,
-                         const unsigned char *ref, const struct tol *t)
+/* Byte offset of the entry named name in the packed download of plan, or -1. */
+static int64_t stash_offset(const struct qc_stash *plan, const char *name, size_t *bytes)
 {
     size_t off = 0;
     for (int i = 0; i < plan->n; i++) {
-        const struct qc_stash_entry *e = &plan->e[i];
+        if (strcmp(plan->e[i].name, name) == 0) {
+            *bytes = plan->e[i].bytes;
+            return (int64_t)off;
+        }
+        off += plan->e[i].bytes;
+    }
+    return -1;
+}
+
+/* Every entry of the reference's stash against the entry of the same name on the backend (all
+ * entries are f32). An entry the backend does not keep fails, except the shared edge embeddings
+ * "r" of a fused edge set where the backend's op computes r per tile instead of taking it
+ * (qc_attn_fused_takes_r false: CUDA); the backend may keep no entry the reference lacks. */
+static void expect_stash(const char *what, const struct qc_stash *ref_plan,
+                         const struct qc_stash *got_plan, const unsigned char *got,
+                         const unsigned char *ref, const struct tol *t, bool may_lack_r)
+{
+    size_t off = 0;
+    for (int i = 0; i < ref_plan->n; i++) {
+        const struct qc_stash_entry *e = &ref_plan->e[i];
         char name[128];
         snprintf(name, sizeof name, "%s.%s", what, e->name);
         T_EXPECT(e->dtype == QC_STASH_F32, "%s: not f32", name);
-        expect_f32(name, (const float *)(const void *)(got + off),
-                   (const float *)(const void *)(ref + off), (int64_t)(e->bytes / sizeof(float)),
-                   t);
+        size_t gbytes = 0;
+        const int64_t goff = stash_offset(got_plan, e->name, &gbytes);
+        if (goff < 0) {
+            T_EXPECT(may_lack_r && strcmp(e->name, "r") == 0, "%s: not kept on the backend", name);
+        } else {
+            T_EXPECT_EQ_U64(gbytes, e->bytes, "%s: bytes", name);
+            if (gbytes == e->bytes)
+                expect_f32(name, (const float *)(const void *)(got + goff),
+                           (const float *)(const void *)(ref + off),
+                           (int64_t)(e->bytes / sizeof(float)), t);
+        }
         off += e->bytes;
+    }
+    for (int i = 0; i < got_plan->n; i++) {
+        size_t rbytes = 0;
+        T_EXPECT(stash_offset(ref_plan, got_plan->e[i].name, &rbytes) >= 0,
+                 "%s.%s: kept on the backend, not by the reference", what, got_plan->e[i].name);
     }
 }
 
 static void compare(const struct hcase *h, const struct result *got, const struct result *ref,
-                    bool bits)
+                    const struct qc_exec *got_ex, bool bits)
 {
     const struct tcase *tc = h->tc;
     const int64_t D = h->D;
     const struct tol *ta = bits ? NULL : &TOL_ACT, *tp = bits ? NULL : &TOL_PARAM;
-    expect_stash("edges", &ref->plan_ed, got->st_ed, ref->st_ed, ta);
-    expect_stash("edges.fe", &ref->plan_fe, got->st_fe, ref->st_fe, ta);
-    expect_stash("kv", &ref->plan_kv, got->st_kv, ref->st_kv, ta);
+    /* CUDA's fused tiles compute r themselves (qc_attn_fused_takes_r): no shared r there */
+    const bool lack_r = tc->impl == QC_ATTN_FUSED && !qc_attn_fused_takes_r(got_ex);
+    expect_stash("edges", &ref->plan_ed, &got->plan_ed, got->st_ed, ref->st_ed, ta, lack_r);
+    expect_stash("edges.fe", &ref->plan_fe, &got->plan_fe, got->st_fe, ref->st_fe, ta, false);
+    expect_stash("kv", &ref->plan_kv, &got->plan_kv, got->st_kv, ref->st_kv, ta, false);
     for (int64_t a = 0; a < tc->apps; a++) {
         char name[32];
         snprintf(name, sizeof name, "app%d", (int)a);
-        expect_stash(name, &ref->plan_app[a], got->st_app[a], ref->st_app[a], ta);
+        expect_stash(name, &ref->plan_app[a], &got->plan_app[a], got->st_app[a], ref->st_app[a], ta,
+                     false);
         snprintf(name, sizeof name, "out%d", (int)a);
         expect_f32(name, got->out[a], ref->out[a], h->Nd * D, ta);
         snprintf(name, sizeof name, "dx_dst%d", (int)a);
@@ -578,7 +613,7 @@ static void test_case(const struct tcase *tc, const struct qc_test_backend *cpu,
     run(&h, b, &got);
     if (b->emu)
         T_EXPECT_EQ_U64(qc_emu_bytes_live(b->emu), live0, "arena bytes held after the case");
-    compare(&h, &got, &ref, b->kind == QC_EXEC_EMU);
+    compare(&h, &got, &ref, qc_test_backend_exec(b), b->kind == QC_EXEC_EMU);
     result_free(&ref);
     result_free(&got);
     hcase_free(&h);

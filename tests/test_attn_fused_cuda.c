@@ -285,6 +285,21 @@ static void fstate_run_cpu(struct fstate *s)
              "%s", qc_error_last());
     if (!s->kv.dk || !s->kv.dv)
         T_FATAL("the CPU fused backward left kv->dk / kv->dv unset");
+    /* The CPU tiles accumulate dL/dr into the edge context (shared r); the FourierEmbedding and
+     * categorical-table gradients come from the edge context's backward, once per edge set. The
+     * CUDA tiles compute both themselves, so the oracle of fe.dw and dcat_table needs this. */
+    T_EXPECT(qc_attn_edges_backward(&s->ed) == QC_OK, "%s", qc_error_last());
+    /* the oracle has teeth: with edges, the FE and table gradients are not all zero (the first
+     * GPU run compared CUDA's against an oracle that had skipped the line above) */
+    if (s->E > 0) {
+        double sf = 0.0, sc = 0.0;
+        for (int64_t i = 0; s->fedw && i < s->fe.params.numel; i++)
+            sf += fabs((double)s->fedw[i]);
+        for (int64_t i = 0; s->dcat && i < s->ncat * s->D; i++)
+            sc += fabs((double)s->dcat[i]);
+        T_EXPECT(!s->fedw || sf > 0.0, "CPU oracle: fe.dw is all zero");
+        T_EXPECT(!s->dcat || sc > 0.0, "CPU oracle: dcat_table is all zero");
+    }
 }
 
 static void fstate_free(struct fstate *s)

@@ -459,22 +459,39 @@ static void expect_close(struct qc_qcnet *m, const struct result *x, const struc
                  (double)y->loss[i]);
     T_EXPECT(memcmp(x->best, y->best, (size_t)x->A * 8) == 0, "%s: best_mode differs", what);
     const double lr = 5e-4;
-    double worst_g = 0.0, worst_p = 0.0, worst_step = 0.0;
+    double worst_g = 0.0, worst_p = 0.0, worst_step = 0.0, model_gmax = 0.0;
+    for (int64_t j = 0; j < y->np; j++)
+        model_gmax = fmax(model_gmax, fabs((double)y->grads[j]));
     for (int i = 0; i < qc_qcnet_num_keys(m); i++) {
         const struct qc_qcnet_key *k = qc_qcnet_key_at(m, i);
         if (k->alias_of >= 0)
             continue;
         const float *gx = x->grads + k->offset, *gy = y->grads + k->offset;
-        double eg = rel_err(gx, gy, k->numel), gmax = 0.0;
-        worst_g = fmax(worst_g, eg);
-        T_EXPECT(eg <= 1e-3, "%s: gradient of %s: relative error %.3g", what, k->name, eg);
-        for (int64_t j = 0; j < k->numel; j++)
+        double gmax = 0.0, xmax = 0.0;
+        for (int64_t j = 0; j < k->numel; j++) {
             gmax = fmax(gmax, fabs((double)gy[j]));
+            xmax = fmax(xmax, fabs((double)gx[j]));
+        }
+        /* A gradient that is zero in exact arithmetic is rounding noise on both sides
+         * (decoder.to_pi.mlp.3.bias: log_softmax is shift-invariant, so the bias shared by the K
+         * logits gets Σ_k dL/dpi_k = 0; the first GPU run measured a "relative error" of 1.94
+         * there). As in test_model: a reference below 1e-7 of the model's largest gradient must
+         * be matched by one below 1e-6 of it, and is left out of the relative and AdamW checks
+         * (Adam's first step turns noise into ±lr; the 2·lr bound below still holds). */
+        const bool noise = gmax < 1e-7 * model_gmax;
+        if (noise) {
+            T_EXPECT(xmax < 1e-6 * model_gmax, "%s: gradient of %s: %.3g is not rounding noise",
+                     what, k->name, xmax);
+        } else {
+            const double eg = rel_err(gx, gy, k->numel);
+            worst_g = fmax(worst_g, eg);
+            T_EXPECT(eg <= 1e-3, "%s: gradient of %s: relative error %.3g", what, k->name, eg);
+        }
         for (int64_t j = 0; j < k->numel; j++) {
             const int64_t o = k->offset + j;
             double d = fabs((double)x->p_after[o] - (double)y->p_after[o]);
             worst_p = fmax(worst_p, d);
-            if (fabs((double)gy[j]) >= 1e-3 * gmax && gmax > 0.0)
+            if (!noise && fabs((double)gy[j]) >= 1e-3 * gmax && gmax > 0.0)
                 worst_step = fmax(worst_step, d);
         }
     }
