@@ -21,10 +21,11 @@
  *     QC_FAULT_OOM_AFTER_REPORT); with groups of 4 scenes under a budget that splits them
  *     (dropout off: the split moves no dropout mask), the weights of 1 rank x 2 unsplit
  *     groups within the tolerance below.
- * `test_dist_mpi cuda` (label gpu; exit 77 without a GPU): the same equivalence with NCCL, 2
- * ranks x 1 group vs 1 rank x 2 groups on device.kind cuda, ZeRO 0, 1, 2: on 2 GPUs when the
- * machine has them, else 2 ranks on one GPU when NCCL allows it (it refuses "duplicate GPU":
- * skipped, said so).
+ * `test_dist_mpi cuda` (label gpu, ctest's test_dist_mpi_cuda): the same equivalence with NCCL,
+ * 2 ranks x 1 group vs 1 rank x 2 groups on device.kind cuda, ZeRO 0, 1, 2, one rank per GPU.
+ * Exit 77 without a GPU (tests/cuda_probe.h: a GPU that does not work fails) and with one GPU
+ * ("skip: one GPU": NCCL refuses two ranks of a communicator on one GPU, "Duplicate GPU";
+ * test_dist_nccl runs the NCCL code in one process there).
  *
  * "Relative on the weights" is ‖a − b‖ / ‖a‖ over the weights, outliers set aside. N ranks add
  * the N groups' gradients in rank order, one rank accumulates them into one buffer as backward
@@ -51,8 +52,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_probe.h"
 #include "dist_testlib.h"
-#include "qc_device.h" /* qc_device_cuda_count */
+#include "qc_device.h" /* qc_device_cuda_probe */
 #include "qc_safetensors.h"
 #include "testutil.h"
 
@@ -714,13 +716,9 @@ static void test_rtx3090x8(void)
 // ---- NCCL (GPU)
 // ------------------------------------------------------------------------------------
 
-static void test_nccl(void)
+/* Two ranks on two GPUs (main has checked that there are two). */
+static void test_nccl(int ngpu)
 {
-    const int ngpu = qc_device_cuda_count();
-    if (ngpu < 1) {
-        T_SKIP("no CUDA device");
-        return;
-    }
     const char *ref_args[] = {"--device", "cuda",  "--steps",           "4", "--grad-accum",
                               "2",        "--set", "data.balance=none", NULL};
     const char *ref = trained("cuda-ref2", 0, ref_args);
@@ -738,11 +736,6 @@ static void test_nccl(void)
         snprintf(log, sizeof(log), "%s/%s.log", tmp_root, name);
         const int rc = wait_for(spawn(&c, log), 600);
         char *s = slurp(log);
-        if (rc != 0 && ngpu < 2 && (strstr(s, "Duplicate GPU") || strstr(s, "NCCL communicator"))) {
-            free(s);
-            T_SKIP("one GPU and NCCL refuses two ranks on it (run on a machine with 2 GPUs)");
-            return;
-        }
         T_EXPECT(rc == 0, "2 ranks on cuda (%d GPU(s)), ZeRO %d: exit %d\n%s", ngpu, z, rc, s);
         free(s);
         if (rc != 0)
@@ -763,8 +756,19 @@ int main(int argc, char **argv)
     setenv("QC_TEST_TAG", tag, 1);
     t_dist_mpi_env();
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
+        if (probe != 0) {
+            t_rm_rf(tmp_root);
+            return probe;
+        }
+        int ngpu = 0;
+        (void)qc_device_cuda_probe(&ngpu);
         QC_TEST ("dist: NCCL: 2 ranks x 1 group == 1 rank x 2 groups on cuda, ZeRO 0/1/2") {
-            test_nccl();
+            if (ngpu < 2)
+                T_SKIP("one GPU: NCCL refuses two ranks on one GPU (\"Duplicate GPU\"); this test "
+                       "needs 2 (test_dist_nccl runs the NCCL code in one process)");
+            else
+                test_nccl(ngpu);
         }
         t_rm_rf(tmp_root);
         return qc_test_summary();

@@ -211,7 +211,10 @@ enum qc_status dist_nccl_params(struct qc_dist *d, float *params)
     }
     NCCL_TRY(n, ncclGroupEnd());
     pthread_mutex_lock(&d->mu);
-    d->stats.bytes_sent += (uint64_t)(d->shard_hi - d->shard_lo) * sizeof(float);
+    /* this rank's shard to each of the W - 1 others (a ring forwards as much: the MPI backend's
+     * count) */
+    d->stats.bytes_sent +=
+        (uint64_t)(d->shard_hi - d->shard_lo) * sizeof(float) * (uint64_t)(d->size - 1);
     pthread_mutex_unlock(&d->mu);
     QC_TRY(qc_stream_host_func(n->stream, stamp, &n->t_params1));
     QC_TRY(qc_event_record(n->ev_done, n->stream));

@@ -26,8 +26,22 @@ if(QC_HAVE_MPI)
         TIMEOUT 900)
     target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_faults qctrain)
-    # NCCL: 2 ranks on 2 GPUs (or on one when NCCL allows it); exit 77 without a GPU
+    # NCCL: 2 ranks on 2 GPUs; exit 77 without a GPU and with one ("skip: one GPU": NCCL refuses
+    # two ranks on one GPU; test_dist_nccl covers nccl.c there)
     add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
     set_tests_properties(test_dist_mpi_cuda PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77
         TIMEOUT 1800 ENVIRONMENT "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles")
+    # test_dist_nccl: the communicator in a world of ONE rank (a singleton MPI), both backends in
+    # one process: the NCCL backend on device memory against the MPI backend, error statuses
+    # (label gpu; exit 77 without a GPU); test_dist_nccl_cpu: its MPI backend part and the errors
+    # that need no GPU, for CI
+    qc_add_test(test_dist_nccl SOURCES test_dist_nccl.c LIBS qcdist qcalloc qcbase LABELS gpu
+        TIMEOUT 300)
+    set(qc_dist_nccl_timeout 120)
+    if(QC_SANITIZE)
+        math(EXPR qc_dist_nccl_timeout "${qc_dist_nccl_timeout} * 4")
+    endif()
+    add_test(NAME test_dist_nccl_cpu COMMAND test_dist_nccl cpu)
+    set_tests_properties(test_dist_nccl_cpu PROPERTIES LABELS "cpu" SKIP_RETURN_CODE 77
+        TIMEOUT ${qc_dist_nccl_timeout})
 endif()
