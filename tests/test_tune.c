@@ -4,10 +4,13 @@
  *   - the tuned preset loads (--config-dump), inherits its base and changes only tuned keys;
  *   - training with it stays under the budget over a mixed epoch, no step failing;
  *   - the search never runs a candidate predicted over the budget (every run is counted and
- *     re-planned on the heavy tail by a session of its own);
+ *     re-planned by a session of the test's own on the heaviest scenes, which the test finds
+ *     itself by planning every scene alone, not on the tuner's heavy tail);
  *   - the choice is a function of the measurements (injected: no timing), the same twice, and
  *     follows them; a measured peak over the budget is never chosen;
- *   - a budget too small for anything: the error names the least budget, which does fit;
+ *   - a budget too small for anything: the error names the least budget, which the test pins to
+ *     its own figure (every scene planned alone at its smallest peak, the heaviest taken, over
+ *     1 - the space's smallest margin) within the planner's stated 5 %, and which does fit;
  *   - --allow-precision: only then does precision vary; a 16-bit plan keeps fewer bytes; the
  *     measurements choose the precision like any other setting;
  *   - --dry-run on rtx3090x8 runs nothing; bad arguments are refused.
@@ -35,6 +38,7 @@
 static char tmp_root[256], base_path[512];
 static const char qctrain[] = QC_BINARY_DIR "/qctrain";
 static const uint64_t budget = 160 * MIB; /* batch 1 fits (offloading), a dense pair does not */
+static const int64_t scenes = 8;          /* the base's data.synthetic_scenes */
 
 /* The base preset: cpu-smoke with small radii, 8 generated mixed scenes, batch 2. */
 static void write_base(void)
@@ -43,13 +47,15 @@ static void write_base(void)
     FILE *f = fopen(base_path, "w");
     if (!f)
         T_FATAL("cannot write %s", base_path);
-    fprintf(f, "{\"description\": \"test base\", \"inherits\": \"cpu-smoke\",\n"
-               " \"model.pl2pl_radius\": 30, \"model.pl2a_radius\": 15, \"model.a2a_radius\": 15,\n"
-               " \"model.pl2m_radius\": 30, \"model.a2m_radius\": 30, \"model.time_span\": 3,\n"
-               " \"model.num_t2m_steps\": 6, \"data.synthetic_scenes\": 8,\n"
-               " \"data.synthetic_profile\": \"mixed\", \"data.loader_threads\": 1,\n"
-               " \"data.shuffle\": false, \"alloc.trace\": false, \"log.report\": false,\n"
-               " \"log.tensorboard\": false, \"train.batch_size\": 2, \"train.grad_accum\": 1}\n");
+    fprintf(f,
+            "{\"description\": \"test base\", \"inherits\": \"cpu-smoke\",\n"
+            " \"model.pl2pl_radius\": 30, \"model.pl2a_radius\": 15, \"model.a2a_radius\": 15,\n"
+            " \"model.pl2m_radius\": 30, \"model.a2m_radius\": 30, \"model.time_span\": 3,\n"
+            " \"model.num_t2m_steps\": 6, \"data.synthetic_scenes\": %d,\n"
+            " \"data.synthetic_profile\": \"mixed\", \"data.loader_threads\": 1,\n"
+            " \"data.shuffle\": false, \"alloc.trace\": false, \"log.report\": false,\n"
+            " \"log.tensorboard\": false, \"train.batch_size\": 2, \"train.grad_accum\": 1}\n",
+            (int)scenes);
     fclose(f);
 }
 
@@ -58,6 +64,8 @@ static void base_config(struct qc_config *cfg)
     qc_config_defaults(cfg);
     if (qc_config_apply_preset(cfg, base_path) != QC_OK)
         T_FATAL("base preset: %s", qc_error_last());
+    if (cfg->synthetic_scenes != scenes)
+        T_FATAL("base preset: %" PRId64 " scenes", (int64_t)cfg->synthetic_scenes);
 }
 
 /* Runs qctrain with args; returns the exit code and the output (malloc'd). */
@@ -258,7 +266,7 @@ static enum qc_status run_fake_prec(struct fake *f, uint64_t b, bool dry, bool a
     o.global_batch = 4;
     o.dry_run = dry;
     o.allow_precision = allow_precision;
-    o.tail_scenes = 6;
+    o.tail_scenes = scenes; /* every scene weighed: the test's own heaviest is among them */
     o.max_measured = 3;
     o.measure = fake_measure;
     o.measure_user = f;
@@ -291,6 +299,79 @@ static int64_t same_but_precision(const struct qc_tune_result *r, const struct q
     return -1;
 }
 
+// ---- the test's own heavy tail ------------------------------------------------------------
+
+struct weight {
+    int64_t scene;
+    uint64_t bytes;
+};
+
+static int heaviest_first(const void *a, const void *b)
+{
+    const struct weight *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return (x->scene > y->scene) - (x->scene < y->scene);
+}
+
+/* Every scene of pl (the base's generated scenes) planned alone under par; w[i] = {scene, its
+ * planned peak}, heaviest first. */
+static bool weigh_scenes(struct qc_train_planner *pl, const struct qc_plan_params *par,
+                         struct weight *w)
+{
+    for (int64_t i = 0; i < scenes; i++) {
+        struct qc_plan_result r = {0};
+        w[i].scene = i;
+        if (qc_train_planner_plan_scenes(pl, &i, 1, NULL, par, &r, NULL) != QC_OK) {
+            T_EXPECT(false, "scene %" PRId64 " alone: %s", i, qc_error_last());
+            return false;
+        }
+        w[i].bytes = r.peak;
+        qc_plan_result_free(&r);
+    }
+    qsort(w, (size_t)scenes, sizeof *w, heaviest_first);
+    return true;
+}
+
+/* The least budget as the test works it out, without the tuner: for each attention
+ * implementation, every scene planned alone under a 1-byte budget (the planner's smallest peak
+ * for it) and the heaviest taken; the smaller of the two, over 1 - 2 % (the space's smallest
+ * margin). *scene: the heaviest scene of that implementation, *attention: the implementation. */
+static double least_budget_figure(const struct qc_config *base, int64_t *scene, int *attention)
+{
+    double best = 0;
+    for (int a = 0; a < 2; a++) {
+        struct qc_config c = *base;
+        c.attention = (enum qc_attention_impl)a;
+        struct qc_train_planner *pl = NULL;
+        if (qc_train_planner_create(&c, NULL, 0, NULL, &pl) != QC_OK) {
+            T_EXPECT(false, "planner: %s", qc_error_last());
+            return 0;
+        }
+        struct qc_plan_params par;
+        qc_train_plan_params(&c, &par);
+        par.mode = QC_PLAN_MODE_AUTO;
+        par.margin = 0.02;
+        par.budget = 1;
+        struct weight w[64];
+        const bool ok = weigh_scenes(pl, &par, w);
+        qc_train_planner_destroy(pl);
+        if (!ok)
+            return 0;
+        const double need = (double)w[0].bytes / (1.0 - par.margin);
+        printf("  %s attention: heaviest scene %" PRId64 " needs %.2f MiB (lightest, scene %" PRId64
+               ": %.2f MiB)\n",
+               a == QC_ATTENTION_UNFUSED ? "unfused" : "fused", w[0].scene, need / (double)MIB,
+               w[scenes - 1].scene, (double)w[scenes - 1].bytes / (1.0 - par.margin) / (double)MIB);
+        if (best == 0 || need < best) {
+            best = need;
+            *scene = w[0].scene;
+            *attention = a;
+        }
+    }
+    return best;
+}
+
 static void test_search(void)
 {
     QC_TEST ("the search never runs a candidate predicted over the budget") {
@@ -305,7 +386,9 @@ static void test_search(void)
         T_EXPECT(pruned > 0 && r.fitting > 0, "the budget prunes some: %" PRId64, pruned);
         T_EXPECT(f.calls == r.runs && f.calls >= 3, "runs counted: %" PRId64 " vs %" PRId64,
                  f.calls, r.runs);
-        /* every run: a fresh session plans it on the heavy tail under the budget: it fits */
+        /* every run: a fresh session of the test's weighs every scene alone (kept whole, the
+         * run's attention and precision) and plans the run on the batch_size heaviest under
+         * the budget: it fits */
         struct qc_config cfg;
         base_config(&cfg);
         for (int64_t k = 0; k < f.calls && k < 64; k++) {
@@ -315,9 +398,20 @@ static void test_search(void)
             struct qc_train_planner *pl = NULL;
             T_EXPECT(qc_train_planner_create(&c, NULL, 0, NULL, &pl) == QC_OK, "%s",
                      qc_error_last());
+            struct qc_plan_params keep;
+            qc_train_plan_params(&c, &keep);
+            keep.mode = QC_PLAN_MODE_KEEP;
+            keep.budget = 0;
+            struct weight w[64];
+            int64_t heavy[64];
+            const bool weighed = pl && weigh_scenes(pl, &keep, w);
+            for (int64_t i = 0; i < scenes; i++)
+                heavy[i] = w[i].scene;
+            T_EXPECT(c.batch_size <= scenes, "batch %" PRId64, c.batch_size);
             struct qc_plan_result pr = {0};
-            T_EXPECT(pl && qc_train_planner_plan_scenes(pl, r.heavy_scenes, c.batch_size, NULL,
-                                                        NULL, &pr, NULL) == QC_OK,
+            T_EXPECT(weighed && c.batch_size <= scenes &&
+                         qc_train_planner_plan_scenes(pl, heavy, c.batch_size, NULL, NULL, &pr,
+                                                      NULL) == QC_OK,
                      "%s", qc_error_last());
             T_EXPECT(pr.fits && pr.peak <= budget,
                      "run %" PRId64 " (batch %" PRId64 ", %s): heavy-tail peak %" PRIu64, k + 1,
@@ -444,7 +538,8 @@ static void test_search(void)
         qc_tune_result_free(&r3);
     }
 
-    QC_TEST ("a budget too small for anything names the least that fits, and that one does") {
+    QC_TEST ("a budget too small for anything names the least budget: the heaviest scene's, "
+             "which fits") {
         struct fake f = {0};
         struct qc_tune_result r;
         const enum qc_status st = run_fake(&f, 16 * MIB, false, &r);
@@ -454,9 +549,44 @@ static void test_search(void)
         snprintf(want, sizeof want, "--budget %" PRIu64 "MiB", r.min_budget >> 20);
         T_EXPECT(strstr(msg, "at least") && strstr(msg, want), "message: %s", msg);
         T_EXPECT(f.calls == 0, "nothing run: %" PRId64, f.calls);
-        printf("  least budget %" PRIu64 " MiB\n", r.min_budget >> 20);
         const uint64_t least = r.min_budget;
         qc_tune_result_free(&r);
+        /* the test's own figure: the heaviest scene alone at its smallest peak. The least
+         * budget covers it (less, and a tuned preset at that budget fails on that scene) and
+         * is no more than the planner's stated error over it (the predicted peak within 5 %), plus
+         * the MiB it is rounded up to */
+        struct qc_config cfg;
+        base_config(&cfg);
+        int64_t heaviest = -1;
+        int attention = 0;
+        const double figure = least_budget_figure(&cfg, &heaviest, &attention);
+        printf("  least budget %.2f MiB, the test's figure %.2f MiB (scene %" PRId64 ", %s)\n",
+               (double)least / (double)MIB, figure / (double)MIB, heaviest,
+               attention == QC_ATTENTION_UNFUSED ? "unfused" : "fused");
+        T_EXPECT(figure > 16.0 * (double)MIB && (double)least >= figure,
+                 "the least budget %.2f MiB is below the heaviest scene's %.2f MiB",
+                 (double)least / (double)MIB, figure / (double)MIB);
+        T_EXPECT((double)least <= figure * 1.05 + (double)MIB,
+                 "the least budget %.2f MiB is more than 5 %% over the heaviest scene's %.2f MiB",
+                 (double)least / (double)MIB, figure / (double)MIB);
+        /* that scene, planned alone under the least budget by a session of the test's: fits */
+        struct qc_config c = cfg;
+        c.attention = (enum qc_attention_impl)attention;
+        c.device_budget = least;
+        struct qc_train_planner *pl = NULL;
+        struct qc_plan_params par;
+        qc_train_plan_params(&c, &par);
+        par.mode = QC_PLAN_MODE_AUTO;
+        par.margin = 0.02;
+        struct qc_plan_result pr = {0};
+        T_EXPECT(heaviest >= 0 && qc_train_planner_create(&c, NULL, 0, NULL, &pl) == QC_OK &&
+                     qc_train_planner_plan_scenes(pl, &heaviest, 1, NULL, &par, &pr, NULL) == QC_OK,
+                 "%s", qc_error_last());
+        T_EXPECT(pr.fits,
+                 "scene %" PRId64 " under the least budget: peak %" PRIu64 ", target %" PRIu64,
+                 heaviest, pr.peak, pr.target);
+        qc_plan_result_free(&pr);
+        qc_train_planner_destroy(pl);
         T_EXPECT(least > 16 * MIB && run_fake(&f, least, true, &r) == QC_OK && r.fitting > 0,
                  "the least budget fits: %s", qc_error_last());
         qc_tune_result_free(&r);
