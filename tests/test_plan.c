@@ -1,9 +1,10 @@
 /*
  * test_plan.c — the memory planner (src/plan/qc_plan.h): the simulation on hand-made programs
  * whose peaks and times are worked out here, the search and forced modes on the dry run's
- * program of a small QCNet at a range of budgets (every result passes qc_plan_check; a result
- * that fits is under its target; tighter budgets never give lower step times), the cost model's
- * calibration and its JSON round trip.
+ * program of a small QCNet at a range of budgets and two margins (every result passes
+ * qc_plan_check; its target is budget x (1 - margin) as the test computes it; a result that fits
+ * is under that target, and so is its policy simulated again by qc_plan_evaluate; tighter
+ * budgets never give lower step times), the cost model's calibration and its JSON round trip.
  */
 #include <math.h>
 #include <stdio.h>
@@ -64,6 +65,34 @@ static void hw_fast(struct qc_plan_hw *hw)
     hw->nvme_capacity = 1000 * MB;
 }
 
+/* The target of a budget and margin as plan.margin promises it, worked out here. */
+static uint64_t target_of(uint64_t budget, double margin)
+{
+    return (uint64_t)((double)budget * (1.0 - margin));
+}
+
+/* r (made under par) fits: its target is the budget less the margin, and its policy simulated
+ * again without a budget peaks at or under that target. */
+static void expect_under_target(const struct qc_plan_program *p, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, const struct qc_plan_params *par,
+                                const struct qc_plan_result *r)
+{
+    const uint64_t target = target_of(par->budget, par->margin);
+    T_EXPECT_EQ_U64(r->target, target, "budget %llu, margin %.2f", (unsigned long long)par->budget,
+                    par->margin);
+    T_EXPECT(r->fits && r->peak <= target, "fits %d: peak %llu, budget %llu x (1 - %.2f) = %llu",
+             r->fits, (unsigned long long)r->peak, (unsigned long long)par->budget, par->margin,
+             (unsigned long long)target);
+    struct qc_plan_params free_par = *par;
+    free_par.budget = 0;
+    struct qc_plan_result e;
+    T_EXPECT(qc_plan_evaluate(p, cost, hw, &free_par, r->policy, &e) == QC_OK, "%s",
+             qc_error_last());
+    T_EXPECT(e.peak <= target, "the plan simulated again: peak %llu over the target %llu",
+             (unsigned long long)e.peak, (unsigned long long)target);
+    qc_plan_result_free(&e);
+}
+
 static void test_simulation(void)
 {
     struct qc_plan_program p;
@@ -114,10 +143,17 @@ static void test_simulation(void)
     par.budget = 400 * MB;
     par.min_stash = 0;
     T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
-    T_EXPECT(r.fits && r.peak <= r.target, "fits: peak %llu, target %llu",
-             (unsigned long long)r.peak, (unsigned long long)r.target);
+    expect_under_target(&p, cost, &hw, &par, &r);
     T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
     qc_plan_result_free(&r);
+    /* a margin of 15 % keeps 60 MiB of it free: a peak of at most 340 MiB, which only the
+     * floor gives (c's 300 MiB stash alone kept at c's backward, + 26 MiB) */
+    par.margin = 0.15;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    expect_under_target(&p, cost, &hw, &par, &r);
+    T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    qc_plan_result_free(&r);
+    par.margin = 0.02;
     /* a budget under the floor: the smallest peak found, not fitting */
     par.budget = 20 * MB;
     T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
@@ -165,29 +201,45 @@ static void test_model_budgets(void)
     T_EXPECT(r.peak == keep && r.host_bytes + r.nvme_bytes + r.recompute_bytes == 0,
              "no budget: everything kept");
     qc_plan_result_free(&r);
-    double last_s = 0;
     uint64_t floor = keep;
-    for (int i = 1; i <= 8; i++) {
-        par.budget = keep - keep * (uint64_t)i / 10;
-        T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
-        T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
-                 (unsigned long long)par.budget, qc_error_last());
-        if (r.fits) {
-            T_EXPECT(r.peak <= r.target, "fits but %llu > %llu", (unsigned long long)r.peak,
-                     (unsigned long long)r.target);
-            T_EXPECT(r.step_s >= last_s - 1e-9, "a tighter budget made the step faster");
-            last_s = r.step_s;
+    /* the default margin, and one of 10 %: large enough that a planner ignoring plan.margin
+     * (stopping at the budget itself) stops on plans that do not keep it free */
+    const double margins[2] = {0.02, 0.10};
+    int fitted = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        double last_s = 0;
+        par.margin = margins[mi];
+        for (int i = 1; i <= 8; i++) {
+            par.budget = keep - keep * (uint64_t)i / 10;
+            T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+            T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
+                     (unsigned long long)par.budget, qc_error_last());
+            T_EXPECT_EQ_U64(r.target, target_of(par.budget, par.margin), "budget %llu x (1 - %.2f)",
+                            (unsigned long long)par.budget, par.margin);
+            if (r.fits) {
+                expect_under_target(&p, cost, &hw, &par, &r);
+                T_EXPECT(r.step_s >= last_s - 1e-9, "a tighter budget made the step faster");
+                last_s = r.step_s;
+                fitted++;
+            } else {
+                T_EXPECT(r.peak > target_of(par.budget, par.margin),
+                         "does not fit, yet peak %llu is under the target",
+                         (unsigned long long)r.peak);
+            }
+            if (r.peak < floor)
+                floor = r.peak;
+            printf("  margin %2.0f%%, budget %3d%% of %llu: peak %llu (%s), step %.4f s (keep "
+                   "%.4f s), host %llu, nvme %llu, recompute %llu, %d search steps, %.3f ms\n",
+                   100 * par.margin, 100 - 10 * i, (unsigned long long)keep,
+                   (unsigned long long)r.peak, r.fits ? "fits" : "does not fit", r.step_s,
+                   r.keep_step_s, (unsigned long long)r.host_bytes,
+                   (unsigned long long)r.nvme_bytes, (unsigned long long)r.recompute_bytes,
+                   r.iterations, 1e3 * r.plan_s);
+            qc_plan_result_free(&r);
         }
-        if (r.peak < floor)
-            floor = r.peak;
-        printf("  budget %3d%% of %llu: peak %llu (%s), step %.4f s (keep %.4f s), host %llu, "
-               "nvme %llu, recompute %llu, %d search steps, %.3f ms\n",
-               100 - 10 * i, (unsigned long long)keep, (unsigned long long)r.peak,
-               r.fits ? "fits" : "does not fit", r.step_s, r.keep_step_s,
-               (unsigned long long)r.host_bytes, (unsigned long long)r.nvme_bytes,
-               (unsigned long long)r.recompute_bytes, r.iterations, 1e3 * r.plan_s);
-        qc_plan_result_free(&r);
     }
+    T_EXPECT(fitted >= 4, "plans that fit: %d", fitted);
+    par.margin = 0.02;
     T_EXPECT(floor < keep * 3 / 4, "the search lowers the peak by a quarter at least: %llu of %llu",
              (unsigned long long)floor, (unsigned long long)keep);
     /* forced modes */
