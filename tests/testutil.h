@@ -11,7 +11,10 @@
  *
  * A failed expectation prints file:line and the message, marks the current test failed and
  * carries on. T_FATAL ends the process (exit 1). T_SKIP marks the test skipped and leaves it.
- * QC_TEST_FILTER=substring runs only matching tests. qc_test_seed() returns QC_TEST_SEED (or a
+ * QC_TEST_FILTER=substring runs only matching tests; QC_TEST_EXCLUDE=substring leaves matching
+ * tests out. A run in which no test ran, a filter that matched nothing or an exclusion that left
+ * nothing out is a failure (exit 1): a renamed case must not silently empty the ctest entries that
+ * select cases by substring (tests/cmake). qc_test_seed() returns QC_TEST_SEED (or a
  * fixed default) and the seed is printed with every failure so it can be replayed.
  */
 #ifndef QC_TESTS_TESTUTIL_H
@@ -34,6 +37,7 @@ struct qc_test_state {
     int passed;
     int failed;
     int skipped;
+    int excluded; /* cases QC_TEST_EXCLUDE left out */
     uint64_t seed;
     int seed_read;
 };
@@ -56,8 +60,10 @@ static inline int qc_test_begin(const char *name)
     if (filter && !strstr(name, filter))
         return 0;
     const char *exclude = getenv("QC_TEST_EXCLUDE");
-    if (exclude && *exclude && strstr(name, exclude))
+    if (exclude && *exclude && strstr(name, exclude)) {
+        qc_test_st.excluded++;
         return 0;
+    }
     qc_test_st.name = name;
     qc_test_st.failed_in_test = 0;
     qc_test_st.skipped_in_test = 0;
@@ -89,6 +95,19 @@ static inline int qc_test_summary(void)
 {
     printf("%d passed, %d failed, %d skipped\n", qc_test_st.passed, qc_test_st.failed,
            qc_test_st.skipped);
+    const char *filter = getenv("QC_TEST_FILTER"), *exclude = getenv("QC_TEST_EXCLUDE");
+    if (qc_test_st.passed + qc_test_st.failed + qc_test_st.skipped == 0) {
+        printf("FAIL  no test case ran (QC_TEST_FILTER=\"%s\", QC_TEST_EXCLUDE=\"%s\")\n"
+               "  hint: a filter that matches no case name selects nothing; was a case renamed?\n",
+               filter ? filter : "", exclude ? exclude : "");
+        return 1;
+    }
+    if (exclude && *exclude && qc_test_st.excluded == 0) {
+        printf("FAIL  QC_TEST_EXCLUDE=\"%s\" matched no case name\n"
+               "  hint: the exclusion is stale (was a case renamed?): fix it where it is set\n",
+               exclude);
+        return 1;
+    }
     if (qc_test_st.failed)
         return 1;
     if (qc_test_st.passed == 0 && qc_test_st.skipped > 0)
