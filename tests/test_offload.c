@@ -29,7 +29,7 @@ static struct qc_offload *make_rung(enum qc_offload_rung rung, int qd, bool *ski
         char why[600];
         snprintf(why, sizeof why, "rung %s unavailable here: %s", qc_offload_rung_str(rung),
                  qc_error_last());
-        OT_URING_UNAVAILABLE(why);
+        OT_URING_UNAVAILABLE(rung, why);
         return NULL;
     }
     T_EXPECT(st == QC_OK, "create on rung %s: %s", qc_offload_rung_str(rung), qc_error_last());

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,11 @@ static inline void ot_params(struct qc_offload_params *p, enum qc_offload_rung r
     const char *sim = getenv("QC_TEST_SIM_NO_URING");
     if (sim && strcmp(sim, "1") == 0)
         p->sim_uring_errno = ENOSYS;
+    /* QC_TEST_SIM_NO_O_DIRECT=1: as a filesystem that refuses O_DIRECT (EINVAL, a tmpfs before
+     * Linux 6.6), for the same check (OT_IO_UNAVAILABLE) */
+    sim = getenv("QC_TEST_SIM_NO_O_DIRECT");
+    if (sim && strcmp(sim, "1") == 0)
+        p->sim_direct_errno = EINVAL;
 }
 
 // ---- the rung this machine gives, and io_uring under CI --------------------------------------
@@ -149,24 +155,56 @@ static inline void ot_rung_report(struct qc_device *dev)
     fflush(stdout);
 }
 
-/* A case needs an io_uring rung this machine refused (why: the engine's message). Where
- * io_uring itself is missing (the AUTO probe fell to the thread pool) and CI=true, that is a
- * failure unless QC_CI_NO_URING=1 says the CI machine has none (a seccomp profile, an old
- * kernel): otherwise CI would pass with the NVMe path never run. Elsewhere, and for a missing
- * O_DIRECT only (tmpfs), it is a skip. Use as the last statement of the case. */
-#define OT_URING_UNAVAILABLE(why)                                                                  \
+/* CI=true (or 1): the run is CI's (.ci/run exports it). */
+static inline bool ot_under_ci(void)
+{
+    const char *ci = getenv("CI");
+    return ci && (strcmp(ci, "true") == 0 || strcmp(ci, "1") == 0);
+}
+
+/* The opt-out under CI for the I/O path a case needs (QC_CI_NO_URING or QC_CI_NO_O_DIRECT,
+ * "1"), or NULL when it is not set. */
+static inline const char *ot_ci_opt_out(bool need_direct)
+{
+    const char *name = need_direct ? "QC_CI_NO_O_DIRECT" : "QC_CI_NO_URING";
+    const char *v = getenv(name);
+    return v && strcmp(v, "1") == 0 ? name : NULL;
+}
+
+/* Whether a refused io_uring rung means io_uring itself is missing here (the AUTO probe fell to
+ * the thread pool, or found no NVMe tier) rather than O_DIRECT (io_uring works, the spill
+ * folder's filesystem refuses O_DIRECT: a tmpfs). */
+static inline bool ot_uring_missing(enum qc_offload_rung rung)
+{
+    return ot_auto_rung == QC_OFFLOAD_RUNG_THREADS || ot_auto_rung == QC_OFFLOAD_RUNG_COUNT ||
+           ot_auto_rung == QC_OFFLOAD_RUNG_HOST_ONLY || rung != QC_OFFLOAD_RUNG_URING_DIRECT;
+}
+
+/* A case needs an I/O path this machine refused (why: the engine's message): io_uring
+ * (need_direct false) or O_DIRECT (true). Outside CI that is a skip. Under CI=true it is a
+ * failure, so that CI cannot pass with the NVMe path never run, unless the runner opts out
+ * explicitly for that path: QC_CI_NO_URING=1 (the CI machine has no io_uring: a seccomp
+ * profile, an old kernel) or QC_CI_NO_O_DIRECT=1 (its temporary folder cannot do O_DIRECT: a
+ * tmpfs); the opt-out is logged in the case's skip line. Use as the last statement of the
+ * case. */
+#define OT_IO_UNAVAILABLE(need_direct, why)                                                        \
     do {                                                                                           \
-        const char *ot_ci_ = getenv("CI"), *ot_no_ = getenv("QC_CI_NO_URING");                     \
-        const bool ot_uring_missing_ =                                                             \
-            ot_auto_rung == QC_OFFLOAD_RUNG_THREADS || ot_auto_rung == QC_OFFLOAD_RUNG_COUNT;      \
-        if (ot_uring_missing_ && ot_ci_ && strcmp(ot_ci_, "true") == 0 &&                          \
-            !(ot_no_ && strcmp(ot_no_, "1") == 0))                                                 \
-            T_FAIL_AT("io_uring is unavailable under CI=true: %s\n    hint: fix the CI "           \
-                      "machine, or set QC_CI_NO_URING=1 to accept running without it",             \
-                      (why));                                                                      \
+        const bool ot_direct_ = (need_direct);                                                     \
+        const char *ot_what_ = ot_direct_ ? "O_DIRECT" : "io_uring";                               \
+        const char *ot_opt_ = ot_ci_opt_out(ot_direct_);                                           \
+        if (ot_under_ci() && !ot_opt_)                                                             \
+            T_FAIL_AT("%s is unavailable under CI=true: %s\n    hint: fix the CI machine (or "     \
+                      "point TMPDIR at a disk folder), or set %s=1 to accept running without it",  \
+                      ot_what_, (why), ot_direct_ ? "QC_CI_NO_O_DIRECT" : "QC_CI_NO_URING");       \
+        else if (ot_under_ci())                                                                    \
+            T_SKIP("%s unavailable: %s (CI opt-out %s=1: CI accepts running without %s)",          \
+                   ot_what_, (why), ot_opt_, ot_what_);                                            \
         else                                                                                       \
-            T_SKIP("%s", (why));                                                                   \
+            T_SKIP("%s unavailable: %s", ot_what_, (why));                                         \
     } while (0)
+
+/* An io_uring rung was refused: io_uring or O_DIRECT missing (ot_uring_missing). */
+#define OT_URING_UNAVAILABLE(rung, why) OT_IO_UNAVAILABLE(!ot_uring_missing(rung), why)
 
 static inline size_t offload_test_round4k(size_t n)
 {

@@ -57,7 +57,7 @@ static void run_case(enum qc_offload_rung rung, const struct fault_case *fc)
             if (rung == QC_OFFLOAD_RUNG_THREADS)
                 T_SKIP("%s", qc_error_last());
             else
-                OT_URING_UNAVAILABLE(qc_error_last());
+                OT_URING_UNAVAILABLE(rung, qc_error_last());
             continue; /* ends the QC_TEST */
         }
         T_EXPECT(st == QC_OK, "create: %s", qc_error_last());
