@@ -6,7 +6,9 @@ test_av2_convert.py — tools/av2_to_qcshard on the real AV2 sample scenario, ch
 usage: test_av2_convert.py QCTRAIN_BINARY SOURCE_DIR DATA_DIR (tests/data)
 
 Tracks are read from the parquet file when pyarrow is installed (and then also from the JSON-lines
-rendering, which must give the same bytes); without pyarrow only the JSON-lines path runs. Also
+rendering, which must give the same bytes); without pyarrow only the JSON-lines path runs, and
+under CI (CI=true, as .ci/run exports) a missing pyarrow is a failure: CI must not pass with the
+parquet path never run (tools/install-deps installs it). Also
 checks resume (a second run is "up to date") and that a malformed scenario is named in the error
 while the good one is still converted.
 """
@@ -51,7 +53,13 @@ def main():
         have_pa = True
     except ImportError:
         have_pa = False
-        print('note: pyarrow not installed (pip install pyarrow): checking the JSON-lines path only')
+        if os.environ.get('CI') in ('true', '1'):
+            check(False, 'pyarrow is not installed under CI=true: the parquet path would go '
+                  'untested (hint: tools/install-deps installs it, and fails saying why when it '
+                  'cannot)')
+        else:
+            print('note: pyarrow not installed (pip install pyarrow): checking the JSON-lines '
+                  'path only')
     tmp = tempfile.mkdtemp(prefix='qc_av2_')
     try:
         out_j = os.path.join(tmp, 'jsonl.qcshard')

@@ -1,6 +1,7 @@
 # The AV2 converter (tools/av2_to_qcshard) on the real sample scenario, checked through
 # `qctrain inspect --json` against QCNET.md §8.1. Uses pyarrow for the parquet tracks when it is
-# installed (pip install pyarrow), else the JSON-lines rendering shipped with the sample.
+# installed (pip install pyarrow), else the JSON-lines rendering shipped with the sample; under
+# CI=true (.ci/run) a missing pyarrow fails it (tools/install-deps fails first, saying why).
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
     add_test(NAME test_av2_convert
