@@ -73,6 +73,24 @@ struct qc_kernels_cuda *cuda_ctx_bind(cudaStream_t stream, const char *op);
 /* The lazily created cuDNN handle of ctx, bound to `stream`. */
 enum qc_status cuda_ctx_cudnn(struct qc_kernels_cuda *ctx, cudaStream_t stream, cudnnHandle_t *out);
 
+// ---- 16-bit GEMMs (linear.cu) -----------------------------------------------------------------
+/* The linear op with some of its operands rounded to prec (bf16 or fp16) first, as the CPU oracle
+ * rounds them (kernels/exec.c): CUDA_LOWP_INP the input rows, CUDA_LOWP_W the weight,
+ * CUDA_LOWP_DOUT the output gradient (never the bias gradient's: it sums the fp32 dout). A GEMM
+ * whose operands are both rounded runs on the tensor cores (fp32 accumulation), any other in
+ * fp32 (cublasSgemm). Arguments and ACCUM / OVERWRITE otherwise those of
+ * qc_linear_{forward,backward}_cuda. The rounded operands live in the workspace's area
+ * (qc_lowp_gemm.h); an area too small for the weight and one row aborts with a hint. */
+enum { CUDA_LOWP_INP = 1u, CUDA_LOWP_W = 2u, CUDA_LOWP_DOUT = 4u };
+
+void cuda_linear_forward_lowp(float *out, const float *inp, int64_t ldi, const float *weight,
+                              const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
+                              int prec, unsigned rnd, cudaStream_t stream);
+void cuda_linear_backward_lowp(float *dinp, int64_t lddi, float *dweight, float *dbias,
+                               const float *dout, const float *inp, int64_t ldi,
+                               const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum,
+                               int prec, unsigned rnd, cudaStream_t stream);
+
 // ---- launch shapes ----------------------------------------------------------------------------
 /* The arithmetic lives in qc_cuda_launch.h (plain C: tests/test_cuda_launch.c checks it on the
  * CPU build). */

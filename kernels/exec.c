@@ -715,15 +715,54 @@ void qc_op_fourier_features_backward_saved(const struct qc_exec *ex, float *dc, 
         qc_fourier_features_backward_cuda(dc, dfreqs, dphi, c, freqs, N, D, F, EXEC_STREAM(ex)));
 }
 
+/* The GRUs in a 16-bit run (docs/PRECISION.md): x and both weight matrices rounded (CPU, EMU:
+ * rounded host copies; CUDA: the _prec launchers round the same operands on the device); the
+ * hidden state, the gates, the biases and every gradient stay fp32. The cell rounds as one step
+ * of the sequence does. fp32 takes the plain op on every backend. */
+
+#define GRU_CELL_FWD_P                                                                             \
+    EXEC_P("gru_cell_forward", "N,IC,C", N, IC, C, 0,                                              \
+           4.0 * ((double)N * IC + 2.0 * N * C + 3.0 * C * (IC + C) + 4.0 * N * C),                \
+           6.0 * N * C * (IC + C))
+#define GRU_CELL_BWD_P                                                                             \
+    EXEC_P("gru_cell_backward", "N,IC,C", N, IC, C, 0,                                             \
+           4.0 * (2.0 * N * IC + 3.0 * N * C + 6.0 * C * (IC + C) + 4.0 * N * C),                  \
+           12.0 * N * C * (IC + C))
+#define GRU_FWD_P                                                                                  \
+    EXEC_P("gru_forward", "L,N,IC,C", L, N, IC, C,                                                 \
+           4.0 * ((double)L * N * IC + 5.0 * L * N * C + 3.0 * C * (IC + C)),                      \
+           6.0 * L * N * C * (IC + C))
+#define GRU_BWD_P                                                                                  \
+    EXEC_P("gru_backward", "L,N,IC,C", L, N, IC, C,                                                \
+           4.0 * (2.0 * L * N * IC + 6.0 * L * N * C + 6.0 * C * (IC + C)),                        \
+           12.0 * L * N * C * (IC + C))
+
 void qc_op_gru_cell_forward(const struct qc_exec *ex, float *h_out, float *gates, const float *x,
                             const float *h, const float *w_ih, const float *b_ih, const float *w_hh,
                             const float *b_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
-    QC_EXEC_OP(ex, qc_gru_cell_forward,
-               EXEC_P("gru_cell_forward", "N,IC,C", N, IC, C, 0,
-                      4.0 * ((double)N * IC + 2.0 * N * C + 3.0 * C * (IC + C) + 4.0 * N * C),
-                      6.0 * N * C * (IC + C)),
-               h_out, gates, x, h, w_ih, b_ih, w_hh, b_hh, N, IC, C, scratch);
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        kernels_exec_enter(ex);
+        float *xr = exec_rounded_copy(x, N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_cell_forward_cpu(h_out, gates, xr, h, wi, b_ih, wh, b_hh, N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        kernels_exec_leave(ex);
+        return;
+    }
+    if (exec_lowp(ex)) { /* CUDA (the CPU call is only named: CPU and EMU returned above) */
+        QC_EXEC_OP_SPLIT(
+            ex, GRU_CELL_FWD_P,
+            qc_gru_cell_forward_cpu(h_out, gates, x, h, w_ih, b_ih, w_hh, b_hh, N, IC, C, scratch),
+            qc_gru_cell_forward_prec_cuda(h_out, gates, x, h, w_ih, b_ih, w_hh, b_hh, N, IC, C,
+                                          scratch, ex->precision, EXEC_STREAM(ex)));
+        return;
+    }
+    QC_EXEC_OP(ex, qc_gru_cell_forward, GRU_CELL_FWD_P, h_out, gates, x, h, w_ih, b_ih, w_hh, b_hh,
+               N, IC, C, scratch);
 }
 
 void qc_op_gru_cell_backward(const struct qc_exec *ex, float *dx, float *dh, float *dw_ih,
@@ -731,12 +770,30 @@ void qc_op_gru_cell_backward(const struct qc_exec *ex, float *dx, float *dh, flo
                              const float *gates, const float *x, const float *h, const float *w_ih,
                              const float *w_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
-    QC_EXEC_OP(ex, qc_gru_cell_backward,
-               EXEC_P("gru_cell_backward", "N,IC,C", N, IC, C, 0,
-                      4.0 * (2.0 * N * IC + 3.0 * N * C + 6.0 * C * (IC + C) + 4.0 * N * C),
-                      12.0 * N * C * (IC + C)),
-               dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates, x, h, w_ih, w_hh, N, IC, C,
-               scratch);
+    if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
+        kernels_exec_enter(ex);
+        float *xr = exec_rounded_copy(x, N, IC, IC, ex->precision);
+        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+        qc_gru_cell_backward_cpu(dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates, xr, h, wi, wh,
+                                 N, IC, C, scratch);
+        free(xr);
+        free(wi);
+        free(wh);
+        kernels_exec_leave(ex);
+        return;
+    }
+    if (exec_lowp(ex)) { /* CUDA */
+        QC_EXEC_OP_SPLIT(ex, GRU_CELL_BWD_P,
+                         qc_gru_cell_backward_cpu(dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates,
+                                                  x, h, w_ih, w_hh, N, IC, C, scratch),
+                         qc_gru_cell_backward_prec_cuda(dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out,
+                                                        gates, x, h, w_ih, w_hh, N, IC, C, scratch,
+                                                        ex->precision, EXEC_STREAM(ex)));
+        return;
+    }
+    QC_EXEC_OP(ex, qc_gru_cell_backward, GRU_CELL_BWD_P, dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out,
+               gates, x, h, w_ih, w_hh, N, IC, C, scratch);
 }
 
 void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const float *x,
@@ -756,11 +813,16 @@ void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const 
         kernels_exec_leave(ex);
         return;
     }
-    QC_EXEC_OP(ex, qc_gru_forward,
-               EXEC_P("gru_forward", "L,N,IC,C", L, N, IC, C,
-                      4.0 * ((double)L * N * IC + 5.0 * L * N * C + 3.0 * C * (IC + C)),
-                      6.0 * L * N * C * (IC + C)),
-               hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C, scratch);
+    if (exec_lowp(ex)) { /* CUDA */
+        QC_EXEC_OP_SPLIT(
+            ex, GRU_FWD_P,
+            qc_gru_forward_cpu(hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C, scratch),
+            qc_gru_forward_prec_cuda(hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C, scratch,
+                                     ex->precision, EXEC_STREAM(ex)));
+        return;
+    }
+    QC_EXEC_OP(ex, qc_gru_forward, GRU_FWD_P, hs, gates, x, h0, w_ih, b_ih, w_hh, b_hh, L, N, IC, C,
+               scratch);
 }
 
 void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *dw_ih, float *db_ih,
@@ -781,12 +843,17 @@ void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *
         kernels_exec_leave(ex);
         return;
     }
-    QC_EXEC_OP(ex, qc_gru_backward,
-               EXEC_P("gru_backward", "L,N,IC,C", L, N, IC, C,
-                      4.0 * (2.0 * L * N * IC + 6.0 * L * N * C + 6.0 * C * (IC + C)),
-                      12.0 * L * N * C * (IC + C)),
-               dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, x, w_ih, w_hh, L, N, IC, C,
-               scratch);
+    if (exec_lowp(ex)) { /* CUDA */
+        QC_EXEC_OP_SPLIT(ex, GRU_BWD_P,
+                         qc_gru_backward_cpu(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs,
+                                             gates, x, w_ih, w_hh, L, N, IC, C, scratch),
+                         qc_gru_backward_prec_cuda(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs,
+                                                   gates, x, w_ih, w_hh, L, N, IC, C, scratch,
+                                                   ex->precision, EXEC_STREAM(ex)));
+        return;
+    }
+    QC_EXEC_OP(ex, qc_gru_backward, GRU_BWD_P, dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs,
+               gates, x, w_ih, w_hh, L, N, IC, C, scratch);
 }
 
 void qc_op_log_softmax_forward(const struct qc_exec *ex, float *out, const float *inp, int64_t N,

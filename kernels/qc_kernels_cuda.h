@@ -117,9 +117,16 @@ void qc_linear_forward_cuda(float *out, const float *inp, int64_t ldi, const flo
 void qc_linear_backward_cuda(float *dinp, int64_t lddi, float *dweight, float *dbias,
                              const float *dout, const float *inp, int64_t ldi, const float *weight,
                              int64_t N, int64_t IC, int64_t OC, bool accum, cudaStream_t stream);
-/* The same with the GEMMs in precision prec (enum qc_precision): fp32 as above; bf16 / fp16 on
- * the tensor cores with fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
- * The operands must already be rounded to prec (then the down-conversion is exact). */
+/* The same with the GEMMs in precision prec (enum qc_precision): fp32 as above; bf16 / fp16 as
+ * the CPU oracle (kernels/exec.c): the launcher rounds inp, weight and (backward) dout to prec
+ * with qc_half.h's rounding, into the context's workspace, then runs each GEMM on the tensor
+ * cores with fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F_FAST_16BF / _16F, on operands
+ * that are 16-bit values: exact whatever cuBLAS converts them to); dbias sums the fp32 dout.
+ * The forward's output is not rounded here (the exec rounds it). Memory (qc_lowp_gemm.h): for
+ * the op's duration cuBLAS keeps the first half of the workspace; the second half holds the
+ * rounded weight and the activation rows in chunks (the weight gradient then sums the chunks'
+ * partials in ascending order); it must fit OC·IC + IC + OC + 128 floats, or the launcher
+ * aborts with a hint (QC_KERNELS_CUDA_WORKSPACE_BYTES gives 2 Mi floats). */
 void qc_linear_forward_prec_cuda(float *out, const float *inp, int64_t ldi, const float *weight,
                                  const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
                                  int prec, cudaStream_t stream);
@@ -258,6 +265,31 @@ void qc_gru_backward_cuda(float *dx, float *dh0, float *dw_ih, float *db_ih, flo
                           float *db_hh, const float *dh_last, const float *hs, const float *gates,
                           const float *x, const float *w_ih, const float *w_hh, int64_t L,
                           int64_t N, int64_t IC, int64_t C, float *scratch, cudaStream_t stream);
+/* The same in precision prec (enum qc_precision), the CPU oracle's rounding points
+ * (kernels/exec.c, docs/PRECISION.md): fp32 is the launcher above; bf16 / fp16 round x, w_ih and
+ * w_hh (not h, hs, the biases or any gradient) to prec with qc_half.h's rounding, in the
+ * context's workspace (as the 16-bit linear launchers do: it needs a workspace of at least
+ * 2·(3C·max(IC, C) + IC + 128) floats); the input projection x·W_ihᵀ then runs on the tensor
+ * cores with fp32 accumulation, every other GEMM (an operand of it is fp32 in the oracle) in
+ * fp32 on the rounded weights and x; gates, states and stash stay fp32. */
+void qc_gru_cell_forward_prec_cuda(float *h_out, float *gates, const float *x, const float *h,
+                                   const float *w_ih, const float *b_ih, const float *w_hh,
+                                   const float *b_hh, int64_t N, int64_t IC, int64_t C,
+                                   float *scratch, int prec, cudaStream_t stream);
+void qc_gru_cell_backward_prec_cuda(float *dx, float *dh, float *dw_ih, float *db_ih, float *dw_hh,
+                                    float *db_hh, const float *dh_out, const float *gates,
+                                    const float *x, const float *h, const float *w_ih,
+                                    const float *w_hh, int64_t N, int64_t IC, int64_t C,
+                                    float *scratch, int prec, cudaStream_t stream);
+void qc_gru_forward_prec_cuda(float *hs, float *gates, const float *x, const float *h0,
+                              const float *w_ih, const float *b_ih, const float *w_hh,
+                              const float *b_hh, int64_t L, int64_t N, int64_t IC, int64_t C,
+                              float *scratch, int prec, cudaStream_t stream);
+void qc_gru_backward_prec_cuda(float *dx, float *dh0, float *dw_ih, float *db_ih, float *dw_hh,
+                               float *db_hh, const float *dh_last, const float *hs,
+                               const float *gates, const float *x, const float *w_ih,
+                               const float *w_hh, int64_t L, int64_t N, int64_t IC, int64_t C,
+                               float *scratch, int prec, cudaStream_t stream);
 
 /* ---- GRU through cuDNN (CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS) -------------------------------- */
 /* An extra path beside the signature-identical one above: cuDNN keeps its own saved state (the

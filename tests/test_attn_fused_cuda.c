@@ -20,7 +20,11 @@
  *   test_attn_fused_cuda (label gpu; exits 77 without a CUDA device):
  *     - the launchers on the device vs the oracle within the tolerances below, two runs give
  *       identical bits, 1 KiB guard bands around every device buffer stay untouched, dq is
- *       OVERWRITE (starts as garbage), the accumulators ACCUM from zero.
+ *       OVERWRITE (starts as garbage), the accumulators ACCUM from zero;
+ *     - 16-bit runs (docs/PRECISION.md): the oracle's tiles round nothing in a bf16 / fp16 exec
+ *       (the host executable checks the CPU op gives the fp32 exec's bits there), so the CUDA
+ *       op through a bf16 / fp16 (and fp32) exec must give the launchers' fp32 bits: the same
+ *       tolerances against the oracle then hold in every precision.
  *
  * Tolerances (device vs CPU), per tensor: |gpu − cpu| <= atol·max|cpu| + rtol·|cpu| for every
  * element, and Σ(gpu − cpu)² / Σ cpu² <= nmse. Why: the per-edge k̃, ṽ come from cuBLAS GEMMs
@@ -50,7 +54,9 @@
 #include "qc_attention.h"
 #include "qc_attn_fused_cuda.h"
 #include "qc_device.h"
+#include "qc_exec.h"
 #include "qc_fourier.h"
+#include "qc_half.h"
 #include "qc_kernels.h"
 #include "qc_kernels_cuda.h"
 #include "qc_stash.h"
@@ -459,6 +465,101 @@ static void test_host_replay(const struct fcase *fc)
     fstate_free(&s);
 }
 
+// ---- the op in a 16-bit exec (host) ---------------------------------------------------------
+
+/* The fused op's generic descriptors over the case's HOST buffers (the CPU fused path, r shared):
+ * dw, dr, fe_dw and dcat are the caller's zeroed accumulators. */
+static void host_descs(const struct fstate *s, const struct qc_attn_fused_tiles *t,
+                       struct qc_attn_fused_layer *l, struct qc_attn_fused_edges *ed,
+                       struct qc_fe *fe, float *dw, float *dr, float *fe_dw, float *dcat)
+{
+    const struct qc_attn *a = &s->l;
+    memset(l, 0, sizeof *l);
+    memset(ed, 0, sizeof *ed);
+    memset(fe, 0, sizeof *fe);
+    l->D = s->D, l->H = s->H, l->Dh = s->Dh, l->scale = a->scale, l->has_pos = s->fc->pos;
+    if (s->fc->pos) {
+        l->w_kr = s->w + a->o_wkr, l->w_vr = s->w + a->o_wvr, l->b_vr = s->w + a->o_bvr;
+        l->ln_r_w = s->w + a->o_ln_r_w, l->ln_r_b = s->w + a->o_ln_r_b;
+        l->dw_kr = dw + a->o_wkr, l->dw_vr = dw + a->o_wvr, l->db_vr = dw + a->o_bvr;
+        l->dln_r_w = dw + a->o_ln_r_w, l->dln_r_b = dw + a->o_ln_r_b;
+        fe->D = s->fe.D, fe->F = s->fe.F, fe->d = s->fe.d, fe->o_freqs = s->fe.o_freqs;
+        for (int64_t i = 0; i < s->fe.d; i++) {
+            fe->o_w1[i] = s->fe.o_w1[i], fe->o_b1[i] = s->fe.o_b1[i];
+            fe->o_lnw[i] = s->fe.o_lnw[i], fe->o_lnb[i] = s->fe.o_lnb[i];
+            fe->o_w2[i] = s->fe.o_w2[i], fe->o_b2[i] = s->fe.o_b2[i];
+        }
+        fe->o_out_lnw = s->fe.o_out_lnw, fe->o_out_lnb = s->fe.o_out_lnb;
+        fe->o_out_w = s->fe.o_out_w, fe->o_out_b = s->fe.o_out_b;
+        fe->w = s->few, fe->dw = fe_dw;
+    }
+    ed->n_src = s->Ns, ed->n_dst = s->Nd, ed->n_bdst = s->nb, ed->n_query = s->Q;
+    ed->n_edge = s->E, ed->row_ptr = s->row_ptr, ed->src = s->src, ed->query_row = s->qrow;
+    ed->r = s->fc->pos && s->E > 0 ? s->r : NULL;
+    ed->dr = ed->r ? dr : NULL;
+    ed->fe = s->fc->pos ? fe : NULL;
+    ed->feat = s->feat, ed->cat_table = s->cat_table, ed->cat_idx = s->cat_idx;
+    ed->ncat = s->ncat, ed->dcat_table = s->cat_table ? dcat : NULL;
+    ed->tiles = t;
+}
+
+/* In a bf16 / fp16 run the oracle's tiles round nothing (kernels/cpu/attn_fused.c runs the
+ * tile's ops with ex = NULL: r, r̂, k̃, ṽ, the scores and α are fp32; only the weights, read
+ * from the model's rounded copy, hold 16-bit values): the CPU op in a 16-bit exec gives the
+ * fp32 exec's bits. So the CUDA tiles must not round either (docs/PRECISION.md); test_device
+ * checks that the CUDA op in a 16-bit exec gives the launchers' fp32 bits. */
+static void test_host_precision(const struct fcase *fc)
+{
+    struct fstate s;
+    fstate_make(&s, fc);
+    fstate_run_cpu(&s);
+    struct qc_attn_fused_tiles t;
+    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
+        T_FATAL("tiles: %s", qc_error_last());
+    const int64_t D = s.D, H = s.H, Nd = s.Nd, Ns = s.Ns, E = s.E;
+    const int64_t nw = s.l.params.numel, nfe = fc->pos ? s.fe.params.numel : 0;
+    enum { NOUT = 9 };
+    float *out[QC_PREC_COUNT][NOUT];
+    int64_t n[NOUT] = {Nd * D, Nd * H, Nd * H, Nd * D, Ns * D, Ns * D, nw, E * D, nfe};
+    for (int p = 0; p < QC_PREC_COUNT; p++) {
+        for (int o = 0; o < NOUT; o++)
+            out[p][o] = fnew(n[o]);
+        float *fe_dw = fnew(nfe), *dcat = fnew(s.ncat * D);
+        struct qc_attn_fused_layer l;
+        struct qc_attn_fused_edges ed;
+        struct qc_fe fe;
+        host_descs(&s, &t, &l, &ed, &fe, out[p][6], out[p][7], fe_dw, dcat);
+        const struct qc_exec ex = {
+            .backend = QC_EXEC_CPU, .stream = NULL, .emu = NULL, .precision = p};
+        float *scr = fnew(qc_attn_fused_scratch_numel(&ex, &l, &ed, true));
+        qc_op_attn_fused_forward(&ex, out[p][0], out[p][1], out[p][2], s.q, s.k, s.v, &l, &ed,
+                                 &s.drop, scr);
+        qc_op_attn_fused_backward(&ex, out[p][3], out[p][4], out[p][5], s.du, out[p][1], out[p][2],
+                                  s.q, s.k, s.v, &l, &ed, &s.drop, scr);
+        memcpy(out[p][8], fe_dw, (size_t)nfe * sizeof(float)); /* untouched: r is shared */
+        free(scr);
+        free(fe_dw);
+        free(dcat);
+    }
+    static const char *const names[NOUT] = {"u",  "softmax.max", "softmax.sum", "dq",   "dk",
+                                            "dv", "layer.dw",    "dr",          "fe.dw"};
+    for (int p = QC_PREC_BF16; p < QC_PREC_COUNT; p++)
+        for (int o = 0; o < NOUT; o++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s (%s exec vs fp32 exec)", names[o],
+                     qc_precision_str((enum qc_precision)p));
+            expect_bits(what, out[p][o], out[QC_PREC_FP32][o], n[o]);
+        }
+    /* and the fp32 exec is the oracle the rest of this test compares against */
+    expect_bits("u (fp32 exec vs the blocks' forward)", out[QC_PREC_FP32][0], s.u, Nd * D);
+    expect_bits("dq (fp32 exec vs the blocks' backward)", out[QC_PREC_FP32][3], s.dq, Nd * D);
+    for (int p = 0; p < QC_PREC_COUNT; p++)
+        for (int o = 0; o < NOUT; o++)
+            free(out[p][o]);
+    qc_attn_fused_tiles_deinit(&t);
+    fstate_free(&s);
+}
+
 // ---- tile plan and scratch (host) --------------------------------------------------------------
 
 static void test_tiles(void)
@@ -769,6 +870,81 @@ static void test_device(struct gctx *x, const struct fcase *fc)
     cuda_ok(cudaStreamSynchronize(x->s), "sync");
     cuda_ok(cudaGetLastError(), "sticky error");
 
+    /* Through the exec in every precision: the launchers' fp32 bits (the oracle's tiles round
+     * nothing in a 16-bit run, test_host_precision; so the CUDA tiles must not either) */
+    struct qc_fe feg;
+    memset(&feg, 0, sizeof feg);
+    if (fc->pos) {
+        feg.D = fe.D, feg.F = fe.F, feg.d = fe.d, feg.o_freqs = fe.o_freqs;
+        for (int64_t i = 0; i < fe.d; i++) {
+            feg.o_w1[i] = fe.o_w1[i], feg.o_b1[i] = fe.o_b1[i];
+            feg.o_lnw[i] = fe.o_lnw[i], feg.o_lnb[i] = fe.o_lnb[i];
+            feg.o_w2[i] = fe.o_w2[i], feg.o_b2[i] = fe.o_b2[i];
+        }
+        feg.o_out_lnw = fe.o_out_lnw, feg.o_out_lnb = fe.o_out_lnb;
+        feg.o_out_w = fe.o_out_w, feg.o_out_b = fe.o_out_b;
+        feg.w = fe.w, feg.dw = fe.dw;
+    }
+    const struct qc_attn_fused_layer lg = {.D = D,
+                                           .H = H,
+                                           .Dh = s.Dh,
+                                           .scale = l.scale,
+                                           .has_pos = l.has_pos,
+                                           .w_kr = l.w_kr,
+                                           .w_vr = l.w_vr,
+                                           .b_vr = l.b_vr,
+                                           .ln_r_w = l.ln_r_w,
+                                           .ln_r_b = l.ln_r_b,
+                                           .dw_kr = l.dw_kr,
+                                           .dw_vr = l.dw_vr,
+                                           .db_vr = l.db_vr,
+                                           .dln_r_w = l.dln_r_w,
+                                           .dln_r_b = l.dln_r_b};
+    struct qc_attn_fused_edges eg;
+    memset(&eg, 0, sizeof eg);
+    eg.n_src = Ns, eg.n_dst = Nd, eg.n_bdst = s.nb, eg.n_query = s.Q, eg.n_edge = E;
+    eg.row_ptr = ed.row_ptr, eg.src = ed.src, eg.query_row = ed.query_row, eg.by_src = ed.by_src;
+    eg.fe = fc->pos ? &feg : NULL;
+    eg.feat = ed.feat, eg.cat_table = ed.cat_table, eg.cat_idx = ed.cat_idx, eg.ncat = ed.ncat;
+    eg.dcat_table = ed.dcat_table;
+    eg.tiles = &t;
+    for (int p = 0; p < QC_PREC_COUNT; p++) {
+        const struct qc_exec ex = {
+            .backend = QC_EXEC_CUDA, .stream = x->s, .emu = NULL, .precision = p};
+        const int64_t nx = qc_attn_fused_scratch_numel(&ex, &lg, &eg, true);
+        struct dbuf d_scx = dnew(x, "exec scratch", FB(nx), NULL);
+        char what[96];
+        cuda_ok(cudaMemsetAsync(d_u.d, 0xff, d_u.bytes, x->s), "poison u");
+        cuda_ok(cudaMemsetAsync(d_M.d, 0xff, d_M.bytes, x->s), "poison M");
+        cuda_ok(cudaMemsetAsync(d_S.d, 0xff, d_S.bytes, x->s), "poison S");
+        qc_op_attn_fused_forward(&ex, d_u.d, d_M.d, d_S.d, d_q.d, d_k.d, d_v.d, &lg, &eg, &s.drop,
+                                 d_scx.d);
+        struct dbuf *fo[3] = {&d_u, &d_M, &d_S};
+        for (int i = 0; i < 3; i++) {
+            float *h = fnew((int64_t)(fo[i]->bytes / sizeof(float)));
+            dcopy(x, h, fo[i]->d, fo[i]->bytes, cudaMemcpyDeviceToHost);
+            snprintf(what, sizeof what, "%s (%s exec vs the launcher)", fo[i]->name,
+                     qc_precision_str((enum qc_precision)p));
+            expect_bits(what, h, got[0][i], (int64_t)(fo[i]->bytes / sizeof(float)));
+            free(h);
+        }
+        cuda_ok(cudaMemsetAsync(d_dq.d, 0xff, d_dq.bytes, x->s), "poison dq");
+        for (int o = 1; o < nout; o++)
+            cuda_ok(cudaMemsetAsync(outs[o].b->d, 0, outs[o].b->bytes, x->s), "zero grads");
+        qc_op_attn_fused_backward(&ex, d_dq.d, d_dk.d, d_dv.d, d_du.d, d_M.d, d_S.d, d_q.d, d_k.d,
+                                  d_v.d, &lg, &eg, &s.drop, d_scx.d);
+        for (int o = 0; o < nout; o++) {
+            float *h = fnew(outs[o].n);
+            dcopy(x, h, outs[o].b->d, FB(outs[o].n), cudaMemcpyDeviceToHost);
+            snprintf(what, sizeof what, "%s (%s exec vs the launcher)", outs[o].b->name,
+                     qc_precision_str((enum qc_precision)p));
+            expect_bits(what, h, bgot[0][o], outs[o].n);
+            free(h);
+        }
+        cuda_ok(cudaStreamSynchronize(x->s), "sync");
+        dfree(x, &d_scx);
+    }
+
     for (int r = 0; r < 2; r++) {
         for (int i = 0; i < 3; i++)
             free(got[r][i]);
@@ -815,6 +991,12 @@ int main(int argc, char **argv)
                      cases[i].name);
             QC_TEST (name) {
                 test_host_replay(&cases[i]);
+            }
+            snprintf(name, sizeof name,
+                     "attn fused cuda: the CPU op in a bf16 / fp16 exec gives the fp32 bits: %s",
+                     cases[i].name);
+            QC_TEST (name) {
+                test_host_precision(&cases[i]);
             }
         }
         return qc_test_summary();

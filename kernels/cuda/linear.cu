@@ -4,15 +4,22 @@
  * with beta = 1. Row-major (N,OC) is column-major (OC,N), so out = Wᵀ·x in cuBLAS terms.
  * dbias is a deterministic column reduction (colsum, double accumulators).
  *
- * 16-bit GEMMs (train.precision, docs/PRECISION.md): the _prec entry points run every GEMM of
- * the op through cublasGemmEx with fp32 matrices and compute type CUBLAS_COMPUTE_32F_FAST_16BF
- * (bf16) or _FAST_16F (fp16): cuBLAS converts A and B to 16 bits and multiplies on the tensor
- * cores, accumulating in fp32. The exec layer hands them operands already rounded to the
- * precision (the CPU op rounds the same operands, kernels/exec.c), so the conversion is exact
- * and only the accumulation order differs from the CPU's.
+ * 16-bit GEMMs (train.precision, docs/PRECISION.md): the _prec entry points with bf16 / fp16
+ * (and the GRU, through cuda_linear_*_lowp) first round the operands the CPU oracle rounds
+ * (kernels/exec.c: the weight, the input rows, the output gradient) to the precision, with
+ * qc_half.h's rounding, the oracle's bits, into the workspace's area (qc_lowp_gemm.h: cuBLAS
+ * keeps the first half of the workspace meanwhile). A GEMM whose two operands are both rounded
+ * then runs through cublasGemmEx on those fp32 buffers with compute type
+ * CUBLAS_COMPUTE_32F_FAST_16BF (bf16) or _FAST_16F (fp16): cuBLAS may convert them to 16 bits
+ * (or TF32) for the tensor cores, exact either way because every value is a 16-bit value, and
+ * accumulates in fp32. A GEMM with an operand the oracle keeps in fp32 (the GRU's hidden state
+ * and gate gradients) stays cublasSgemm on the rounded other operand. The operands are never
+ * left to cuBLAS's own down-conversion, whose rounding cuBLAS does not specify (it may even
+ * choose TF32). fp32 takes the code path it always took.
  */
 #include "cuda_common.cuh"
 #include "qc_half.h"
+#include "qc_lowp_gemm.h"
 
 #include <limits.h>
 
@@ -65,6 +72,11 @@ void qc_linear_forward_prec_cuda(float *out, const float *inp, int64_t ldi, cons
                                  const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
                                  int prec, cudaStream_t stream)
 {
+    if (prec != QC_PREC_FP32) { /* the oracle rounds both operands (kernels/exec.c) */
+        cuda_linear_forward_lowp(out, inp, ldi, weight, bias, N, IC, OC, accum, prec,
+                                 CUDA_LOWP_INP | CUDA_LOWP_W, stream);
+        return;
+    }
     QC_ASSERT(N >= 0 && IC > 0 && OC > 0 && ldi >= IC,
               "linear fwd cuda: N %lld IC %lld OC %lld ldi %lld", (long long)N, (long long)IC,
               (long long)OC, (long long)ldi);
@@ -109,6 +121,12 @@ void qc_linear_backward_prec_cuda(float *dinp, int64_t lddi, float *dweight, flo
                                   const float *weight, int64_t N, int64_t IC, int64_t OC,
                                   bool accum, int prec, cudaStream_t stream)
 {
+    if (prec != QC_PREC_FP32) { /* the oracle rounds inp, weight and dout (kernels/exec.c) */
+        cuda_linear_backward_lowp(dinp, lddi, dweight, dbias, dout, inp, ldi, weight, N, IC, OC,
+                                  accum, prec, CUDA_LOWP_INP | CUDA_LOWP_W | CUDA_LOWP_DOUT,
+                                  stream);
+        return;
+    }
     QC_ASSERT(N >= 0 && IC > 0 && OC > 0 && ldi >= IC && (!dinp || lddi >= IC),
               "linear bwd cuda: N %lld IC %lld OC %lld ldi %lld lddi %lld", (long long)N,
               (long long)IC, (long long)OC, (long long)ldi, (long long)lddi);
@@ -133,6 +151,178 @@ void qc_linear_backward_prec_cuda(float *dinp, int64_t lddi, float *dweight, flo
              (int)OC, &one, dweight, (int)IC, prec);
     }
     if (dbias) {
+        struct dbias_fn f = {dout, OC};
+        colsum_launch<1>(ctx, dbias, NULL, N, OC, f, stream);
+    }
+}
+
+// ---- 16-bit GEMMs: the rounded operands in the workspace's area -----------------------------
+
+/* dst (rows, cols) contiguous = src (rows, cols; leading dimension ld) rounded to prec. */
+static __global__ void round_rows_kernel(float *dst, const float *src, int64_t rows, int64_t cols,
+                                         int64_t ld, int prec)
+{
+    const int64_t total = rows * cols;
+    for (int64_t i = cuda_tid(); i < total; i += cuda_nthreads()) {
+        const int64_t r = i / cols, c = i % cols;
+        dst[i] = qc_round_prec(src[r * ld + c], prec);
+    }
+}
+
+static void round_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld,
+                       int prec, cudaStream_t stream)
+{
+    if (rows * cols == 0)
+        return;
+    round_rows_kernel<<<cuda_blocks(rows * cols, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(
+        dst, src, rows, cols, ld, prec);
+    QC_CUDA_LAUNCH_CHECK();
+}
+
+/* The area for one 16-bit op (qc_lowp_gemm.h): cuBLAS gets the first part of ctx's workspace
+ * until lowp_area_end; *n receives the area's floats. Everything the op enqueues runs on one
+ * stream, in order, so a chunk's rounding never overtakes the previous chunk's GEMM, and
+ * nothing after the op (a column sum, a GEMM with the whole workspace) overtakes its GEMMs. */
+static float *lowp_area_begin(struct qc_kernels_cuda *ctx, int64_t *n)
+{
+    const size_t blas = qc_lowp_blas_bytes(ctx->ws_bytes);
+    QC_CUBLAS_ASSERT(cublasSetWorkspace(ctx->cublas, ctx->ws, blas));
+    *n = qc_lowp_area_numel(ctx->ws_bytes);
+    return (float *)((char *)ctx->ws + blas);
+}
+
+static void lowp_area_end(struct qc_kernels_cuda *ctx)
+{
+    QC_CUBLAS_ASSERT(cublasSetWorkspace(ctx->cublas, ctx->ws, ctx->ws_bytes));
+}
+
+static void lowp_plan(const struct qc_kernels_cuda *ctx, int64_t area_n, int64_t N, int64_t IC,
+                      int64_t OC, bool w, bool inp, bool dout, struct qc_lowp_plan *p,
+                      const char *op)
+{
+    QC_ASSERT(qc_lowp_plan_make(area_n, N, IC, OC, w, inp, dout, p),
+              "%s: the op context's workspace (%zu bytes) leaves %lld floats for the 16-bit "
+              "operands; a %lld x %lld weight and one row need more\n"
+              "hint: give the context QC_KERNELS_CUDA_WORKSPACE_BYTES of workspace",
+              op, ctx->ws_bytes, (long long)area_n, (long long)OC, (long long)IC);
+}
+
+void cuda_linear_forward_lowp(float *out, const float *inp, int64_t ldi, const float *weight,
+                              const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
+                              int prec, unsigned rnd, cudaStream_t stream)
+{
+    QC_ASSERT(N >= 0 && IC > 0 && OC > 0 && ldi >= IC,
+              "linear fwd cuda (16-bit): N %lld IC %lld OC %lld ldi %lld", (long long)N,
+              (long long)IC, (long long)OC, (long long)ldi);
+    QC_ASSERT(N == 0 || (out && inp && weight), "linear fwd cuda (16-bit): NULL tensor");
+    QC_ASSERT((prec == QC_PREC_BF16 || prec == QC_PREC_FP16) &&
+                  (rnd & ~(unsigned)(CUDA_LOWP_INP | CUDA_LOWP_W)) == 0,
+              "linear fwd cuda (16-bit): precision %d, rounding flags %#x", prec, rnd);
+    if (N == 0)
+        return;
+    check_blas_dims(N, IC, OC, ldi);
+    struct qc_kernels_cuda *ctx = cuda_ctx_bind(stream, "linear fwd cuda (16-bit)");
+    float beta = accum ? 1.0f : 0.0f;
+    if (bias) { /* as the fp32 path: bias (or out + bias) first, then the GEMM adds */
+        bias_rows_kernel<<<cuda_blocks(N * OC, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(out, bias, N,
+                                                                                     OC, accum);
+        QC_CUDA_LAUNCH_CHECK();
+        beta = 1.0f;
+    }
+    const float alpha = 1.0f;
+    const bool r_inp = (rnd & CUDA_LOWP_INP) != 0, r_w = (rnd & CUDA_LOWP_W) != 0;
+    /* 16-bit products only when both operands are 16-bit values */
+    const int gp = r_inp && r_w ? prec : QC_PREC_FP32;
+    int64_t area_n = 0;
+    float *area = lowp_area_begin(ctx, &area_n);
+    struct qc_lowp_plan p;
+    lowp_plan(ctx, area_n, N, IC, OC, r_w, r_inp, false, &p, "linear fwd cuda (16-bit)");
+    const float *w = weight;
+    if (r_w) {
+        round_rows(area + p.w_off, weight, OC, IC, IC, prec, stream);
+        w = area + p.w_off;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += p.rows) {
+        const int64_t nc = N - n0 < p.rows ? N - n0 : p.rows;
+        const float *x = inp + n0 * ldi;
+        int64_t ldx = ldi;
+        if (r_inp) {
+            round_rows(area + p.inp_off, x, nc, IC, ldi, prec, stream);
+            x = area + p.inp_off;
+            ldx = IC;
+        }
+        /* column-major: out[:, n0 .. n0+nc) (OC x nc) = W^T (OC x IC) · x (IC x nc, ld ldx) */
+        gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, (int)OC, (int)nc, (int)IC, &alpha, w, (int)IC, x,
+             (int)ldx, &beta, out + n0 * OC, (int)OC, gp);
+    }
+    lowp_area_end(ctx);
+}
+
+void cuda_linear_backward_lowp(float *dinp, int64_t lddi, float *dweight, float *dbias,
+                               const float *dout, const float *inp, int64_t ldi,
+                               const float *weight, int64_t N, int64_t IC, int64_t OC, bool accum,
+                               int prec, unsigned rnd, cudaStream_t stream)
+{
+    QC_ASSERT(N >= 0 && IC > 0 && OC > 0 && ldi >= IC && (!dinp || lddi >= IC),
+              "linear bwd cuda (16-bit): N %lld IC %lld OC %lld ldi %lld lddi %lld", (long long)N,
+              (long long)IC, (long long)OC, (long long)ldi, (long long)lddi);
+    QC_ASSERT((prec == QC_PREC_BF16 || prec == QC_PREC_FP16) &&
+                  (rnd & ~(unsigned)(CUDA_LOWP_INP | CUDA_LOWP_W | CUDA_LOWP_DOUT)) == 0,
+              "linear bwd cuda (16-bit): precision %d, rounding flags %#x", prec, rnd);
+    if (N == 0)
+        return;
+    QC_ASSERT(dout, "linear bwd cuda (16-bit): NULL dout");
+    QC_ASSERT(!dinp || weight, "linear bwd cuda (16-bit): dinp needs weight");
+    QC_ASSERT(!dweight || inp, "linear bwd cuda (16-bit): dweight needs inp");
+    check_blas_dims(N, IC, OC, ldi);
+    if (dinp)
+        check_blas_dims(N, IC, OC, lddi);
+    struct qc_kernels_cuda *ctx = cuda_ctx_bind(stream, "linear bwd cuda (16-bit)");
+    const float one = 1.0f;
+    if (dinp || dweight) {
+        /* only the operands a requested GEMM reads */
+        const bool r_w = dinp && (rnd & CUDA_LOWP_W) != 0;
+        const bool r_inp = dweight && (rnd & CUDA_LOWP_INP) != 0;
+        const bool r_d = (rnd & CUDA_LOWP_DOUT) != 0;
+        const int gp_dinp = r_w && r_d ? prec : QC_PREC_FP32;
+        const int gp_dw = r_inp && r_d ? prec : QC_PREC_FP32;
+        const float beta = accum ? 1.0f : 0.0f;
+        int64_t area_n = 0;
+        float *area = lowp_area_begin(ctx, &area_n);
+        struct qc_lowp_plan p;
+        lowp_plan(ctx, area_n, N, IC, OC, r_w, r_inp, r_d, &p, "linear bwd cuda (16-bit)");
+        const float *w = weight;
+        if (r_w) {
+            round_rows(area + p.w_off, weight, OC, IC, IC, prec, stream);
+            w = area + p.w_off;
+        }
+        for (int64_t n0 = 0; n0 < N; n0 += p.rows) {
+            const int64_t nc = N - n0 < p.rows ? N - n0 : p.rows;
+            const float *g = dout + n0 * OC;
+            if (r_d) {
+                round_rows(area + p.dout_off, g, nc, OC, OC, prec, stream);
+                g = area + p.dout_off;
+            }
+            if (dinp) /* column-major: dinp[:, n0 ..) (IC x nc, ld lddi) = W (IC x OC) · g */
+                gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, (int)IC, (int)nc, (int)OC, &one, w, (int)IC, g,
+                     (int)OC, &beta, dinp + n0 * lddi, (int)lddi, gp_dinp);
+            if (dweight) {
+                const float *x = inp + n0 * ldi;
+                int64_t ldx = ldi;
+                if (r_inp) {
+                    round_rows(area + p.inp_off, x, nc, IC, ldi, prec, stream);
+                    x = area + p.inp_off;
+                    ldx = IC;
+                }
+                /* column-major: dW (IC x OC) += x (IC x nc) · g^T (nc x OC): the chunks'
+                 * partial sums added in ascending chunk order */
+                gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, (int)IC, (int)OC, (int)nc, &one, x, (int)ldx, g,
+                     (int)OC, &one, dweight, (int)IC, gp_dw);
+            }
+        }
+        lowp_area_end(ctx);
+    }
+    if (dbias) { /* the oracle sums the fp32 output gradient; after the GEMMs (whole workspace) */
         struct dbias_fn f = {dout, OC};
         colsum_launch<1>(ctx, dbias, NULL, N, OC, f, stream);
     }
