@@ -70,23 +70,34 @@ enum qc_status alloc_raw_emu_init(struct alloc_raw *raw, struct qc_emu *emu);
 /* CUDA backend for the current device: cudaMalloc/cudaFree for fixed segments, VMM
  * (cuMemAddressReserve + cuMemCreate/Map/SetAccess per granule) for reservations. */
 enum qc_status alloc_raw_cuda_init(struct alloc_raw *raw);
-/* Pins / unpins a host range for the pinned arena (cudaHostRegister / cudaHostUnregister). */
+/* The pinned arena's CUDA registration ops: cudaSetDevice(device) on the calling thread, and
+ * cudaHostRegister / cudaHostUnregister of a host range (in the current device's context).
+ * Every call checked: QC_ERR_CUDA with the runtime's message. */
+enum qc_status alloc_raw_cuda_set_device(int device);
 enum qc_status alloc_raw_cuda_host_register(void *ptr, size_t size);
-void alloc_raw_cuda_host_unregister(void *ptr);
+enum qc_status alloc_raw_cuda_host_unregister(void *ptr);
 #endif
 
 // ---- the pinned arena's registration seam (pinned.c) -------------------------------------------
 
-/* How the pinned arena pins and unpins its extents. qc_pinned_create uses cudaHostRegister /
- * cudaHostUnregister on a CUDA device and no ops (plain memory) on the CPU. Tests pass their
- * own (alloc_pinned_create_with) to see on a CPU build when and where pinning happens. pin runs
- * outside every jemalloc hook and lock (it may allocate: the CUDA runtime does), once per
+/* How the pinned arena pins and unpins its extents, and on which device. qc_pinned_create uses
+ * cudaSetDevice + cudaHostRegister / cudaHostUnregister on a CUDA device, qc_pinned_create_emu
+ * the emulated ones (qc_emu.h), and no ops (plain memory) on the CPU. Tests pass their own
+ * (alloc_pinned_create_with) to see on a CPU build when and where pinning happens.
+ *
+ * The arena calls select(ctx, device) on the calling thread right before every pin and every
+ * unpin: registration happens in the context of the thread's current device, and the threads
+ * that allocate (the loader's workers, offload threads) never chose one, so without it every
+ * rank would register on device 0 (a context there; refused in exclusive-process mode). pin
+ * runs outside every jemalloc hook and lock (it may allocate: the CUDA runtime does), once per
  * extent, before any allocation in that extent is returned. */
 struct qc_pinned;
 struct alloc_pin_ops {
+    enum qc_status (*select)(void *ctx, int device);           /* cudaSetDevice; NULL: no devices */
     enum qc_status (*pin)(void *ctx, void *base, size_t size); /* NULL: plain memory */
-    void (*unpin)(void *ctx, void *base);
+    enum qc_status (*unpin)(void *ctx, void *base);
     void *ctx;
+    int device; /* the device the extents are registered with (what select gets) */
 };
 /* qc_pinned_create with explicit registration ops (NULL: none). */
 enum qc_status alloc_pinned_create_with(const struct alloc_pin_ops *ops, size_t budget,

@@ -4,6 +4,9 @@
  * pinning (cudaHostRegister on a CUDA device, through raw_cuda.c, behind the alloc_pin_ops seam)
  * happens in qc_pinned_malloc after jemalloc returned, outside its locks and our hooks: the CUDA
  * runtime may allocate inside cudaHostRegister, which would re-enter jemalloc from a hook.
+ * Every pin and unpin first selects the arena's device on the calling thread (ops.select:
+ * cudaSetDevice), whichever thread it is: a loader worker allocating a batch has never chosen
+ * a device, and registering from it would land in device 0's context on every rank.
  * Extents are never handed back to the OS while the arena lives: the dalloc hook opts out
  * (jemalloc retains the extent), there are no decommit/purge hooks, and decay is off, so a
  * pinned page stays pinned and is reused. Merges are allowed only inside one hook mapping (one
@@ -31,6 +34,7 @@
 #include <jemalloc/jemalloc.h> /* mallocx, dallocx, sallocx, mallctl, extent_hooks_t */
 
 #include "alloc_internal.h"
+#include "qc_emu.h"
 
 #define PINNED_MAX_ALIGN ((size_t)1 << 20)
 
@@ -41,7 +45,7 @@ struct pinned_extent {
 
 struct qc_pinned {
     extent_hooks_t hooks;     /* first: the hooks get &hooks and cast back */
-    struct alloc_pin_ops ops; /* pin / unpin (ops.pin NULL: plain memory) */
+    struct alloc_pin_ops ops; /* select / pin / unpin, device (ops.pin NULL: plain memory) */
     unsigned arena;           /* jemalloc arena index */
     bool arena_ok;
     pthread_mutex_t pin_lock; /* serialises pinning (never taken inside a hook) */
@@ -175,6 +179,29 @@ static bool hook_merge(extent_hooks_t *h, void *addr_a, size_t size_a, void *add
 
 // ---- pinning (outside the hooks) ------------------------------------------------------------
 
+/* Pins one extent from the calling thread, on the arena's device. */
+static enum qc_status pin_extent(struct qc_pinned *p, void *base, size_t size)
+{
+    if (p->ops.select) {
+        enum qc_status st = p->ops.select(p->ops.ctx, p->ops.device);
+        if (st != QC_OK)
+            return qc_error_wrap(st, "pinned: selecting device %d to pin an extent", p->ops.device);
+    }
+    return p->ops.pin(p->ops.ctx, base, size);
+}
+
+/* Unpins one extent from the calling thread, on the arena's device; a failure is logged (the
+ * extent is unmapped anyway). */
+static void unpin_extent(struct qc_pinned *p, void *base)
+{
+    enum qc_status st = p->ops.select ? p->ops.select(p->ops.ctx, p->ops.device) : QC_OK;
+    if (st == QC_OK)
+        st = p->ops.unpin(p->ops.ctx, base);
+    if (st != QC_OK)
+        qc_log(QC_LOG_ERROR, "pinned: unpinning the extent at %p (device %d): %s", base,
+               p->ops.device, qc_error_last());
+}
+
 /* Pins every extent still waiting, in mapping order. Called with no lock of ours or jemalloc's
  * held; pin_lock makes one thread pin at a time, the others then find the work done. On a
  * failure the extent stays waiting (a later call tries again) and the error is returned. */
@@ -192,7 +219,7 @@ static enum qc_status pin_waiting(struct qc_pinned *p)
         pthread_mutex_unlock(&p->lock);
         if (!waiting)
             break;
-        st = p->ops.pin(p->ops.ctx, e.base, e.size);
+        st = pin_extent(p, e.base, e.size);
         if (st != QC_OK)
             break;
         pthread_mutex_lock(&p->lock);
@@ -217,16 +244,22 @@ static enum qc_status arena_ctl(unsigned arena, const char *name, ssize_t value)
 }
 
 #ifdef QC_HAVE_CUDA
+static enum qc_status select_cuda(void *ctx, int device)
+{
+    (void)ctx;
+    return alloc_raw_cuda_set_device(device);
+}
+
 static enum qc_status pin_cuda(void *ctx, void *base, size_t size)
 {
     (void)ctx;
     return alloc_raw_cuda_host_register(base, size);
 }
 
-static void unpin_cuda(void *ctx, void *base)
+static enum qc_status unpin_cuda(void *ctx, void *base)
 {
     (void)ctx;
-    alloc_raw_cuda_host_unregister(base);
+    return alloc_raw_cuda_host_unregister(base);
 }
 #endif
 
@@ -234,13 +267,38 @@ enum qc_status qc_pinned_create(struct qc_device *dev, size_t budget, struct qc_
 {
     if (dev && qc_device_kind_of(dev) == QC_DEVICE_CUDA) {
 #ifdef QC_HAVE_CUDA
-        const struct alloc_pin_ops cuda = {pin_cuda, unpin_cuda, NULL};
+        const struct alloc_pin_ops cuda = {select_cuda, pin_cuda, unpin_cuda, NULL,
+                                           qc_device_ordinal(dev)};
         return alloc_pinned_create_with(&cuda, budget, out);
 #else
         return qc_errorf(QC_ERR_UNSUPPORTED, "pinned allocator: CUDA device in a CPU-only build");
 #endif
     }
     return alloc_pinned_create_with(NULL, budget, out);
+}
+
+static enum qc_status select_emu(void *ctx, int device)
+{
+    (void)ctx;
+    qc_emu_device_set(device);
+    return QC_OK;
+}
+
+static enum qc_status pin_emu(void *ctx, void *base, size_t size)
+{
+    return qc_emu_host_register(ctx, base, size);
+}
+
+static enum qc_status unpin_emu(void *ctx, void *base)
+{
+    return qc_emu_host_unregister(ctx, base);
+}
+
+enum qc_status qc_pinned_create_emu(struct qc_emu *emu, size_t budget, struct qc_pinned **out)
+{
+    QC_ASSERT(emu != NULL, "qc_pinned_create_emu: emu is NULL");
+    const struct alloc_pin_ops ops = {select_emu, pin_emu, unpin_emu, emu, qc_emu_ordinal(emu)};
+    return alloc_pinned_create_with(&ops, budget, out);
 }
 
 enum qc_status alloc_pinned_create_with(const struct alloc_pin_ops *ops, size_t budget,
@@ -253,6 +311,7 @@ enum qc_status alloc_pinned_create_with(const struct alloc_pin_ops *ops, size_t 
         p->ops = *ops;
     QC_ASSERT(!p->ops.pin == !p->ops.unpin, "pinned allocator: pin without unpin or back");
     p->st.bytes_budget = budget;
+    p->st.device = p->ops.pin ? p->ops.device : -1;
     p->hooks.alloc = hook_alloc;
     p->hooks.dalloc = hook_dalloc;
     p->hooks.destroy = hook_destroy;
@@ -306,7 +365,7 @@ void qc_pinned_destroy(struct qc_pinned *p)
     }
     for (size_t i = 0; i < p->next; i++) {
         if (i < p->pin_next)
-            p->ops.unpin(p->ops.ctx, p->ext[i].base);
+            unpin_extent(p, p->ext[i].base);
         munmap(p->ext[i].base, p->ext[i].size);
     }
     free(p->ext);

@@ -6,6 +6,12 @@
  * from here, so no tensor pays for a cudaHostAlloc. Extents are kept for the arena's lifetime
  * (never unpinned in between); the budget caps the bytes mapped by the hooks.
  *
+ * Devices: an arena belongs to one device (a rank's). Each pin and unpin selects that device on
+ * the calling thread first (cudaSetDevice; the emulated one on EMU), so allocating from any
+ * thread, a loader worker that never chose a device included, registers the memory with the
+ * rank's own GPU, never with device 0. The calling thread's current device is left at the
+ * arena's.
+ *
  * Thread safety: all functions may be called from any thread.
  */
 #ifndef QC_ALLOC_QC_PINNED_H
@@ -23,9 +29,14 @@ extern "C" {
 
 struct qc_pinned;
 
-/* dev NULL or CPU: plain memory; CUDA: extents are cudaHostRegister'ed. budget: cap on bytes
- * mapped by the arena's hooks (0 = unlimited). */
+/* dev NULL or CPU: plain memory; CUDA: extents are cudaHostRegister'ed with dev's device
+ * (qc_device_ordinal). budget: cap on bytes mapped by the arena's hooks (0 = unlimited). */
 enum qc_status qc_pinned_create(struct qc_device *dev, size_t budget, struct qc_pinned **out);
+/* The EMU backend's: extents are registered with the emulated device of emu (qc_emu.h:
+ * qc_emu_ordinal, the thread selection and registration rules of CUDA), which must outlive
+ * the arena. */
+struct qc_emu;
+enum qc_status qc_pinned_create_emu(struct qc_emu *emu, size_t budget, struct qc_pinned **out);
 /* Frees every allocation still live, unpins and unmaps all extents. NULL is a no-op. */
 void qc_pinned_destroy(struct qc_pinned *p);
 /* align: 0 or a power of two (at most 1 MiB); size 0 is served as 1 byte. Returns QC_ERR_NOMEM
@@ -48,6 +59,7 @@ struct qc_pinned_stats {
     uint64_t n_ooms;
     uint64_t n_pin_failures; /* allocations refused because their extent could not be pinned */
     double fragmentation;    /* bytes_reserved_peak / bytes_allocated_peak (1 if none) */
+    int device;              /* the device extents are registered with; -1: plain memory */
 };
 
 void qc_pinned_stats_get(struct qc_pinned *p, struct qc_pinned_stats *out);

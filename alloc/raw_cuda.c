@@ -37,6 +37,21 @@ static struct {
     int loaded;
 } drv;
 
+/* The driver's entry point sym, as the CUDA 12.0 ABI declares it (the PFN_*_v<N> types above).
+ * cudaGetDriverEntryPointByVersion exists from CUDA 12.5 on (and is the only one left in 13);
+ * 12.0 - 12.4 have cudaGetDriverEntryPoint, which returns the version matching the toolkit
+ * the binary was built with (CUDART_VERSION, here 12.0 - 12.4): for the entry points above,
+ * the versions their PFN types name. */
+static cudaError_t drv_entry_point(const char *sym, void **fn,
+                                   enum cudaDriverEntryPointQueryResult *q)
+{
+#if CUDART_VERSION >= 12050
+    return cudaGetDriverEntryPointByVersion(sym, fn, 12000, cudaEnableDefault, q);
+#else
+    return cudaGetDriverEntryPoint(sym, fn, cudaEnableDefault, q);
+#endif
+}
+
 static enum qc_status drv_load(void)
 {
     if (drv.loaded)
@@ -58,8 +73,7 @@ static enum qc_status drv_load(void)
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
-        QC_TRY(QC_CUDA(cudaGetDriverEntryPointByVersion(want[i].sym, want[i].fn, 12000,
-                                                        cudaEnableDefault, &q)));
+        QC_TRY(QC_CUDA(drv_entry_point(want[i].sym, want[i].fn, &q)));
         if (q != cudaDriverEntryPointSuccess || !*want[i].fn)
             return qc_errorf(QC_ERR_UNSUPPORTED,
                              "cuda raw backend: driver entry point %s not found (status %d)\n"
@@ -260,13 +274,17 @@ enum qc_status alloc_raw_cuda_init(struct alloc_raw *raw)
     return QC_OK;
 }
 
+enum qc_status alloc_raw_cuda_set_device(int device)
+{
+    return QC_CUDA(cudaSetDevice(device));
+}
+
 enum qc_status alloc_raw_cuda_host_register(void *ptr, size_t size)
 {
     return QC_CUDA(cudaHostRegister(ptr, size, cudaHostRegisterDefault));
 }
 
-void alloc_raw_cuda_host_unregister(void *ptr)
+enum qc_status alloc_raw_cuda_host_unregister(void *ptr)
 {
-    if (QC_CUDA(cudaHostUnregister(ptr)) != QC_OK)
-        qc_log(QC_LOG_ERROR, "alloc: %s", qc_error_last());
+    return QC_CUDA(cudaHostUnregister(ptr));
 }

@@ -6,6 +6,18 @@ if(NOT QC_CUDA STREQUAL "OFF")
     set(qc_cuda_ok OFF)
     if(CMAKE_CUDA_COMPILER)
         find_package(CUDAToolkit QUIET)
+        # CUDA 12.0 is the oldest toolkit the code is written for (the driver entry points of
+        # alloc/raw_cuda.c: cudaGetDriverEntryPoint's 12.0 form below 12.5, ...ByVersion from
+        # 12.5 on)
+        if(CUDAToolkit_FOUND AND CUDAToolkit_VERSION VERSION_LESS 12.0)
+            set(qc_cuda_old "CUDA toolkit ${CUDAToolkit_VERSION} at ${CUDAToolkit_BIN_DIR} is older than 12.0, the oldest qctrain builds with")
+            if(QC_CUDA STREQUAL "ON")
+                message(FATAL_ERROR "QC_CUDA=ON: ${qc_cuda_old}.\n"
+                                    "hint: install CUDA 12.0 or newer (CUDAToolkit_ROOT=... picks one), or configure with -DQC_CUDA=OFF")
+            endif()
+            message(STATUS "qctrain: ${qc_cuda_old}; building without CUDA")
+            set(CUDAToolkit_FOUND OFF)
+        endif()
         if(CUDAToolkit_FOUND)
             find_library(QC_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
             find_library(QC_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR})

@@ -13,6 +13,9 @@
  *                                             on the CPU by test_device);
  *   qc_test_cuda_probe()                      asks the machine, prints the reason, and returns
  *                                             0 (run), 77 (skip) or 1 (fail).
+ *
+ * GPU tests driven by a script (tests/test_precision_run.py) apply the same rule to what the
+ * binary reports: `qctrain version --json` gives cudaGetDeviceCount's error and count.
  */
 #ifndef QC_TESTS_CUDA_PROBE_H
 #define QC_TESTS_CUDA_PROBE_H

@@ -4,7 +4,10 @@
  * mapped once and reused, and concurrent use (labelled tsan). Through the registration seam
  * (alloc_pinned_create_with, a logging pin/unpin in place of cudaHostRegister): every extent is
  * pinned once, outside the jemalloc hooks, before any of its memory is returned; a failed pin
- * fails the allocation and is retried; destroy unpins what was pinned.
+ * fails the allocation and is retried; destroy unpins what was pinned; every pin and unpin runs
+ * with the arena's device selected on the calling thread (the seam's arenas are on device 1;
+ * a thread that never selected one is on device 0, as in the CUDA runtime). The EMU backend's
+ * arena (qc_pinned_create_emu) registers with its emulated device from any thread.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "alloc_internal.h" /* alloc_pinned_create_with, alloc_pinned_in_hook */
+#include "qc_emu.h"
 #include "qc_pinned.h"
 #include "testutil.h"
 
@@ -67,14 +71,19 @@ static void *worker(void *user)
 
 // ---- the registration seam, logged ---------------------------------------------------------
 
-enum { PIN_MAX = 512 };
+enum { PIN_MAX = 512, SEAM_DEVICE = 1 };
+
+/* The calling thread's current device as the seam's select sets it (cudaSetDevice's state): 0
+ * on a thread that never selected one. */
+static _Thread_local int seam_current;
 
 struct pin_log {
     pthread_mutex_t mu;
     int pins, unpins;
-    int in_hook;   /* pins called from inside a jemalloc hook (must stay 0) */
-    int bad_unpin; /* unpins of a range not pinned */
-    int fail_next; /* the next fail_next pins fail */
+    int wrong_device; /* pins and unpins made while the thread's device was not SEAM_DEVICE */
+    int in_hook;      /* pins called from inside a jemalloc hook (must stay 0) */
+    int bad_unpin;    /* unpins of a range not pinned */
+    int fail_next;    /* the next fail_next pins fail */
     int n;
     struct {
         char *base;
@@ -83,12 +92,20 @@ struct pin_log {
     } r[PIN_MAX];
 };
 
+static enum qc_status log_select(void *ctx, int device)
+{
+    (void)ctx;
+    seam_current = device;
+    return QC_OK;
+}
+
 static enum qc_status log_pin(void *ctx, void *base, size_t size)
 {
     struct pin_log *l = ctx;
     free(malloc(64)); /* as cudaHostRegister may: must not re-enter a hook's locks */
     pthread_mutex_lock(&l->mu);
     l->in_hook += alloc_pinned_in_hook();
+    l->wrong_device += seam_current != SEAM_DEVICE;
     if (l->fail_next > 0) {
         l->fail_next--;
         pthread_mutex_unlock(&l->mu);
@@ -105,10 +122,11 @@ static enum qc_status log_pin(void *ctx, void *base, size_t size)
     return QC_OK;
 }
 
-static void log_unpin(void *ctx, void *base)
+static enum qc_status log_unpin(void *ctx, void *base)
 {
     struct pin_log *l = ctx;
     pthread_mutex_lock(&l->mu);
+    l->wrong_device += seam_current != SEAM_DEVICE;
     int hit = 0;
     for (int i = 0; i < l->n; i++)
         if (l->r[i].live && l->r[i].base == base) {
@@ -119,6 +137,7 @@ static void log_unpin(void *ctx, void *base)
     l->bad_unpin += !hit;
     l->unpins++;
     pthread_mutex_unlock(&l->mu);
+    return QC_OK;
 }
 
 /* [p, p + size) lies inside one pinned range. */
@@ -148,20 +167,35 @@ static void log_free(struct pin_log *l)
     free(l);
 }
 
-/* A pinned arena over the logging seam. */
+/* A pinned arena of device SEAM_DEVICE over the logging seam. */
 static struct qc_pinned *seam_arena(struct pin_log *l)
 {
-    const struct alloc_pin_ops ops = {log_pin, log_unpin, l};
+    const struct alloc_pin_ops ops = {log_select, log_pin, log_unpin, l, SEAM_DEVICE};
     struct qc_pinned *p = NULL;
     if (alloc_pinned_create_with(&ops, 0, &p) != QC_OK)
         T_FATAL("pinned arena over the seam: %s", qc_error_last());
     return p;
 }
 
-/* Destroys p (every pin must be undone, once) and the log. */
-static void seam_close(struct qc_pinned *p, struct pin_log *l)
+/* Destroys p (every pin must be undone, once, on the arena's device) and the log; destroyed
+ * from a fresh thread (on device 0) when from_thread. */
+static void *destroy_thread(void *p)
 {
     qc_pinned_destroy(p);
+    return NULL;
+}
+
+static void seam_close(struct qc_pinned *p, struct pin_log *l, bool from_thread)
+{
+    T_EXPECT_EQ_I64(pstats(p).device, SEAM_DEVICE, "the arena's device");
+    if (from_thread) {
+        pthread_t th;
+        T_EXPECT(pthread_create(&th, NULL, destroy_thread, p) == 0, "pthread_create");
+        pthread_join(th, NULL);
+    } else {
+        qc_pinned_destroy(p);
+    }
+    T_EXPECT_EQ_I64(l->wrong_device, 0, "pins and unpins made on another device than the arena's");
     T_EXPECT_EQ_I64(l->unpins, l->pins, "unpins at destroy");
     T_EXPECT_EQ_I64(l->bad_unpin, 0, "unpins of ranges never pinned");
     log_free(l);
@@ -225,7 +259,7 @@ static void test_pin_seam(void)
         T_EXPECT_EQ_I64(l->pins, pins, "pins when reusing cached extents");
         for (int i = 0; i < 8; i++)
             qc_pinned_free(p, q[i]);
-        seam_close(p, l);
+        seam_close(p, l, false);
     }
 
     QC_TEST ("pinned: a failed pin fails the allocation; the extent is pinned by a later one") {
@@ -248,10 +282,11 @@ static void test_pin_seam(void)
         T_EXPECT_EQ_U64(s.bytes_pinned, s.bytes_reserved, "everything pinned after the retry");
         T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
         qc_pinned_free(p, q);
-        seam_close(p, l);
+        seam_close(p, l, false);
     }
 
-    QC_TEST ("pinned: concurrent threads only ever get pinned memory") {
+    QC_TEST ("pinned: concurrent threads only ever get pinned memory, pinned on the arena's "
+             "device") {
         struct pin_log *l = log_new();
         struct qc_pinned *p = seam_arena(l);
         enum { NT = 4 };
@@ -268,8 +303,98 @@ static void test_pin_seam(void)
         }
         struct qc_pinned_stats s = pstats(p);
         T_EXPECT_EQ_U64(l->pins, s.n_extents, "one pin per extent");
+        T_EXPECT(l->pins > 1, "%d pins: none from the threads", l->pins);
         T_EXPECT_EQ_I64(l->in_hook, 0, "pins made inside a hook");
-        seam_close(p, l);
+        seam_close(p, l, true); /* unpins from a thread that never selected a device */
+    }
+}
+
+// ---- the EMU backend's arena ------------------------------------------------------------------
+
+struct emu_thr {
+    struct qc_pinned *p;
+    int err;
+};
+
+static void *emu_worker(void *user)
+{
+    struct emu_thr *t = user;
+    void *q[6] = {0};
+    for (int i = 0; i < 6; i++)
+        if (qc_pinned_malloc(t->p, (size_t)(i + 1) * 3 * MiB, 64, "emu", &q[i]) != QC_OK)
+            t->err++;
+    for (int i = 0; i < 6; i++)
+        qc_pinned_free(t->p, q[i]);
+    return NULL;
+}
+
+static void test_emu_arena(void)
+{
+    QC_TEST ("pinned (emu): the emulated registration refuses a thread on another device") {
+        struct qc_emu *e = NULL;
+        T_EXPECT(qc_emu_create(MiB, &e) == QC_OK, "%s", qc_error_last());
+        T_EXPECT_EQ_I64(qc_emu_ordinal(e), 0, "default ordinal");
+        qc_emu_set_ordinal(e, 3);
+        char buf[64];
+        qc_emu_device_set(2);
+        T_EXPECT_EQ_I64(qc_emu_device_get(), 2, "current device");
+        T_EXPECT(qc_emu_host_register(e, buf, sizeof buf) == QC_ERR_CUDA, "registered from 2");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "for device 3 from a thread whose current device "
+                                               "is 2");
+        qc_emu_device_set(3);
+        T_EXPECT(qc_emu_host_register(e, buf, sizeof buf) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_emu_host_register(e, buf, sizeof buf) == QC_ERR_CUDA, "registered twice");
+        qc_emu_device_set(0);
+        T_EXPECT(qc_emu_host_unregister(e, buf) == QC_ERR_CUDA, "unregistered from device 0");
+        qc_emu_device_set(3);
+        T_EXPECT(qc_emu_host_unregister(e, buf) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_emu_host_unregister(e, buf) == QC_ERR_CUDA, "unregistered twice");
+        struct qc_emu_host_stats hs;
+        qc_emu_host_stats_get(e, &hs);
+        T_EXPECT(hs.registers == 1 && hs.unregisters == 1 && hs.refused == 2 &&
+                     hs.refused_device == 0 && hs.n_registered == 0 && hs.bytes_registered == 0,
+                 "registers %" PRIu64 ", unregisters %" PRIu64 ", refused %" PRIu64
+                 " (last from %d), %" PRIu64 " ranges of %zu bytes registered",
+                 hs.registers, hs.unregisters, hs.refused, hs.refused_device, hs.n_registered,
+                 hs.bytes_registered);
+        qc_emu_device_set(0);
+        qc_emu_destroy(e);
+    }
+
+    QC_TEST ("pinned (emu): every extent is registered with the arena's device, from any "
+             "thread") {
+        struct qc_emu *e = NULL;
+        T_EXPECT(qc_emu_create(MiB, &e) == QC_OK, "%s", qc_error_last());
+        qc_emu_set_ordinal(e, 1);
+        struct qc_pinned *p = NULL;
+        T_EXPECT(qc_pinned_create_emu(e, 0, &p) == QC_OK, "%s", qc_error_last());
+        enum { NT = 3 };
+        pthread_t th[NT];
+        struct emu_thr a[NT];
+        for (int i = 0; i < NT; i++) {
+            a[i] = (struct emu_thr){p, 0};
+            pthread_create(&th[i], NULL, emu_worker, &a[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            T_EXPECT_EQ_I64(a[i].err, 0, "thread %d: failed allocations (%s)", i, qc_error_last());
+        }
+        struct qc_pinned_stats s = pstats(p);
+        struct qc_emu_host_stats hs;
+        qc_emu_host_stats_get(e, &hs);
+        T_EXPECT_EQ_I64(s.device, 1, "the arena's device");
+        T_EXPECT(s.n_extents > 1, "%" PRIu64 " extent(s): the threads mapped none", s.n_extents);
+        T_EXPECT_EQ_U64(hs.registers, s.n_extents, "one registration per extent");
+        T_EXPECT_EQ_U64(hs.bytes_registered, s.bytes_pinned, "registered bytes");
+        T_EXPECT_EQ_U64(hs.refused, 0, "registrations from another device");
+        pthread_t d;
+        pthread_create(&d, NULL, destroy_thread, p); /* unregisters from a fresh thread */
+        pthread_join(d, NULL);
+        qc_emu_host_stats_get(e, &hs);
+        T_EXPECT(hs.unregisters == hs.registers && hs.n_registered == 0 && hs.refused == 0,
+                 "after destroy: %" PRIu64 " of %" PRIu64 " unregistered, %" PRIu64 " refused",
+                 hs.unregisters, hs.registers, hs.refused);
+        qc_emu_destroy(e);
     }
 }
 
@@ -385,5 +510,6 @@ int main(void)
     }
 
     test_pin_seam();
+    test_emu_arena();
     return qc_test_summary();
 }

@@ -2,8 +2,11 @@
  * test_loader.c — the background loader: epoch plans (shuffle, rank split, cost balance, the
  * same groups whatever the split between ranks and accumulation),
  * determinism independent of thread count and timing, qcshard and synthetic sources giving the
- * same batches, the allocator hook, epoch restarts and errors.
+ * same batches, the allocator hook, epoch restarts and errors; two ranks on emulated devices 0
+ * and 1 whose worker threads pin every batch on their own rank's device.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <xxhash.h>
 
 #include "qc_batch.h"
+#include "qc_emu.h"
 #include "qc_loader.h"
 #include "qc_pinned.h"
 #include "qc_qcshard.h"
@@ -348,6 +352,105 @@ static void test_qcshard_source(const uint64_t ref[NB_MAX], int64_t nref)
     unlink(path);
 }
 
+// ---- two ranks, two devices: where the worker threads pin ---------------------------------
+
+enum { RANK_SCENES = 24 };
+
+struct rank_run {
+    int rank;              /* also its device ordinal: device.ordinal 0 + local rank */
+    struct qc_emu *emu;    /* the rank's emulated device */
+    struct qc_pinned *pin; /* its pinned arena (the trainer's loader memory) */
+    uint64_t regs_created; /* registrations when the arena was created (on this thread) */
+    int64_t batches;
+    int seen[RANK_SCENES];
+    enum qc_status st;
+    char err[512];
+};
+
+/* A rank's main thread: selects its device (qc_device_create does on CUDA), creates its pinned
+ * arena, and consumes one epoch of its part from a loader whose two workers allocate (and so
+ * pin) the batches. */
+static void *rank_main(void *user)
+{
+    struct rank_run *r = user;
+    qc_emu_device_set(r->rank);
+    r->st = qc_pinned_create_emu(r->emu, 0, &r->pin);
+    struct qc_emu_host_stats hs;
+    qc_emu_host_stats_get(r->emu, &hs);
+    r->regs_created = hs.registers;
+    struct qc_loader *l = NULL;
+    if (r->st == QC_OK) {
+        struct qc_loader_opts o;
+        qc_loader_opts_default(&o);
+        o.synthetic_scenes = RANK_SCENES;
+        o.batch_size = 3;
+        o.threads = 2;
+        o.prefetch_batches = 2;
+        o.rank = r->rank;
+        o.world_size = 2;
+        qc_host_alloc_pinned(r->pin, &o.alloc);
+        r->st = qc_loader_create(NULL, 0, &o, &l);
+    }
+    if (r->st == QC_OK)
+        r->st = qc_loader_start_epoch(l, 0);
+    struct qc_batch *b = NULL;
+    while (r->st == QC_OK && (r->st = qc_loader_next(l, &b)) == QC_OK && b) {
+        r->batches++;
+        for (int64_t i = 0; i < b->num_scenes; i++)
+            r->seen[b->scene_index[i]]++;
+        qc_loader_release(l, b);
+    }
+    if (r->st != QC_OK)
+        snprintf(r->err, sizeof r->err, "%s", qc_error_last());
+    qc_loader_destroy(l);
+    return NULL;
+}
+
+static void test_ranks_pin_on_their_device(void)
+{
+    struct rank_run r[2];
+    memset(r, 0, sizeof r);
+    for (int k = 0; k < 2; k++) {
+        r[k].rank = k;
+        T_EXPECT(qc_emu_create((size_t)1 << 20, &r[k].emu) == QC_OK, "%s", qc_error_last());
+        if (!r[k].emu)
+            return;
+        qc_emu_set_ordinal(r[k].emu, k);
+    }
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        T_EXPECT(pthread_create(&th[k], NULL, rank_main, &r[k]) == 0, "pthread_create");
+    for (int k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        T_EXPECT(r[k].st == QC_OK, "rank %d: %s", k, r[k].err);
+        T_EXPECT(r[k].batches > 0, "rank %d read no batch", k);
+        struct qc_emu_host_stats hs;
+        qc_emu_host_stats_get(r[k].emu, &hs);
+        struct qc_pinned_stats ps;
+        qc_pinned_stats_get(r[k].pin, &ps);
+        T_EXPECT_EQ_I64(ps.device, k, "rank %d: the arena's device", k);
+        /* the consumer only takes and releases batches: every registration after the arena's
+         * creation came from a loader worker */
+        T_EXPECT(hs.registers > r[k].regs_created,
+                 "rank %d: no extent pinned by a worker thread (%llu registrations, %llu at "
+                 "creation)",
+                 k, (unsigned long long)hs.registers, (unsigned long long)r[k].regs_created);
+        T_EXPECT_EQ_U64(hs.registers, ps.n_extents, "rank %d: one registration per extent", k);
+        T_EXPECT(hs.refused == 0,
+                 "rank %d: %llu registration(s) from a thread on device %d, not the rank's", k,
+                 (unsigned long long)hs.refused, hs.refused_device);
+        qc_pinned_destroy(r[k].pin); /* from this thread (device 0): unregisters on device k */
+        qc_emu_host_stats_get(r[k].emu, &hs);
+        T_EXPECT(hs.n_registered == 0 && hs.refused == 0,
+                 "rank %d after destroy: %llu range(s) still registered, %llu refused", k,
+                 (unsigned long long)hs.n_registered, (unsigned long long)hs.refused);
+        qc_emu_destroy(r[k].emu);
+    }
+    for (int i = 0; i < RANK_SCENES; i++)
+        T_EXPECT_EQ_I64(r[0].seen[i] + r[1].seen[i], 1, "scene %d read by exactly one rank", i);
+}
+
 static void test_errors(void)
 {
     struct qc_loader_opts o;
@@ -382,6 +485,10 @@ int main(void)
     }
     QC_TEST ("loader: qcshard source, pinned hook, epoch restart, rank split") {
         test_qcshard_source(ref, nref);
+    }
+    QC_TEST ("loader: two ranks on devices 0 and 1: the workers pin every batch on their rank's "
+             "device") {
+        test_ranks_pin_on_their_device();
     }
     QC_TEST ("loader: errors name the file and the option") {
         test_errors();

@@ -22,7 +22,10 @@
  *     not the tail finishes with no failed step, every step under the budget;
  *   - NVMe faults inside a step (a read error, a flipped byte on disk): the block is recomputed
  *     from its inputs, counted, and the checkpoint equals the kept run's.
- * `test_train_memory cuda` (label gpu; exit 77 without a GPU): the invariance on CUDA.
+ * `test_train_memory cuda` (label gpu): the invariance on CUDA; exit 77 only where
+ * tests/cuda_probe.h says there is no GPU (a CPU-only build, no device, no driver), a GPU that
+ * cannot be used fails. The EMU runs use emulated device 1, so the loader's workers must pin
+ * there.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -35,6 +38,7 @@
 #include <unistd.h>
 
 #include "config_testlib.h"
+#include "cuda_probe.h"
 #include "qc_config.h"
 #include "qc_device.h"
 #include "qc_memctx.h"
@@ -58,6 +62,9 @@ static void tiny_config(struct qc_config *cfg, int64_t device, bool fused, int64
 {
     t_small_smoke_config(cfg);
     cfg->device_kind = device;
+    /* EMU runs on emulated device 1: the loader's worker threads must pin its batches there,
+     * not on device 0 (the emulated registration refuses another device) */
+    cfg->device_ordinal = device == QC_CONFIG_DEVICE_EMU ? 1 : 0;
     cfg->attention = fused ? QC_ATTENTION_FUSED : QC_ATTENTION_UNFUSED;
     cfg->batch_size = batch;
     cfg->grad_accum = 1;
@@ -321,10 +328,6 @@ static void test_invariance(int64_t device, bool fused)
              "checkpoint bytes (%s, %s)",
              dev, fused ? "fused" : "unfused");
     QC_TEST (name) {
-        if (device == QC_CONFIG_DEVICE_CUDA && qc_device_cuda_count() == 0) {
-            T_SKIP("no GPU");
-            continue;
-        }
         struct qc_config cfg;
         tiny_config(&cfg, device, fused, 2);
         char ref[512];
@@ -670,6 +673,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        /* skip only without a GPU or a CUDA build; a GPU that fails to answer fails the test */
+        const int probe = qc_test_cuda_probe();
+        if (probe != 0) {
+            t_rm_rf(tmp_root);
+            return probe;
+        }
         test_invariance(QC_CONFIG_DEVICE_CUDA, true);
         test_invariance(QC_CONFIG_DEVICE_CUDA, false);
     } else {

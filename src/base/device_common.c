@@ -164,6 +164,12 @@ enum qc_device_kind qc_device_kind_of(const struct qc_device *dev)
     return dev->kind;
 }
 
+int qc_device_ordinal(const struct qc_device *dev)
+{
+    QC_ASSERT(dev != NULL, "qc_device_ordinal: dev is NULL");
+    return dev->ordinal;
+}
+
 enum qc_status qc_device_props_get(struct qc_device *dev, struct qc_device_props *out)
 {
     QC_ASSERT(dev != NULL && out != NULL, "qc_device_props_get: NULL argument");

@@ -4,6 +4,9 @@
  * only while an op or a memory move runs. Fresh and freed blocks are filled with 0xFF bytes
  * (a NaN pattern), as device memory holds garbage: a read of memory nobody wrote shows up as
  * NaN in the results rather than as a lucky zero.
+ *
+ * Host registration (the pinned arena on EMU) keeps a list of the registered ranges under the
+ * same lock; the thread's current device is a thread-local int, as the CUDA runtime keeps it.
  */
 #include "qc_emu.h"
 
@@ -23,7 +26,13 @@ struct emu_range {
     size_t off, len; /* bytes from base; multiples of the page size */
 };
 
+struct emu_host_range {
+    void *base;
+    size_t size;
+};
+
 struct qc_emu {
+    int ordinal; /* the emulated device's ordinal (qc_emu_set_ordinal) */
     unsigned char *base;
     size_t reserve; /* bytes reserved */
     size_t page;
@@ -32,8 +41,13 @@ struct qc_emu {
     size_t live, peak;
     struct emu_range *free_r; /* free ranges below hw, sorted by off, coalesced */
     int nfree, capfree;
+    struct emu_host_range *host; /* registered host ranges [nhost] of [caphost] */
+    size_t nhost, caphost;
+    struct qc_emu_host_stats hst;
     pthread_mutex_t mu;
 };
+
+static _Thread_local int emu_current_device; /* cudaSetDevice's per-thread state; 0 at first */
 
 /* The used range rounded up to whole huge pages: every protection change covers [0, emu_hwp)
  * so the kernel never splits a huge page into 4 KiB entries. */
@@ -78,6 +92,7 @@ enum qc_status qc_emu_create(size_t reserve, struct qc_emu **out)
         munmap(p + e->reserve, tail);
     (void)madvise(p, e->reserve, MADV_HUGEPAGE);
     e->base = p;
+    e->hst.refused_device = -1;
     pthread_mutex_init(&e->mu, NULL);
     *out = e;
     return QC_OK;
@@ -90,6 +105,7 @@ void qc_emu_destroy(struct qc_emu *e)
     munmap(e->base, e->reserve);
     pthread_mutex_destroy(&e->mu);
     free(e->free_r);
+    free(e->host);
     free(e);
 }
 
@@ -215,4 +231,100 @@ size_t qc_emu_bytes_live(const struct qc_emu *e)
 size_t qc_emu_bytes_peak(const struct qc_emu *e)
 {
     return e->peak;
+}
+
+// ---- the emulated device's ordinal, thread binding and host registration ------------------
+
+void qc_emu_set_ordinal(struct qc_emu *e, int ordinal)
+{
+    QC_ASSERT(ordinal >= 0, "emu: device ordinal %d < 0", ordinal);
+    pthread_mutex_lock(&e->mu);
+    e->ordinal = ordinal;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int qc_emu_ordinal(const struct qc_emu *e)
+{
+    return e->ordinal;
+}
+
+void qc_emu_device_set(int ordinal)
+{
+    QC_ASSERT(ordinal >= 0, "emu: device ordinal %d < 0", ordinal);
+    emu_current_device = ordinal;
+}
+
+int qc_emu_device_get(void)
+{
+    return emu_current_device;
+}
+
+/* Refuses a call from a thread whose current device is not e's (lock held). */
+static enum qc_status emu_host_check_device(struct qc_emu *e, const char *what, const void *base)
+{
+    const int cur = emu_current_device;
+    if (cur == e->ordinal)
+        return QC_OK;
+    e->hst.refused++;
+    e->hst.refused_device = cur;
+    return qc_errorf(QC_ERR_CUDA,
+                     "emulated %s of host range %p for device %d from a thread whose current "
+                     "device is %d (exclusive-process mode: device %d is not this rank's)",
+                     what, base, e->ordinal, cur, cur);
+}
+
+enum qc_status qc_emu_host_register(struct qc_emu *e, void *base, size_t size)
+{
+    pthread_mutex_lock(&e->mu);
+    enum qc_status st = emu_host_check_device(e, "cudaHostRegister", base);
+    for (size_t i = 0; st == QC_OK && i < e->nhost; i++)
+        if (e->host[i].base == base)
+            st =
+                qc_errorf(QC_ERR_CUDA, "emulated cudaHostRegister: %p is already registered", base);
+    if (st == QC_OK && e->nhost == e->caphost) {
+        const size_t cap = e->caphost ? 2 * e->caphost : 16;
+        struct emu_host_range *r = realloc(e->host, cap * sizeof *r);
+        if (r) {
+            e->host = r;
+            e->caphost = cap;
+        } else {
+            st = qc_errorf(QC_ERR_NOMEM, "emu: out of host memory for the registered ranges");
+        }
+    }
+    if (st == QC_OK) {
+        e->host[e->nhost++] = (struct emu_host_range){base, size};
+        e->hst.registers++;
+        e->hst.n_registered++;
+        e->hst.bytes_registered += size;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+enum qc_status qc_emu_host_unregister(struct qc_emu *e, void *base)
+{
+    pthread_mutex_lock(&e->mu);
+    enum qc_status st = emu_host_check_device(e, "cudaHostUnregister", base);
+    if (st == QC_OK) {
+        size_t i = 0;
+        while (i < e->nhost && e->host[i].base != base)
+            i++;
+        if (i == e->nhost) {
+            st = qc_errorf(QC_ERR_CUDA, "emulated cudaHostUnregister: %p is not registered", base);
+        } else {
+            e->hst.bytes_registered -= e->host[i].size;
+            e->hst.n_registered--;
+            e->hst.unregisters++;
+            e->host[i] = e->host[--e->nhost];
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+void qc_emu_host_stats_get(struct qc_emu *e, struct qc_emu_host_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->hst;
+    pthread_mutex_unlock(&e->mu);
 }

@@ -62,6 +62,10 @@ enum qc_status qc_device_kind_parse(const char *s, enum qc_device_kind *out);
 enum qc_status qc_device_create(enum qc_device_kind kind, int ordinal, struct qc_device **out);
 void qc_device_destroy(struct qc_device *dev); /* NULL is a no-op; streams/events must be gone */
 enum qc_device_kind qc_device_kind_of(const struct qc_device *dev);
+/* The ordinal dev was created with (CUDA: the runtime's device number, what cudaSetDevice
+ * takes; a thread that works for dev on CUDA selects it first, e.g. the pinned arena's
+ * registrations from loader threads, qc_pinned.h). */
+int qc_device_ordinal(const struct qc_device *dev);
 enum qc_status qc_device_props_get(struct qc_device *dev, struct qc_device_props *out);
 /* Blocks until all work on all of the device's streams is done. */
 enum qc_status qc_device_synchronize(struct qc_device *dev);

@@ -44,8 +44,11 @@ void qc_loader_opts_default(struct qc_loader_opts *o)
 static void *pinned_hook_alloc(void *ctx, size_t bytes)
 {
     void *p = NULL;
-    if (qc_pinned_malloc(ctx, bytes, 64, "loader batch", &p) != QC_OK)
+    if (qc_pinned_malloc(ctx, bytes, 64, "loader batch", &p) != QC_OK) {
+        /* the hook can only say NULL: the cause (budget, a refused pin) is logged here */
+        qc_log(QC_LOG_ERROR, "loader: %s", qc_error_last());
         return NULL;
+    }
     return p;
 }
 

@@ -72,7 +72,9 @@ struct qc_loader_opts {
  * typical synthetic scenes of seed 2023. */
 void qc_loader_opts_default(struct qc_loader_opts *o);
 
-/* Fills a host allocator hook that serves batches from the pinned allocator p. */
+/* Fills a host allocator hook that serves batches from the pinned allocator p. The workers call
+ * it: p selects its own device on each of them before pinning (qc_pinned.h), so the batches of
+ * a rank are registered with the rank's GPU, never with device 0. */
 void qc_host_alloc_pinned(struct qc_pinned *p, struct qc_host_alloc *out);
 
 struct qc_loader;

@@ -12,9 +12,12 @@
  *         device's compute stream; a copy stream for batches; a pinned host allocator for the
  *         loader. CUDA-only calls are behind #ifdef QC_HAVE_CUDA and go through qc_device,
  *         qc_alloc, qc_pinned and qc_kernels_cuda only.
- *   emu   a CPU device and an emulated-device arena (qc_emu.h) from which the allocator maps its
- *         segments: the model runs the CUDA path's host logic on the CPU ops, and a host access
- *         of device memory faults (tests and debugging). Results equal cpu bit for bit.
+ *   emu   a CPU device and an emulated-device arena (qc_emu.h) of ordinal device.ordinal, from
+ *         which the allocator maps its segments: the model runs the CUDA path's host logic on
+ *         the CPU ops, and a host access of device memory faults (tests and debugging). The
+ *         loader's batches come from a pinned arena registered with the emulated device, as on
+ *         CUDA (a registration from a thread on another device is refused). Results equal cpu
+ *         bit for bit.
  */
 #include "train_internal.h"
 
@@ -105,10 +108,15 @@ static enum qc_status backend_init(struct qc_train_backend *b, const struct qc_c
             cfg->device_budget > 0 && 2 * (size_t)cfg->device_budget < TRAIN_EMU_RESERVE
                 ? 2 * (size_t)cfg->device_budget + ((size_t)64 << 20)
                 : TRAIN_EMU_RESERVE;
-        QC_TRY(qc_device_create(QC_DEVICE_CPU, 0, &b->dev));
+        const int ordinal = (int)cfg->device_ordinal;
+        QC_TRY(qc_device_create(QC_DEVICE_CPU, ordinal, &b->dev));
         QC_TRY(qc_emu_create(reserve, &b->emu));
+        qc_emu_set_ordinal(b->emu, ordinal);
+        qc_emu_device_set(ordinal); /* this thread works for the device, as on CUDA */
         ap.emu = b->emu;
         QC_TRY(qc_alloc_create(b->dev, &ap, &b->alloc));
+        /* the loader's batches: pinned on the emulated device from the loader's workers */
+        QC_TRY(qc_pinned_create_emu(b->emu, 0, &b->pinned));
         b->exec = (struct qc_exec){.backend = QC_EXEC_EMU, .stream = NULL, .emu = b->emu};
         return QC_OK;
     }
@@ -258,7 +266,7 @@ void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct
                                   struct qc_loader_opts *o)
 {
     qc_train_loader_opts(cfg, o);
-    if (b->pinned) /* CUDA: batches ready for an asynchronous copy */
+    if (b->pinned) /* CUDA (EMU: emulated): batches ready for an asynchronous copy */
         qc_host_alloc_pinned(b->pinned, &o->alloc);
 }
 

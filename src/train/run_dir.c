@@ -31,7 +31,8 @@
 #include <unistd.h>
 
 struct qc_run_lock {
-    int fd; /* RUN/.lock, flock(LOCK_EX) held */
+    int fd;          /* RUN/.lock, flock(LOCK_EX) held */
+    char path[4200]; /* RUN/.lock, for messages */
 };
 
 enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out)
@@ -76,6 +77,7 @@ enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out
         return qc_errorf(QC_ERR_NOMEM, "run lock: out of memory");
     }
     l->fd = fd;
+    snprintf(l->path, sizeof l->path, "%s", path);
     *out = l;
     return QC_OK;
 }
@@ -84,8 +86,14 @@ void qc_run_lock_release(struct qc_run_lock *l)
 {
     if (!l)
         return;
-    (void)ftruncate(l->fd, 0); /* no PID: nobody holds it */
-    close(l->fd);              /* drops the flock */
+    /* no PID: nobody holds it. A failure only leaves a stale PID in the file, which nobody
+     * reads while the lock is free (a holder rewrites it), so it is reported, not fatal. */
+    if (ftruncate(l->fd, 0) != 0)
+        qc_log(QC_LOG_WARN,
+               "run folder: cannot clear the PID in %s: %s (the lock is released "
+               "anyway)",
+               l->path, strerror(errno));
+    close(l->fd); /* drops the flock */
     free(l);
 }
 

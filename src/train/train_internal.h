@@ -47,7 +47,7 @@ struct qc_train_backend {
     struct qc_offload *offload;   /* the offload tier of the stash policies (qc_train_backend_
                                      offload), or NULL */
     struct qc_stream *copy_in;    /* its gets' stream */
-    struct qc_pinned *pinned;     /* CUDA: pinned host memory of the loader's batches */
+    struct qc_pinned *pinned;     /* CUDA, EMU: pinned host memory of the loader's batches */
     void *workspace;              /* CUDA: the ops' reduction workspace (from alloc) */
     void *staging;                /* CUDA: the ops' upload staging ring (from pinned) */
     struct qc_kernels_cuda *kctx; /* CUDA: the op context, current on the creating thread */
