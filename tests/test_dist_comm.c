@@ -10,9 +10,16 @@
  *            for bit; the parameter all-gather, the host all-gather, broadcast, shard gather
  *            and the agreement check give what every rank sent;
  *   busy     a rank whose main thread stays away for 2.5 dist.timeout while a peer waits on it
- *            is not taken for gone: its communication thread answers the heartbeats;
+ *            is not taken for gone (its communication thread answers the heartbeats), nor for
+ *            hung (the deadline on the waiting phase: one rank computes, so the wait may end);
  *   gone     a rank that stops (SIGSTOP) in the middle of a reduction is named by the waiting
  *            rank's watchdog ("dist: rank 1 (pid ...) went away") and the job ends non-zero;
+ *   skip     a rank leaves out one all-gather and goes on to the step's reduction: both ranks
+ *            live, each waiting on the other in another collective; the deadline ends the job
+ *            within dist.timeout, naming the phase and the rank that had not arrived;
+ *   device   a rank's main thread waits on its "device" (qc_dist_wait_begin, as the trainer's
+ *            synchronisation waits for NCCL work) while the other waits on it in an all-gather:
+ *            the deadline counts that wait too;
  *   barrier  the start-up barrier (qc_dist_world_barrier) passes with every rank, and names the
  *            rank that never arrives.
  * Open MPI's own TCP transport trips ThreadSanitizer (a lock-order report inside mca_btl_tcp);
@@ -31,6 +38,10 @@
 #include "proc_testlib.h"
 #include "qc_dist.h"
 #include "testutil.h"
+
+/* The deadline tests' bound on a whole job: dist.timeout (1 s) + 10 s, plus 20 s for mpirun to
+ * start its ranks (seconds under ThreadSanitizer on a loaded 2-core machine). */
+#define DEADLINE_LIMIT_S 31.0
 
 #define NUMEL 40009 /* floats: three regions, pieces of 4 KiB, shards not multiples of it */
 
@@ -240,6 +251,38 @@ static void worker_gone(void)
     exit(1);
 }
 
+/* Rank 1 leaves out the second all-gather and goes on to the step's reduction. */
+static void worker_skip(void)
+{
+    float *g = malloc(NUMEL * sizeof(float));
+    struct qc_dist *d = make(0, 4096, 1.0);
+    int64_t mine = R, all[8] = {0};
+    produce(d, g, 1, 0);
+    qc_dist_set_phase(d, "the test's exchange");
+    for (int k = 0; k < 2; k++)
+        if (R != 1 || k != 1)
+            W_EXPECT(qc_dist_allgather(d, &mine, sizeof mine, all) == QC_OK, "allgather");
+    produce(d, g, 2, 0); /* rank 0 never gets here */
+    fprintf(stderr, "rank %d: the job went on past the skipped collective\n", R);
+    exit(1);
+}
+
+/* Rank 0's main thread "waits on its device" and never comes back; rank 1 waits on it. */
+static void worker_device(void)
+{
+    struct qc_dist *d = make(0, 4096, 1.0);
+    int64_t mine = R, all[8] = {0};
+    if (R == 0) {
+        qc_dist_wait_begin(d, "the test's device");
+        for (;;)
+            nap_us(100000); /* the deadline ends the job */
+    }
+    qc_dist_set_phase(d, "the test's exchange");
+    W_EXPECT(qc_dist_allgather(d, &mine, sizeof mine, all) == QC_OK, "allgather");
+    fprintf(stderr, "rank %d: the job went on without rank 0\n", R);
+    exit(1);
+}
+
 /* Rank 1 never arrives at the start-up barrier. */
 static void worker_barrier(void)
 {
@@ -274,6 +317,10 @@ static int worker(const char *mode)
         worker_busy();
     else if (strcmp(mode, "gone") == 0)
         worker_gone();
+    else if (strcmp(mode, "skip") == 0)
+        worker_skip();
+    else if (strcmp(mode, "device") == 0)
+        worker_device();
     else
         W_EXPECT(false, "unknown mode %s", mode);
     if (fails == 0 && R == 0)
@@ -292,8 +339,9 @@ static bool ended(void *job)
     return t_ended(*(pid_t *)job);
 }
 
-/* mpirun -np N self worker MODE; its wait status (-1: hung, killed) and output (malloc'd). */
-static int job(int np, const char *mode, char **out)
+/* mpirun -np N self worker MODE; its wait status (-1: not ended within limit_s, killed) and
+ * output (malloc'd). */
+static int job(int np, const char *mode, double limit_s, char **out)
 {
     char npbuf[16], log[512];
     snprintf(npbuf, sizeof npbuf, "%d", np);
@@ -305,7 +353,7 @@ static int job(int np, const char *mode, char **out)
         t_args_add(&a, argv[i]);
     pid_t pid = t_spawn(&a, log, NULL, 600);
     int status = -1;
-    if (t_poll(ended, &pid, -1, 400000)) {
+    if (t_poll(ended, &pid, -1, (long)(limit_s * 1000))) {
         status = t_wait(pid);
     } else {
         for (int r = 0; r < np; r++) {
@@ -348,20 +396,64 @@ int main(int argc, char **argv)
     QC_TEST ("comm: bucket reductions in rank order while the main thread produces the "
              "gradients, ZeRO 0/1/2, 2 and 3 ranks") {
         for (int np = 2; np <= 3; np++) {
-            const int st = job(np, "reduce", &out);
+            const int st = job(np, "reduce", 400, &out);
             T_EXPECT(t_exited(st, 0), "%d ranks:\n%s", np, out);
             T_EXPECT_STR_CONTAINS(out, "worker reduce");
             free(out);
         }
     }
-    QC_TEST ("comm: a rank away for 2.5 x dist.timeout is not taken for gone (heartbeats)") {
-        const int st = job(2, "busy", &out);
+    QC_TEST ("comm: a rank away for 2.5 x dist.timeout is not taken for gone (heartbeats) nor "
+             "for hung (the deadline)") {
+        const int st = job(2, "busy", 400, &out);
         T_EXPECT(t_exited(st, 0), "busy:\n%s", out);
         T_EXPECT(strstr(out, "went away") == NULL, "a busy rank was taken for gone:\n%s", out);
+        T_EXPECT(strstr(out, "no rank can go on") == NULL, "a busy rank was taken for hung:\n%s",
+                 out);
+        free(out);
+    }
+    QC_TEST ("comm: live ranks waiting in different collectives: the deadline ends the job, "
+             "naming the phase and the rank that had not arrived") {
+        /* within dist.timeout (1 s) + 10 s, plus the start of mpirun and its ranks */
+        const int st = job(2, "skip", DEADLINE_LIMIT_S, &out);
+        T_EXPECT(st >= 0 && !t_exited(st, 0), "skip: the job did not fail (or hung):\n%s", out);
+        T_EXPECT(strstr(out, "went on") == NULL, "%s", out);
+        /* whichever rank's deadline fires first: rank 0 waits in the exchange for rank 1, which
+         * waits in the reduction for rank 0 */
+        const char *m0 = strstr(out, "rank 0 of 2: dist: no rank can go on: rank 0 has waited");
+        const char *m1 = strstr(out, "rank 1 of 2: dist: no rank can go on: rank 1 has waited");
+        T_EXPECT(m0 || m1, "no deadline message:\n%s", out);
+        const char *m = m0 ? m0 : m1;
+        if (m) {
+            T_EXPECT(strstr(m, m0 ? "at step 1 in \"the test's exchange\""
+                                  : "at step 2 in \"reducing gradients\"") != NULL &&
+                         strstr(m, m0 ? "for rank 1, which had not arrived; rank 1 waits at step 2 "
+                                        "in \"reducing gradients\""
+                                      : "for rank 0, which had not arrived; rank 0 waits at step 1 "
+                                        "in \"the test's exchange\"") != NULL &&
+                         strstr(m, "hint: ") != NULL,
+                     "the message names the wrong phase or rank:\n%s", out);
+        }
+        free(out);
+    }
+    QC_TEST ("comm: a rank waiting on its device counts for the deadline") {
+        const int st = job(2, "device", DEADLINE_LIMIT_S, &out);
+        T_EXPECT(st >= 0 && !t_exited(st, 0), "device: the job did not fail (or hung):\n%s", out);
+        T_EXPECT(strstr(out, "went on") == NULL, "%s", out);
+        const char *m0 = strstr(out, "rank 0 of 2: dist: no rank can go on: rank 0 has waited");
+        const char *m1 = strstr(out, "rank 1 of 2: dist: no rank can go on: rank 1 has waited");
+        T_EXPECT(m0 || m1, "no deadline message:\n%s", out);
+        const char *m = m0 ? m0 : m1;
+        if (m)
+            T_EXPECT(strstr(m, m0 ? "at step 0 on the test's device; rank 1 waits at step 0 in "
+                                    "\"the test's exchange\""
+                                  : "at step 0 in \"the test's exchange\"") != NULL &&
+                         (m0 || strstr(m, "for rank 0, which had not arrived; rank 0 waits at "
+                                          "step 0 on the test's device") != NULL),
+                     "the message names the wrong wait or rank:\n%s", out);
         free(out);
     }
     QC_TEST ("comm: a rank stopped inside a reduction is named by the watchdog; the job ends") {
-        const int st = job(2, "gone", &out);
+        const int st = job(2, "gone", 400, &out);
         T_EXPECT(st >= 0 && !t_exited(st, 0), "gone: the job did not fail");
         T_EXPECT(strstr(out, "dist: rank 1 (pid") && strstr(out, "went away"),
                  "no 'dist: rank 1 (pid ...) went away':\n%s", out);
@@ -369,7 +461,7 @@ int main(int argc, char **argv)
         free(out);
     }
     QC_TEST ("comm: the start-up barrier names a rank that never arrives") {
-        const int st = job(2, "barrier", &out);
+        const int st = job(2, "barrier", 400, &out);
         T_EXPECT(st >= 0 && !t_exited(st, 0), "barrier: the job did not fail");
         T_EXPECT_STR_CONTAINS(out, "dist: rank 1 did not arrive within dist.timeout (1 s) while "
                                    "rank 0 was waiting in the test");

@@ -17,10 +17,20 @@
  *     QC_FAULT_NAN_GRAD in a gradient element only another rank's ZeRO-2 shard sums): stop ends
  *     every rank naming the step; skip skips the step on every rank (weights and moments
  *     untouched; the ranks' weights are compared before every checkpoint);
+ *   - fp16 loss scaling with a NaN in rank 0's own shard (QC_FAULT_NAN_GRAD), ZeRO 0/1/2, 2 and
+ *     3 ranks: every rank logs the same scale and decision on every step (their debug lines),
+ *     rank 0's metrics.jsonl says the same, the stages give the same bytes, and the weights are
+ *     1 rank x N groups' under an overflow at the same step (QC_FAULT_GRAD_OVERFLOW_STEP, which
+ *     with 2 ranks under ZeRO 2 gives the NaN run's bytes);
+ *   - a hang between live ranks: one rank leaves out a step's exchange of losses
+ *     (QC_FAULT_SKIP_COLLECTIVE) and waits in its next collective; the deadline on the waiting
+ *     phase ends the job within dist.timeout + 10 s, non-zero, naming the phase and the rank
+ *     that had not arrived;
  *   - only rank 0 writes: ranks given different --out folders (an MPMD launch), rank 1's folder
  *     never appears and nothing lands in the working folder.
  */
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -543,6 +553,343 @@ static void test_nonfinite(void)
     }
 }
 
+// ---- fp16 loss scaling with a NaN in one rank's shard ------------------------------------------
+
+#define LS_STEPS 4     /* the fault at step 2, two updates after it */
+#define LS_LR    0.002 /* cpu-smoke's train.lr */
+/* fp16 N ranks against 1 rank x N groups: the same sums rounded in another order (test_dist_mpi.c
+ * explains the outliers), then rounded to 16 bits at every op, so an ulp of difference in a weight
+ * moves a 16-bit operand by up to 2^-11: measured 4.3e-5 relative with 207 of 488,649 elements
+ * apart by > lr/10 (2 ranks), 3.5e-5 and 225 (3 ranks). A rank that keeps another loss scale
+ * (the bug this guards) gives 5e-4 and 165,900. */
+#define LS_REL_MAX 1e-4
+#define LS_OUT_DIV 1000 /* at most 1 element in 1000 apart by > lr/10 */
+
+/* One rank's fp16 decision of a step, from its debug line "train: step S (rank R of W): fp16
+ * loss scale X: DECISION; next Y". */
+struct ls_seen {
+    bool seen;
+    double scale, next;
+    char decision[32];
+};
+
+/* Fills seen[rank][step - 1] from a job's log; false when a line does not parse. */
+static bool ls_parse(const char *log, int world, struct ls_seen seen[][LS_STEPS])
+{
+    memset(seen, 0, sizeof(struct ls_seen) * (size_t)world * LS_STEPS);
+    const char *key = "train: step ";
+    for (const char *p = strstr(log, key); p; p = strstr(p + 1, key)) {
+        int step = 0, rank = -1, w = 0;
+        double scale = 0, next = 0;
+        char dec[32] = "";
+        if (sscanf(p, "train: step %d (rank %d of %d): fp16 loss scale %lf: %31[^;]; next %lf",
+                   &step, &rank, &w, &scale, dec, &next) != 6)
+            continue; /* another line starting the same way */
+        if (w != world || rank < 0 || rank >= world || step < 1 || step > LS_STEPS)
+            return false;
+        struct ls_seen *e = &seen[rank][step - 1];
+        if (e->seen)
+            return false; /* twice */
+        *e = (struct ls_seen){.seen = true, .scale = scale, .next = next};
+        snprintf(e->decision, sizeof e->decision, "%s", dec);
+    }
+    return true;
+}
+
+/* RUN/metrics.jsonl's "loss_scale" and "skipped" of steps 1..LS_STEPS (rank 0's view). */
+static bool ls_metrics(const char *run, double *scale, bool *skipped)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+    char *m = t_read_file(p, NULL);
+    bool ok = m != NULL;
+    for (int s = 1; ok && s <= LS_STEPS; s++) {
+        char want[32];
+        snprintf(want, sizeof want, "{\"step\":%d,", s);
+        const char *l = strstr(m, want);
+        const char *nl = l ? strchr(l, '\n') : NULL;
+        const char *ls = l ? strstr(l, "\"loss_scale\":") : NULL;
+        const char *sk = l ? strstr(l, "\"skipped\":true") : NULL;
+        ok = l && ls && (!nl || ls < nl) && sscanf(ls, "\"loss_scale\":%lf", &scale[s - 1]) == 1;
+        skipped[s - 1] = sk && (!nl || sk < nl);
+    }
+    free(m);
+    return ok;
+}
+
+/* An fp16 run of LS_STEPS steps, unshuffled plain groups (so N ranks x 1 group consume what 1
+ * rank x N groups does), every rank logging its decisions: np ranks (0: one rank x `groups`
+ * groups), ZeRO `zero`, train.nonfinite `policy`, the fault in env. Its log (malloc'd); *status. */
+static char *ls_run(const char *name, int np, int groups, int zero, const char *policy,
+                    const char *env, int *status)
+{
+    char run[512], log[600], zs[32], nf[48], ga[16];
+    fresh(run, sizeof run, name);
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
+    unlink(log);
+    snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
+    snprintf(nf, sizeof nf, "train.nonfinite=%s", policy);
+    snprintf(ga, sizeof ga, "%d", groups);
+    const char *x[] = {"--steps",
+                       "4",
+                       "--grad-accum",
+                       ga,
+                       "--set",
+                       "train.precision=fp16",
+                       "--set",
+                       "data.balance=none",
+                       "--set",
+                       nf,
+                       "--log-level",
+                       "debug",
+                       "--out",
+                       run,
+                       np > 0 ? "--set" : NULL,
+                       zs,
+                       NULL};
+    struct t_args a;
+    job_args(&a, np, x);
+    *status = finish(t_spawn(&a, log, env, 300), 300);
+    char *s = t_read_file(log, NULL);
+    return s ? s : calloc(1, 1);
+}
+
+/* ‖a − b‖ / ‖a‖ over RUN_A's and RUN_B's final weights, leaving out the elements that moved
+ * apart by more than lr / 10 (counted into *nout of *n). */
+static double ls_weights_rel(const char *run_a, const char *run_b, int64_t *nout, int64_t *n)
+{
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/ckpt-%06d/model.safetensors", run_a, LS_STEPS);
+    snprintf(pb, sizeof pb, "%s/ckpt-%06d/model.safetensors", run_b, LS_STEPS);
+    struct qc_safetensors *a = NULL, *b = NULL;
+    *nout = *n = 0;
+    if (qc_safetensors_open(pa, &a) != QC_OK || qc_safetensors_open(pb, &b) != QC_OK) {
+        printf("  cannot open %s or %s: %s\n", pa, pb, qc_error_last());
+        qc_safetensors_close(a);
+        return (double)INFINITY;
+    }
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < qc_safetensors_count(a); i++) {
+        const struct qc_st_tensor *ta = qc_safetensors_at(a, i);
+        const struct qc_st_tensor *tb = qc_safetensors_find(b, ta->name);
+        if (!tb || tb->nbytes != ta->nbytes) {
+            num = (double)INFINITY;
+            break;
+        }
+        const float *x = ta->data, *y = tb->data;
+        for (size_t k = 0; k < ta->nbytes / sizeof(float); k++) {
+            const double d = fabs((double)x[k] - (double)y[k]);
+            ++*n;
+            if (d > LS_LR / 10) {
+                ++*nout;
+                continue;
+            }
+            num += d * d;
+            den += (double)x[k] * (double)x[k];
+        }
+    }
+    qc_safetensors_close(a);
+    qc_safetensors_close(b);
+    return den > 0 ? sqrt(num / den) : (double)INFINITY;
+}
+
+/* Every rank logged the same decision on every step: 2^16 applied at step 1, the overflow at
+ * step 2 (skipped, halved), 2^15 applied after; rank 0's metrics.jsonl says the same. */
+static void ls_expect_agreed(const char *name, const char *log, int world)
+{
+    struct ls_seen seen[3][LS_STEPS];
+    T_EXPECT(world <= 3 && ls_parse(log, world, seen), "%s: unreadable decision lines", name);
+    const double want_scale[LS_STEPS] = {65536, 65536, 32768, 32768};
+    for (int s = 0; s < LS_STEPS; s++) {
+        const char *want = s == 1 ? "overflow, skipped" : "applied";
+        for (int r = 0; r < world; r++) {
+            const struct ls_seen *e = &seen[r][s];
+            T_EXPECT(e->seen, "%s: rank %d logged no decision for step %d", name, r, s + 1);
+            if (!e->seen)
+                continue;
+            T_EXPECT(e->scale == want_scale[s] && strcmp(e->decision, want) == 0 &&
+                         e->next == (s == 1 ? 32768 : want_scale[s]),
+                     "%s: rank %d step %d: scale %g, %s, next %g (want %g, %s)", name, r, s + 1,
+                     e->scale, e->decision, e->next, want_scale[s], want);
+        }
+    }
+    char run[512];
+    tpath(run, sizeof run, name);
+    double scale[LS_STEPS];
+    bool skipped[LS_STEPS];
+    T_EXPECT(ls_metrics(run, scale, skipped), "%s: metrics.jsonl lacks loss_scale", name);
+    for (int s = 0; s < LS_STEPS; s++)
+        T_EXPECT(scale[s] == want_scale[s] && skipped[s] == (s == 1),
+                 "%s: metrics.jsonl step %d: loss_scale %g, skipped %d", name, s + 1, scale[s],
+                 (int)skipped[s]);
+}
+
+static void test_loss_scale(void)
+{
+    QC_TEST ("fp16 + a NaN in rank 0's own shard (ZeRO 0/1/2, 2 and 3 ranks): every rank takes "
+             "the same loss-scale decision on every step; the weights are 1 rank x N groups' "
+             "under the same overflow") {
+        for (int np = 2; np <= 3; np++) {
+            /* the reference: 1 rank x np groups, an overflow at step 2 (the other hook: one
+             * rank has no rank 0 to put a NaN into a shard of) */
+            char ref_name[32], ref[512];
+            snprintf(ref_name, sizeof ref_name, "ls-ref%d", np);
+            int status = 0;
+            char *s = ls_run(ref_name, 0, np, 0, "stop", "QC_FAULT_GRAD_OVERFLOW_STEP=2", &status);
+            T_EXPECT(t_exited(status, 0), "%s failed:\n%s", ref_name, s);
+            ls_expect_agreed(ref_name, s, 1);
+            free(s);
+            tpath(ref, sizeof ref, ref_name);
+            for (int zero = 0; zero <= 2; zero++) {
+                /* element 5 lies in rank 0's shard; rank 0 poisons its own contribution, so under
+                 * ZeRO 2 only rank 0's reduced shard holds the NaN. The default policy (stop) with
+                 * 2 ranks, skip with 3: neither may decide anything but the overflow */
+                char name[32], run[512];
+                snprintf(name, sizeof name, "ls-%dr-z%d", np, zero);
+                s = ls_run(name, np, 1, zero, np == 2 ? "stop" : "skip", "QC_FAULT_NAN_GRAD=0:2:5",
+                           &status);
+                T_EXPECT(t_exited(status, 0), "%s failed:\n%s", name, s);
+                ls_expect_agreed(name, s, np);
+                free(s);
+                tpath(run, sizeof run, name);
+                int64_t nout = 0, n = 0;
+                const double rel = ls_weights_rel(ref, run, &nout, &n);
+                printf("  %s vs 1 rank x %d groups: weights relative %.3g, %lld of %lld elements "
+                       "apart by > lr/10\n",
+                       name, np, rel, (long long)nout, (long long)n);
+                T_EXPECT(rel <= LS_REL_MAX && nout * LS_OUT_DIV <= n,
+                         "%s: the weights are not 1 rank x %d groups' (relative %.3g, %lld of "
+                         "%lld apart)",
+                         name, np, rel, (long long)nout, (long long)n);
+                if (zero > 0) { /* the stages reduce in the same rank order: the same bytes */
+                    char z0[32], r0[512];
+                    snprintf(z0, sizeof z0, "ls-%dr-z0", np);
+                    tpath(r0, sizeof r0, z0);
+                    T_EXPECT(same_ckpt(r0, run, LS_STEPS), "%s: not the bytes of %s", name, z0);
+                }
+            }
+        }
+    }
+
+    QC_TEST ("fp16: QC_FAULT_GRAD_OVERFLOW_STEP with 2 ranks under ZeRO 2 (only rank 0's shard "
+             "holds element 0): the same decisions and bytes as the NaN in rank 0's shard") {
+        int status = 0;
+        char *s = ls_run("ls-ovf-z2", 2, 1, 2, "stop", "QC_FAULT_GRAD_OVERFLOW_STEP=2", &status);
+        T_EXPECT(t_exited(status, 0), "ls-ovf-z2 failed:\n%s", s);
+        ls_expect_agreed("ls-ovf-z2", s, 2);
+        free(s);
+        char a[512], b[512];
+        tpath(a, sizeof a, "ls-ovf-z2");
+        tpath(b, sizeof b, "ls-2r-z2");
+        T_EXPECT(same_ckpt(a, b, LS_STEPS), "a skipped step leaves nothing behind: the two "
+                                            "faults give the same bytes");
+    }
+}
+
+// ---- a hang between live ranks ----------------------------------------------------------------
+
+#define HANG_TIMEOUT "2" /* dist.timeout of the hang runs, s: small, so the test is quick */
+#define HANG_LIMIT_S 12  /* the job must end within dist.timeout + 10 s of the skip */
+
+struct text_seen {
+    const char *path, *text;
+};
+
+static bool text_logged(void *user)
+{
+    const struct text_seen *w = user;
+    char *s = t_read_file(w->path, NULL);
+    const bool ok = s && strstr(s, w->text);
+    free(s);
+    return ok;
+}
+
+/* np ranks, ZeRO `zero`, dist.timeout 2 s; rank `skipper` leaves out step 2's exchange of
+ * losses (QC_FAULT_SKIP_COLLECTIVE) and then waits at step `skip_step` in `skip_phase`, while
+ * the others wait in the exchange for it. The job ends non-zero within dist.timeout + 10 s of the
+ * skip, and the deadline's message of whichever rank fires first names its phase, the rank(s)
+ * that had not arrived and where the others wait. */
+static void hang_run(const char *name, int np, int zero, int skipper, int skip_step,
+                     const char *skip_phase)
+{
+    char run[512], log[600], zs[32], env[64];
+    fresh(run, sizeof run, name);
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, name);
+    unlink(log);
+    snprintf(zs, sizeof zs, "dist.zero_stage=%d", zero);
+    snprintf(env, sizeof env, "QC_FAULT_SKIP_COLLECTIVE=%d:2", skipper);
+    const char *x[] = {"--steps", "1000", "--set", zs, "--set", "dist.timeout=" HANG_TIMEOUT,
+                       "--out",   run,    NULL};
+    struct t_args a;
+    job_args(&a, np, x);
+    const pid_t job = t_spawn(&a, log, env, 300);
+    struct text_seen w = {log, "leaves out step 2's exchange of losses"};
+    const bool skipped = t_poll(text_logged, &w, job, 120000);
+    const int status = finish(job, HANG_LIMIT_S);
+    char *s = t_read_file(log, NULL);
+    if (!s)
+        s = calloc(1, 1);
+    char b[64];
+    printf("  %s: %s\n", name, status < 0 ? "hung" : t_status_str(status, b, sizeof b));
+    T_EXPECT(skipped, "%s: rank %d never left out the exchange:\n%s", name, skipper, s);
+    T_EXPECT(status >= 0,
+             "%s: still running %d s after the skip (dist.timeout " HANG_TIMEOUT " s):\n%s", name,
+             HANG_LIMIT_S, s);
+    T_EXPECT(status < 0 || !t_exited(status, 0), "%s: mpirun exited 0", name);
+    const char *m = NULL;
+    int x_rank = -1;
+    for (int r = 0; r < np && !m; r++) {
+        char head[128];
+        snprintf(head, sizeof head, "rank %d of %d: dist: no rank can go on: rank %d has waited", r,
+                 np, r);
+        m = strstr(s, head);
+        x_rank = r;
+    }
+    T_EXPECT(m != NULL, "%s: no deadline message:\n%s", name, s);
+    if (m) {
+        char line[2048];
+        const char *nl = strchr(m, '\n');
+        snprintf(line, sizeof line, "%.*s", nl ? (int)(nl - m) : (int)strlen(m), m);
+        printf("  %s: %s\n", name, line);
+        const char *exch = "at step 2 in \"exchanging the step's losses\" (";
+        char want[256];
+        if (x_rank != skipper) { /* it waits in the exchange for the skipper */
+            T_EXPECT(strstr(line, exch) != NULL, "%s: not the exchange's phase: %s", name, line);
+            snprintf(want, sizeof want, "for rank %d, which had not arrived; ", skipper);
+            T_EXPECT(strstr(line, want) != NULL, "%s: does not name rank %d: %s", name, skipper,
+                     line);
+            snprintf(want, sizeof want, "rank %d waits at step %d in \"%s\"", skipper, skip_step,
+                     skip_phase);
+            T_EXPECT(strstr(line, want) != NULL, "%s: not where rank %d waits: %s", name, skipper,
+                     line);
+        } else { /* the skipper waits elsewhere for every other rank */
+            snprintf(want, sizeof want, "at step %d in \"%s\" (", skip_step, skip_phase);
+            T_EXPECT(strstr(line, want) != NULL, "%s: not the skipper's phase: %s", name, line);
+            T_EXPECT(strstr(line, np == 2 ? "for rank 0, which had not arrived"
+                                          : "for ranks 0, 1, which had not arrived") != NULL,
+                     "%s: does not name the ranks that had not arrived: %s", name, line);
+            for (int r = 0; r < np; r++) {
+                snprintf(want, sizeof want, "rank %d waits %s", r, exch);
+                T_EXPECT(r == skipper || strstr(line, want) != NULL,
+                         "%s: not where rank %d waits: %s", name, r, line);
+            }
+        }
+    }
+    free(s);
+}
+
+static void test_hang(void)
+{
+    QC_TEST ("hang: one rank leaves out a collective (2 ranks, ZeRO 1; 3 ranks, ZeRO 0): the job "
+             "stops within dist.timeout + 10 s, non-zero, naming the phase and the missing rank") {
+        /* ZeRO 1: rank 1 goes on to the step's parameter all-gather at once; ZeRO 0: rank 2
+         * goes on to step 3's reduction (8 scenes: step 3 has groups 6 and 7 only, so rank 2
+         * has no group and reduces at once, as a rank at the end of an epoch does) */
+        hang_run("hang-2", 2, 1, 1, 2, "gathering parameter shards");
+        hang_run("hang-3", 3, 0, 2, 3, "reducing gradients");
+    }
+}
+
 // ---- rank 0 writes ------------------------------------------------------------------------------
 
 static void test_rank0_writes(void)
@@ -616,6 +963,8 @@ int main(void)
     test_stop();
     test_recovery();
     test_nonfinite();
+    test_loss_scale();
+    test_hang();
     test_rank0_writes();
     t_rm_rf(tmp_root);
     return qc_test_summary();

@@ -247,7 +247,8 @@ static const struct qc_config_option options[] = {
     OPT_SIZE("dist.bucket_bytes", bucket_bytes, "8MiB", 4 * KIB, 1 * GIB,
              "largest piece of the gradient reduction; pieces start as backward makes them final"),
     OPT_FLOAT("dist.timeout", dist_timeout, "60", 0.1, 86400.0, "s",
-              "a rank waited on that answers nothing for this long has gone away: the job stops"),
+              "a rank waited on that answers nothing for this long has gone away, and ranks that "
+              "all waited on each other this long have hung: the job stops"),
 
     /* plan.* */
     OPT_CHOICE(

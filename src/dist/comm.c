@@ -18,6 +18,18 @@
  * Anything a peer sends (data, ping, pong) counts as hearing from it, so a rank that is only
  * slow (busy computing, writing a checkpoint) keeps answering from its own communication
  * thread and is never declared gone. The thread polls heartbeats while idle too (every 20 ms).
+ *
+ * The deadline on the waiting phase (deadline_check): live ranks that wait on each other in
+ * different collectives (one skipped a collective, or called another) answer every ping, so no
+ * one goes silent; but then every rank's main thread waits on the communicator and nothing moves.
+ * A pong carries where its rank is (struct dist_state: its collective's number, phase and step,
+ * the ranks it still waits on, and how long its main thread has waited with nothing moving, or
+ * that it computes). Once this rank's main thread has waited dist.timeout / 2 with nothing moving,
+ * its thread pings every peer once per hb_interval; once it has waited dist.timeout and every
+ * peer's fresh pong says the same of that peer, no rank computes that could end any wait: it
+ * ends the job naming its collective, the ranks that had not arrived, and where every rank waits.
+ * A rank whose main thread computes (a long step, validation, a checkpoint) keeps the others from
+ * this: the wait is slow, not hung.
  */
 #include "dist_internal.h"
 
@@ -32,7 +44,7 @@
 #define IDLE_POLL_S  0.02
 #define MAX_SLEEP_US 1000
 
-static const int ping_token = 1, pong_token = 2; /* never written: safe for freed sends */
+static const int ping_token = 1; /* never written: safe for freed sends */
 
 double dist_now(void)
 {
@@ -86,21 +98,80 @@ static void fail_gone(struct qc_dist *d, int peer, double silent_s, const char *
               "stopped or hangs\nhint: its own output or the launcher's says why; if it is only "
               "slow, raise dist.timeout",
               peer, d->peers ? d->peers[peer].pid : 0, d->peers ? d->peers[peer].host : "?",
-              silent_s, d->o.timeout_s, what, (long long)d->step_no);
+              silent_s, d->o.timeout_s, what, (long long)(d->cur ? d->cur->step : d->step_no));
 }
 
 // ---- heartbeats --------------------------------------------------------------------------------
 
 static void hb_post(struct qc_dist *d)
 {
-    const int rc =
-        MPI_Irecv(&d->hb_buf, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, d->hb, &d->hb_req);
+    const int rc = MPI_Irecv(&d->hb_buf, (int)sizeof(d->hb_buf), MPI_BYTE, MPI_ANY_SOURCE,
+                             MPI_ANY_TAG, d->hb, &d->hb_req);
     if (rc != MPI_SUCCESS)
         fail_mpi(d, rc, d->rank, "posting the heartbeat receive");
     d->hb_posted = true;
 }
 
-/* Answers pings and notes pongs, until nothing is pending. */
+static void ping(struct qc_dist *d, int p, double t)
+{
+    MPI_Request r;
+    if (MPI_Isend(&ping_token, (int)sizeof(ping_token), MPI_BYTE, p, DIST_TAG_PING, d->hb, &r) ==
+        MPI_SUCCESS)
+        MPI_Request_free(&r);
+    d->pinged[p] = t;
+}
+
+/* Where this rank is now (the payload of its pongs; the deadline's own view). */
+static void state_now(struct qc_dist *d, double t, struct dist_state *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&d->mu);
+    const bool waiting = d->main_waiting;
+    const double t0 = d->main_wait_t0;
+    const char *wait_what = d->main_wait_what;
+    const int64_t wait_step = d->main_wait_step;
+    pthread_mutex_unlock(&d->mu);
+    out->waited_s = -1;
+    if (waiting)
+        out->waited_s = t - (t0 > d->moved_t ? t0 : d->moved_t);
+    if (d->cur) {
+        out->seq = d->cur->seq;
+        out->step = d->cur->step;
+        snprintf(out->what, sizeof(out->what), "%s", d->cur_what ? d->cur_what : d->cur->what);
+        for (int i = 0; i < d->cur_nreq; i++) { /* the peers of its pending requests, once */
+            if (d->reqs[i] == MPI_REQUEST_NULL)
+                continue;
+            bool seen = false;
+            for (int k = 0; k < i && !seen; k++)
+                seen = d->reqs[k] != MPI_REQUEST_NULL && d->req_peer[k] == d->req_peer[i];
+            if (seen)
+                continue;
+            if (out->nmissing < DIST_STATE_MISSING)
+                out->missing[out->nmissing] = d->req_peer[i];
+            out->nmissing++;
+        }
+    } else if (waiting && wait_what) {
+        out->step = wait_step;
+        snprintf(out->what, sizeof(out->what), "%s", wait_what);
+    }
+}
+
+/* Answers a ping of p with where this rank is. A pong still on its way to p (never for long:
+ * small sends complete at once) is not overwritten: p asks again. */
+static void pong(struct qc_dist *d, int p, double t)
+{
+    if (d->pong_req[p] != MPI_REQUEST_NULL) {
+        int done = 0;
+        if (MPI_Test(&d->pong_req[p], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)
+            return;
+    }
+    state_now(d, t, &d->pong_out[p]);
+    if (MPI_Isend(&d->pong_out[p], (int)sizeof(d->pong_out[p]), MPI_BYTE, p, DIST_TAG_PONG, d->hb,
+                  &d->pong_req[p]) != MPI_SUCCESS)
+        d->pong_req[p] = MPI_REQUEST_NULL;
+}
+
+/* Answers pings and notes pongs (and the states they carry), until nothing is pending. */
 static void hb_service(struct qc_dist *d)
 {
     for (;;) {
@@ -113,12 +184,16 @@ static void hb_service(struct qc_dist *d)
             return;
         const int src = s.MPI_SOURCE;
         if (src >= 0 && src < d->size) {
-            d->heard[src] = dist_now();
+            const double t = dist_now();
+            d->heard[src] = t;
+            int bytes = 0;
             if (s.MPI_TAG == DIST_TAG_PING) {
-                MPI_Request r;
-                if (MPI_Isend(&pong_token, 1, MPI_INT, src, DIST_TAG_PONG, d->hb, &r) ==
-                    MPI_SUCCESS)
-                    MPI_Request_free(&r);
+                pong(d, src, t);
+            } else if (s.MPI_TAG == DIST_TAG_PONG &&
+                       MPI_Get_count(&s, MPI_BYTE, &bytes) == MPI_SUCCESS &&
+                       bytes == (int)sizeof(d->hb_buf)) {
+                d->peer_state[src] = d->hb_buf;
+                d->peer_state_t[src] = t;
             }
         }
         hb_post(d);
@@ -132,12 +207,103 @@ static void hb_check(struct qc_dist *d, int p, double t, const char *what)
     const double silent = t - d->heard[p];
     if (silent > d->o.timeout_s)
         fail_gone(d, p, silent, what);
-    if (silent > d->hb_interval && t - d->pinged[p] > d->hb_interval) {
-        MPI_Request r;
-        if (MPI_Isend(&ping_token, 1, MPI_INT, p, DIST_TAG_PING, d->hb, &r) == MPI_SUCCESS)
-            MPI_Request_free(&r);
-        d->pinged[p] = t;
+    if (silent > d->hb_interval && t - d->pinged[p] > d->hb_interval)
+        ping(d, p, t);
+}
+
+// ---- the deadline on the waiting phase ----------------------------------------------------------
+
+/* "ranks 0, 2" of a state's missing ranks, or "" */
+static void missing_str(const struct dist_state *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    const int k = s->nmissing < DIST_STATE_MISSING ? s->nmissing : DIST_STATE_MISSING;
+    for (int i = 0; i < k && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%d", i ? ", " : (k > 1 ? "ranks " : "rank "),
+                                s->missing[i]);
+    if (s->nmissing > k && len < n)
+        snprintf(buf + len, n - len, " and more");
+}
+
+/* Where a state says its rank waits: "at step 2 in \"exchanging ...\" (collective 41)". */
+static void where_str(const struct dist_state *s, const char *whose, char *buf, size_t n)
+{
+    if (s->seq > 0)
+        snprintf(buf, n, "at step %lld in \"%s\" (%scollective %lld)", (long long)s->step, s->what,
+                 whose, (long long)s->seq);
+    else if (s->what[0])
+        snprintf(buf, n, "at step %lld on %s", (long long)s->step, s->what);
+    else
+        snprintf(buf, n, "between collectives");
+}
+
+_Noreturn static void fail_deadline(struct qc_dist *d, const struct dist_state *me)
+{
+    char msg[1900], where[160], who[96];
+    size_t len = 0;
+    where_str(me, "", where, sizeof(where));
+    missing_str(me, who, sizeof(who));
+    len += (size_t)snprintf(msg + len, sizeof(msg) - len,
+                            "dist: no rank can go on: rank %d has waited %.1f s (dist.timeout "
+                            "%.3g s) %s",
+                            d->rank, me->waited_s, d->o.timeout_s, where);
+    if (who[0] && len < sizeof(msg))
+        len +=
+            (size_t)snprintf(msg + len, sizeof(msg) - len, " for %s, which had not arrived", who);
+    int listed = 0;
+    for (int p = 0; p < d->size && len < sizeof(msg); p++) {
+        if (p == d->rank)
+            continue;
+        if (listed == 8) {
+            len += (size_t)snprintf(msg + len, sizeof(msg) - len, "; ...");
+            break;
+        }
+        const struct dist_state *s = &d->peer_state[p];
+        where_str(s, "its ", where, sizeof(where));
+        missing_str(s, who, sizeof(who));
+        len += (size_t)snprintf(msg + len, sizeof(msg) - len, "; rank %d waits %s%s%s", p, where,
+                                who[0] ? " for " : "", who);
+        listed++;
     }
+    if (len < sizeof(msg))
+        snprintf(msg + len, sizeof(msg) - len,
+                 "; every rank has waited that long with nothing moving\nhint: the ranks called "
+                 "different collectives: a bug of qctrain (report it with the command line), or "
+                 "the test hook QC_FAULT_SKIP_COLLECTIVE; if a collective is only slow, raise "
+                 "dist.timeout");
+    dist_fail(d, "%s", msg);
+}
+
+/* The deadline (module comment): from the waiting loop of a job and from the idle loop while the
+ * main thread waits on its device. */
+static void deadline_check(struct qc_dist *d, double t)
+{
+    const double T = d->o.timeout_s;
+    if (d->size < 2)
+        return; /* a world of one waits on no one */
+    if (t - d->moved_t < T / 2)
+        return; /* something moved recently: cheap way out, no lock */
+    struct dist_state me;
+    state_now(d, t, &me);
+    /* the main thread computes (waited_s < 0), or has not waited long */
+    if (me.waited_s < T / 2)
+        return;
+    /* where is everyone? */
+    for (int p = 0; p < d->size; p++)
+        if (p != d->rank && t - d->pinged[p] > d->hb_interval)
+            ping(d, p, t);
+    if (me.waited_s < T)
+        return;
+    const double fresh = 2 * d->hb_interval + 0.1;
+    for (int p = 0; p < d->size; p++) {
+        if (p == d->rank)
+            continue;
+        if (d->peer_state_t[p] <= 0 || t - d->peer_state_t[p] > fresh ||
+            d->peer_state[p].waited_s < T)
+            return; /* that rank computes (or has not said otherwise lately) */
+    }
+    fail_deadline(d, &me);
 }
 
 static bool stop_requested(struct qc_dist *d)
@@ -150,6 +316,8 @@ static bool stop_requested(struct qc_dist *d)
 static bool comm_wait(struct qc_dist *d, int n, const char *what)
 {
     const double t0 = dist_now();
+    d->cur_what = what;
+    d->cur_nreq = n;
     int left = 0;
     for (int i = 0; i < n; i++) {
         if (d->reqs[i] == MPI_REQUEST_NULL)
@@ -173,15 +341,20 @@ static bool comm_wait(struct qc_dist *d, int n, const char *what)
         const double t = dist_now();
         for (int k = 0; k < outcount; k++)
             d->heard[d->req_peer[d->idx[k]]] = t;
+        if (outcount > 0)
+            d->moved_t = t;
         left -= outcount;
         hb_service(d);
         if (left == 0)
             break;
-        if (stop_requested(d))
+        if (stop_requested(d)) {
+            d->cur_nreq = 0;
             return false;
+        }
         for (int i = 0; i < n; i++)
             if (d->reqs[i] != MPI_REQUEST_NULL)
                 hb_check(d, d->req_peer[i], t, what);
+        deadline_check(d, t);
         if (outcount > 0) {
             sleep = 0;
         } else {
@@ -189,6 +362,7 @@ static bool comm_wait(struct qc_dist *d, int n, const char *what)
             sleep_us(sleep);
         }
     }
+    d->cur_nreq = 0;
     return true;
 }
 
@@ -364,7 +538,7 @@ static bool run_gather(struct qc_dist *d, struct dist_job *j)
     return comm_wait(d, n, j->what);
 }
 
-static bool run_job(struct qc_dist *d, struct dist_job *j)
+static bool run_job_kind(struct qc_dist *d, struct dist_job *j)
 {
     switch (j->kind) {
     case DIST_JOB_PIECE: {
@@ -391,6 +565,17 @@ static bool run_job(struct qc_dist *d, struct dist_job *j)
     }
     QC_ASSERT(false, "dist: job kind %d", (int)j->kind);
     return false;
+}
+
+static bool run_job(struct qc_dist *d, struct dist_job *j)
+{
+    d->cur = j;
+    d->cur_what = j->what;
+    d->moved_t = dist_now();
+    const bool ok = run_job_kind(d, j);
+    d->cur = NULL;
+    d->moved_t = dist_now();
+    return ok;
 }
 
 // ---- the thread
@@ -424,12 +609,15 @@ void *dist_comm_main(void *arg)
     for (;;) {
         while (!d->head && !d->stop) {
             const bool watch = d->watch;
+            const bool waiting = d->main_waiting; /* on its device (qc_dist_wait_begin) */
             pthread_mutex_unlock(&d->mu);
             hb_service(d);
             if (watch)
                 watch_tick(d);
             else
                 d->watching = false;
+            if (waiting)
+                deadline_check(d, dist_now());
             pthread_mutex_lock(&d->mu);
             if (d->head || d->stop)
                 break;
@@ -464,6 +652,7 @@ void *dist_comm_main(void *arg)
 
 int64_t dist_post(struct qc_dist *d, struct dist_job *j)
 {
+    j->step = d->step_no;
     pthread_mutex_lock(&d->mu);
     j->seq = ++d->seq_posted;
     j->next = NULL;
@@ -480,8 +669,16 @@ int64_t dist_post(struct qc_dist *d, struct dist_job *j)
 void dist_wait_seq(struct qc_dist *d, int64_t seq)
 {
     pthread_mutex_lock(&d->mu);
-    while (d->seq_done < seq)
-        pthread_cond_wait(&d->cv_done, &d->mu);
+    if (d->seq_done < seq) {
+        QC_ASSERT(!d->main_waiting, "dist: waiting on a collective inside qc_dist_wait_begin");
+        d->main_waiting = true;
+        d->main_wait_t0 = dist_now();
+        d->main_wait_what = NULL;
+        d->main_wait_step = d->step_no;
+        while (d->seq_done < seq)
+            pthread_cond_wait(&d->cv_done, &d->mu);
+        d->main_waiting = false;
+    }
     pthread_mutex_unlock(&d->mu);
 }
 

@@ -46,13 +46,21 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
     d->sts = calloc(2 * W, sizeof(MPI_Status));
     d->srcs = calloc(W, sizeof(*d->srcs));
     d->chunk = calloc(W + 1, sizeof(int64_t));
+    d->peer_state = calloc(W, sizeof(*d->peer_state));
+    d->peer_state_t = calloc(W, sizeof(double));
+    d->pong_out = calloc(W, sizeof(*d->pong_out));
+    d->pong_req = calloc(W, sizeof(MPI_Request));
+    for (size_t p = 0; d->pong_req && p < W; p++)
+        d->pong_req[p] = MPI_REQUEST_NULL;
+    d->moved_t = dist_now();
     d->npieces = qc_dist_pieces(opts->numel, opts->cuts, opts->ncuts, d->piece_elems, NULL, 0);
     d->layout = calloc((size_t)(2 * d->npieces + 2), sizeof(int64_t));
     d->pieces = calloc((size_t)(d->npieces + 1), sizeof(*d->pieces));
     if (d->layout)
         qc_dist_pieces(opts->numel, opts->cuts, opts->ncuts, d->piece_elems, d->layout, d->npieces);
     if (!d->layout || !d->peers || !d->heard || !d->pinged || !d->reqs || !d->req_peer || !d->idx ||
-        !d->sts || !d->srcs || !d->chunk || !d->pieces) {
+        !d->sts || !d->srcs || !d->chunk || !d->pieces || !d->peer_state || !d->peer_state_t ||
+        !d->pong_out || !d->pong_req) {
         qc_dist_destroy(d);
         return qc_errorf(QC_ERR_NOMEM, "dist: out of memory");
     }
@@ -66,9 +74,9 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
     if (st == QC_OK) {
         MPI_Comm_set_errhandler(d->data, MPI_ERRORS_RETURN);
         MPI_Comm_set_errhandler(d->hb, MPI_ERRORS_RETURN);
-        st = dist_mpi_check(
-            MPI_Irecv(&d->hb_buf, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, d->hb, &d->hb_req),
-            "MPI_Irecv");
+        st = dist_mpi_check(MPI_Irecv(&d->hb_buf, (int)sizeof(d->hb_buf), MPI_BYTE, MPI_ANY_SOURCE,
+                                      MPI_ANY_TAG, d->hb, &d->hb_req),
+                            "MPI_Irecv");
         d->hb_posted = st == QC_OK;
     }
     if (st == QC_OK) {
@@ -83,6 +91,7 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
         if (gethostname(me.host, sizeof(me.host)) != 0)
             snprintf(me.host, sizeof(me.host), "?");
         me.host[sizeof(me.host) - 1] = '\0';
+        qc_dist_set_phase(d, "setting up the communicator");
         st = qc_dist_allgather(d, &me, sizeof(me), d->peers);
     }
     if (st == QC_OK && opts->agreement)
@@ -120,6 +129,9 @@ void qc_dist_destroy(struct qc_dist *d)
             MPI_Cancel(&d->hb_req);
             MPI_Wait(&d->hb_req, MPI_STATUS_IGNORE);
         }
+        for (int p = 0; d->pong_req && p < d->size; p++) /* small sends: complete already */
+            if (d->pong_req[p] != MPI_REQUEST_NULL)
+                MPI_Wait(&d->pong_req[p], MPI_STATUS_IGNORE);
         if (d->hb_ok)
             MPI_Comm_free(&d->hb);
         if (d->data_ok)
@@ -140,6 +152,10 @@ void qc_dist_destroy(struct qc_dist *d)
     free(d->pieces);
     free(d->layout);
     free(d->scratch);
+    free(d->peer_state);
+    free(d->peer_state_t);
+    free(d->pong_out);
+    free(d->pong_req);
     free(d);
 }
 
@@ -159,8 +175,33 @@ void qc_dist_my_shard(const struct qc_dist *d, int64_t *lo, int64_t *hi)
     *hi = d->shard_hi;
 }
 
-// ---- host collectives
-// ----------------------------------------------------------------------------
+// ---- the waiting phase ------------------------------------------------------------------------
+
+void qc_dist_set_phase(struct qc_dist *d, const char *phase)
+{
+    d->phase = phase;
+}
+
+void qc_dist_wait_begin(struct qc_dist *d, const char *what)
+{
+    pthread_mutex_lock(&d->mu);
+    QC_ASSERT(!d->main_waiting, "dist: qc_dist_wait_begin twice");
+    d->main_waiting = true;
+    d->main_wait_t0 = dist_now();
+    d->main_wait_what = what;
+    d->main_wait_step = d->step_no;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void qc_dist_wait_end(struct qc_dist *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->main_waiting = false;
+    d->main_wait_what = NULL;
+    pthread_mutex_unlock(&d->mu);
+}
+
+// ---- host collectives ---------------------------------------------------------------------------
 
 enum qc_status qc_dist_allgather(struct qc_dist *d, const void *mine, size_t bytes, void *all)
 {
@@ -168,7 +209,7 @@ enum qc_status qc_dist_allgather(struct qc_dist *d, const void *mine, size_t byt
                          .src = mine,
                          .dst = all,
                          .bytes = bytes,
-                         .what = "exchanging host values"};
+                         .what = d->phase ? d->phase : "exchanging host values"};
     dist_run(d, &j);
     return QC_OK;
 }
@@ -180,7 +221,7 @@ enum qc_status qc_dist_bcast(struct qc_dist *d, void *buf, size_t bytes, int roo
                          .dst = buf,
                          .bytes = bytes,
                          .root = root,
-                         .what = "broadcasting host values"};
+                         .what = d->phase ? d->phase : "broadcasting host values"};
     dist_run(d, &j);
     return QC_OK;
 }
@@ -188,8 +229,10 @@ enum qc_status qc_dist_bcast(struct qc_dist *d, void *buf, size_t bytes, int roo
 enum qc_status qc_dist_gather_shards(struct qc_dist *d, const float *shard, float *full)
 {
     QC_ASSERT(d->rank != 0 || full, "dist: gather to rank 0 without a buffer");
-    struct dist_job j = {
-        .kind = DIST_JOB_GATHER, .fsrc = shard, .f = full, .what = "gathering shards"};
+    struct dist_job j = {.kind = DIST_JOB_GATHER,
+                         .fsrc = shard,
+                         .f = full,
+                         .what = d->phase ? d->phase : "gathering shards"};
     dist_run(d, &j);
     return QC_OK;
 }
@@ -235,7 +278,18 @@ static int64_t first_diff_line(const char *a, const char *b)
     }
 }
 
+static enum qc_status check_same(struct qc_dist *d, const char *what, const char *text);
+
 enum qc_status qc_dist_check_same(struct qc_dist *d, const char *what, const char *text)
+{
+    const char *phase = d->phase;
+    qc_dist_set_phase(d, "comparing the ranks' set-up");
+    const enum qc_status st = check_same(d, what, text);
+    qc_dist_set_phase(d, phase);
+    return st;
+}
+
+static enum qc_status check_same(struct qc_dist *d, const char *what, const char *text)
 {
     const size_t W = (size_t)d->size;
     const uint64_t h = fnv1a(text, strlen(text));
@@ -352,7 +406,8 @@ enum qc_status qc_dist_grads_ready(struct qc_dist *d, int64_t lo, int64_t hi)
         *j = (struct dist_job){.kind = DIST_JOB_PIECE,
                                .lo = d->layout[2 * k],
                                .hi = d->layout[2 * k + 1],
-                               .f = d->grads};
+                               .f = d->grads,
+                               .what = "reducing gradients"};
         d->last_piece_seq = dist_post(d, j);
     }
     return QC_OK;
@@ -400,7 +455,8 @@ enum qc_status qc_dist_params_allgather(struct qc_dist *d, float *params)
     if (d->nccl)
         return dist_nccl_params(d, params);
     const double t0 = dist_now();
-    struct dist_job j = {.kind = DIST_JOB_PARAMS, .f = params};
+    struct dist_job j = {
+        .kind = DIST_JOB_PARAMS, .f = params, .what = "gathering parameter shards"};
     dist_run(d, &j);
     const double t1 = dist_now();
     pthread_mutex_lock(&d->mu);

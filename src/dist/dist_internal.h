@@ -10,8 +10,9 @@
  * Threads. The main thread (the trainer's) posts jobs and waits for their sequence numbers;
  * the communication thread runs them in order and is the only thread that calls MPI after
  * qc_dist_create. Under `mu`: the queue, seq_posted, seq_done, stop, watch, the per-step
- * timestamps and the statistics; everything MPI (requests, scratch, heard/pinged) belongs to
- * the communication thread alone.
+ * timestamps, the statistics and whether the main thread is waiting (main_wait*); everything
+ * MPI (requests, scratch, heard/pinged, the peers' states and the pongs) belongs to the
+ * communication thread alone; `phase` and `step_no` to the main thread (a job carries copies).
  *
  * Message tags on `data` (one per kind of exchange, so a rank that fell out of step blocks
  * instead of mixing messages): DIST_TAG_*; heartbeats on `hb`.
@@ -58,7 +59,22 @@ struct dist_job {
     size_t bytes;      /* ALLGATHER, BCAST */
     int root;          /* BCAST */
     const char *what;  /* for the watchdog's message */
+    int64_t step;      /* the communicator's step when posted (qc_dist_grads_begin's count) */
     struct dist_job *next;
+};
+
+/* Where a rank is, as it answers a ping (the pong's payload, plain bytes: every rank runs the same
+ * build): for the deadline on the waiting phase (comm.c, "deadline"). */
+#define DIST_STATE_MISSING 4
+struct dist_state {
+    int64_t seq;      /* the collective it is in: its job number (the same order on every rank), or
+                         0 (its main thread waits on its device, or it is not in one) */
+    int64_t step;     /* the step of that collective or wait */
+    double waited_s;  /* how long its main thread has waited on the communicator with nothing
+                         moving; < 0: its main thread is not waiting (it computes) */
+    int32_t nmissing; /* ranks its collective still waits on */
+    int32_t missing[DIST_STATE_MISSING]; /* the first of them */
+    char what[56]; /* the collective's phase, or what its main thread waits on */
 };
 
 /* Who a rank is, for messages about it. */
@@ -88,25 +104,39 @@ struct qc_dist {
     bool watch;              /* NCCL work in flight: every peer is pinged while it lasts */
     double step_t0, step_t1; /* first piece started, last piece ended (this step) */
     struct qc_dist_stats stats;
+    bool main_waiting;          /* the main thread waits (dist_wait_seq, qc_dist_wait_begin) */
+    double main_wait_t0;        /* since when (dist_now) */
+    const char *main_wait_what; /* qc_dist_wait_begin's what; NULL in dist_wait_seq */
+    int64_t main_wait_step;     /* step_no then */
 
     /* communication thread only */
     MPI_Comm data, hb;
     bool data_ok, hb_ok; /* duplicated (to be freed) */
     MPI_Request hb_req;
-    int hb_buf;
+    struct dist_state hb_buf; /* a ping's or a pong's bytes */
     bool hb_posted;
-    double hb_interval;     /* s between pings of a silent peer */
-    double *heard, *pinged; /* (size) last time anything came from / a ping went to r */
-    float *scratch;         /* receive buffers of a piece */
-    size_t scratch_cap;     /* floats */
-    MPI_Request *reqs;      /* (2 * size) */
-    int *req_peer, *idx;    /* (2 * size) */
-    MPI_Status *sts;        /* (2 * size) */
-    const float **srcs;     /* (size) */
-    int64_t *chunk;         /* (size + 1) chunk boundaries of a piece */
-    bool watching;          /* the thread's view of `watch` (heard[] reset on the edge) */
+    double hb_interval;            /* s between pings of a silent peer */
+    double *heard, *pinged;        /* (size) last time anything came from / a ping went to r */
+    struct dist_state *peer_state; /* (size) what each peer's last pong said */
+    double *peer_state_t;          /* (size) when it came (0: never) */
+    struct dist_state *pong_out;   /* (size) the pong on its way to each peer */
+    MPI_Request *pong_req;         /* (size) its send, or MPI_REQUEST_NULL */
+    const struct dist_job *cur;    /* the job being run, or NULL */
+    const char *cur_what;          /* the phase comm_wait waits in (cur's, or a part of it) */
+    int cur_nreq;                  /* comm_wait's requests (d->reqs[0, cur_nreq)); 0 outside it */
+    double moved_t;                /* the last time communication moved: a job began, a request
+                                      completed (the deadline's clock restarts there) */
+    float *scratch;                /* receive buffers of a piece */
+    size_t scratch_cap;            /* floats */
+    MPI_Request *reqs;             /* (2 * size) */
+    int *req_peer, *idx;           /* (2 * size) */
+    MPI_Status *sts;               /* (2 * size) */
+    const float **srcs;            /* (size) */
+    int64_t *chunk;                /* (size + 1) chunk boundaries of a piece */
+    bool watching;                 /* the thread's view of `watch` (heard[] reset on the edge) */
 
     /* one step (main thread) */
+    const char *phase; /* qc_dist_set_phase: what the next host collectives are for */
     float *grads;
     int64_t frontier; /* [frontier, numel) of the gradients has been reported final */
     bool in_step;

@@ -16,8 +16,15 @@
  * heartbeats. While a rank waits for a peer (a collective, or NCCL work in flight), it pings that
  * peer; a peer that answers nothing for dist.timeout seconds has gone away (killed, out of
  * memory, stopped): the waiting rank prints an error naming it and ends the job (MPI_Abort), so
- * the launcher exits non-zero. A rank that fails with an error of its own ends the job the same
- * way (qc_dist_world_end with a non-zero code, from main).
+ * the launcher exits non-zero. Live ranks that wait on each other in different collectives (a
+ * rank skipped one) keep answering; the deadline on the waiting phase catches them: when every
+ * rank's main thread has waited on the communicator (a collective, or its device's NCCL work:
+ * qc_dist_wait_begin) for dist.timeout with nothing moving, no rank computes that could end the
+ * wait, and a waiting rank ends the job naming its collective (the phase, qc_dist_set_phase),
+ * the ranks that had not arrived and where each of them waits instead. A rank that computes,
+ * writes a checkpoint or validates for longer is slow, not hung: it stops no one. A rank that
+ * fails with an error of its own ends the job the same way (qc_dist_world_end with a non-zero
+ * code, from main).
  *
  * Only the files of src/dist include mpi.h or nccl.h.
  */
@@ -105,7 +112,8 @@ struct qc_dist_opts {
     int64_t numel;              /* floats in the flat parameter and gradient buffers */
     int zero_stage;             /* 0, 1 or 2 (dist.zero_stage) */
     size_t bucket_bytes;        /* largest piece of one reduction (dist.bucket_bytes) */
-    double timeout_s;           /* silence after which a peer has gone away (dist.timeout) */
+    double timeout_s;           /* silence after which a peer has gone away, and the deadline
+                                   of every rank waiting at once (dist.timeout) */
     struct qc_device *dev;      /* NCCL: this rank's CUDA device (current on this thread) */
     struct qc_stream *compute;  /* NCCL: the stream the model computes on */
     const int64_t *cuts;        /* where backward reports ranges final (qc_qcnet_grads_cuts): */
@@ -164,6 +172,19 @@ enum qc_status qc_dist_params_allgather(struct qc_dist *d, float *params);
 /* The step's device work is complete (after the trainer's synchronization): ends the NCCL
  * watch of in-flight work. A no-op for MPI. */
 void qc_dist_step_end(struct qc_dist *d);
+
+// ---- the waiting phase (the deadline: see Failures above) ----
+
+/* Names what the host collectives posted from now on are for, in the deadline's and the
+ * watchdog's messages ("exchanging the step's losses"); phase must outlive them (a literal).
+ * NULL: the default ("exchanging host values", ...). Main thread. */
+void qc_dist_set_phase(struct qc_dist *d, const char *phase);
+/* The main thread is about to wait outside this module on work of the communicator (a device
+ * synchronisation that waits for the step's NCCL collectives): until qc_dist_wait_end it counts
+ * as waiting, as in a collective, for the deadline; `what` (a literal) names the wait in its
+ * messages. Not nested; the main thread posts nothing in between. */
+void qc_dist_wait_begin(struct qc_dist *d, const char *what);
+void qc_dist_wait_end(struct qc_dist *d);
 
 // ---- small host collectives (through MPI on both backends; rank order) ----
 

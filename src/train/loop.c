@@ -564,41 +564,54 @@ static void step_nonfinite(const struct qc_trainer *t, const struct train_dist_s
 
 // ---- fp16 dynamic loss scaling (docs/PRECISION.md) ----------------------------------------
 
+/* QC_FAULT_GRAD_OVERFLOW_STEP=k (tests): fp16 only, +Inf into gradient element 0 at step k, after
+ * the reduction and before the finiteness check that decides (grads_nonfinite), as an overflow
+ * of the scaled gradients would be. Every rank writes it; under ZeRO stage 2 only rank 0's shard
+ * holds element 0, and the step's exchange tells the others. */
+static enum qc_status fault_grad_overflow(struct qc_trainer *t)
+{
+    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
+        return QC_OK;
+    const char *fault = getenv("QC_FAULT_GRAD_OVERFLOW_STEP");
+    if (!fault || strtoll(fault, NULL, 10) != t->st.step + 1)
+        return QC_OK;
+    const float inf = INFINITY;
+    return qc_op_upload(qc_train_backend_exec(t->be), qc_qcnet_grads(t->model), &inf, sizeof inf);
+}
+
 /* With train.precision=fp16 the gradient seed of the loss is multiplied by st.loss_scale (a
  * power of 2, from 2^16): small gradients survive fp16, large ones may overflow. After the
  * reduction: a non-finite gradient (with finite loss terms) skips the step, parameters and
  * moments untouched, and halves the scale (not below 1); otherwise the gradients are unscaled
  * exactly (a power of 2) and, after train.loss_scale_window finite steps in a row, the scale
- * doubles (up to 2^24). A non-finite loss term is no overflow: the NaN policy decides. With
- * several ranks every rank sees the same reduced gradients, so all decide alike.
- * QC_FAULT_GRAD_OVERFLOW_STEP=k (tests) puts +Inf into the first gradient at step k. */
+ * doubles (up to 2^24). A non-finite loss term is no overflow: the NaN policy decides.
+ * Overflow is decided from sums->bad_grad: each rank's first non-finite element of the part of
+ * the gradients it holds reduced (everything, or its shard under ZeRO stage 2, where the rest
+ * of its buffer is its own unsummed gradient), combined over the ranks in the step's exchange,
+ * so every rank takes the same decision and keeps the same scale. The unscale covers the same
+ * reduced part: every gradient AdamW reads (the whole buffer, or the rank's shard). */
 static enum qc_status loss_scale_check(struct qc_trainer *t, const struct train_dist_sums *sums,
                                        bool *overflow)
 {
     *overflow = false;
     if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
         return QC_OK;
-    float *g = qc_qcnet_grads(t->model);
-    const int64_t n = qc_qcnet_num_params(t->model);
-    const struct qc_exec *ex = qc_train_backend_exec(t->be);
-    const char *fault = getenv("QC_FAULT_GRAD_OVERFLOW_STEP");
-    if (fault && strtoll(fault, NULL, 10) == t->st.step + 1) {
-        const float inf = INFINITY;
-        QC_TRY(qc_op_upload(ex, g, &inf, sizeof inf));
-    }
+    /* a non-finite loss term, or a non-finite gradient at scale 1, is the NaN policy's case */
     if (!isfinite(sums->reg_loss_propose) || !isfinite(sums->reg_loss_refine) ||
         !isfinite(sums->cls_loss))
-        return QC_OK; /* the NaN policy's case */
-    int64_t bad = -1;
-    QC_TRY(first_nonfinite(t, g, n, &bad));
-    if (bad >= 0 && t->st.loss_scale > 1.0) { /* at scale 1 it is no overflow: the NaN policy */
+        return QC_OK;
+    if (sums->bad_grad >= 0 && t->st.loss_scale > 1.0) {
         *overflow = true;
-        t->st.loss_scale = t->st.loss_scale > 1.0 ? t->st.loss_scale / 2 : 1.0;
+        t->st.loss_scale /= 2;
         t->st.loss_scale_good = 0;
         return QC_OK;
     }
-    if (bad < 0)
-        qc_op_scale_inplace(ex, g, (float)(1.0 / t->st.loss_scale), n);
+    if (sums->bad_grad < 0) {
+        int64_t lo, hi;
+        train_dist_reduced_range(t->dist, qc_qcnet_num_params(t->model), &lo, &hi);
+        qc_op_scale_inplace(qc_train_backend_exec(t->be), qc_qcnet_grads(t->model) + lo,
+                            (float)(1.0 / t->st.loss_scale), hi - lo);
+    }
     return QC_OK;
 }
 
@@ -697,8 +710,10 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     if (st == QC_OK)
         st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
     if (st == QC_OK)
-        st = qc_op_sync(qc_train_backend_exec(t->be));
+        st = train_dist_sync(t->dist, t->be, "its device: the step's backward and reduction");
     int64_t bad_grad = -1;
+    if (st == QC_OK)
+        st = fault_grad_overflow(t);
     if (st == QC_OK)
         st = grads_nonfinite(t, &bad_grad);
     /* one exchange gives every rank the step's losses, any rank's graceful-stop signal and any
@@ -760,7 +775,14 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
                " in all; train.max_skipped = %" PRId64 ")",
                t->st.step + 1, bad, t->skipped_in_row, t->skipped_total, t->cfg.max_skipped);
     }
-    QC_TRY(qc_op_sync(qc_train_backend_exec(t->be)));
+    /* every rank's loss-scale decision (debug): the ranks must agree on every step */
+    if (t->cfg.precision == QC_PREC_FP16 && step_scale > 0)
+        qc_log(QC_LOG_DEBUG,
+               "train: step %" PRId64 " (rank %d of %d): fp16 loss scale %g: %s; next %g",
+               t->st.step + 1, t->rank, t->world, step_scale,
+               overflow ? "overflow, skipped" : (skipped ? "skipped" : "applied"),
+               t->st.loss_scale);
+    QC_TRY(train_dist_sync(t->dist, t->be, "its device: the step's update"));
     train_dist_step_end(t->dist);
 
     const int64_t epoch_of_step = t->st.epoch;

@@ -56,6 +56,7 @@ struct train_dist {
         int rank;
         int64_t step, elem;
     } nan;
+    int64_t skip_combine_step; /* test hook QC_FAULT_SKIP_COLLECTIVE=R:S on rank R: S; else 0 */
 };
 
 static double now_s(void)
@@ -198,6 +199,25 @@ static enum qc_status fault_nan_parse(struct train_dist *td, const struct qc_con
     return QC_OK;
 }
 
+/* Test hook (docs/RELIABILITY.md): QC_FAULT_SKIP_COLLECTIVE=R:S makes rank R leave out step S's
+ * exchange of losses (train_dist_combine: it takes its own figures for the step's) and go on,
+ * so the others wait in that exchange while it waits in its next collective: live ranks in
+ * different collectives, which the deadline on the waiting phase ends. */
+static enum qc_status fault_skip_parse(struct train_dist *td)
+{
+    const char *e = getenv("QC_FAULT_SKIP_COLLECTIVE");
+    if (!e || !*e)
+        return QC_OK;
+    long long r = -1, s = -1;
+    char tail = 0;
+    if (sscanf(e, "%lld:%lld%c", &r, &s, &tail) != 2 || r < 0 || r >= td->world || s < 1)
+        return qc_errorf(QC_ERR_INVALID,
+                         "QC_FAULT_SKIP_COLLECTIVE=%s: want RANK:STEP (rank < %d, step >= 1)", e,
+                         td->world);
+    td->skip_combine_step = r == td->rank ? s : 0;
+    return QC_OK;
+}
+
 /* The hook's NaN, when [lo, hi) holds its element and is about to start reducing. */
 static void fault_nan_apply(struct train_dist *td, int64_t lo, int64_t hi)
 {
@@ -277,6 +297,8 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
     };
     enum qc_status st = fault_nan_parse(td, cfg, o.numel);
     if (st == QC_OK)
+        st = fault_skip_parse(td);
+    if (st == QC_OK)
         st = qc_dist_create(&o, &td->d);
     if (st != QC_OK) {
         train_dist_destroy(td);
@@ -346,6 +368,7 @@ enum qc_status train_dist_check_params(struct train_dist *td, struct qc_qcnet *m
         uint64_t *all = calloc((size_t)td->world, sizeof(uint64_t));
         if (!all)
             st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+        qc_dist_set_phase(td->d, "comparing the ranks' weights");
         if (st == QC_OK)
             st = qc_dist_allgather(td->d, &h, sizeof(h), all);
         for (int r = 1; st == QC_OK && r < td->world; r++) {
@@ -448,6 +471,16 @@ enum qc_status train_dist_update(struct train_dist *td, float *params)
     return qc_dist_params_allgather(td->d, params);
 }
 
+enum qc_status train_dist_sync(struct train_dist *td, struct qc_train_backend *be, const char *what)
+{
+    if (!td)
+        return qc_op_sync(qc_train_backend_exec(be));
+    qc_dist_wait_begin(td->d, what);
+    const enum qc_status st = qc_op_sync(qc_train_backend_exec(be));
+    qc_dist_wait_end(td->d);
+    return st;
+}
+
 void train_dist_step_end(struct train_dist *td)
 {
     if (td)
@@ -479,6 +512,7 @@ enum qc_status train_dist_barrier(struct train_dist *td)
     if (!all)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     const uint8_t here = 1;
+    qc_dist_set_phase(td->d, "waiting for every rank to stop");
     const enum qc_status st = qc_dist_allgather(td->d, &here, 1, all);
     free(all);
     return st;
@@ -504,7 +538,12 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
     memset(out, 0, sizeof(*out));
     out->bad_grad = -1;
     out->rank_time_ratio = out->rank_edge_ratio = 1.0;
-    if (!td) {
+    if (!td || td->skip_combine_step == td->step) {
+        if (td) /* the test hook: the others wait in the exchange this rank left out */
+            qc_log(QC_LOG_WARN,
+                   "train: rank %d leaves out step %lld's exchange of losses "
+                   "(QC_FAULT_SKIP_COLLECTIVE)",
+                   td->rank, (long long)td->step);
         combine_local(mine, out);
         return QC_OK;
     }
@@ -521,6 +560,7 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
     rec[REC_STOP] = (double)mine->stop_signal;
     rec[REC_BAD_GRAD] = (double)mine->bad_grad; /* exact: element indices are < 2^53 */
     memcpy(rec + RECORD_HEAD, mine->loss, (size_t)mine->nlocal * 4 * sizeof(double));
+    qc_dist_set_phase(td->d, "exchanging the step's losses");
     const enum qc_status st = qc_dist_allgather(td->d, rec, R * sizeof(double), td->gather);
     free(rec);
     QC_TRY(st);
@@ -588,6 +628,7 @@ enum qc_status train_dist_save(struct train_dist *td, const char *run_dir, struc
         st = qc_optim_moments_download(o, shard, shard + mine);
     /* every rank gathers even after a local failure would leave the others waiting: a failure
      * here ends the job (main), so return at once */
+    qc_dist_set_phase(td->d, "gathering the AdamW moments for a checkpoint");
     if (st == QC_OK)
         st = qc_dist_gather_shards(td->d, shard, all);
     if (st == QC_OK)
@@ -624,6 +665,7 @@ enum qc_status train_dist_mem_ranks(struct train_dist *td, struct qc_qcnet *m, s
     struct qc_memreport_rank *all = calloc((size_t)td->world, sizeof(*all));
     if (!all)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    qc_dist_set_phase(td->d, "exchanging the memory report's figures");
     const enum qc_status st = qc_dist_allgather(td->d, &me, sizeof(me), all);
     if (st != QC_OK) {
         free(all);

@@ -19,9 +19,9 @@
  *                         callback (world > 1)
  *   train_dist_optim      AdamW: whole, or this rank's shard (ZeRO stage >= 1)
  *   step                  _step_begin, _arm before the last local group, _reduce after the
- *                         local groups, synchronisation, _combine (losses, the stop signal, the
+ *                         local groups, _sync, _combine (losses, the stop signal, the
  *                         finiteness of the gradients: one exchange decides for every rank),
- *                         optimizer, _update, synchronisation, _step_end; under device.budget
+ *                         optimizer, _update, _sync, _step_end; under device.budget
  *                         _hold and _settle around a split or rolled-back group
  *   train_dist_save       rank 0 writes the checkpoint (moments gathered from the shards), after
  *                         checking that every rank holds the same weights
@@ -103,6 +103,11 @@ enum qc_status train_dist_settle(struct train_dist *td, int64_t *from);
 enum qc_status train_dist_reduce(struct train_dist *td, float *grads);
 /* After the optimizer updated the rank's part: the parameter all-gather (stages 1, 2). */
 enum qc_status train_dist_update(struct train_dist *td, float *params);
+/* Waits for the backend's work so far (qc_op_sync): on CUDA the NCCL collectives' too, so with
+ * several ranks the wait counts for the deadline on the waiting phase (qc_dist_wait_begin; what,
+ * a literal, names it). td NULL: the synchronisation alone. */
+enum qc_status train_dist_sync(struct train_dist *td, struct qc_train_backend *be,
+                               const char *what);
 /* After the step's device work completed. */
 void train_dist_step_end(struct train_dist *td);
 /* The part [*lo, *hi) of the flat gradient buffer that holds reduced sums after

@@ -15,13 +15,15 @@ if(QC_HAVE_MPI)
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
     # test_dist_comm: the communicator and its thread with real ranks, no trainer (reductions,
-    # heartbeats, the watchdog, the start-up barrier); small enough for ThreadSanitizer (tsan)
+    # heartbeats, the watchdog, the deadline on the waiting phase, the start-up barrier); small
+    # enough for ThreadSanitizer (tsan)
     qc_add_test(test_dist_comm SOURCES test_dist_comm.c LIBS qcdist qcbase LABELS cpu tsan
         TIMEOUT 300)
     target_compile_definitions(test_dist_comm PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     # test_dist_faults: a run of several ranks when something happens to it (graceful stop on
     # one or every rank, a kill inside a save and the run folder's recovery, train.nonfinite
-    # with a NaN on one rank, only rank 0 writing)
+    # with a NaN on one rank, fp16 loss scaling with a NaN in one rank's shard, a rank that
+    # leaves out a collective, only rank 0 writing)
     qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qcbase LABELS cpu
         TIMEOUT 900)
     target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
