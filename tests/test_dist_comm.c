@@ -20,6 +20,8 @@
  *   device   a rank's main thread waits on its "device" (qc_dist_wait_begin, as the trainer's
  *            synchronisation waits for NCCL work) while the other waits on it in an all-gather:
  *            the deadline counts that wait too;
+ *   one      a world of one rank (qc_dist_world_init_mpi): a wait of 5 dist.timeout on its
+ *            device is no hang (no peer to wait on), and a step reduces to itself;
  *   barrier  the start-up barrier (qc_dist_world_barrier) passes with every rank, and names the
  *            rank that never arrives.
  * Open MPI's own TCP transport trips ThreadSanitizer (a lock-order report inside mca_btl_tcp);
@@ -294,8 +296,37 @@ static void worker_barrier(void)
     qc_dist_world_end(1);
 }
 
+/* A world of one (qc_dist_world_init_mpi): the main thread waits on its "device" for 5
+ * dist.timeout; with no peer to wait on that is never a hang. Then a step reduces to itself. */
+static int worker_one(void)
+{
+    if (qc_dist_world_init_mpi() != QC_OK) {
+        fprintf(stderr, "qc_dist_world_init_mpi: %s\n", qc_error_last());
+        return 1;
+    }
+    W = qc_dist_world_size();
+    R = qc_dist_world_rank();
+    W_EXPECT(W == 1, "a world of %d", W);
+    float *g = malloc(NUMEL * sizeof(float));
+    struct qc_dist *d = make(0, 4096, 0.2);
+    qc_dist_wait_begin(d, "the test's device");
+    nap_us(1000000);
+    qc_dist_wait_end(d);
+    produce(d, g, 1, 0);
+    check_reduced(d, g, 0, 1);
+    qc_dist_step_end(d);
+    qc_dist_destroy(d);
+    free(g);
+    if (fails == 0)
+        fprintf(stderr, "worker one: 1 rank ok\n");
+    qc_dist_world_end(fails ? 1 : 0);
+    return fails ? 1 : 0;
+}
+
 static int worker(const char *mode)
 {
+    if (strcmp(mode, "one") == 0)
+        return worker_one();
     if (qc_dist_world_init() != QC_OK) {
         fprintf(stderr, "qc_dist_world_init: %s\n", qc_error_last());
         return 1;
@@ -450,6 +481,12 @@ int main(int argc, char **argv)
                          (m0 || strstr(m, "for rank 0, which had not arrived; rank 0 waits at "
                                           "step 0 on the test's device") != NULL),
                      "the message names the wrong wait or rank:\n%s", out);
+        free(out);
+    }
+    QC_TEST ("comm: a world of one: a long wait on its device is no hang") {
+        const int st = job(1, "one", DEADLINE_LIMIT_S, &out);
+        T_EXPECT(t_exited(st, 0), "one:\n%s", out);
+        T_EXPECT_STR_CONTAINS(out, "worker one: 1 rank ok");
         free(out);
     }
     QC_TEST ("comm: a rank stopped inside a reduction is named by the watchdog; the job ends") {

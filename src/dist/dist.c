@@ -14,9 +14,11 @@
 
 enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **out)
 {
-    if (qc_dist_world_size() < 2)
-        return qc_errorf(QC_ERR_INVALID, "dist: a communicator needs a world of 2 or more ranks "
-                                         "(qc_dist_world_init under a launcher)");
+    int mpi_up = 0;
+    if (MPI_Initialized(&mpi_up) != MPI_SUCCESS || !mpi_up)
+        return qc_errorf(QC_ERR_INVALID, "dist: a communicator needs MPI: a world of 2 or more "
+                                         "ranks (qc_dist_world_init under a launcher), or "
+                                         "qc_dist_world_init_mpi");
     if (opts->numel < 0 || opts->zero_stage < 0 || opts->zero_stage > 2 || opts->timeout_s <= 0)
         return qc_errorf(QC_ERR_INVALID,
                          "dist: bad options (numel %lld, zero stage %d, timeout %g)",

@@ -84,17 +84,20 @@ static struct {
     const char *launcher;
 } world = {.size = 1, .launcher = "none"};
 
-enum qc_status qc_dist_world_init(void)
+static enum qc_status world_init(bool mpi_for_one)
 {
     if (world.init_done)
-        return QC_OK;
+        return mpi_for_one && !world.mpi_up
+                   ? qc_errorf(QC_ERR_INVALID, "dist: qc_dist_world_init_mpi after "
+                                               "qc_dist_world_init made a world without MPI")
+                   : QC_OK;
     struct qc_dist_launch l;
     qc_dist_launch_detect(&l);
     world.launcher = l.launcher;
     world.rank = 0;
     world.size = 1;
     world.local_rank = 0;
-    if (l.size_known && l.size <= 1) {
+    if (l.size_known && l.size <= 1 && !mpi_for_one) {
         world.init_done = true;
         return QC_OK; /* one rank: MPI is not needed, and not initialised */
     }
@@ -129,12 +132,25 @@ enum qc_status qc_dist_world_init(void)
     world.init_done = true;
     return QC_OK;
 #else
+    if (mpi_for_one)
+        return qc_errorf(QC_ERR_UNSUPPORTED, "dist: a world of one rank with MPI needs a build "
+                                             "with MPI (QC_MPI=ON)");
     return qc_errorf(QC_ERR_UNSUPPORTED,
                      "dist: %s started %d ranks, but this qctrain was built without MPI "
                      "(QC_MPI=OFF)\nhint: rebuild with -DQC_MPI=ON (apt-get install "
                      "libopenmpi-dev openmpi-bin), or run one rank without a launcher",
                      l.launcher, l.size);
 #endif
+}
+
+enum qc_status qc_dist_world_init(void)
+{
+    return world_init(false);
+}
+
+enum qc_status qc_dist_world_init_mpi(void)
+{
+    return world_init(true);
 }
 
 int qc_dist_world_rank(void)

@@ -59,6 +59,11 @@ void qc_dist_launch_detect(struct qc_dist_launch *out);
  * communication thread makes every call after set-up). QC_ERR_UNSUPPORTED (with a hint) when
  * launched with several ranks by a build without MPI, or when MPI lacks the thread level. */
 enum qc_status qc_dist_world_init(void);
+/* qc_dist_world_init, and MPI even for a world of one rank (a singleton MPI_Init_thread when no
+ * launcher started the process): a communicator of one rank can then be made, which NCCL
+ * allows. For the one-process tests of both backends (tests/test_dist_nccl.c); a run of one
+ * rank never needs it. QC_ERR_UNSUPPORTED in a build without MPI. */
+enum qc_status qc_dist_world_init_mpi(void);
 /* The world (after qc_dist_world_init; 0 of 1 before, or without a launcher). */
 int qc_dist_world_rank(void);
 int qc_dist_world_size(void);
@@ -127,9 +132,10 @@ struct qc_dist; /* one run's communicator (opaque) */
 
 /* Creates the communicator over the whole world (collective: every rank calls it): starts the
  * communication thread, checks the agreement text (before anything that depends on the options
- * being equal), and for NCCL makes the communicator and its stream. Needs qc_dist_world_init
- * first and a world of more than one rank. QC_ERR_INVALID from the agreement check.
- * QC_ERR_UNSUPPORTED for NCCL in a build without it; QC_ERR_NOMEM; QC_ERR_CUDA. */
+ * being equal), and for NCCL makes the communicator and its stream. Needs MPI: a world of more
+ * than one rank (qc_dist_world_init), or qc_dist_world_init_mpi for a world of one. QC_ERR_INVALID
+ * from the agreement check. QC_ERR_UNSUPPORTED for NCCL in a build without it; QC_ERR_NOMEM;
+ * QC_ERR_CUDA. */
 enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **out);
 /* Stops the communication thread (abandoning a collective in progress: after an error the
  * process ends the job with qc_dist_world_end) and frees everything. NULL is a no-op. */
