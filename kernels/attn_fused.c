@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_fused_internal.h"
 #include "exec_internal.h"
 #include "qc_exec.h"
 #include "qc_prof.h"
@@ -172,29 +173,32 @@ static void fused_no_cuda(void)
 
 // ---- dispatch -----------------------------------------------------------------------------
 
+/* What an op allocates and takes depends on the backend it runs on, or that a dry run's plan
+ * describes (qc_exec_target_of). */
 bool qc_attn_fused_wants_by_src(const struct qc_exec *ex)
 {
-    return qc_exec_backend_of(ex) == QC_EXEC_CUDA;
+    return qc_exec_target_of(ex) == QC_EXEC_CUDA;
 }
 
 bool qc_attn_fused_takes_r(const struct qc_exec *ex)
 {
-    return qc_exec_backend_of(ex) != QC_EXEC_CUDA;
+    return qc_exec_target_of(ex) != QC_EXEC_CUDA;
 }
 
 int64_t qc_attn_fused_scratch_numel(const struct qc_exec *ex, const struct qc_attn_fused_layer *l,
                                     const struct qc_attn_fused_edges *ed, bool backward)
 {
-    if (qc_exec_backend_of(ex) != QC_EXEC_CUDA)
+    if (qc_exec_target_of(ex) != QC_EXEC_CUDA)
         return qc_attn_fused_scratch_numel_cpu(l, ed, backward);
-#ifdef QC_HAVE_CUDA
-    struct fused_cuda c;
-    fused_cuda_make(&c, l, ed, backward);
-    return qc_attn_fused_cuda_scratch_numel(&c.l, &c.ed, backward) + 64;
-#else
-    fused_no_cuda();
-    return 0;
-#endif
+    /* the CUDA launchers' layout (attn_fused_internal.h: the same arithmetic in every build, so
+     * a CPU-only build plans a CUDA target exactly), plus 64 floats to align the caller's block
+     * to 256 bytes (fused_cuda_scratch) */
+    QC_ASSERT(ed->tiles, "attn fused: scratch without a tile plan");
+    const struct qc_fe *fe = l->has_pos ? ed->fe : NULL;
+    return qc_attn_fused_layout_make(ed->tiles->cap, l->D, l->has_pos, fe ? fe->d : 0,
+                                     fe ? fe->F : 0, backward)
+               .total +
+           64;
 }
 
 static void fused_forward(const struct qc_exec *ex, float *u, float *smax, float *ssum,

@@ -175,7 +175,7 @@ static struct fet_seq fet_seq_make(const struct qc_fe *fe, const struct qc_fe_ro
 int64_t qc_fe_tiled_scratch_numel(const struct qc_exec *ex, const struct qc_fe *fe,
                                   const struct qc_fe_rows *rows, bool backward)
 {
-    if (qc_exec_backend_of(ex) != QC_EXEC_CUDA)
+    if (qc_exec_target_of(ex) != QC_EXEC_CUDA)
         return qc_fe_tiled_scratch_numel_cpu(fe, rows, backward);
     return fet_seq_make(fe, rows, backward).total;
 }

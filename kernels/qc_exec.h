@@ -62,6 +62,8 @@ struct qc_exec {
     struct qc_emu *emu; /* EMU: the arena (required) */
     int precision;      /* enum qc_precision (qc_half.h): what the ops round their activation
                            outputs and GEMM inputs to; 0 = fp32 (docs/PRECISION.md) */
+    enum qc_exec_backend target; /* DRY: the backend whose memory a plan describes (CPU, CUDA
+                                    or EMU): what the ops would allocate there */
 };
 
 /* "cpu" / "cuda" / "emu" / "dry". */
@@ -72,6 +74,13 @@ bool qc_exec_backend_built(enum qc_exec_backend b);
 static inline enum qc_exec_backend qc_exec_backend_of(const struct qc_exec *x)
 {
     return x ? x->backend : QC_EXEC_CPU;
+}
+/* The backend whose memory use a call has: the backend itself, or a DRY exec's target. What an
+ * op allocates (its scratch, whether it takes precomputed inputs) depends on this. */
+static inline enum qc_exec_backend qc_exec_target_of(const struct qc_exec *x)
+{
+    const enum qc_exec_backend b = qc_exec_backend_of(x);
+    return b == QC_EXEC_DRY ? x->target : b;
 }
 /* True when tensors live in device memory (CUDA, EMU, DRY): host code must not dereference
  * them. */

@@ -64,7 +64,7 @@ static inline bool qc_test_backend_emu(struct qc_test_backend *b, size_t reserve
         printf("  emu arena: %s\n", qc_error_last());
         return false;
     }
-    b->ex = (struct qc_exec){QC_EXEC_EMU, NULL, b->emu, 0};
+    b->ex = (struct qc_exec){.backend = QC_EXEC_EMU, .stream = NULL, .emu = b->emu, .precision = 0};
     const struct qc_memctx_params mp = {.emu = b->emu};
     if (qc_memctx_create(&mp, &b->mc) != QC_OK) {
         printf("  emu memory context: %s\n", qc_error_last());
@@ -118,8 +118,10 @@ static inline int qc_test_backend_cuda(struct qc_test_backend *b)
         return 1;
     }
     qc_kernels_cuda_set_current(b->kctx);
-    b->ex =
-        (struct qc_exec){QC_EXEC_CUDA, qc_stream_native(qc_device_compute_stream(b->dev)), NULL, 0};
+    b->ex = (struct qc_exec){.backend = QC_EXEC_CUDA,
+                             .stream = qc_stream_native(qc_device_compute_stream(b->dev)),
+                             .emu = NULL,
+                             .precision = 0};
     const struct qc_memctx_params mp = {.alloc = b->alloc,
                                         .compute = qc_device_compute_stream(b->dev)};
     if (qc_memctx_create(&mp, &b->mc) != QC_OK) {

@@ -287,7 +287,10 @@ static void fstate_run_cpu(struct fstate *s)
         memset(s->fedw, 0, (size_t)s->fe.params.numel * sizeof(float));
     if (s->dcat)
         memset(s->dcat, 0, (size_t)(s->ncat * s->D) * sizeof(float));
-    T_EXPECT(attn_fused_edge_backward(&s->kv, s->dq, s->du, &s->app, &s->ix, &s->ctx) == QC_OK,
+    struct qc_memspec ms; /* the edge part of the application's backward alone */
+    qc_memspec_init(&ms);
+    attn_edge_backward_spec(&s->kv, &ms);
+    T_EXPECT(attn_fused_edge_backward(&s->kv, s->dq, s->du, &s->app, &s->ix, &s->ctx, &ms) == QC_OK,
              "%s", qc_error_last());
     if (!s->kv.dk || !s->kv.dv)
         T_FATAL("the CPU fused backward left kv->dk / kv->dv unset");

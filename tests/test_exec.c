@@ -230,8 +230,8 @@ static void check_moves(const struct qc_exec *ex, void *d1, void *d2, size_t n, 
 static void test_moves_host(void)
 {
     QC_TEST ("exec: backend names and kinds") {
-        struct qc_exec cpu = {QC_EXEC_CPU, NULL, NULL, 0}, emu = {QC_EXEC_EMU, NULL, NULL, 0};
-        struct qc_exec cuda = {QC_EXEC_CUDA, NULL, NULL, 0};
+        struct qc_exec cpu = {.backend = QC_EXEC_CPU}, emu = {.backend = QC_EXEC_EMU};
+        struct qc_exec cuda = {.backend = QC_EXEC_CUDA};
         T_EXPECT(strcmp(qc_exec_backend_str(QC_EXEC_CPU), "cpu") == 0, "cpu");
         T_EXPECT(strcmp(qc_exec_backend_str(QC_EXEC_CUDA), "cuda") == 0, "cuda");
         T_EXPECT(strcmp(qc_exec_backend_str(QC_EXEC_EMU), "emu") == 0, "emu");
@@ -256,7 +256,7 @@ static void test_moves_host(void)
         struct qc_emu *e = NULL;
         if (qc_emu_create((size_t)1 << 24, &e) != QC_OK)
             T_FATAL("qc_emu_create: %s", qc_error_last());
-        struct qc_exec ex = {QC_EXEC_EMU, NULL, e, 0};
+        struct qc_exec ex = {.backend = QC_EXEC_EMU, .emu = e};
         void *d1 = qc_emu_alloc(e, n), *d2 = qc_emu_alloc(e, n);
         check_moves(&ex, d1, d2, n, "emu");
         T_EXPECT(touch_faults(d1) && touch_faults((char *)d2 + n - 1),
@@ -1057,7 +1057,7 @@ static int main_emu(void)
     ap.emu = x->emu;
     if (qc_alloc_create(NULL, &ap, &x->alloc) != QC_OK)
         T_FATAL("allocator over the arena: %s", qc_error_last());
-    x->ex = (struct qc_exec){QC_EXEC_EMU, NULL, x->emu, 0};
+    x->ex = (struct qc_exec){.backend = QC_EXEC_EMU, .emu = x->emu};
     x->exact = true;
     run_table(x, "emu");
     QC_TEST ("emu: the allocator gives the arena everything back") {
@@ -1089,8 +1089,8 @@ static int main_cuda(void)
     ap.expandable = false; /* plain cudaMalloc segments: this test is about the ops */
     if (qc_alloc_create(dev, &ap, &x->alloc) != QC_OK)
         T_FATAL("allocator: %s", qc_error_last());
-    x->ex =
-        (struct qc_exec){QC_EXEC_CUDA, qc_stream_native(qc_device_compute_stream(dev)), NULL, 0};
+    x->ex = (struct qc_exec){.backend = QC_EXEC_CUDA,
+                             .stream = qc_stream_native(qc_device_compute_stream(dev))};
     void *ws = NULL;
     if (qc_alloc_malloc(x->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
                         &ws) != QC_OK)

@@ -726,7 +726,8 @@ static void test_create_on_errors(void)
     struct qc_qcnet_config cfg;
     qc_qcnet_config_parity_tiny(&cfg);
     struct qc_qcnet *m = NULL;
-    struct qc_exec emu_no_arena = {QC_EXEC_EMU, NULL, NULL, 0};
+    struct qc_exec emu_no_arena = {
+        .backend = QC_EXEC_EMU, .stream = NULL, .emu = NULL, .precision = 0};
     struct qc_test_backend be;
     if (!qc_test_backend_emu(&be, EMU_RESERVE)) {
         T_FAIL_AT("emu arena");
@@ -739,7 +740,7 @@ static void test_create_on_errors(void)
              "a device backend with host malloc");
     T_EXPECT_STR_CONTAINS(qc_error_last(), "memory context");
 #ifndef QC_HAVE_CUDA
-    struct qc_exec cuda = {QC_EXEC_CUDA, NULL, NULL, 0};
+    struct qc_exec cuda = {.backend = QC_EXEC_CUDA, .stream = NULL, .emu = NULL, .precision = 0};
     T_EXPECT(qc_qcnet_create_on(&cfg, mc, &cuda, &m) == QC_ERR_UNSUPPORTED,
              "CUDA in a CPU-only build");
     T_EXPECT_STR_CONTAINS(qc_error_last(), "CUDA");

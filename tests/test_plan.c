@@ -85,6 +85,7 @@ static void expect_under_target(const struct qc_plan_program *p, const struct qc
              (unsigned long long)target);
     struct qc_plan_params free_par = *par;
     free_par.budget = 0;
+    free_par.prefetch_window = r->window; /* the search may have narrowed it to fit */
     struct qc_plan_result e;
     T_EXPECT(qc_plan_evaluate(p, cost, hw, &free_par, r->policy, &e) == QC_OK, "%s",
              qc_error_last());

@@ -98,7 +98,10 @@ static bool stack_make(struct stack *s, bool emu)
                                             .copy_in = s->copy_in};
         rc = qc_memctx_create(&mp, &s->mc);
     }
-    s->ex = (struct qc_exec){emu ? QC_EXEC_EMU : QC_EXEC_CPU, NULL, s->emu, g_prec};
+    s->ex = (struct qc_exec){.backend = emu ? QC_EXEC_EMU : QC_EXEC_CPU,
+                             .stream = NULL,
+                             .emu = s->emu,
+                             .precision = g_prec};
     if (rc != QC_OK)
         printf("  stack: %s\n", qc_error_last());
     return rc == QC_OK;

@@ -30,74 +30,21 @@
 
 #include <stdlib.h>
 
+#include "attn_fused_internal.h"
 #include "cuda_common.cuh"
 
-#define FUSED_ALIGN 64 /* floats: scratch pieces start on 256-byte boundaries */
+// ---- scratch layout (attn_fused_internal.h: the same arithmetic sizes a CUDA target's plan) ----
 
-// ---- scratch layout -----------------------------------------------------------------------------
-
-/* Offsets (floats) of every scratch piece; -1 when absent. */
-struct fused_layout {
-    int64_t kt, vt, r, rhat, tmp, rmean, rrstd;
-    int64_t phi, z[QC_ATTN_FUSED_CUDA_FE_MAX_D], a[QC_ATTN_FUSED_CUDA_FE_MAX_D];
-    int64_t mean[QC_ATTN_FUSED_CUDA_FE_MAX_D], rstd[QC_ATTN_FUSED_CUDA_FE_MAX_D];
-    int64_t s, s_mean, s_rstd, o;
-    int64_t dkt, dvt, drhat, dphi;
-    int64_t total;
-};
-
-static int64_t layout_take(int64_t *cursor, int64_t n)
-{
-    int64_t off = *cursor;
-    *cursor += (n + FUSED_ALIGN - 1) / FUSED_ALIGN * FUSED_ALIGN;
-    return off;
-}
+#define fused_layout qc_attn_fused_layout
+static_assert(QC_ATTN_FUSED_LAYOUT_MAX_D == QC_ATTN_FUSED_CUDA_FE_MAX_D, "the layout's FE bound");
 
 static struct fused_layout fused_layout_make(const struct qc_attn_fused_cuda_layer *l,
                                              const struct qc_attn_fused_cuda_edges *ed,
                                              bool backward)
 {
-    struct fused_layout L;
-    const int64_t cap = ed->tiles->cap, D = l->D;
-    int64_t cur = 0;
-    L.r = L.rhat = L.tmp = L.rmean = L.rrstd = L.phi = L.s = L.s_mean = L.s_rstd = L.o = -1;
-    L.dkt = L.dvt = L.drhat = L.dphi = -1;
-    for (int i = 0; i < QC_ATTN_FUSED_CUDA_FE_MAX_D; i++)
-        L.z[i] = L.a[i] = L.mean[i] = L.rstd[i] = -1;
-    L.kt = layout_take(&cur, cap * D);
-    L.vt = layout_take(&cur, cap * D);
-    if (backward) {
-        L.dkt = layout_take(&cur, cap * D);
-        L.dvt = layout_take(&cur, cap * D);
-    }
-    if (l->has_pos) {
-        const struct qc_attn_fused_cuda_fe *fe = ed->fe;
-        const int64_t P = 2 * fe->F + 1;
-        L.r = layout_take(&cur, cap * D);
-        L.rhat = layout_take(&cur, cap * D);
-        L.tmp = layout_take(&cur, cap * D);
-        L.rmean = layout_take(&cur, cap);
-        L.rrstd = layout_take(&cur, cap);
-        if (fe->d > 0)
-            L.phi = layout_take(&cur, cap * fe->d * P);
-        for (int64_t i = 0; i < fe->d; i++) {
-            L.z[i] = layout_take(&cur, cap * D);
-            L.a[i] = layout_take(&cur, cap * D);
-            L.mean[i] = layout_take(&cur, cap);
-            L.rstd[i] = layout_take(&cur, cap);
-        }
-        L.s = layout_take(&cur, cap * D);
-        L.o = layout_take(&cur, cap * D);
-        L.s_mean = layout_take(&cur, cap);
-        L.s_rstd = layout_take(&cur, cap);
-        if (backward) {
-            L.drhat = layout_take(&cur, cap * D);
-            if (fe->d > 0)
-                L.dphi = layout_take(&cur, cap * fe->d * P);
-        }
-    }
-    L.total = cur;
-    return L;
+    const struct qc_attn_fused_cuda_fe *fe = l->has_pos ? ed->fe : NULL;
+    return qc_attn_fused_layout_make(ed->tiles->cap, l->D, l->has_pos, fe ? fe->d : 0,
+                                     fe ? fe->F : 0, backward);
 }
 
 /* Shape and pointer preconditions shared by the launchers (programmer errors: abort). */

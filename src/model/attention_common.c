@@ -147,37 +147,33 @@ enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g)
 
 // ---- index arrays -----------------------------------------------------------------------
 
-enum qc_status attn_index_begin(const struct qc_block_mem *bm, int64_t n, const char *tensor,
-                                int64_t **dev, int64_t **host)
+enum qc_status attn_index_begin(struct qc_memspec *s, int id, int64_t **host)
 {
-    const size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
-    int64_t *d = qc_block_alloc(bm, bytes, tensor);
-    if (!d)
-        return qc_errorf(QC_ERR_NOMEM, "%s/%s: allocation of %lld indices failed",
-                         bm && bm->name[0] ? bm->name : "block", tensor, (long long)n);
+    void *d = NULL;
+    QC_TRY(qc_memspec_take(s, id, &d));
+    const struct qc_memspec_tensor *t = &s->t[s->id[id]];
+    QC_ASSERT(d && t->home.i64, "attention: index array %s is not a home-held spec tensor",
+              t->name);
     int64_t *h = d;
-    if (qc_exec_is_device(qc_block_exec(bm)) && !(h = malloc(bytes ? bytes : 1))) {
-        qc_block_free(bm, d, bytes);
-        return qc_errorf(QC_ERR_NOMEM, "%s/%s: host staging of %lld indices failed",
-                         bm && bm->name[0] ? bm->name : "block", tensor, (long long)n);
+    if (qc_exec_is_device(qc_block_exec(t->bm)) && !(h = malloc(t->bytes ? t->bytes : 1))) {
+        qc_memspec_give(s, id);
+        return qc_errorf(QC_ERR_NOMEM, "%s/%s: host staging of %zu bytes failed",
+                         t->bm && t->bm->name[0] ? t->bm->name : "block", t->name, t->bytes);
     }
-    *dev = d;
     *host = h;
     return QC_OK;
 }
 
-enum qc_status attn_index_commit(const struct qc_block_mem *bm, int64_t n, int64_t **dev,
-                                 int64_t *host)
+enum qc_status attn_index_commit(struct qc_memspec *s, int id, int64_t *host)
 {
-    if (host == *dev) /* CPU: written in place */
+    const struct qc_memspec_tensor *t = &s->t[s->id[id]];
+    int64_t *dev = *t->home.i64;
+    if (host == dev) /* CPU: written in place */
         return QC_OK;
-    const size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
-    enum qc_status st = qc_op_upload(qc_block_exec(bm), *dev, host, bytes);
+    enum qc_status st = qc_op_upload(qc_block_exec(t->bm), dev, host, t->bytes);
     free(host);
-    if (st != QC_OK) {
-        qc_block_free(bm, *dev, bytes);
-        *dev = NULL;
-    }
+    if (st != QC_OK)
+        qc_memspec_give(s, id);
     return st;
 }
 
@@ -202,13 +198,12 @@ struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed)
 }
 
 /* UNFUSED: the query index arrays (attn_query_index) from the graph's host copies. */
-static enum qc_status edges_query_index_build(struct qc_attn_edges *ed)
+static enum qc_status edges_query_index_build(struct qc_attn_edges *ed, struct qc_memspec *s)
 {
     const struct qc_attn_graph *g = ed->g;
     const int64_t nb = g->n_bdst, Q = g->n_query, QB = Q * nb, Nd = g->n_dst, E = g->n_edge;
-    const int64_t n = edges_qindex_n(g);
     int64_t *h;
-    QC_TRY(attn_index_begin(&ed->mem, n, "edges.query_index", &ed->qindex, &h));
+    QC_TRY(attn_index_begin(s, AMS_QINDEX, &h));
     int64_t *qidx = h, *qinv = h + QB, *iota = h + QB + Nd;
     for (int64_t i = 0; i < Nd; i++)
         qinv[i] = QB;
@@ -220,22 +215,234 @@ static enum qc_status edges_query_index_build(struct qc_attn_edges *ed)
         }
     for (int64_t e = 0; e <= E; e++)
         iota[e] = e;
-    return attn_index_commit(&ed->mem, n, &ed->qindex, h);
+    return attn_index_commit(s, AMS_QINDEX, h);
 }
 
-enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr)
+enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_memspec *s, struct qc_csr *csr)
 {
     const struct qc_attn_graph *g = ed->g;
     const int64_t Ns = g->n_src, E = g->n_edge;
     if (!ed->by_src) {
         int64_t *h;
-        QC_TRY(attn_index_begin(&ed->mem, edges_by_src_n(g), "edges.csr_by_src", &ed->by_src, &h));
+        QC_TRY(attn_index_begin(s, AMS_BY_SRC, &h));
         qc_csr_build_cpu(h, h + Ns + 1, attn_src_host(g), E, Ns);
-        QC_TRY(attn_index_commit(&ed->mem, edges_by_src_n(g), &ed->by_src, h));
+        QC_TRY(attn_index_commit(s, AMS_BY_SRC, h));
     }
     struct qc_csr c = {ed->by_src, ed->by_src + Ns + 1, g->src, Ns, E};
     *csr = c;
     return QC_OK;
+}
+
+// ---- memory specs (qc_memspec.h) ------------------------------------------------------------
+
+static size_t i64_bytes(int64_t n)
+{
+    return (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
+}
+
+void attn_by_src_spec(struct qc_attn_edges *ed, struct qc_memspec *s)
+{
+    if (!ed->by_src)
+        qc_memspec_alloc(s, AMS_BY_SRC, &ed->mem, "edges.csr_by_src",
+                         i64_bytes(edges_by_src_n(ed->g)), 0, QC_MEMSPEC_HOME_I64(&ed->by_src));
+}
+
+void attn_dr_spec(struct qc_attn_edges *ed, struct qc_memspec *s)
+{
+    if (!ed->dr)
+        qc_memspec_alloc(s, AMS_DR, &ed->mem, "edges.dr",
+                         qc_memspec_floats(ed->g->n_edge * ed->fe->D), QC_MEMSPEC_ZERO,
+                         QC_MEMSPEC_HOME_F32(&ed->dr));
+}
+
+void attn_kv_grads_spec(struct qc_attn_kv *kv, struct qc_memspec *s)
+{
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
+    if (fused ? kv->dk != NULL : kv->dkt != NULL)
+        return;
+    const struct qc_attn_graph *g = kv->ed->g;
+    const size_t bytes = qc_memspec_floats((fused ? g->n_src : g->n_edge) * kv->l->D);
+    const struct qc_block_mem *bm = &kv->l->mem;
+    qc_memspec_alloc(s, AMS_DK, bm, fused ? "kv.dk" : "kv.dkt", bytes, QC_MEMSPEC_ZERO,
+                     QC_MEMSPEC_HOME_F32(fused ? &kv->dk : &kv->dkt));
+    qc_memspec_alloc(s, AMS_DV, bm, fused ? "kv.dv" : "kv.dvt", bytes, QC_MEMSPEC_ZERO,
+                     QC_MEMSPEC_HOME_F32(fused ? &kv->dv : &kv->dvt));
+}
+
+/* The kv gradient buffer id freed at the end of kv_backward: allocated in this spec (no
+ * application ran backward), or by an earlier application's. */
+static void kv_grad_release_spec(struct qc_attn_kv *kv, struct qc_memspec *s, int id)
+{
+    if (qc_memspec_has(s, id)) {
+        qc_memspec_free(s, id);
+        return;
+    }
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED, k = id == AMS_DK;
+    const struct qc_attn_graph *g = kv->ed->g;
+    const size_t bytes = qc_memspec_floats((fused ? g->n_src : g->n_edge) * kv->l->D);
+    float **home = fused ? (k ? &kv->dk : &kv->dv) : (k ? &kv->dkt : &kv->dvt);
+    qc_memspec_free_home(s, id, &kv->l->mem,
+                         fused ? (k ? "kv.dk" : "kv.dv") : (k ? "kv.dkt" : "kv.dvt"), bytes,
+                         QC_MEMSPEC_HOME_F32(home));
+}
+
+void qc_attn_edges_memspec(struct qc_attn_edges *ed, enum qc_attn_pass pass, struct qc_memspec *s)
+{
+    qc_memspec_init(s);
+    const struct qc_attn_graph *g = ed->g;
+    const int64_t E = g->n_edge;
+    if (pass == QC_ATTN_PASS_INIT) {
+        qc_memspec_alloc(s, AMS_BDST, &ed->mem, "edges.bdst", i64_bytes(E), 0,
+                         QC_MEMSPEC_HOME_I64(&ed->bdst));
+        if (ed->impl == QC_ATTN_UNFUSED)
+            qc_memspec_alloc(s, AMS_QINDEX, &ed->mem, "edges.query_index",
+                             i64_bytes(edges_qindex_n(g)), 0, QC_MEMSPEC_HOME_I64(&ed->qindex));
+        return;
+    }
+    const bool backward = pass == QC_ATTN_PASS_BACKWARD;
+    if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
+        return;
+    if (backward && !ed->dr) /* no layer produced a gradient */
+        return;
+    const int64_t D = ed->fe->D;
+    if (ed->impl == QC_ATTN_FUSED) {
+        qc_memspec_alloc(s, AMS_FE_TILES, &ed->mem,
+                         backward ? "edges_backward.fe_tiles" : "edges_forward.fe_tiles",
+                         qc_memspec_floats(attn_fused_fe_tiles_numel(ed, backward)), 0,
+                         QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, AMS_FE_TILES);
+    } else {
+        const bool cat = ed->cat_table && (!backward || ed->dcat_table);
+        if (cat)
+            qc_memspec_alloc(s, AMS_CAT, &ed->mem,
+                             backward ? "edges_backward.dcat" : "edges_forward.cat",
+                             qc_memspec_floats(E * D), 0, QC_MEMSPEC_LOCAL);
+        struct qc_memspec fe;
+        qc_fourier_memspec(ed->fe, E, backward, &fe);
+        qc_memspec_nest(s, &fe);
+        if (cat)
+            qc_memspec_free(s, AMS_CAT);
+    }
+    if (backward)
+        qc_memspec_free_home(s, AMS_DR, &ed->mem, "edges.dr", qc_memspec_floats(E * D),
+                             QC_MEMSPEC_HOME_F32(&ed->dr));
+}
+
+void qc_attn_kv_memspec(struct qc_attn_kv *kv, bool backward, struct qc_memspec *s)
+{
+    qc_memspec_init(s);
+    const struct qc_attn *l = kv->l;
+    struct qc_attn_edges *ed = kv->ed;
+    const int64_t Ns = ed->g->n_src, E = ed->g->n_edge, D = l->D;
+    const bool fused = ed->impl == QC_ATTN_FUSED;
+    if (!backward) {
+        if (!fused) {
+            qc_memspec_alloc(s, AMS_TMP, &l->mem, "kv_forward.k_v", qc_memspec_floats(2 * Ns * D),
+                             0, QC_MEMSPEC_LOCAL);
+            qc_memspec_free(s, AMS_TMP);
+        }
+        return;
+    }
+    qc_memspec_alloc(s, AMS_DXHAT, &l->mem, "kv_backward.dxhat_s", qc_memspec_floats(Ns * D), 0,
+                     QC_MEMSPEC_LOCAL);
+    attn_kv_grads_spec(kv, s); /* no application ran backward */
+    if (!fused) {
+        if (l->has_pos) {
+            attn_dr_spec(ed, s);
+            qc_memspec_alloc(s, AMS_DRHAT, &l->mem, "kv_backward.drhat", qc_memspec_floats(E * D),
+                             0, QC_MEMSPEC_LOCAL);
+            qc_memspec_free(s, AMS_DRHAT);
+        }
+        attn_by_src_spec(ed, s);
+        qc_memspec_alloc(s, AMS_TMP, &l->mem, "kv_backward.dk_dv", qc_memspec_floats(2 * Ns * D), 0,
+                         QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, AMS_TMP);
+    }
+    kv_grad_release_spec(kv, s, AMS_DV);
+    kv_grad_release_spec(kv, s, AMS_DK);
+    qc_memspec_free(s, AMS_DXHAT);
+}
+
+/* An application's forward: it allocates nothing that outlives it. */
+static void app_forward_spec(const struct qc_attn_kv *kv, struct qc_memspec *s)
+{
+    qc_memspec_init(s);
+    const struct qc_attn *l = kv->l;
+    const struct qc_attn_graph *g = kv->ed->g;
+    const int64_t Nd = g->n_dst, D = l->D, FF = l->FF;
+    const int64_t QB = g->n_query * g->n_bdst;
+    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
+    const struct qc_block_mem *bm = &l->mem;
+    {
+        if (!fused) {
+            qc_memspec_alloc(s, AMS_Q, bm, "forward.q", qc_memspec_floats(Nd * D), 0,
+                             QC_MEMSPEC_LOCAL);
+            qc_memspec_alloc(s, AMS_EDGE, bm, "unfused_forward.qseg_useg",
+                             qc_memspec_floats((2 * QB + 1) * D), 0, QC_MEMSPEC_LOCAL);
+            qc_memspec_free(s, AMS_EDGE);
+            qc_memspec_free(s, AMS_Q);
+        } else {
+            const int64_t n = attn_fused_scratch_numel(kv, false);
+            if (n > 0) {
+                qc_memspec_alloc(s, AMS_EDGE, bm, "fused_tile.scratch", qc_memspec_floats(n), 0,
+                                 QC_MEMSPEC_LOCAL);
+                qc_memspec_free(s, AMS_EDGE);
+            }
+        }
+        if (Nd > 0) {
+            qc_memspec_alloc(s, AMS_POST, bm, "forward_post.scratch",
+                             qc_memspec_floats(4 * Nd * D + Nd * FF), 0, QC_MEMSPEC_LOCAL);
+            qc_memspec_free(s, AMS_POST);
+        }
+    }
+}
+
+void qc_attn_memspec(struct qc_attn_kv *kv, bool backward, struct qc_memspec *s)
+{
+    if (!backward) {
+        app_forward_spec(kv, s);
+        return;
+    }
+    qc_memspec_init(s);
+    const struct qc_attn *l = kv->l;
+    struct qc_attn_edges *ed = kv->ed;
+    const int64_t Nd = ed->g->n_dst, D = l->D, FF = l->FF;
+    const struct qc_block_mem *bm = &l->mem;
+    qc_memspec_alloc(s, AMS_T, bm, "backward.du_dxhat_dq", qc_memspec_floats(3 * Nd * D), 0,
+                     QC_MEMSPEC_LOCAL);
+    if (Nd > 0) {
+        qc_memspec_alloc(s, AMS_POST, bm, "backward_post.scratch",
+                         qc_memspec_floats(8 * Nd * D + 2 * Nd * FF), 0, QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, AMS_POST);
+    }
+    attn_edge_backward_spec(kv, s);
+    qc_memspec_free(s, AMS_T);
+}
+
+void attn_edge_backward_spec(struct qc_attn_kv *kv, struct qc_memspec *s)
+{
+    const struct qc_attn *l = kv->l;
+    struct qc_attn_edges *ed = kv->ed;
+    const struct qc_attn_graph *g = ed->g;
+    const int64_t D = l->D, E = g->n_edge, H = l->H, QB = g->n_query * g->n_bdst;
+    const struct qc_block_mem *bm = &l->mem;
+    attn_kv_grads_spec(kv, s); /* the first application's backward */
+    if (ed->impl == QC_ATTN_UNFUSED) {
+        qc_memspec_alloc(s, AMS_EDGE, bm, "unfused_backward.scratch",
+                         qc_memspec_floats((2 * QB + 1) * D + E * H + E * D), 0, QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, AMS_EDGE);
+        return;
+    }
+    if (qc_attn_fused_wants_by_src(qc_block_exec(bm)))
+        attn_by_src_spec(ed, s);
+    if (l->has_pos && ed->fe && attn_edges_shares_r(ed))
+        attn_dr_spec(ed, s);
+    const int64_t n = attn_fused_scratch_numel(kv, true);
+    if (n > 0) {
+        qc_memspec_alloc(s, AMS_EDGE, bm, "fused_tile.scratch", qc_memspec_floats(n), 0,
+                         QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, AMS_EDGE);
+    }
 }
 
 // ---- edge context -----------------------------------------------------------------------
@@ -249,22 +456,20 @@ enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl im
                                   dcat_table);
 }
 
-enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
-                                      enum qc_attn_impl impl, const struct qc_attn_graph *g,
-                                      const struct qc_fourier *fe, const float *feat,
-                                      const float *cat_table, const int64_t *cat_idx, int64_t ncat,
-                                      float *dcat_table)
+enum qc_status qc_attn_edges_setup(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                   enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                   const struct qc_fourier *fe, const float *feat,
+                                   const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                   float *dcat_table)
 {
     memset(ed, 0, sizeof *ed);
     if (mem)
         ed->mem = *mem;
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
-    attn_graph_require_host(g, ex);
     QC_ASSERT(!fe || qc_exec_backend_of(qc_block_exec(&fe->mem)) == qc_exec_backend_of(ex),
               "attention edges %s on the %s backend but its FourierEmbedding on %s",
               ed->mem.name[0] ? ed->mem.name : "block", qc_exec_backend_str(qc_exec_backend_of(ex)),
               qc_exec_backend_str(qc_exec_backend_of(qc_block_exec(&fe->mem))));
-    QC_TRY(qc_attn_graph_check(g));
     ed->impl = impl;
     ed->g = g;
     ed->fe = fe;
@@ -283,20 +488,6 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
                          (long long)fe->d);
     if (cat_table && !cat_idx)
         return qc_errorf(QC_ERR_INVALID, "attention edges: categorical table without indices");
-    /* bdst from the host CSR */
-    const int64_t *row_ptr = attn_row_ptr_host(g);
-    int64_t *h;
-    QC_TRY(attn_index_begin(&ed->mem, E, "edges.bdst", &ed->bdst, &h));
-    for (int64_t b = 0; b < g->n_bdst; b++)
-        for (int64_t e = row_ptr[b]; e < row_ptr[b + 1]; e++)
-            h[e] = b;
-    enum qc_status st = attn_index_commit(&ed->mem, E, &ed->bdst, h);
-    if (st == QC_OK && impl == QC_ATTN_UNFUSED)
-        st = edges_query_index_build(ed);
-    if (st != QC_OK) {
-        qc_attn_edges_deinit(ed); /* gives back what was built */
-        return st;
-    }
     if (impl == QC_ATTN_UNFUSED && fe)
         qc_fourier_stash_plan(fe, E, &ed->fe_stash);
     /* r = FE(feat [+ cat]): UNFUSED with the FE's stash; FUSED alone, shared by the layers where
@@ -304,6 +495,40 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
     if (fe && (impl == QC_ATTN_UNFUSED || qc_attn_fused_takes_r(ex)))
         qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
     return QC_OK;
+}
+
+enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                      enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                      const struct qc_fourier *fe, const float *feat,
+                                      const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                      float *dcat_table)
+{
+    const struct qc_exec *ex = mem ? qc_block_exec(mem) : NULL;
+    attn_graph_require_host(g, ex);
+    QC_TRY(qc_attn_graph_check(g));
+    enum qc_status st =
+        qc_attn_edges_setup(ed, mem, impl, g, fe, feat, cat_table, cat_idx, ncat, dcat_table);
+    if (st != QC_OK) {
+        qc_attn_edges_deinit(ed);
+        return st;
+    }
+    /* bdst from the host CSR, then (UNFUSED) the query index arrays */
+    struct qc_memspec ms;
+    qc_attn_edges_memspec(ed, QC_ATTN_PASS_INIT, &ms);
+    const int64_t *row_ptr = attn_row_ptr_host(g);
+    int64_t *h;
+    st = attn_index_begin(&ms, AMS_BDST, &h);
+    if (st == QC_OK) {
+        for (int64_t b = 0; b < g->n_bdst; b++)
+            for (int64_t e = row_ptr[b]; e < row_ptr[b + 1]; e++)
+                h[e] = b;
+        st = attn_index_commit(&ms, AMS_BDST, h);
+    }
+    if (st == QC_OK && impl == QC_ATTN_UNFUSED)
+        st = edges_query_index_build(ed, &ms);
+    if (st != QC_OK)
+        qc_attn_edges_deinit(ed); /* gives back what was built */
+    return st;
 }
 
 void qc_attn_edges_deinit(struct qc_attn_edges *ed)
@@ -317,6 +542,8 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
         qc_block_free(&ed->mem, ed->qindex, (size_t)edges_qindex_n(ed->g) * sizeof(int64_t));
     }
     qc_block_free(&ed->mem, ed->bdst, (size_t)E * sizeof *ed->bdst);
+    qc_attn_fused_tiles_deinit(ed->tiles);
+    free(ed->tiles);
     qc_stash_deinit(&ed->fe_stash);
     qc_stash_deinit(&ed->stash);
     memset(ed, 0, sizeof *ed);
@@ -326,20 +553,19 @@ static enum qc_status edges_forward(struct qc_attn_edges *ed)
 {
     if (!ed->fe || (ed->impl == QC_ATTN_FUSED && !attn_edges_shares_r(ed)))
         return QC_OK;
+    struct qc_memspec ms;
+    qc_attn_edges_memspec(ed, QC_ATTN_PASS_FORWARD, &ms);
     if (ed->impl == QC_ATTN_FUSED)
-        return attn_fused_edges_forward(ed);
+        return attn_fused_edges_forward(ed, &ms);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *cat = NULL;
-    if (ed->cat_table) {
-        cat = blk_falloc(&ed->mem, E * D, "edges_forward.cat");
-        if (!cat)
-            return blk_nomem(&ed->mem, "edges_forward.cat", E * D);
+    QC_TRY(qc_memspec_take_f32(&ms, AMS_CAT, &cat));
+    if (cat)
         qc_op_embedding_forward(ex, cat, ed->cat_idx, ed->cat_table, E, D, ed->ncat);
-    }
     enum qc_status st =
         qc_fourier_forward(ed->fe, qc_stash_f32(&ed->stash, 0), &ed->fe_stash, ed->feat, cat, E);
-    blk_ffree(&ed->mem, cat, cat ? E * D : 0);
+    qc_memspec_give(&ms, AMS_CAT);
     return st;
 }
 
@@ -349,22 +575,19 @@ static enum qc_status edges_backward(struct qc_attn_edges *ed)
         return QC_OK;
     if (!ed->dr) /* no layer produced a gradient */
         return QC_OK;
+    struct qc_memspec ms;
+    qc_attn_edges_memspec(ed, QC_ATTN_PASS_BACKWARD, &ms);
     if (ed->impl == QC_ATTN_FUSED)
-        return attn_fused_edges_backward(ed);
+        return attn_fused_edges_backward(ed, &ms);
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     const int64_t E = ed->g->n_edge, D = ed->fe->D;
     float *dcat = NULL;
-    if (ed->cat_table && ed->dcat_table) {
-        dcat = blk_falloc(&ed->mem, E * D, "edges_backward.dcat");
-        if (!dcat)
-            return blk_nomem(&ed->mem, "edges_backward.dcat", E * D);
-    }
+    QC_TRY(qc_memspec_take_f32(&ms, AMS_CAT, &dcat));
     enum qc_status st = qc_fourier_backward(ed->fe, NULL, dcat, ed->dr, &ed->fe_stash, ed->feat, E);
     if (st == QC_OK && dcat)
         qc_op_embedding_backward(ex, ed->dcat_table, dcat, ed->cat_idx, E, D, ed->ncat);
-    blk_ffree(&ed->mem, dcat, dcat ? E * D : 0);
-    blk_ffree(&ed->mem, ed->dr, E * D);
-    ed->dr = NULL;
+    qc_memspec_give(&ms, AMS_CAT);
+    qc_memspec_give(&ms, AMS_DR);
     return st;
 }
 
@@ -432,7 +655,9 @@ static enum qc_status kv_forward(struct qc_attn_kv *kv, const float *x_src)
                             x_src, l->w + l->o_ln_src_w, l->w + l->o_ln_src_b, Ns, l->D);
     if (kv->ed->impl == QC_ATTN_FUSED)
         return attn_fused_kv_forward(kv);
-    return attn_unfused_kv_forward(kv);
+    struct qc_memspec ms;
+    qc_attn_kv_memspec(kv, false, &ms);
+    return attn_unfused_kv_forward(kv, &ms);
 }
 
 static enum qc_status kv_backward(struct qc_attn_kv *kv, float *dx_src, const float *x_src,
@@ -441,17 +666,18 @@ static enum qc_status kv_backward(struct qc_attn_kv *kv, float *dx_src, const fl
     const struct qc_attn *l = kv->l;
     QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
-    float *dxhat = blk_falloc(&l->mem, Ns * D, "kv_backward.dxhat_s");
-    if (!dxhat)
-        return blk_nomem(&l->mem, "kv_backward.dxhat_s", Ns * D);
-    enum qc_status st = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_kv_backward(kv, dxhat)
-                                                      : attn_unfused_kv_backward(kv, dxhat);
+    struct qc_memspec ms;
+    qc_attn_kv_memspec(kv, true, &ms);
+    float *dxhat;
+    QC_TRY(qc_memspec_take_f32(&ms, AMS_DXHAT, &dxhat));
+    enum qc_status st = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_kv_backward(kv, dxhat, &ms)
+                                                      : attn_unfused_kv_backward(kv, dxhat, &ms);
     if (st == QC_OK)
         qc_op_layernorm_backward(
             qc_block_exec(&l->mem), dx_src, l->dw + l->o_ln_src_w, l->dw + l->o_ln_src_b, dxhat,
             x_src, qc_stash_f32(&kv->stash, KV_MEAN), qc_stash_f32(&kv->stash, KV_RSTD),
             l->w + l->o_ln_src_w, Ns, D, accum);
-    blk_ffree(&l->mem, dxhat, Ns * D);
+    qc_memspec_give_all(&ms); /* dxhat, and what a failure left */
     return st;
 }
 
@@ -536,17 +762,16 @@ void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_st
 
 enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                                       const struct qc_stash *st, const struct attn_app_idx *ix,
-                                      const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx)
+                                      const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx,
+                                      struct qc_memspec *ms)
 {
     const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
     const int64_t D = l->D, FF = l->FF;
     if (Nd == 0)
         return QC_OK;
-    int64_t n = 4 * Nd * D + Nd * FF;
-    float *t = blk_falloc(&l->mem, n, "forward_post.scratch");
-    if (!t)
-        return blk_nomem(&l->mem, "forward_post.scratch", n);
+    float *t;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* 4·Nd·D + Nd·FF */
     float *cat = t, *up = t + 2 * Nd * D, *tmp = t + 3 * Nd * D, *hd = t + 4 * Nd * D;
     const float *xhat = SF(ix->xhat_d), *u = SF(ix->u);
     float *g = SF(ix->g), *sres = SF(ix->sres), *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y);
@@ -574,14 +799,14 @@ enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
     qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f,
                             w + l->o_ln_ffpost_w, w + l->o_ln_ffpost_b, Nd, D);
     qc_op_add_forward(ex, out, x1, tmp, Nd * D);
-    blk_ffree(&l->mem, t, n);
+    qc_memspec_give(ms, AMS_POST);
     return QC_OK;
 }
 
 enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float *dxhat,
                                        float *dx_dst, const float *dout, const struct qc_stash *st,
                                        const struct attn_app_idx *ix, int64_t Nd,
-                                       const struct qc_attn_ctx *ctx)
+                                       const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
     const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *w = l->w;
@@ -589,10 +814,8 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
     const int64_t D = l->D, FF = l->FF;
     if (Nd == 0)
         return QC_OK;
-    int64_t n = 8 * Nd * D + 2 * Nd * FF;
-    float *t = blk_falloc(&l->mem, n, "backward_post.scratch");
-    if (!t)
-        return blk_nomem(&l->mem, "backward_post.scratch", n);
+    float *t;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* 8·Nd·D + 2·Nd·FF */
     /* dy and da are adjacent so that, once free, they hold the (Nd,2D) gradient of [u ‖ x̂_d] */
     float *df = t, *dy = t + Nd * D, *da = t + 2 * Nd * D, *up = t + 3 * Nd * D;
     float *dup = t + 4 * Nd * D, *dg = t + 5 * Nd * D, *cat = t + 6 * Nd * D; /* cat (Nd,2D) */
@@ -638,7 +861,7 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
                           Nd, 2 * D, D, false);
     qc_op_copy2d(ex, du, D, dcat2, 2 * D, Nd, D, true);
     qc_op_copy2d(ex, dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
-    blk_ffree(&l->mem, t, n);
+    qc_memspec_give(ms, AMS_POST);
     return QC_OK;
 }
 
@@ -665,23 +888,28 @@ static enum qc_status attn_forward(const struct qc_attn_kv *kv, float *out, stru
                                    const float *x_dst, const struct qc_attn_ctx *ctx)
 {
     const struct qc_attn *l = kv->l;
-    const int64_t Nd = kv->ed->g->n_dst, D = l->D;
+    const int64_t Nd = kv->ed->g->n_dst;
     QC_ASSERT(l->w, "attention: parameters not bound");
     struct attn_app_idx ix;
     attn_app_index(st, &ix);
     QC_ASSERT(st->e[ix.xhat_d].ne[0] == Nd, "attention: stash %s planned for %lld rows, not %lld",
               st->block, (long long)st->e[ix.xhat_d].ne[0], (long long)Nd);
     const bool fused = kv->ed->impl == QC_ATTN_FUSED;
-    float *q = fused ? SF(ix.q) : blk_falloc(&l->mem, Nd * D, "forward.q");
-    if (!q)
-        return blk_nomem(&l->mem, "forward.q", Nd * D);
+    struct qc_memspec ms;
+    app_forward_spec(kv, &ms);
+    float *q = NULL;
+    if (fused)
+        q = SF(ix.q);
+    else
+        QC_TRY(qc_memspec_take_f32(&ms, AMS_Q, &q));
     attn_node_forward_pre(l, q, st, &ix, x_dst, Nd);
-    enum qc_status s = fused ? attn_fused_edge_forward(kv, q, st, &ix, ctx)
-                             : attn_unfused_edge_forward(kv, q, st, &ix, ctx);
-    if (!fused)
-        blk_ffree(&l->mem, q, Nd * D);
-    QC_TRY(s);
-    return attn_node_forward_post(l, out, st, &ix, x_dst, Nd, ctx);
+    enum qc_status s = fused ? attn_fused_edge_forward(kv, q, st, &ix, ctx, &ms)
+                             : attn_unfused_edge_forward(kv, q, st, &ix, ctx, &ms);
+    qc_memspec_give(&ms, AMS_Q);
+    if (s == QC_OK)
+        s = attn_node_forward_post(l, out, st, &ix, x_dst, Nd, ctx, &ms);
+    qc_memspec_give_all(&ms);
+    return s;
 }
 
 static enum qc_status attn_backward(struct qc_attn_kv *kv, float *dx_dst, const float *dout,
@@ -693,17 +921,19 @@ static enum qc_status attn_backward(struct qc_attn_kv *kv, float *dx_dst, const 
     QC_ASSERT(l->w && l->dw, "attention: parameters or gradients not bound");
     struct attn_app_idx ix;
     attn_app_index(st, &ix);
-    float *t = blk_falloc(&l->mem, 3 * Nd * D, "backward.du_dxhat_dq");
-    if (!t)
-        return blk_nomem(&l->mem, "backward.du_dxhat_dq", 3 * Nd * D);
+    struct qc_memspec ms;
+    qc_attn_memspec(kv, true, &ms);
+    float *t;
+    QC_TRY(qc_memspec_take_f32(&ms, AMS_T, &t)); /* 3·Nd·D */
     float *du = t, *dxhat = t + Nd * D, *dq = t + 2 * Nd * D;
-    enum qc_status s = attn_node_backward_post(l, du, dxhat, dx_dst, dout, st, &ix, Nd, ctx);
+    enum qc_status s = attn_node_backward_post(l, du, dxhat, dx_dst, dout, st, &ix, Nd, ctx, &ms);
     if (s == QC_OK)
-        s = kv->ed->impl == QC_ATTN_FUSED ? attn_fused_edge_backward(kv, dq, du, st, &ix, ctx)
-                                          : attn_unfused_edge_backward(kv, dq, du, st, &ix, ctx);
+        s = kv->ed->impl == QC_ATTN_FUSED
+                ? attn_fused_edge_backward(kv, dq, du, st, &ix, ctx, &ms)
+                : attn_unfused_edge_backward(kv, dq, du, st, &ix, ctx, &ms);
     if (s == QC_OK)
         attn_node_backward_pre(l, dx_dst, dxhat, dq, st, &ix, x_dst, Nd);
-    blk_ffree(&l->mem, t, 3 * Nd * D);
+    qc_memspec_give_all(&ms);
     return s;
 }
 

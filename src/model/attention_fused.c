@@ -41,67 +41,65 @@ enum qc_status attn_fused_kv_forward(struct qc_attn_kv *kv)
     return QC_OK;
 }
 
-/* kv->dk, kv->dv (n_src,D) zeroed, from the layer's hook. */
-static enum qc_status kv_grads_alloc(struct qc_attn_kv *kv)
+enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s, struct qc_memspec *ms)
 {
-    const struct qc_block_mem *bm = &kv->l->mem;
-    const int64_t n = kv->ed->g->n_src * kv->l->D;
-    kv->dk = blk_fcalloc(bm, n, "kv.dk");
-    if (kv->dk)
-        kv->dv = blk_fcalloc(bm, n, "kv.dv");
-    if (!kv->dv) {
-        blk_ffree(bm, kv->dk, n);
-        kv->dk = NULL;
-        return blk_nomem(bm, "kv.dk_dv", 2 * n);
-    }
-    return QC_OK;
-}
-
-enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
-{
-    enum qc_status s;
     const struct qc_attn *l = kv->l;
     const int64_t Ns = kv->ed->g->n_src, D = l->D;
-    if (!kv->dk && (s = kv_grads_alloc(kv)) != QC_OK) /* no application ran backward */
-        return s;
+    float *tmp;
+    /* no application ran backward: the kv gradients start at zero (spec: absent otherwise) */
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DK, &tmp));
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DV, &tmp));
     const struct qc_exec *ex = qc_block_exec(&l->mem);
     const float *xhat = qc_stash_f32(&kv->stash, KV_XHAT);
     qc_op_linear_backward(ex, dxhat_s, D, l->dw + l->o_wk, NULL, kv->dk, xhat, D, l->w + l->o_wk,
                           Ns, D, D, false);
     qc_op_linear_backward(ex, dxhat_s, D, l->dw + l->o_wv, l->dw + l->o_bv, kv->dv, xhat, D,
                           l->w + l->o_wv, Ns, D, D, true);
-    blk_ffree(&l->mem, kv->dv, Ns * D);
-    blk_ffree(&l->mem, kv->dk, Ns * D);
-    kv->dk = kv->dv = NULL;
+    qc_memspec_give(ms, AMS_DV);
+    qc_memspec_give(ms, AMS_DK);
     return QC_OK;
 }
 
 // ---- the edge op ---------------------------------------------------------------------------
 
-/* One op call's descriptors, tile plan and scratch (from the layer's hook). ed.fe and ed.tiles
- * point into the struct: do not copy it. */
+/* The edge context's tile plan for the layer's backend, made once per context and tile size
+ * (the tiles depend only on row_ptr): every application on the set, forward and backward, and
+ * their memory specs read it. */
+static enum qc_status edges_tiles(const struct qc_attn_kv *kv,
+                                  const struct qc_attn_fused_tiles **out)
+{
+    const struct qc_attn *l = kv->l;
+    struct qc_attn_edges *ed = kv->ed;
+    const bool cuda = qc_exec_target_of(qc_block_exec(&l->mem)) == QC_EXEC_CUDA;
+    const int64_t tile =
+        cuda ? (l->tile_edges_cuda > 0 ? l->tile_edges_cuda : QC_ATTN_FUSED_TILE_EDGES_CUDA)
+             : l->tile_edges;
+    if (!ed->tiles || ed->tiles_edges != tile) {
+        if (!ed->tiles && !(ed->tiles = calloc(1, sizeof *ed->tiles)))
+            return qc_errorf(QC_ERR_NOMEM, "attention: tile plan of %s",
+                             ed->mem.name[0] ? ed->mem.name : "an edge set");
+        qc_attn_fused_tiles_deinit(ed->tiles);
+        ed->tiles_edges = 0;
+        QC_TRY(qc_attn_fused_tiles_init(ed->tiles, attn_row_ptr_host(ed->g), ed->g->n_bdst, tile));
+        ed->tiles_edges = tile;
+    }
+    *out = ed->tiles;
+    return QC_OK;
+}
+
+/* One op call's descriptors over the cached tile plan. ed.fe points into the struct: do not
+ * copy it. The CSR by source, dL/dr and the scratch come from the application's spec. */
 struct fused_call {
     struct qc_fe fe;
     struct qc_attn_fused_layer l;
     struct qc_attn_fused_edges ed;
-    struct qc_attn_fused_tiles tiles;
-    float *scratch; /* scratch_n floats */
-    int64_t scratch_n;
 };
 
-static void fused_call_free(struct fused_call *c, const struct qc_attn *l)
-{
-    blk_ffree(&l->mem, c->scratch, c->scratch_n); /* stream-ordered on CUDA (the hook) */
-    qc_attn_fused_tiles_deinit(&c->tiles);
-}
-
-static enum qc_status fused_call_make(struct fused_call *c, const struct qc_attn_kv *kv,
-                                      bool backward)
+static enum qc_status fused_call_make(struct fused_call *c, const struct qc_attn_kv *kv)
 {
     const struct qc_attn *l = kv->l;
     struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
-    const struct qc_exec *ex = qc_block_exec(&l->mem);
     const bool pos = l->has_pos && ed->fe;
     memset(c, 0, sizeof *c);
     c->l = (struct qc_attn_fused_layer){
@@ -136,60 +134,63 @@ static enum qc_status fused_call_make(struct fused_call *c, const struct qc_attn
                                          .cat_idx = ed->cat_idx,
                                          .ncat = ed->ncat,
                                          .dcat_table = ed->dcat_table};
-    if (backward && qc_attn_fused_wants_by_src(ex)) /* built once per edge context */
-        QC_TRY(attn_edges_by_src(ed, &c->ed.by_src));
-    if (pos && attn_edges_shares_r(ed)) { /* r from the edge context, dr into it */
+    if (pos && attn_edges_shares_r(ed)) /* r from the edge context, dr into it */
         c->ed.r = qc_stash_f32(&ed->stash, 0);
-        if (backward && !ed->dr && !(ed->dr = blk_fcalloc(&ed->mem, g->n_edge * l->D, "edges.dr")))
-            return blk_nomem(&ed->mem, "edges.dr", g->n_edge * l->D);
-        c->ed.dr = backward ? ed->dr : NULL;
-    }
-    const bool cuda = qc_exec_backend_of(ex) == QC_EXEC_CUDA;
-    const int64_t tile =
-        cuda ? (l->tile_edges_cuda > 0 ? l->tile_edges_cuda : QC_ATTN_FUSED_TILE_EDGES_CUDA)
-             : l->tile_edges;
-    QC_TRY(qc_attn_fused_tiles_init(&c->tiles, attn_row_ptr_host(g), g->n_bdst, tile));
-    c->ed.tiles = &c->tiles;
-    c->scratch_n = qc_attn_fused_scratch_numel(ex, &c->l, &c->ed, backward);
-    if (c->scratch_n > 0 &&
-        !(c->scratch = blk_falloc(&l->mem, c->scratch_n, "fused_tile.scratch"))) {
-        qc_attn_fused_tiles_deinit(&c->tiles);
-        return blk_nomem(&l->mem, "fused_tile.scratch", c->scratch_n);
-    }
-    return QC_OK;
+    return edges_tiles(kv, &c->ed.tiles);
+}
+
+int64_t attn_fused_scratch_numel(const struct qc_attn_kv *kv, bool backward)
+{
+    struct fused_call c;
+    if (fused_call_make(&c, kv) != QC_OK)
+        return 0;
+    return qc_attn_fused_scratch_numel(qc_block_exec(&kv->l->mem), &c.l, &c.ed, backward);
 }
 
 enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float *q,
                                        const struct qc_stash *st, const struct attn_app_idx *ix,
-                                       const struct qc_attn_ctx *ctx)
+                                       const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
     const struct qc_attn *l = kv->l;
     struct fused_call c;
-    QC_TRY(fused_call_make(&c, kv, false));
+    QC_TRY(fused_call_make(&c, kv));
+    float *scratch;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &scratch));
     const struct qc_dropout drop = attn_drop(ctx, 0);
     qc_op_attn_fused_forward(qc_block_exec(&l->mem), qc_stash_f32(st, ix->u),
                              qc_stash_f32(st, ix->smax), qc_stash_f32(st, ix->ssum), q,
                              qc_stash_f32(&kv->stash, KV_K), qc_stash_f32(&kv->stash, KV_V), &c.l,
-                             &c.ed, &drop, c.scratch);
-    fused_call_free(&c, l);
+                             &c.ed, &drop, scratch);
+    qc_memspec_give(ms, AMS_EDGE); /* stream-ordered on CUDA (the hook) */
     return QC_OK;
 }
 
 enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                         const struct qc_stash *st, const struct attn_app_idx *ix,
-                                        const struct qc_attn_ctx *ctx)
+                                        const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
     const struct qc_attn *l = kv->l;
-    if (!kv->dk) /* first application's backward: the kv gradients start at zero */
-        QC_TRY(kv_grads_alloc(kv));
+    struct qc_attn_edges *ed = kv->ed;
+    float *tmp;
+    /* first application's backward: the kv gradients start at zero (spec: absent otherwise) */
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DK, &tmp));
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DV, &tmp));
     struct fused_call c;
-    QC_TRY(fused_call_make(&c, kv, true));
+    QC_TRY(fused_call_make(&c, kv));
+    if (qc_attn_fused_wants_by_src(qc_block_exec(&l->mem))) /* built once per edge context */
+        QC_TRY(attn_edges_by_src(ed, ms, &c.ed.by_src));
+    if (c.ed.r) { /* the first layer's backward on the set: dL/dr zeroed */
+        QC_TRY(qc_memspec_take_f32(ms, AMS_DR, &tmp));
+        c.ed.dr = ed->dr;
+    }
+    float *scratch;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &scratch));
     const struct qc_dropout drop = attn_drop(ctx, 0);
     qc_op_attn_fused_backward(qc_block_exec(&l->mem), dq, kv->dk, kv->dv, du,
                               qc_stash_f32(st, ix->smax), qc_stash_f32(st, ix->ssum),
                               qc_stash_f32(st, ix->q), qc_stash_f32(&kv->stash, KV_K),
-                              qc_stash_f32(&kv->stash, KV_V), &c.l, &c.ed, &drop, c.scratch);
-    fused_call_free(&c, l);
+                              qc_stash_f32(&kv->stash, KV_V), &c.l, &c.ed, &drop, scratch);
+    qc_memspec_give(ms, AMS_EDGE);
     return QC_OK;
 }
 
@@ -207,34 +208,37 @@ static struct qc_fe_rows edges_rows(const struct qc_attn_edges *ed)
                                .dcat_table = ed->dcat_table};
 }
 
-enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed)
+int64_t attn_fused_fe_tiles_numel(const struct qc_attn_edges *ed, bool backward)
+{
+    struct qc_fe fe;
+    fourier_desc(ed->fe, &fe);
+    const struct qc_fe_rows rows = edges_rows(ed);
+    return qc_fe_tiled_scratch_numel(qc_block_exec(&ed->mem), &fe, &rows, backward);
+}
+
+enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed, struct qc_memspec *ms)
 {
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     struct qc_fe fe;
     fourier_desc(ed->fe, &fe);
     const struct qc_fe_rows rows = edges_rows(ed);
-    const int64_t n = qc_fe_tiled_scratch_numel(ex, &fe, &rows, false);
-    float *ws = blk_falloc(&ed->mem, n, "edges_forward.fe_tiles");
-    if (n > 0 && !ws)
-        return blk_nomem(&ed->mem, "edges_forward.fe_tiles", n);
+    float *ws;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_FE_TILES, &ws));
     qc_op_fe_forward_tiled(ex, &fe, qc_stash_f32(&ed->stash, 0), &rows, ws);
-    blk_ffree(&ed->mem, ws, n);
+    qc_memspec_give(ms, AMS_FE_TILES);
     return QC_OK;
 }
 
-enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed)
+enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed, struct qc_memspec *ms)
 {
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     struct qc_fe fe;
     fourier_desc(ed->fe, &fe);
     const struct qc_fe_rows rows = edges_rows(ed);
-    const int64_t n = qc_fe_tiled_scratch_numel(ex, &fe, &rows, true);
-    float *ws = blk_falloc(&ed->mem, n, "edges_backward.fe_tiles");
-    if (n > 0 && !ws)
-        return blk_nomem(&ed->mem, "edges_backward.fe_tiles", n);
+    float *ws;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_FE_TILES, &ws));
     qc_op_fe_backward_tiled(ex, &fe, ed->dr, &rows, ws);
-    blk_ffree(&ed->mem, ws, n);
-    blk_ffree(&ed->mem, ed->dr, ed->g->n_edge * ed->fe->D);
-    ed->dr = NULL;
+    qc_memspec_give(ms, AMS_FE_TILES);
+    qc_memspec_give(ms, AMS_DR);
     return QC_OK;
 }

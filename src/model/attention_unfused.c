@@ -35,7 +35,7 @@ static struct qc_csr unfused_csr(const struct qc_attn_edges *ed)
 
 // ---- source/edge context ----------------------------------------------------------------
 
-enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
+enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv, struct qc_memspec *ms)
 {
     const struct qc_attn *l = kv->l;
     const struct qc_attn_graph *g = kv->ed->g;
@@ -46,15 +46,14 @@ enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
     const float *xhat = qc_stash_f32(st, KV_XHAT);
     float *kt = qc_stash_f32(st, qc_stash_find(st, "kt"));
     float *vt = qc_stash_f32(st, qc_stash_find(st, "vt"));
-    float *k = blk_falloc(&l->mem, 2 * Ns * D, "kv_forward.k_v");
-    if (!k)
-        return blk_nomem(&l->mem, "kv_forward.k_v", 2 * Ns * D);
+    float *k;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_TMP, &k)); /* k, v (n_src,D) */
     float *v = k + Ns * D;
     qc_op_linear_forward(ex, k, xhat, D, w + l->o_wk, NULL, Ns, D, D, false);
     qc_op_linear_forward(ex, v, xhat, D, w + l->o_wv, w + l->o_bv, Ns, D, D, false);
     qc_op_gather_rows_forward(ex, kt, k, g->src, E, D, false);
     qc_op_gather_rows_forward(ex, vt, v, g->src, E, D, false);
-    blk_ffree(&l->mem, k, 2 * Ns * D);
+    qc_memspec_give(ms, AMS_TMP);
     if (l->has_pos) {
         const float *r = qc_stash_f32(&kv->ed->stash, 0);
         float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
@@ -67,25 +66,9 @@ enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv)
     return QC_OK;
 }
 
-/* kv->dkt, kv->dvt (E,D) zeroed, from the layer's hook. */
-static enum qc_status kv_edge_grads_alloc(struct qc_attn_kv *kv)
+enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s,
+                                        struct qc_memspec *ms)
 {
-    const struct qc_block_mem *bm = &kv->l->mem;
-    const int64_t n = kv->ed->g->n_edge * kv->l->D;
-    kv->dkt = blk_fcalloc(bm, n, "kv.dkt");
-    if (kv->dkt)
-        kv->dvt = blk_fcalloc(bm, n, "kv.dvt");
-    if (!kv->dvt) {
-        blk_ffree(bm, kv->dkt, n);
-        kv->dkt = NULL;
-        return blk_nomem(bm, "kv.dkt_dvt", 2 * n);
-    }
-    return QC_OK;
-}
-
-enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
-{
-    enum qc_status s;
     const struct qc_attn *l = kv->l;
     struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
@@ -94,15 +77,15 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
     float *dw = l->dw;
     const int64_t Ns = g->n_src, E = g->n_edge, D = l->D;
     const struct qc_stash *st = &kv->stash;
-    if (!kv->dkt && (s = kv_edge_grads_alloc(kv)) != QC_OK) /* no application ran backward */
-        return s;
+    float *tmp;
+    /* no application ran backward: the kv gradients start at zero (spec: absent otherwise) */
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DK, &tmp));
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DV, &tmp));
     if (l->has_pos) {
         const float *rhat = qc_stash_f32(st, qc_stash_find(st, "rhat"));
-        if (!ed->dr && !(ed->dr = blk_fcalloc(&ed->mem, E * D, "edges.dr")))
-            return blk_nomem(&ed->mem, "edges.dr", E * D);
-        float *drhat = blk_falloc(&l->mem, E * D, "kv_backward.drhat");
-        if (!drhat)
-            return blk_nomem(&l->mem, "kv_backward.drhat", E * D);
+        QC_TRY(qc_memspec_take_f32(ms, AMS_DR, &tmp)); /* the first layer's: ed->dr zeroed */
+        float *drhat;
+        QC_TRY(qc_memspec_take_f32(ms, AMS_DRHAT, &drhat));
         qc_op_linear_backward(ex, drhat, D, dw + l->o_wkr, NULL, kv->dkt, rhat, D, w + l->o_wkr, E,
                               D, D, false);
         qc_op_linear_backward(ex, drhat, D, dw + l->o_wvr, dw + l->o_bvr, kv->dvt, rhat, D,
@@ -111,14 +94,13 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
             ex, ed->dr, dw + l->o_ln_r_w, dw + l->o_ln_r_b, drhat, qc_stash_f32(&ed->stash, 0),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.mean")),
             qc_stash_f32(st, qc_stash_find(st, "ln_r.rstd")), w + l->o_ln_r_w, E, D, true);
-        blk_ffree(&l->mem, drhat, E * D);
+        qc_memspec_give(ms, AMS_DRHAT);
     }
     /* k̃ and ṽ read k[src], v[src]: sum their gradients per source in CSR-by-source order */
     struct qc_csr by_src;
-    QC_TRY(attn_edges_by_src(ed, &by_src));
-    float *dk = blk_falloc(&l->mem, 2 * Ns * D, "kv_backward.dk_dv");
-    if (!dk)
-        return blk_nomem(&l->mem, "kv_backward.dk_dv", 2 * Ns * D);
+    QC_TRY(attn_edges_by_src(ed, ms, &by_src));
+    float *dk;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_TMP, &dk)); /* dk, dv (n_src,D) */
     float *dv = dk + Ns * D;
     qc_op_gather_rows_backward(ex, dk, kv->dkt, by_src, D, false);
     qc_op_gather_rows_backward(ex, dv, kv->dvt, by_src, D, false);
@@ -127,10 +109,9 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
                           false);
     qc_op_linear_backward(ex, dxhat_s, D, dw + l->o_wv, dw + l->o_bv, dv, xhat, D, w + l->o_wv, Ns,
                           D, D, true);
-    blk_ffree(&l->mem, dk, 2 * Ns * D);
-    blk_ffree(&l->mem, kv->dvt, E * D);
-    blk_ffree(&l->mem, kv->dkt, E * D);
-    kv->dkt = kv->dvt = NULL;
+    qc_memspec_give(ms, AMS_TMP);
+    qc_memspec_give(ms, AMS_DV);
+    qc_memspec_give(ms, AMS_DK);
     return QC_OK;
 }
 
@@ -138,7 +119,7 @@ enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s)
 
 enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const float *q,
                                          const struct qc_stash *st, const struct attn_app_idx *ix,
-                                         const struct qc_attn_ctx *ctx)
+                                         const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
     const struct qc_attn *l = kv->l;
     const struct qc_attn_edges *ed = kv->ed;
@@ -151,10 +132,8 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
     const struct attn_query_index qx = attn_edges_query_index(ed);
     /* qseg (QB,D): q of query (b,k) at row k·nb + b; useg (QB+1,D): its aggregation, and a
      * last row of zeros for the x_dst rows no query names */
-    const int64_t n = (2 * QB + 1) * D;
-    float *qseg = blk_falloc(&l->mem, n, "unfused_forward.qseg_useg");
-    if (!qseg)
-        return blk_nomem(&l->mem, "unfused_forward.qseg_useg", n);
+    float *qseg;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &qseg)); /* (2·QB + 1)·D */
     float *useg = qseg + QB * D;
     qc_op_gather_rows_forward(ex, qseg, q, qx.qidx, QB, D, false);
     qc_op_zero(ex, useg + QB * D, (size_t)D * sizeof *useg);
@@ -172,15 +151,14 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
     }
     /* u (n_dst,D) OVERWRITE: every row, from its query's aggregation or the zero row */
     qc_op_gather_rows_forward(ex, qc_stash_f32(st, ix->u), useg, qx.qinv, g->n_dst, D, false);
-    blk_ffree(&l->mem, qseg, n);
+    qc_memspec_give(ms, AMS_EDGE);
     return QC_OK;
 }
 
 enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                           const struct qc_stash *st, const struct attn_app_idx *ix,
-                                          const struct qc_attn_ctx *ctx)
+                                          const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
-    enum qc_status s;
     const struct qc_attn *l = kv->l;
     const struct qc_attn_edges *ed = kv->ed;
     const struct qc_attn_graph *g = ed->g;
@@ -189,16 +167,14 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
     const int64_t QB = Q * nb;
     const float *kt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "kt"));
     const float *vt = qc_stash_f32(&kv->stash, qc_stash_find(&kv->stash, "vt"));
-    /* first application's backward: the kv gradients start at zero */
-    if (!kv->dkt && (s = kv_edge_grads_alloc(kv)) != QC_OK)
-        return s;
+    /* first application's backward: the kv gradients start at zero (spec: absent otherwise) */
+    float *t;
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DK, &t));
+    QC_TRY(qc_memspec_take_f32(ms, AMS_DV, &t));
     const struct attn_query_index qx = attn_edges_query_index(ed);
     /* duseg (QB,D), dqseg (QB+1,D) per query as in forward (last row: zeros), dalpha (E,H),
-     * dtmp (E,D) one mode's dṽ, then its dk̃ */
-    const int64_t n = (2 * QB + 1) * D + E * H + E * D;
-    float *t = blk_falloc(&l->mem, n, "unfused_backward.scratch");
-    if (!t)
-        return blk_nomem(&l->mem, "unfused_backward.scratch", n);
+     * dtmp (E,D) one mode's dṽ, then its dk̃: (2·QB + 1)·D + E·H + E·D */
+    QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &t));
     float *duseg = t, *dqseg = t + QB * D, *dalpha = t + (2 * QB + 1) * D;
     float *dtmp = dalpha + E * H;
     qc_op_gather_rows_forward(ex, duseg, du, qx.qidx, QB, D, false);
@@ -225,6 +201,6 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
     }
     /* dq (n_dst,D) OVERWRITE: every row, from its query or the zero row */
     qc_op_gather_rows_forward(ex, dq, dqseg, qx.qinv, g->n_dst, D, false);
-    blk_ffree(&l->mem, t, n);
+    qc_memspec_give(ms, AMS_EDGE);
     return QC_OK;
 }

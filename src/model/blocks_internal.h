@@ -15,6 +15,7 @@
 #include "qc_fourier.h"
 #include "qc_fourier_embed.h" /* struct qc_fe */
 #include "qc_kernels.h"
+#include "qc_memspec.h"
 #include "qc_prof.h"
 #include "qc_stash.h"
 #include "qc_status.h"
@@ -69,17 +70,17 @@ void attn_app_index(const struct qc_stash *st, struct attn_app_idx *ix);
 /* x̂_d = LN_dst(x_dst) into the stash, q = x̂_d·W_qᵀ + b_q into q (Nd,D). */
 void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_stash *st,
                            const struct attn_app_idx *ix, const float *x_dst, int64_t Nd);
-/* Steps 9–13 of QCNET.md §3.3 from u (in the stash) to out. */
+/* Steps 9–13 of QCNET.md §3.3 from u (in the stash) to out (scratch: ms's AMS_POST). */
 enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                                       const struct qc_stash *st, const struct attn_app_idx *ix,
-                                      const float *x_dst, int64_t Nd,
-                                      const struct qc_attn_ctx *ctx);
+                                      const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx,
+                                      struct qc_memspec *ms);
 /* Backward of steps 9–13: du (Nd,D) OVERWRITE, dxhat (Nd,D) OVERWRITE (the x̂_d gradient from
  * the gate and to_s), dx_dst (Nd,D) OVERWRITE (the residual path). */
 enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float *dxhat,
                                        float *dx_dst, const float *dout, const struct qc_stash *st,
                                        const struct attn_app_idx *ix, int64_t Nd,
-                                       const struct qc_attn_ctx *ctx);
+                                       const struct qc_attn_ctx *ctx, struct qc_memspec *ms);
 /* Backward of the query projection and LN_dst: dxhat += dq·W_q; dx_dst += LN_dst'(dxhat).
  * dxhat is clobbered. */
 void attn_node_backward_pre(const struct qc_attn *l, float *dx_dst, float *dxhat, const float *dq,
@@ -125,16 +126,49 @@ static inline int64_t attn_query_row(const struct qc_attn_graph *g, int64_t b, i
     return qr ? qr[b * g->n_query + k] : b * g->n_query + k;
 }
 
-/* n int64 values that host code computes and the ops read, in hook memory of bm: *dev is that
- * memory, *host where the host code writes them (dev itself on the CPU backend; a malloc'ed
- * staging copy on a device backend). Fill host[0 .. n), then attn_index_commit. QC_ERR_NOMEM
- * (nothing held, *dev untouched). */
-enum qc_status attn_index_begin(const struct qc_block_mem *bm, int64_t n, const char *tensor,
-                                int64_t **dev, int64_t **host);
-/* Uploads the staging copy (device backends) and frees it. On failure *dev is given back and
- * set to NULL. */
-enum qc_status attn_index_commit(const struct qc_block_mem *bm, int64_t n, int64_t **dev,
-                                 int64_t *host);
+// ---- attention: memory specs (qc_memspec.h) ------------------------------------------------
+
+/* The ids of the attention blocks' spec tensors (one set for every pass and implementation). */
+enum attn_ms_id {
+    AMS_BDST = 0, /* edges.bdst (E) int64, home ed->bdst */
+    AMS_QINDEX,   /* edges.query_index, home ed->qindex (UNFUSED) */
+    AMS_BY_SRC,   /* edges.csr_by_src, home ed->by_src */
+    AMS_DR,       /* edges.dr (E,D), home ed->dr */
+    AMS_CAT,      /* the edge context's categorical temporary (forward) or its gradient */
+    AMS_FE_TILES, /* the tiled FE's scratch of a shared r */
+    AMS_DXHAT,    /* kv_backward.dxhat_s (n_src,D) */
+    AMS_DK,       /* the kv gradient buffers: FUSED dk (n_src,D), UNFUSED dkt (E,D) */
+    AMS_DV,       /* FUSED dv, UNFUSED dvt */
+    AMS_TMP,      /* UNFUSED kv: k and v (forward) or their gradients (backward) */
+    AMS_DRHAT,    /* UNFUSED kv_backward.drhat (E,D) */
+    AMS_Q,        /* UNFUSED forward.q (n_dst,D) */
+    AMS_EDGE,     /* the application's edge part: UNFUSED per-query buffers, FUSED tile scratch */
+    AMS_POST,     /* the node-level half's scratch (forward_post / backward_post) */
+    AMS_T,        /* backward.du_dxhat_dq (3 n_dst,D) */
+};
+
+/* Adds the CSR by source (ed->by_src) when the context has none yet. */
+void attn_by_src_spec(struct qc_attn_edges *ed, struct qc_memspec *s);
+/* Adds dL/dr (ed->dr, zeroed) when the context has none yet. */
+void attn_dr_spec(struct qc_attn_edges *ed, struct qc_memspec *s);
+/* Adds kv's gradient buffers (zeroed) when it has none yet. */
+void attn_kv_grads_spec(struct qc_attn_kv *kv, struct qc_memspec *s);
+/* Appends the edge part of an application's backward (its implementation's: the kv gradient
+ * buffers the first backward makes, the CSR by source and dL/dr where they are made, the
+ * scratch) to s: what attn_*_edge_backward take. */
+void attn_edge_backward_spec(struct qc_attn_kv *kv, struct qc_memspec *s);
+/* FUSED: floats of the edge op's scratch for one application on kv (the tile plan cached in the
+ * edge context); 0 when the tile plan cannot be made (its error is then the real call's). */
+int64_t attn_fused_scratch_numel(const struct qc_attn_kv *kv, bool backward);
+/* FUSED with shared r: floats of the tiled FE's scratch over the edge set. */
+int64_t attn_fused_fe_tiles_numel(const struct qc_attn_edges *ed, bool backward);
+
+/* Index array id of spec s (int64, home-held): *host is where the host code writes it (the
+ * memory itself on the CPU backend; a malloc'ed staging copy on a device backend). Fill it, then
+ * attn_index_commit. QC_ERR_NOMEM (nothing held). */
+enum qc_status attn_index_begin(struct qc_memspec *s, int id, int64_t **host);
+/* Uploads the staging copy (device backends) and frees it. On failure the array is given back. */
+enum qc_status attn_index_commit(struct qc_memspec *s, int id, int64_t *host);
 
 /* UNFUSED: the query index arrays of an edge context (ed->qindex), built at edges_init. */
 struct attn_query_index {
@@ -146,9 +180,10 @@ struct attn_query_index {
 struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
 
 /* The base edges grouped by source (csr.seg = g->src, nseg = n_src, nitem = E; device memory
- * on a device backend), built on the host and uploaded by the first call, kept in ed until
- * edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA (upload). */
-enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_csr *csr);
+ * on a device backend), built on the host and uploaded by the first call (its memory from s's
+ * AMS_BY_SRC, attn_by_src_spec), kept in ed until edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA. */
+enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_memspec *s,
+                                 struct qc_csr *csr);
 
 /* FUSED: the edge context computes r = FE(feat [+ cat]) once and its layers share it (the
  * backend's op takes r: qc_attn_fused_takes_r); else each tile computes its own. */
@@ -171,31 +206,35 @@ static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_
 
 // ---- the implementation-specific edge parts ------------------------------------------------
 
-/* u (in the stash) from q, the kv context and the graph; fills the implementation's entries. */
+/* u (in the stash) from q, the kv context and the graph; fills the implementation's entries.
+ * Memory from the application's spec ms (qc_attn_memspec). */
 enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const float *q,
                                          const struct qc_stash *st, const struct attn_app_idx *ix,
-                                         const struct qc_attn_ctx *ctx);
+                                         const struct qc_attn_ctx *ctx, struct qc_memspec *ms);
 enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float *q,
                                        const struct qc_stash *st, const struct attn_app_idx *ix,
-                                       const struct qc_attn_ctx *ctx);
+                                       const struct qc_attn_ctx *ctx, struct qc_memspec *ms);
 /* dq (Nd,D) OVERWRITE from du; source/edge gradients ACCUM into kv (and fe/dcat for FUSED). */
 enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                           const struct qc_stash *st, const struct attn_app_idx *ix,
-                                          const struct qc_attn_ctx *ctx);
+                                          const struct qc_attn_ctx *ctx, struct qc_memspec *ms);
 enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const float *du,
                                         const struct qc_stash *st, const struct attn_app_idx *ix,
-                                        const struct qc_attn_ctx *ctx);
+                                        const struct qc_attn_ctx *ctx, struct qc_memspec *ms);
 
 /* FUSED with shared r: r = FE(feat [+ cat]) tile by tile into the edge stash; the FE backward
- * from the layers' accumulated dr (fe->dw, dcat_table ACCUM), then dr freed. */
-enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed);
-enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed);
+ * from the layers' accumulated dr (fe->dw, dcat_table ACCUM), then dr freed. Memory from the
+ * edge context's spec ms. */
+enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed, struct qc_memspec *ms);
+enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed, struct qc_memspec *ms);
 
 /* kv context halves, run after (forward) / before (backward) the shared LN_src:
- * forward reads x̂_s from the kv stash; backward writes dxhat_s (n_src,D) OVERWRITE. */
-enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv);
-enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s);
+ * forward reads x̂_s from the kv stash; backward writes dxhat_s (n_src,D) OVERWRITE. Memory
+ * from kv's spec ms. */
+enum qc_status attn_unfused_kv_forward(struct qc_attn_kv *kv, struct qc_memspec *ms);
+enum qc_status attn_unfused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s,
+                                        struct qc_memspec *ms);
 enum qc_status attn_fused_kv_forward(struct qc_attn_kv *kv);
-enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s);
+enum qc_status attn_fused_kv_backward(struct qc_attn_kv *kv, float *dxhat_s, struct qc_memspec *ms);
 
 #endif /* QC_MODEL_BLOCKS_INTERNAL_H */

@@ -195,6 +195,19 @@ int64_t fourier_scratch_floats(const struct qc_fourier *fe, int64_t N, bool back
     return N > 0 ? qc_fe_scratch_numel(&desc, N, backward) : 0;
 }
 
+enum { MS_SCRATCH = 0 }; /* memory spec ids */
+
+void qc_fourier_memspec(const struct qc_fourier *fe, int64_t N, bool backward, struct qc_memspec *s)
+{
+    qc_memspec_init(s);
+    const int64_t n = fourier_scratch_floats(fe, N, backward);
+    if (n > 0) {
+        qc_memspec_alloc(s, MS_SCRATCH, &fe->mem, backward ? "fe_backward.scratch" : "fe_forward.h",
+                         qc_memspec_floats(n), 0, QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, MS_SCRATCH);
+    }
+}
+
 static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, struct qc_stash *st,
                                       const float *c, const float *cat, int64_t N)
 {
@@ -202,12 +215,12 @@ static enum qc_status fourier_forward(const struct qc_fourier *fe, float *out, s
     fourier_desc(fe, &desc);
     QC_ASSERT(fe->w, "FE: parameters not bound");
     const struct qc_fe_saved sv = fe_saved(fe, st, N);
-    const int64_t n = fourier_scratch_floats(fe, N, false);
-    float *ws = NULL;
-    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_forward.h")))
-        return blk_nomem(&fe->mem, "fe_forward.h", n);
+    struct qc_memspec ms;
+    qc_fourier_memspec(fe, N, false, &ms);
+    float *ws;
+    QC_TRY(qc_memspec_take_f32(&ms, MS_SCRATCH, &ws));
     qc_op_fe_forward(qc_block_exec(&fe->mem), &desc, out, &sv, c, cat, N, ws);
-    blk_ffree(&fe->mem, ws, n);
+    qc_memspec_give(&ms, MS_SCRATCH);
     return QC_OK;
 }
 
@@ -219,12 +232,12 @@ static enum qc_status fourier_backward(const struct qc_fourier *fe, float *dc, f
     fourier_desc(fe, &desc);
     QC_ASSERT(fe->w && fe->dw, "FE: parameters or gradients not bound");
     const struct qc_fe_saved sv = fe_saved(fe, st, N);
-    const int64_t n = fourier_scratch_floats(fe, N, true);
-    float *ws = NULL;
-    if (n > 0 && !(ws = blk_falloc(&fe->mem, n, "fe_backward.scratch")))
-        return blk_nomem(&fe->mem, "fe_backward.scratch", n);
+    struct qc_memspec ms;
+    qc_fourier_memspec(fe, N, true, &ms);
+    float *ws;
+    QC_TRY(qc_memspec_take_f32(&ms, MS_SCRATCH, &ws));
     qc_op_fe_backward(qc_block_exec(&fe->mem), &desc, dc, dcat, dout, &sv, c, N, ws);
-    blk_ffree(&fe->mem, ws, n);
+    qc_memspec_give(&ms, MS_SCRATCH);
     return QC_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "qc_kernels.h"
 
 enum { MLP_LN_IN = 0, MLP_LN_MEAN, MLP_LN_RSTD, MLP_RELU, MLP_NSTASH };
+enum { MS_BWD_SCRATCH = 0 }; /* memory spec ids */
 
 void qc_mlp_init(struct qc_mlp *m, int64_t D, int64_t O)
 {
@@ -40,6 +41,16 @@ void qc_mlp_stash_plan(const struct qc_mlp *m, int64_t N, struct qc_stash *st)
     qc_stash_add(st, "ln_mean", QC_STASH_F32, 1, N, 1, 1, 1);
     qc_stash_add(st, "ln_rstd", QC_STASH_F32, 1, N, 1, 1, 1);
     qc_stash_add(st, "relu", QC_STASH_F32, 2, N, m->D, 1, 1);
+}
+
+void qc_mlp_memspec(const struct qc_mlp *m, int64_t N, bool backward, struct qc_memspec *s)
+{
+    qc_memspec_init(s);
+    if (backward && N > 0) {
+        qc_memspec_alloc(s, MS_BWD_SCRATCH, &m->mem, "mlp_backward.scratch",
+                         qc_memspec_floats(2 * N * m->D), 0, QC_MEMSPEC_LOCAL);
+        qc_memspec_free(s, MS_BWD_SCRATCH);
+    }
 }
 
 static void mlp_check_stash(const struct qc_mlp *m, const struct qc_stash *st, int64_t N)
@@ -78,9 +89,10 @@ static enum qc_status mlp_backward(const struct qc_mlp *m, float *dx, const floa
     mlp_check_stash(m, st, N);
     if (N == 0)
         return QC_OK;
-    float *t = blk_falloc(&m->mem, 2 * N * D, "mlp_backward.scratch");
-    if (!t)
-        return blk_nomem(&m->mem, "mlp_backward.scratch", 2 * N * D);
+    struct qc_memspec ms;
+    qc_mlp_memspec(m, N, true, &ms);
+    float *t;
+    QC_TRY(qc_memspec_take_f32(&ms, MS_BWD_SCRATCH, &t));
     float *da = t, *dz = t + N * D;
     const float *a = qc_stash_f32(st, MLP_RELU);
     qc_op_linear_backward(ex, da, D, dw + m->o_w2, dw + m->o_b2, dout, a, D, w + m->o_w2, N, D, O,
@@ -91,7 +103,7 @@ static enum qc_status mlp_backward(const struct qc_mlp *m, float *dx, const floa
                              w + m->o_lnw, N, D, false);
     qc_op_linear_backward(ex, dx, D, dw + m->o_w1, dw + m->o_b1, dz, x, D, w + m->o_w1, N, D, D,
                           false);
-    blk_ffree(&m->mem, t, 2 * N * D);
+    qc_memspec_give(&ms, MS_BWD_SCRATCH);
     return QC_OK;
 }
 

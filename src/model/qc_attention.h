@@ -63,6 +63,7 @@
 #include <stdint.h>
 
 #include "qc_fourier.h"
+#include "qc_memspec.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
@@ -71,6 +72,8 @@ extern "C" {
 #endif
 
 enum qc_attn_impl { QC_ATTN_UNFUSED = 0, QC_ATTN_FUSED };
+
+struct qc_attn_fused_tiles; /* kernels/qc_attn_fused.h */
 
 /* Default tile of the CUDA fused path (= QC_ATTN_FUSED_CUDA_TILE_EDGES of
  * kernels/qc_attn_fused_cuda.h). The CPU's 512 edges would cut a batch into hundreds of tiles
@@ -149,13 +152,34 @@ struct qc_attn_edges {
                                  source (qc_csr_build_cpu order), built by the first backward
                                  that needs it; NULL until then */
     struct qc_stash fe_stash; /* UNFUSED: FE's stash over E rows (empty when FUSED) */
-    struct qc_stash stash;    /* UNFUSED: "r" (E,D) (empty when FUSED) */
-    float *dr;                /* UNFUSED: (E,D) dL/dr summed over layers, live during backward */
-    struct qc_block_mem mem;  /* hook and backend of the arrays above and the edge scratch */
+    struct qc_stash stash;    /* "r" (E,D): UNFUSED, and FUSED where the layers share it
+                                 (attn_edges_shares_r); else empty */
+    float *dr;                /* (E,D) dL/dr summed over layers (UNFUSED, FUSED with shared r),
+                                 live during backward */
+    struct qc_attn_fused_tiles *tiles; /* FUSED: the tile plan over row_ptr (host), made by the
+                                          first call that needs it, for tiles_edges */
+    int64_t tiles_edges;
+    struct qc_block_mem mem; /* hook and backend of the arrays above and the edge scratch */
 };
 
-/* Sets up the context and plans its stash tables (bind them before edges_forward; both are
- * empty for FUSED). fe, feat, cat_*: as above; fe == NULL for layers without positional input.
+/* The passes of a block call whose memory a spec describes (qc_attn_*_memspec). */
+enum qc_attn_pass { QC_ATTN_PASS_INIT = 0, QC_ATTN_PASS_FORWARD, QC_ATTN_PASS_BACKWARD };
+
+/* Sets up the context without building anything: the fields, the argument checks and the stash
+ * tables (bind them before edges_forward). No allocation, no host work over the graph: the
+ * planner's dry run uses it with the INIT spec replayed (qc_attn_edges_memspec).
+ * QC_ERR_INVALID. */
+enum qc_status qc_attn_edges_setup(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
+                                   enum qc_attn_impl impl, const struct qc_attn_graph *g,
+                                   const struct qc_fourier *fe, const float *feat,
+                                   const float *cat_table, const int64_t *cat_idx, int64_t ncat,
+                                   float *dcat_table);
+/* The memory spec (qc_memspec.h) of the context's INIT (its index arrays, kept until deinit),
+ * FORWARD (UNFUSED: r = FE(feat [+ cat]); FUSED with shared r: the tiled FE) or BACKWARD (the FE
+ * backward from dL/dr, which it frees) in the context's present state. */
+void qc_attn_edges_memspec(struct qc_attn_edges *ed, enum qc_attn_pass pass, struct qc_memspec *s);
+/* Sets up the context (qc_attn_edges_setup), checks the graph and builds its index arrays.
+ * fe, feat, cat_*: as above; fe == NULL for layers without positional input.
  * QC_ERR_NOMEM / QC_ERR_INVALID. */
 enum qc_status qc_attn_edges_init(struct qc_attn_edges *ed, enum qc_attn_impl impl,
                                   const struct qc_attn_graph *g, const struct qc_fourier *fe,
@@ -191,6 +215,8 @@ struct qc_attn_kv {
  * Bind kv->stash before kv_forward. */
 void qc_attn_kv_init(struct qc_attn_kv *kv, const struct qc_attn *l, struct qc_attn_edges *ed);
 void qc_attn_kv_deinit(struct qc_attn_kv *kv);
+/* The memory spec of kv_forward (backward = false) or kv_backward in kv's present state. */
+void qc_attn_kv_memspec(struct qc_attn_kv *kv, bool backward, struct qc_memspec *s);
 /* x_src (n_src,D), caller-owned until kv_backward. */
 enum qc_status qc_attn_kv_forward(struct qc_attn_kv *kv, const float *x_src);
 /* dx_src (n_src,D): OVERWRITE, or ACCUM when accum (self-attention). x_src as in forward.
@@ -212,6 +238,9 @@ struct qc_attn_ctx {
 /* Plans the application's stash (node-level tensors for both implementations; UNFUSED adds
  * q_i (Q*E,D) and α (Q*E,H); FUSED adds q (n_dst,D) and the softmax max and sum (n_dst,H)). */
 void qc_attn_stash_plan(const struct qc_attn_kv *kv, struct qc_stash *st);
+/* The memory spec of one application's forward (backward = false) or backward on kv, in the
+ * present state of kv and its edge context (the first backward makes their gradient buffers). */
+void qc_attn_memspec(struct qc_attn_kv *kv, bool backward, struct qc_memspec *s);
 /* out (n_dst,D) OVERWRITE; st planned and bound, filled; x_dst (n_dst,D) caller-owned until
  * backward. Re-running with the same inputs and ctx reproduces out and st bit for bit. */
 enum qc_status qc_attn_forward(const struct qc_attn_kv *kv, float *out, struct qc_stash *st,

@@ -23,8 +23,10 @@
 #ifndef QC_MODEL_QC_FOURIER_H
 #define QC_MODEL_QC_FOURIER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "qc_memspec.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
@@ -61,6 +63,11 @@ void qc_fourier_bind(struct qc_fourier *fe, const float *w, float *dw);
 
 /* Plans the stash table of one forward over N rows into st (which must be empty). */
 void qc_fourier_stash_plan(const struct qc_fourier *fe, int64_t N, struct qc_stash *st);
+
+/* The memory spec of one forward (backward = false) or backward over N rows (qc_memspec.h): the
+ * op's scratch ("fe_forward.h" / "fe_backward.scratch"), none when N is 0. */
+void qc_fourier_memspec(const struct qc_fourier *fe, int64_t N, bool backward,
+                        struct qc_memspec *s);
 
 /* out (N,D) OVERWRITE. st: planned for N and bound; filled. c (N,d) (NULL when d = 0);
  * cat (N,D) the summed categorical embeddings, or NULL (required when d = 0).

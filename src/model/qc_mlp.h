@@ -12,8 +12,10 @@
 #ifndef QC_MODEL_QC_MLP_H
 #define QC_MODEL_QC_MLP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "qc_memspec.h"
 #include "qc_stash.h"
 #include "qc_status.h"
 
@@ -36,6 +38,9 @@ void qc_mlp_init(struct qc_mlp *m, int64_t D, int64_t O);
 void qc_mlp_bind(struct qc_mlp *m, const float *w, float *dw);
 /* Plans the stash of one forward over N rows into the empty table st. */
 void qc_mlp_stash_plan(const struct qc_mlp *m, int64_t N, struct qc_stash *st);
+/* The memory spec of one forward (backward = false) or backward over N rows (qc_memspec.h):
+ * backward's scratch (2·N·D floats, "mlp_backward.scratch"); forward allocates nothing. */
+void qc_mlp_memspec(const struct qc_mlp *m, int64_t N, bool backward, struct qc_memspec *s);
 /* out (N,O) OVERWRITE; st planned and bound, filled; x (N,D). */
 enum qc_status qc_mlp_forward(const struct qc_mlp *m, float *out, struct qc_stash *st,
                               const float *x, int64_t N);

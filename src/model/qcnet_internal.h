@@ -201,7 +201,8 @@ struct qc_qcnet {
     /* dry run (qc_qcnet_create_dry): ex is DRY, mc hands out no memory, the blocks do not run
      * and the host does none of the batch's index work; qc_qcnet_describe records the step */
     bool dry;
-    bool target_cuda; /* dry: the allocations of the CUDA backend's blocks */
+    struct qc_exec dry_exec; /* dry: the DRY backend (ex points here), its target the backend
+                                whose blocks' memory the program describes (qc_qcnet_describe) */
     int64_t D, H, F, K, R, NL_map, NL_agent, NL_dec;
     int64_t head_out; /* Tf * 2 / R: outputs of a proposal head */
 

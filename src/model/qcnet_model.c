@@ -332,6 +332,10 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
     }
     m->cfg = *cfg;
     m->ex = ex; /* before the blocks are built: their qc_block_mem take it */
+    if (qc_exec_backend_of(ex) == QC_EXEC_DRY) { /* its own, whose target describe sets */
+        m->dry_exec = *ex;
+        m->ex = &m->dry_exec;
+    }
     m->D = cfg->hidden_dim;
     m->H = cfg->num_heads;
     m->F = cfg->num_freq_bands;
@@ -367,7 +371,7 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
 
 enum qc_status qc_qcnet_create_dry(const struct qc_qcnet_config *cfg, struct qc_qcnet **out)
 {
-    static const struct qc_exec dry_exec = {.backend = QC_EXEC_DRY};
+    static const struct qc_exec dry_exec = {.backend = QC_EXEC_DRY, .target = QC_EXEC_CPU};
     const struct qc_memctx_params mp = {.dry = true};
     struct qc_memctx *mc = NULL;
     QC_TRY(qc_memctx_create(&mp, &mc));
@@ -390,7 +394,7 @@ enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batc
         return qc_errorf(QC_ERR_INVALID, "model describe: not a dry model (qc_qcnet_create_dry)");
     qc_qcnet_release(m);
     qc_plan_program_reset(prog);
-    m->target_cuda = cuda;
+    m->dry_exec.target = cuda ? QC_EXEC_CUDA : QC_EXEC_CPU;
     QC_TRY(qc_memctx_record(m->mc, prog));
     const struct qc_qcnet_ctx ctx = {.training = true, .need_backward = true};
     enum qc_status s = qc_qcnet_forward(m, batch, &ctx, NULL);

@@ -14,12 +14,12 @@
  * write the program's markers, with the uses (an application reads its layer's source context;
  * an unfused source context reads its edge context) and each stash arena's owner.
  *
- * Dry run (m->dry): the blocks do not run. What they would allocate beyond one call is
- * allocated here with the tags and sizes of their contract (qc_attention.h: the edge context's
- * index arrays and r, the source contexts' gradient buffers, dL/dr (unfused, or fused with the
- * r its layers share on every backend but CUDA) and the CSR by source), and their transient
- * scratch is a PEAK event: exact for FE, MLP, GRU and edge contexts, left to the cost model for
- * source contexts and applications.
+ * Dry run (m->dry): the blocks do not run. Each block call's memory spec (qc_memspec.h: the
+ * function the block's real code takes its memory from) is replayed through the dry memory
+ * context instead, so the program holds every allocation and free of every block, transients
+ * and the buffers that outlive a call (index arrays, gradient buffers, dL/dr, the CSR by
+ * source) alike, with the same tags, sizes and order as a real step. Each block call of the
+ * tape is "if (m->dry) replay its spec, else run it"; no block knows about dry runs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,13 +196,6 @@ static enum qc_status entry_bwd_end(struct qc_qcnet *m, int n)
     return mark(m, QC_PLAN_OP_BWD_END, n, 0, 1);
 }
 
-/* Dry run: the transient scratch of entry n's block call (bytes 0: estimated by the cost
- * model). */
-static enum qc_status dry_peak(struct qc_qcnet *m, int n, int phase, uint64_t bytes)
-{
-    return mark(m, QC_PLAN_OP_PEAK, n, bytes, phase);
-}
-
 int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ)
 {
     const struct qcnet_tape *t = &m->tape;
@@ -308,9 +301,7 @@ static enum qc_status fe_run(struct qc_qcnet *m, struct qcnet_entry *e, float *o
         QC_TRY(qcnet_falloc(m, e->rows * fe->D, e->cat.tag, &cat));
         QC_TRY(embed_sum(m, cat, &e->cat, e->rows));
     }
-    enum qc_status s = QC_OK;
-    if (!m->dry)
-        s = qc_fourier_forward(fe, out, &e->st, e->x, cat, e->rows);
+    const enum qc_status s = qc_fourier_forward(fe, out, &e->st, e->x, cat, e->rows);
     qcnet_free(m, cat);
     return s;
 }
@@ -340,10 +331,13 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * fe->D, name, out));
-    if (m->dry)
-        QC_TRY(dry_peak(m, n, 0, (uint64_t)fourier_scratch_floats(fe, N, false) * sizeof(float)));
-    else
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_fourier_memspec(fe, N, false, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
         QC_TRY(qc_fourier_forward(fe, *out, &e->st, c, catbuf, N));
+    }
     qcnet_free(m, catbuf);
     return entry_fwd_end(m, n);
 }
@@ -354,11 +348,13 @@ enum qc_status qcnet_fe_backward(struct qc_qcnet *m, const struct qc_fourier *fe
     const int n = qcnet_entry_find(m, QCNET_FE, fe, occ);
     struct qcnet_entry *e = &m->tape.e[n];
     QC_TRY(entry_bwd(m, n));
-    if (m->dry)
-        QC_TRY(
-            dry_peak(m, n, 1, (uint64_t)fourier_scratch_floats(fe, e->rows, true) * sizeof(float)));
-    else
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_fourier_memspec(fe, e->rows, true, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
         QC_TRY(qc_fourier_backward(fe, dc, dcat, dout, &e->st, e->x, e->rows));
+    }
     qcnet_stash_free(m, &e->st);
     return entry_bwd_end(m, n);
 }
@@ -380,10 +376,13 @@ enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, c
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s/out", tag);
     QC_TRY(qcnet_falloc(m, N * mlp->O, name, out));
-    if (m->dry)
-        QC_TRY(dry_peak(m, n, 0, 0));
-    else
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_mlp_memspec(mlp, N, false, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
         QC_TRY(qc_mlp_forward(mlp, *out, &e->st, x, N));
+    }
     return entry_fwd_end(m, n);
 }
 
@@ -393,78 +392,18 @@ enum qc_status qcnet_mlp_backward(struct qc_qcnet *m, const struct qc_mlp *mlp, 
     const int n = qcnet_entry_find(m, QCNET_MLP, mlp, occ);
     struct qcnet_entry *e = &m->tape.e[n];
     QC_TRY(entry_bwd(m, n));
-    if (m->dry)
-        QC_TRY(dry_peak(m, n, 1, (uint64_t)(2 * e->rows * mlp->D) * sizeof(float)));
-    else
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_mlp_memspec(mlp, e->rows, true, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
         QC_TRY(qc_mlp_backward(mlp, dx, dout, &e->st, e->x, e->rows));
+    }
     qcnet_stash_free(m, &e->st);
     return entry_bwd_end(m, n);
 }
 
 // ---- edge contexts, source/edge contexts ----------------------------------------------------
-
-/* Dry run: the edge context as qc_attn_edges_init_mem leaves it (its stash tables planned,
- * its index arrays allocated with their tags and sizes), without the host work. */
-static enum qc_status dry_edges_init(struct qc_attn_edges *ed, const struct qc_block_mem *mem,
-                                     enum qc_attn_impl impl, bool cuda,
-                                     const struct qc_attn_graph *g, const struct qc_fourier *fe,
-                                     const float *cat_table, const int64_t *cat_idx, int64_t ncat,
-                                     float *dcat_table)
-{
-    memset(ed, 0, sizeof *ed);
-    ed->mem = *mem;
-    ed->impl = impl;
-    ed->g = g;
-    ed->fe = fe;
-    ed->cat_table = cat_table;
-    ed->cat_idx = cat_idx;
-    ed->ncat = ncat;
-    ed->dcat_table = dcat_table;
-    const int64_t E = g->n_edge;
-    qc_stash_init(&ed->fe_stash, impl == QC_ATTN_FUSED ? "edges.fe(fused: none)" : "edges.fe");
-    qc_stash_init(&ed->stash, "edges");
-    ed->bdst = qc_block_alloc(&ed->mem, (size_t)E * sizeof(int64_t), "edges.bdst");
-    if (!ed->bdst)
-        return QC_ERR_NOMEM;
-    if (impl == QC_ATTN_UNFUSED) {
-        const int64_t n = g->n_query * g->n_bdst + g->n_dst + E + 1;
-        ed->qindex = qc_block_alloc(&ed->mem, (size_t)n * sizeof(int64_t), "edges.query_index");
-        if (!ed->qindex)
-            return QC_ERR_NOMEM;
-        if (fe)
-            qc_fourier_stash_plan(fe, E, &ed->fe_stash);
-    }
-    /* r: UNFUSED with the FE's stash; FUSED alone, shared by the layers, where the target
-     * backend's op takes it (all but CUDA: qc_attn_fused_takes_r) */
-    if (fe && (impl == QC_ATTN_UNFUSED || !cuda))
-        qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
-    return QC_OK;
-}
-
-/* Dry run: the scratch of the shared r's tiled FE on the CPU (forward or backward), bytes. */
-static uint64_t dry_fe_tiled_bytes(const struct qc_attn_edges *ed, bool backward)
-{
-    struct qc_fe fe;
-    fourier_desc(ed->fe, &fe);
-    const struct qc_fe_rows rows = {.N = ed->g->n_edge,
-                                    .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
-                                    .c = ed->fe->d > 0 ? ed->feat : NULL,
-                                    .cat_table = ed->cat_table,
-                                    .cat_idx = ed->cat_idx,
-                                    .ncat = ed->ncat,
-                                    .dcat_table = ed->dcat_table};
-    return (uint64_t)qc_fe_tiled_scratch_numel_cpu(&fe, &rows, backward) * sizeof(float);
-}
-
-/* Dry run: the CSR by source of an edge context, built by the first backward that needs it. */
-static enum qc_status dry_by_src(struct qc_attn_edges *ed)
-{
-    if (ed->by_src)
-        return QC_OK;
-    const size_t n = (size_t)(ed->g->n_src + 1 + ed->g->n_edge);
-    ed->by_src = qc_block_alloc(&ed->mem, n * sizeof(int64_t), "edges.csr_by_src");
-    return ed->by_src ? QC_OK : QC_ERR_NOMEM;
-}
 
 enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fourier *fe,
                                  const float *cat_table, const int64_t *cat_idx, int64_t ncat,
@@ -481,30 +420,29 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     const int n = qcnet_entry_add(m, QCNET_EDGES, NULL, name);
     t->e[n].set = set;
     QC_TRY(entry_fwd(m, n));
-    const int64_t E = t->g[set].n_edge, D = m->D;
-    const bool fe_unfused = fe && impl == QC_ATTN_UNFUSED;
-    drivers(m, n, t->g[set].n_dst, E, t->g[set].n_src, true, 0);
+    drivers(m, n, t->g[set].n_dst, t->g[set].n_edge, t->g[set].n_src, true, 0);
     qc_block_mem_set(&mem, m->mc, name);
     mem.ex = m->ex;
-    if (m->dry)
-        QC_TRY(dry_edges_init(ed, &mem, impl, m->target_cuda, &t->g[set], fe, cat_table, cat_idx,
-                              ncat, dcat_table));
-    else
-        QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, fe ? ge->attr : NULL,
-                                      cat_table, cat_idx, ncat, dcat_table));
+    const float *feat = fe ? ge->attr : NULL;
+    if (m->dry) { /* the context without the host work over the graph, its INIT memory */
+        struct qc_memspec ms;
+        QC_TRY(qc_attn_edges_setup(ed, &mem, impl, &t->g[set], fe, feat, cat_table, cat_idx, ncat,
+                                   dcat_table));
+        qc_attn_edges_memspec(ed, QC_ATTN_PASS_INIT, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
+        QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, feat, cat_table, cat_idx,
+                                      ncat, dcat_table));
+    }
     t->ed_init[set] = true;
     snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
     QC_TRY(qcnet_stash_bind(m, n, &ed->fe_stash, name));
     snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
     QC_TRY(qcnet_stash_bind(m, n, &ed->stash, name));
     if (m->dry) {
-        if (fe_unfused)
-            QC_TRY(dry_peak(m, n, 0,
-                            ((uint64_t)(cat_table ? E * D : 0) +
-                             (uint64_t)fourier_scratch_floats(fe, E, false)) *
-                                sizeof(float)));
-        else if (attn_edges_shares_r(ed))
-            QC_TRY(dry_peak(m, n, 0, dry_fe_tiled_bytes(ed, false)));
+        struct qc_memspec ms;
+        qc_attn_edges_memspec(ed, QC_ATTN_PASS_FORWARD, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
     } else {
         QC_TRY(qc_attn_edges_forward(ed));
     }
@@ -520,17 +458,9 @@ enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
     struct qc_attn_edges *ed = &t->ed[set];
     QC_TRY(entry_bwd(m, n));
     if (m->dry) {
-        if (ed->dr) { /* positional input: FE backward from dL/dr (fused: tiled) */
-            const int64_t E = ed->g->n_edge, D = ed->fe->D;
-            QC_TRY(dry_peak(m, n, 1,
-                            attn_edges_shares_r(ed)
-                                ? dry_fe_tiled_bytes(ed, true)
-                                : ((uint64_t)(ed->cat_table && ed->dcat_table ? E * D : 0) +
-                                   (uint64_t)fourier_scratch_floats(ed->fe, E, true)) *
-                                      sizeof(float)));
-            blk_ffree(&ed->mem, ed->dr, E * D);
-            ed->dr = NULL;
-        }
+        struct qc_memspec ms;
+        qc_attn_edges_memspec(ed, QC_ATTN_PASS_BACKWARD, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
     } else {
         QC_TRY(qc_attn_edges_backward(ed));
     }
@@ -561,8 +491,11 @@ static enum qc_status kv_forward(struct qc_qcnet *m, int n, const struct qcnet_l
     QC_TRY(qcnet_stash_bind(m, n, &e->kvc.stash, name));
     if (!attn_edges_shares_r(&m->tape.ed[e->set]))
         QC_TRY(use_edges(m, n, e->set));
-    if (m->dry)
-        return dry_peak(m, n, 0, 0);
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_attn_kv_memspec(&e->kvc, false, &ms);
+        return qc_memspec_replay(&ms);
+    }
     return qc_attn_kv_forward(&e->kvc, e->x_src);
 }
 
@@ -576,52 +509,12 @@ static void kv_free(struct qc_qcnet *m, struct qcnet_entry *e)
     e->kv_live = false;
 }
 
-/* Dry run: the gradient buffers a source context's first application backward makes. */
-static enum qc_status dry_kv_grads(struct qc_attn_kv *kv)
+/* Dry run: kv_backward's memory (the source context's spec). */
+static enum qc_status dry_kv_backward(struct qc_attn_kv *kv)
 {
-    const struct qc_block_mem *bm = &kv->l->mem;
-    const bool fused = kv->ed->impl == QC_ATTN_FUSED;
-    const int64_t n = (fused ? kv->ed->g->n_src : kv->ed->g->n_edge) * kv->l->D;
-    float **a = fused ? &kv->dk : &kv->dkt, **b = fused ? &kv->dv : &kv->dvt;
-    if (*a)
-        return QC_OK;
-    *a = blk_falloc(bm, n, fused ? "kv.dk" : "kv.dkt");
-    *b = *a ? blk_falloc(bm, n, fused ? "kv.dv" : "kv.dvt") : NULL;
-    return *b ? QC_OK : QC_ERR_NOMEM;
-}
-
-/* Dry run: the shared r's gradient dL/dr (fused, positional layer), made by the first
- * application backward on the edge set that needs it. */
-static enum qc_status dry_shared_dr(struct qc_attn_kv *kv)
-{
-    struct qc_attn_edges *ed = kv->ed;
-    if (!kv->l->has_pos || !attn_edges_shares_r(ed) || ed->dr)
-        return QC_OK;
-    ed->dr = blk_fcalloc(&ed->mem, ed->g->n_edge * kv->l->D, "edges.dr");
-    return ed->dr ? QC_OK : QC_ERR_NOMEM;
-}
-
-/* Dry run: qc_attn_kv_backward's allocations that outlive it (unfused: dL/dr of the edge
- * context and its CSR by source) and the release of the gradient buffers. */
-static enum qc_status dry_kv_backward(struct qc_qcnet *m, int n, struct qc_attn_kv *kv)
-{
-    QC_TRY(dry_kv_grads(kv));
-    struct qc_attn_edges *ed = kv->ed;
-    if (ed->impl == QC_ATTN_UNFUSED) {
-        const int64_t E = ed->g->n_edge;
-        if (kv->l->has_pos && !ed->dr && !(ed->dr = blk_falloc(&ed->mem, E * kv->l->D, "edges.dr")))
-            return QC_ERR_NOMEM;
-        QC_TRY(dry_by_src(ed));
-    }
-    QC_TRY(dry_peak(m, n, 1, 0));
-    const struct qc_block_mem *bm = &kv->l->mem;
-    const int64_t Ns = ed->g->n_src, E = ed->g->n_edge, D = kv->l->D;
-    blk_ffree(bm, kv->dvt, E * D);
-    blk_ffree(bm, kv->dkt, E * D);
-    blk_ffree(bm, kv->dv, Ns * D);
-    blk_ffree(bm, kv->dk, Ns * D);
-    kv->dk = kv->dv = kv->dkt = kv->dvt = NULL;
-    return QC_OK;
+    struct qc_memspec ms;
+    qc_attn_kv_memspec(kv, true, &ms);
+    return qc_memspec_replay(&ms);
 }
 
 enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
@@ -636,7 +529,7 @@ enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *laye
     *entry = n;
     QC_TRY(entry_fwd(m, n));
     const struct qc_attn_graph *g = &m->tape.g[set];
-    drivers(m, n, g->n_dst, g->n_edge, g->n_src, false, 0);
+    drivers(m, n, g->n_dst, g->n_edge, g->n_src, true, 0);
     QC_TRY(kv_forward(m, n, layer));
     return entry_fwd_end(m, n);
 }
@@ -648,7 +541,7 @@ enum qc_status qcnet_kv_backward(struct qc_qcnet *m, const struct qcnet_layer *l
     QC_ASSERT(e->kv_live, "model: backward of %s without its context", e->name);
     QC_TRY(entry_bwd(m, n));
     if (m->dry)
-        QC_TRY(dry_kv_backward(m, n, &e->kvc));
+        QC_TRY(dry_kv_backward(&e->kvc));
     else
         QC_TRY(qc_attn_kv_backward(&e->kvc, dx_src, e->x_src, true));
     kv_free(m, e);
@@ -667,7 +560,7 @@ static enum qc_status app_forward(struct qc_qcnet *m, int n)
 {
     struct qcnet_tape *t = &m->tape;
     struct qcnet_entry *e = &t->e[n];
-    const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
+    struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
     const int64_t Nd = kv->ed->g->n_dst;
     if (attn_edges_shares_r(kv->ed))
         QC_TRY(use_edges(m, n, e->set));
@@ -679,10 +572,13 @@ static enum qc_status app_forward(struct qc_qcnet *m, int n)
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
     snprintf(name, sizeof name, "%s.out", e->name);
     QC_TRY(qcnet_falloc(m, Nd * m->D, name, &e->out));
-    if (m->dry)
-        QC_TRY(dry_peak(m, n, 0, 0));
-    else
+    if (m->dry) {
+        struct qc_memspec ms;
+        qc_attn_memspec(kv, false, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
+    } else {
         QC_TRY(qc_attn_forward(kv, e->out, &e->st, e->x, &e->ctx));
+    }
     if (!t->need_backward) { /* eval: nothing of this application is read again */
         qcnet_stash_free(m, &e->st);
         if (e->kv < 0)
@@ -713,7 +609,7 @@ static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const fl
 static void app_drivers(struct qc_qcnet *m, int n, int set)
 {
     const struct qc_attn_graph *g = &m->tape.g[set];
-    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src, false,
+    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src, true,
             (uint64_t)(g->n_dst * m->D) * sizeof(float));
 }
 
@@ -764,13 +660,11 @@ enum qc_status qcnet_attn_backward(struct qc_qcnet *m, const struct qcnet_layer 
     QC_ASSERT((e->kv >= 0 ? t->e[e->kv].kv_live : e->kv_live) && e->st.arena,
               "model: backward of %s without its stash", e->name);
     if (m->dry) {
-        QC_TRY(dry_kv_grads(kv));
-        if (m->target_cuda && kv->ed->impl == QC_ATTN_FUSED)
-            QC_TRY(dry_by_src(kv->ed));
-        QC_TRY(dry_shared_dr(kv));
-        QC_TRY(dry_peak(m, n, 1, 0));
+        struct qc_memspec ms;
+        qc_attn_memspec(kv, true, &ms);
+        QC_TRY(qc_memspec_replay(&ms));
         if (e->kv < 0)
-            QC_TRY(dry_kv_backward(m, n, kv));
+            QC_TRY(dry_kv_backward(kv));
     } else {
         QC_TRY(qc_attn_backward(kv, dx_dst, dout, &e->st, e->x, &e->ctx));
         if (e->kv < 0)

@@ -119,13 +119,31 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     s->pending = malloc(n1 * sizeof *s->pending);
     int32_t *owner = malloc(((size_t)p->nalloc + 1) * sizeof *owner);
     uint64_t *abytes = calloc((size_t)p->nalloc + 1, sizeof *abytes);
+    /* per allocation: a block allocation given back inside the span that made it (a block
+     * call's transient, as the blocks' memory specs state them) */
+    bool *transient = calloc((size_t)p->nalloc + 1, sizeof *transient);
     if (!s->pos || !s->stash || !s->tf || !s->tb || !s->sf || !s->redo || !s->need_off ||
         !s->need || !s->evict_off || !s->evict || !s->rank || !s->state || !s->free_at ||
-        !s->done || !s->added || !s->pending || !owner || !abytes) {
+        !s->done || !s->added || !s->pending || !owner || !abytes || !transient) {
         free(owner);
         free(abytes);
+        free(transient);
         sim_free(s);
         return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
+    }
+    {
+        int32_t span = -1;
+        for (int32_t i = 0; i < p->nev; i++) {
+            const struct qc_plan_event *e = &p->ev[i];
+            if (e->op == QC_PLAN_OP_FWD || e->op == QC_PLAN_OP_BWD)
+                span = i;
+            else if (e->op == QC_PLAN_OP_FWD_END || e->op == QC_PLAN_OP_BWD_END)
+                span = -1;
+            else if (e->op == QC_PLAN_OP_ALLOC) /* owner[] is the span here, for a moment */
+                owner[e->id] = e->cls == QC_PLAN_CLS_BLOCK ? span : -1;
+            else if (e->op == QC_PLAN_OP_FREE)
+                transient[e->id] = span >= 0 && owner[e->id] == span;
+        }
     }
     const uint64_t r = par->round ? par->round : 1;
     for (int32_t i = 0; i < p->nalloc; i++)
@@ -144,6 +162,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     /* positions */
     int32_t cur = -1;
     int64_t rel = 0;
+    uint64_t tlive = 0; /* a forward span's live transients (its recompute's scratch: sf) */
     for (int32_t i = 0; i < p->nev; i++) {
         const struct qc_plan_event *e = &p->ev[i];
         const bool begin = e->op == QC_PLAN_OP_FWD || e->op == QC_PLAN_OP_BWD;
@@ -160,6 +179,8 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
                 .excursion = 0};
         }
         struct sim_pos *ps = &s->pos[cur];
+        if (begin)
+            tlive = 0;
         switch ((enum qc_plan_op)e->op) {
         case QC_PLAN_OP_ALLOC:
             abytes[e->id] = round_up(e->bytes, r);
@@ -170,10 +191,17 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
             rel += (int64_t)abytes[e->id];
             if (rel > 0 && (uint64_t)rel > ps->excursion)
                 ps->excursion = (uint64_t)rel;
+            if (transient[e->id] && ps->kind == POS_FWD) {
+                tlive += abytes[e->id];
+                if (tlive > s->sf[ps->block])
+                    s->sf[ps->block] = tlive;
+            }
             break;
         case QC_PLAN_OP_FREE:
             if (owner[e->id] < 0)
                 rel -= (int64_t)abytes[e->id];
+            if (transient[e->id] && ps->kind == POS_FWD)
+                tlive -= abytes[e->id];
             break;
         case QC_PLAN_OP_PEAK: {
             const struct qc_plan_block *k = &p->blocks[e->block];
@@ -208,6 +236,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     if (!fill) {
         free(owner);
         free(abytes);
+        free(transient);
         sim_free(s);
         return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
     }
@@ -229,6 +258,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     free(fill);
     free(owner);
     free(abytes);
+    free(transient);
     /* the backwards' needs in the backward order, with their bytes summed (prefetch) */
     s->nflat = 0;
     for (int32_t j = 0; j < p->nbwd; j++)

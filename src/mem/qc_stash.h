@@ -35,8 +35,8 @@
  * means host malloc and the CPU, so a block used alone (its tests, the op benchmarks) needs no
  * allocator.
  */
-#ifndef QC_MODEL_QC_STASH_H
-#define QC_MODEL_QC_STASH_H
+#ifndef QC_MEM_QC_STASH_H
+#define QC_MEM_QC_STASH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -209,4 +209,4 @@ void qc_stash_print(const struct qc_stash *s, FILE *out);
 }
 #endif
 
-#endif /* QC_MODEL_QC_STASH_H */
+#endif /* QC_MEM_QC_STASH_H */

@@ -30,8 +30,8 @@
  * Thread safety: one context serves one model, used from one thread (blocks allocate before
  * their parallel loops); the allocator and the offload engine below are thread-safe.
  */
-#ifndef QC_MODEL_QC_MEMCTX_H
-#define QC_MODEL_QC_MEMCTX_H
+#ifndef QC_MEM_QC_MEMCTX_H
+#define QC_MEM_QC_MEMCTX_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -171,4 +171,4 @@ void qc_memctx_set_observer(struct qc_memctx *mc,
 }
 #endif
 
-#endif /* QC_MODEL_QC_MEMCTX_H */
+#endif /* QC_MEM_QC_MEMCTX_H */
