@@ -429,6 +429,8 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return den > 0.0 ? num / den : num;
 }
 
+#define ADAM_EPS 1e-8 /* the AdamW eps of adamw() below */
+
 /* CUDA against the CPU reference y.
  * - forward outputs and losses: 1e-4 of each output's largest value (as the PyTorch parity);
  *   best_mode exactly.
@@ -437,7 +439,11 @@ static double rel_err(const float *a, const float *b, int64_t n)
  *   difference grows with depth, as against PyTorch (where test_model allows 5e-4).
  * - after one AdamW step: Adam's first step is lr·g/(|g| + eps) ≈ ±lr, so an element whose
  *   gradient is rounding noise may step the other way: every element within 2·lr of the
- *   reference, and the elements with |g| >= 1e-3 of their tensor's largest within 1e-4 of lr.
+ *   reference; an element with |g| >= 1e-3 of its tensor's largest within what its gradient's
+ *   error allows (lr·eps·δ/(|g| + eps)², δ = the tensor's measured gradient error) plus 1e-4·lr
+ *   and one rounding of the parameter. The second GPU run measured 5.96e-8 on parity-tiny (one
+ *   ulp of a parameter near 1: the old 1e-4·lr = 5e-8 was below fp32's resolution there) and
+ *   1.7e-6 on elements with |g| near eps (synthetic, fused).
  */
 static void expect_close(struct qc_qcnet *m, const struct result *x, const struct result *y,
                          const char *what)
@@ -487,19 +493,31 @@ static void expect_close(struct qc_qcnet *m, const struct result *x, const struc
             worst_g = fmax(worst_g, eg);
             T_EXPECT(eg <= 1e-3, "%s: gradient of %s: relative error %.3g", what, k->name, eg);
         }
+        /* Adam's first step is lr·g/(|g| + eps): a gradient error δ moves it by at most
+         * lr·eps·δ/(|g| + eps)² (its derivative), with δ <= the tensor's measured error eg·gmax;
+         * the parameter then rounds once (half an ulp of p each side). */
+        const double dg = (noise ? 0.0 : rel_err(gx, gy, k->numel)) * gmax;
         for (int64_t j = 0; j < k->numel; j++) {
             const int64_t o = k->offset + j;
             double d = fabs((double)x->p_after[o] - (double)y->p_after[o]);
             worst_p = fmax(worst_p, d);
-            if (!noise && fabs((double)gy[j]) >= 1e-3 * gmax && gmax > 0.0)
-                worst_step = fmax(worst_step, d);
+            if (noise || fabs((double)gy[j]) < 1e-3 * gmax || gmax <= 0.0)
+                continue;
+            const double ag = fabs((double)gy[j]) + ADAM_EPS;
+            const double allowed = lr * ADAM_EPS * dg / (ag * ag) + 1e-4 * lr +
+                                   (double)nextafterf(fabsf(y->p_after[o]), INFINITY) -
+                                   (double)fabsf(y->p_after[o]);
+            worst_step = fmax(worst_step, d / allowed);
         }
     }
     T_EXPECT(worst_p <= 2.0 * lr * (1.0 + 1e-6), "%s: a parameter moved %.3g from the CPU's", what,
              worst_p);
-    T_EXPECT(worst_step <= 1e-4 * lr, "%s: AdamW step of a well-defined gradient off by %.3g", what,
-             worst_step);
-    printf("  %s: forward %.3g, worst gradient tensor %.3g, AdamW %.3g (%.3g where |g| matters)\n",
+    T_EXPECT(worst_step <= 1.0,
+             "%s: AdamW step of a well-defined gradient off by %.3g of what its gradient's "
+             "error allows",
+             what, worst_step);
+    printf("  %s: forward %.3g, worst gradient tensor %.3g, AdamW %.3g (%.3g of the bound where "
+           "|g| matters)\n",
            what, eo, worst_g, worst_p, worst_step);
 }
 
@@ -751,32 +769,56 @@ static void test_create_on_errors(void)
     qc_test_backend_destroy(&be);
 }
 
-/* CUDA vs CPU within tolerance, and two CUDA runs bit-identical. */
-/* CUDA vs CPU in bf16 / fp16. Tolerances (why): both round the same op outputs, weights and
- * stashes, but the CUDA GEMMs accumulate in another order and the fused attention kernels keep
- * their tiles in fp32 (docs/PRECISION.md), so a value near a rounding boundary can round the
- * other way and they differ by a few 16-bit roundings per layer: outputs and losses within 5e-2 of
- * their largest value, the flat gradient within 2e-1 (a gradient sums many rounded products); a
- * missing unpack or a wrong offset gives errors of order 1. best_mode may flip between near-equal
- * modes and is not compared. */
-static void expect_close_lowp(const struct result *x, const struct result *y, const char *what)
+/* CUDA vs CPU in bf16 / fp16. Both round the same op outputs, weights and stashes, but the CUDA
+ * GEMMs accumulate in another order, so a value near a rounding boundary rounds the other way
+ * on one side: after that the two runs differ by 16-bit roundings that grow through the layers,
+ * as a 16-bit run differs from an fp32 run. The tolerance is that noise floor, measured on the
+ * CPU for the same case: per output, the loss values and the gradients, CUDA (16-bit) must be
+ * within 3x the distance of the CPU's 16-bit run from the CPU's fp32 run (two 16-bit runs of one
+ * fp32 trajectory are at most about twice that apart), plus the fp32 tolerances. A missing
+ * unpack, a wrong offset or an unrounded operand gives errors of order 1, far beyond. best_mode
+ * may flip between near-equal modes and is not compared. The second GPU run measured bf16
+ * parity-tiny fused: scale_refine_pos 0.079, pi 0.064, gradients 0.064 (over the former 5e-2
+ * catch-all). */
+/* The unit roundoff of a 16-bit precision: bf16 keeps 8 significant bits, fp16 11. */
+static double precision_unit(int prec)
 {
-    if (x->nout != y->nout || x->np != y->np) {
+    return prec == QC_PREC_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
+}
+
+static void expect_close_lowp(const struct result *x, const struct result *y,
+                              const struct result *y32, int prec, const char *what)
+{
+    if (x->nout != y->nout || x->np != y->np || y32->nout != y->nout || y32->np != y->np) {
         T_FAIL_AT("%s: sizes differ", what);
         return;
     }
     for (int i = 0; i < NPART; i++) {
         const int64_t o = y->part_off[i], n = y->part_off[i + 1] - o;
         const double e = rel_err(x->out + o, y->out + o, n);
-        T_EXPECT(e <= 5e-2, "%s: output %s: relative error %.3g", what, g_part_name[i], e);
+        const double floor16 = rel_err(y->out + o, y32->out + o, n);
+        printf("  %s: output %s: relative error %.3g (16-bit noise floor %.3g)\n", what,
+               g_part_name[i], e, floor16);
+        T_EXPECT(e <= 3.0 * floor16 + 1e-4, "%s: output %s: relative error %.3g, floor %.3g", what,
+                 g_part_name[i], e, floor16);
     }
-    for (int i = 0; i < 4; i++)
-        T_EXPECT(fabs((double)x->loss[i] - (double)y->loss[i]) <= 5e-2 * fabs((double)y->loss[i]),
-                 "%s: loss value %d: %.9g vs %.9g", what, i, (double)x->loss[i],
-                 (double)y->loss[i]);
+    /* A loss is one scalar: its fp32 distance can be near zero by chance, so it also gets one
+     * rounding unit of the precision (every output it averages one 16-bit rounding apart moves
+     * it by at most that much relatively). The third GPU run measured bf16 parity-tiny fused:
+     * reg_loss_propose 8.38707829 vs 8.38470936 (fp32 8.3851223), 2.8e-4 relative. */
+    const double u16 = precision_unit(prec);
+    for (int i = 0; i < 4; i++) {
+        const double d = fabs((double)x->loss[i] - (double)y->loss[i]);
+        const double floor16 = fabs((double)y->loss[i] - (double)y32->loss[i]);
+        T_EXPECT(d <= 3.0 * floor16 + u16 * fabs((double)y->loss[i]),
+                 "%s: loss value %d: %.9g vs %.9g (fp32 %.9g)", what, i, (double)x->loss[i],
+                 (double)y->loss[i], (double)y32->loss[i]);
+    }
     const double eg = rel_err(x->grads, y->grads, x->np);
-    printf("  %s: gradients' relative error %.3g\n", what, eg);
-    T_EXPECT(eg <= 2e-1, "%s: gradients: relative error %.3g", what, eg);
+    const double floor16 = rel_err(y->grads, y32->grads, x->np);
+    printf("  %s: gradients' relative error %.3g (16-bit noise floor %.3g)\n", what, eg, floor16);
+    T_EXPECT(eg <= 3.0 * floor16 + 1e-3, "%s: gradients: relative error %.3g, floor %.3g", what, eg,
+             floor16);
 }
 
 static void test_cuda_case(struct qc_test_backend *gpu, const struct tcase *c)
@@ -794,9 +836,15 @@ static void test_cuda_case(struct qc_test_backend *gpu, const struct tcase *c)
         struct qc_qcnet *m = NULL; /* for the key table */
         if (qc_qcnet_create(&cfg, &m) != QC_OK)
             T_FATAL("create: %s", qc_error_last());
-        if (c->prec)
-            expect_close_lowp(&r1, &r0, "CUDA vs CPU (16-bit)");
-        else
+        if (c->prec) { /* the noise floor: the same case on the CPU in fp32 */
+            struct tcase c32 = *c;
+            c32.prec = QC_PREC_FP32;
+            struct result r32;
+            if (run_case(&cpu, &c32, false, &r32)) {
+                expect_close_lowp(&r1, &r0, &r32, c->prec, "CUDA vs CPU (16-bit)");
+                result_free(&r32);
+            }
+        } else
             expect_close(m, &r1, &r0, "CUDA vs CPU");
         qc_qcnet_destroy(m);
         expect_same(&r2, &r1, "CUDA run 2 vs run 1");
