@@ -34,7 +34,6 @@ static void chain_program(struct qc_plan_program *p, const uint64_t stash[3], ui
         snprintf(name, sizeof name, "b%d", b);
         qc_plan_program_block(p, name, QC_PLAN_MLP);
         p->blocks[b].rows = 1000;
-        p->blocks[b].scratch_known = true;
         p->blocks[b].can_recompute = true;
     }
     int32_t sid[3];
@@ -275,7 +274,7 @@ static void test_cost_model(void)
     T_EXPECT(qc_plan_cost_create(&c) == QC_OK && qc_plan_cost_create(&d) == QC_OK, "create");
     char src[128];
     T_EXPECT_STR_CONTAINS(qc_plan_cost_source(c, src, sizeof src), "built-in");
-    struct qc_plan_measure m[3] = {{0.1, 0.2, 0, 0}, {0.3, 0.6, 0, 0}, {0.5, 1.0, 0, 0}};
+    struct qc_plan_measure m[3] = {{0.1, 0.2}, {0.3, 0.6}, {0.5, 1.0}};
     qc_plan_cost_update(c, &p, m, 3.0, true);
     T_EXPECT(fabs(qc_plan_cost_time(c, &p, 1, 0) - 0.3) < 1e-12, "block b1's forward: %g",
              qc_plan_cost_time(c, &p, 1, 0));
@@ -299,10 +298,19 @@ static void test_cost_model(void)
     T_EXPECT_EQ_I64(qc_plan_cost_steps(d), 2, "steps round trip");
     /* a broken file names itself */
     FILE *f = fopen(path, "w");
-    fputs("{\"format\": \"qctrain-plan-cost\", \"steps\": -1}", f);
+    fputs("{\"format\": \"qctrain-plan-cost\", \"version\": 2, \"steps\": -1}", f);
     fclose(f);
     T_EXPECT(qc_plan_cost_load(d, path) == QC_ERR_INVALID, "negative steps");
     T_EXPECT_STR_CONTAINS(qc_error_last(), path);
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "steps");
+    /* an older qctrain's file (version 1 held transient-memory coefficients) is refused */
+    f = fopen(path, "w");
+    fputs("{\"format\": \"qctrain-plan-cost\", \"version\": 1, \"steps\": 3, "
+          "\"step_factor\": 1, \"glue_s\": 0}",
+          f);
+    fclose(f);
+    T_EXPECT(qc_plan_cost_load(d, path) == QC_ERR_INVALID, "a version-1 file");
+    T_EXPECT_STR_CONTAINS(qc_error_last(), "version 1");
     unlink(path);
     T_EXPECT(qc_plan_cost_load(d, path) == QC_ERR_IO, "missing file");
     qc_plan_cost_destroy(c);

@@ -157,8 +157,6 @@ static void test_session(void)
             const struct qc_plan_cost *c0 = qc_train_planner_cost(pl);
             meas[b].t_fwd = 2.0 * qc_plan_cost_time(c0, p1, b, 0);
             meas[b].t_bwd = 2.0 * qc_plan_cost_time(c0, p1, b, 1);
-            meas[b].scratch_fwd = qc_plan_cost_scratch(c0, p1, b, 0); /* the same transients */
-            meas[b].scratch_bwd = qc_plan_cost_scratch(c0, p1, b, 1);
             t_blocks += meas[b].t_fwd + meas[b].t_bwd;
         }
         if (slow && meas && p1) {

@@ -132,7 +132,6 @@ struct qc_memctx {
     struct fetch *fetch;         /* [MEMCTX_FETCHES], with an offload engine */
     struct qc_plan_program *rec; /* recording into this program, or NULL */
     struct id_map ids;           /* while recording: live pointer -> program id */
-    size_t block_base, block_hwm;
 };
 
 enum qc_status qc_memctx_create(const struct qc_memctx_params *p, struct qc_memctx **out)
@@ -252,8 +251,6 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
     const size_t work = mc->st.live[QC_MEM_MODEL] + mc->st.live[QC_MEM_BLOCK];
     if (work > mc->st.work_peak)
         mc->st.work_peak = work;
-    if (cls == QC_MEM_BLOCK && mc->st.live[cls] > mc->block_hwm)
-        mc->block_hwm = mc->st.live[cls];
     if (mc->observe)
         mc->observe(mc->observe_user, tag, cls, bytes, true);
     if (mc->rec) {
@@ -484,19 +481,6 @@ int32_t qc_memctx_alloc_id(const struct qc_memctx *mc, const void *p)
         return -1;
     const size_t j = map_find(&mc->ids, (uintptr_t)p);
     return j < mc->ids.cap ? mc->ids.id[j] : -1;
-}
-
-void qc_memctx_block_mark(struct qc_memctx *mc)
-{
-    if (!mc)
-        return;
-    mc->block_base = mc->st.live[QC_MEM_BLOCK];
-    mc->block_hwm = mc->block_base;
-}
-
-size_t qc_memctx_block_peak(const struct qc_memctx *mc)
-{
-    return mc ? mc->block_hwm - mc->block_base : 0;
 }
 
 struct qc_stream *qc_memctx_compute_stream(const struct qc_memctx *mc)

@@ -115,10 +115,6 @@ struct qc_plan_program *qc_memctx_recording(const struct qc_memctx *mc);
 /* The program id of live allocation p while recording; -1 when it has none (made before the
  * recording started). */
 int32_t qc_memctx_alloc_id(const struct qc_memctx *mc, const void *p);
-/* The peak of live[BLOCK] since the last qc_memctx_block_mark (the transient scratch of the
- * block call between the two), and the mark: the peak restarts from what is live now. */
-void qc_memctx_block_mark(struct qc_memctx *mc);
-size_t qc_memctx_block_peak(const struct qc_memctx *mc);
 
 // ---- offload (the stash policies of a training step) ------------------------------------------
 

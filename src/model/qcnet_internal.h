@@ -110,8 +110,7 @@ struct qcnet_entry {
     uint8_t res;        /* enum qcnet_res */
     uint64_t handle[3]; /* offloaded: the handles of its stash arenas (by slot) */
     /* measured in the last forward / backward of this entry (the cost model's calibration) */
-    double t_fwd, t_bwd;             /* wall seconds (host time: the CPU and EMU backends) */
-    size_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory, bytes */
+    double t_fwd, t_bwd; /* wall seconds (host time: the CPU and EMU backends) */
 };
 
 struct qcnet_layer {

@@ -9,10 +9,10 @@
  * which frees its stash. qc_qcnet_release frees whatever is left (a failed or eval step).
  *
  * Each forward and backward is bracketed by entry_fwd / entry_fwd_end and entry_bwd /
- * entry_bwd_end: they time it and measure the blocks' transient memory (the cost model's
- * calibration), and, when the memory context records (qc_qcnet_describe, qc_qcnet_record),
- * write the program's markers, with the uses (an application reads its layer's source context;
- * an unfused source context reads its edge context) and each stash arena's owner.
+ * entry_bwd_end: they time it (the cost model's calibration) and, when the memory context records
+ * (qc_qcnet_describe, qc_qcnet_record), write the program's markers, with the uses (an application
+ * reads its layer's source context; an unfused source context reads its edge context) and each
+ * stash arena's owner.
  *
  * Dry run (m->dry): the blocks do not run. Each block call's memory spec (qc_memspec.h: the
  * function the block's real code takes its memory from) is replayed through the dry memory
@@ -98,7 +98,7 @@ static enum qc_status use(struct qc_qcnet *m, int n, int used)
 
 /* The size drivers of entry n for the cost model (recorded). */
 static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int64_t srcs,
-                    bool scratch_known, uint64_t redo_bytes)
+                    uint64_t redo_bytes)
 {
     struct qc_plan_program *rec = qc_memctx_recording(m->mc);
     if (!rec)
@@ -108,7 +108,6 @@ static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int6
     b->rows = rows;
     b->edges = edges;
     b->srcs = srcs;
-    b->scratch_known = scratch_known;
     b->can_recompute = true;
     b->redo_bytes = redo_bytes;
 }
@@ -117,7 +116,6 @@ static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int6
 static enum qc_status entry_fwd(struct qc_qcnet *m, int n)
 {
     QC_TRY(mark(m, QC_PLAN_OP_FWD, n, 0, 0));
-    qc_memctx_block_mark(m->mc);
     m->tape.t_entry = now_s();
     return QC_OK;
 }
@@ -173,7 +171,6 @@ static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
     struct qcnet_entry *e = &m->tape.e[n];
     QC_TRY(stash_pack(m, n));
     e->t_fwd = now_s() - m->tape.t_entry;
-    e->scratch_fwd = qc_memctx_block_peak(m->mc);
     QC_TRY(mark(m, QC_PLAN_OP_FWD_END, n, 0, 0));
     return qcnet_policy_after_forward(m, n);
 }
@@ -183,7 +180,6 @@ static enum qc_status entry_bwd(struct qc_qcnet *m, int n)
     QC_TRY(mark(m, QC_PLAN_OP_BWD, n, 0, 1));
     QC_TRY(qcnet_policy_before_backward(m, n));
     QC_TRY(stash_unpack(m, n));
-    qc_memctx_block_mark(m->mc);
     m->tape.t_entry = now_s();
     return QC_OK;
 }
@@ -192,7 +188,6 @@ static enum qc_status entry_bwd_end(struct qc_qcnet *m, int n)
 {
     struct qcnet_entry *e = &m->tape.e[n];
     e->t_bwd = now_s() - m->tape.t_entry;
-    e->scratch_bwd = qc_memctx_block_peak(m->mc);
     return mark(m, QC_PLAN_OP_BWD_END, n, 0, 1);
 }
 
@@ -316,7 +311,7 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     if (cat)
         e->cat = *cat;
     QC_TRY(entry_fwd(m, n));
-    drivers(m, n, N, 0, 0, true,
+    drivers(m, n, N, 0, 0,
             (uint64_t)(e->cat.n > 0 ? 2 : 1) * (uint64_t)(N * fe->D) * sizeof(float));
     qc_stash_init(&e->st, "fe");
     qc_fourier_stash_plan(fe, N, &e->st);
@@ -367,7 +362,7 @@ enum qc_status qcnet_mlp_forward(struct qc_qcnet *m, const struct qc_mlp *mlp, c
     e->x = x;
     e->rows = N;
     QC_TRY(entry_fwd(m, n));
-    drivers(m, n, N, 0, 0, true, (uint64_t)(N * mlp->O) * sizeof(float));
+    drivers(m, n, N, 0, 0, (uint64_t)(N * mlp->O) * sizeof(float));
     qc_stash_init(&e->st, "mlp");
     qc_mlp_stash_plan(mlp, N, &e->st);
     qc_stash_set_precision(&e->st, m->cfg.precision);
@@ -420,7 +415,7 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     const int n = qcnet_entry_add(m, QCNET_EDGES, NULL, name);
     t->e[n].set = set;
     QC_TRY(entry_fwd(m, n));
-    drivers(m, n, t->g[set].n_dst, t->g[set].n_edge, t->g[set].n_src, true, 0);
+    drivers(m, n, t->g[set].n_dst, t->g[set].n_edge, t->g[set].n_src, 0);
     qc_block_mem_set(&mem, m->mc, name);
     mem.ex = m->ex;
     const float *feat = fe ? ge->attr : NULL;
@@ -529,7 +524,7 @@ enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *laye
     *entry = n;
     QC_TRY(entry_fwd(m, n));
     const struct qc_attn_graph *g = &m->tape.g[set];
-    drivers(m, n, g->n_dst, g->n_edge, g->n_src, true, 0);
+    drivers(m, n, g->n_dst, g->n_edge, g->n_src, 0);
     QC_TRY(kv_forward(m, n, layer));
     return entry_fwd_end(m, n);
 }
@@ -609,7 +604,7 @@ static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const fl
 static void app_drivers(struct qc_qcnet *m, int n, int set)
 {
     const struct qc_attn_graph *g = &m->tape.g[set];
-    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src, true,
+    drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src,
             (uint64_t)(g->n_dst * m->D) * sizeof(float));
 }
 
@@ -689,7 +684,7 @@ enum qc_status qcnet_gru_forward(struct qc_qcnet *m, float *x, int64_t L, int64_
     e->steps = L;
     QC_TRY(entry_fwd(m, n));
     const int64_t ns = qc_gru_forward_scratch_numel(L, N, D);
-    drivers(m, n, N, L, 0, true, (uint64_t)(N * D + ns) * sizeof(float));
+    drivers(m, n, N, L, 0, (uint64_t)(N * D + ns) * sizeof(float));
     qc_stash_init(&e->st, "gru");
     const int ihs = qc_stash_add(&e->st, "hs", QC_STASH_F32, 3, L + 1, N, D, 1);
     const int igates = qc_stash_add(&e->st, "gates", QC_STASH_F32, 3, L, N, 4 * D, 1);
@@ -743,7 +738,7 @@ enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure
                          t->n_entries);
     for (int32_t i = 0; i < n; i++) {
         const struct qcnet_entry *e = &t->e[i];
-        out[i] = (struct qc_plan_measure){e->t_fwd, e->t_bwd, e->scratch_fwd, e->scratch_bwd};
+        out[i] = (struct qc_plan_measure){e->t_fwd, e->t_bwd};
     }
     return QC_OK;
 }

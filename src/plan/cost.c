@@ -1,10 +1,10 @@
 /*
- * cost.c — the planner's cost model (qc_plan.h): per block name, seconds and transient bytes
- * per unit of work, calibrated from measured steps; per kind fallbacks; JSON persistence.
+ * cost.c — the planner's cost model (qc_plan.h): per block name, seconds per unit of work,
+ * calibrated from measured steps; per kind fallbacks; JSON persistence.
  *
- * Model: t_fwd(b) = rf(b) · work(b), t_bwd(b) = rb(b) · work(b), and for the blocks whose
- * transient the program does not state (the attention kinds) scratch(b) = s(b) · work(b);
- * predicted step = step_factor · Σ_b (t_fwd + t_bwd) + glue_s. rf(b) is the block's own
+ * Model: t_fwd(b) = rf(b) · work(b), t_bwd(b) = rb(b) · work(b);
+ * predicted step = step_factor · Σ_b (t_fwd + t_bwd) + glue_s. (Memory is not modelled here:
+ * the program states every allocation, transients included.) rf(b) is the block's own
  * coefficient once measured (EMA, α = 0.3), else the mean of its kind's measured blocks, else
  * the built-in coefficient of its kind.
  */
@@ -21,31 +21,33 @@
 
 #define EMA 0.3
 
-/* Built-in coefficients per kind (seconds per unit of work forward / backward, transient bytes
- * per unit forward / backward): QCNet at AV2 size on the CPU backend of a 2-core x86-64 VM (one
- * OpenMP thread), fused attention, measured with the recorded step of tests/test_tape-style
- * instrumentation (docs/BENCHMARKS.md, "Memory"). */
-static const double builtin[QC_PLAN_KIND_COUNT][4] = {
-    /* fe    */ {2.0e-6, 4.0e-6, 0, 0},
-    /* edges */ {1.0e-6, 2.0e-6, 0, 0},
-    /* kv    */ {3.0e-7, 6.0e-7, 8.0, 24.0},
-    /* attn  */ {1.5e-6, 4.0e-6, 300.0, 700.0},
-    /* mlp   */ {1.0e-6, 2.0e-6, 0, 0},
-    /* gru   */ {4.0e-8, 1.0e-7, 0, 0},
+#define NCOEF 2 /* seconds per unit of work: forward, backward */
+
+/* Built-in coefficients per kind (seconds per unit of work forward / backward): QCNet at AV2
+ * size on the CPU backend of a 2-core x86-64 VM (one OpenMP thread), fused attention, measured
+ * with the recorded step of tests/test_tape-style instrumentation (docs/BENCHMARKS.md,
+ * "Memory"). */
+static const double builtin[QC_PLAN_KIND_COUNT][NCOEF] = {
+    /* fe    */ {2.0e-6, 4.0e-6},
+    /* edges */ {1.0e-6, 2.0e-6},
+    /* kv    */ {3.0e-7, 6.0e-7},
+    /* attn  */ {1.5e-6, 4.0e-6},
+    /* mlp   */ {1.0e-6, 2.0e-6},
+    /* gru   */ {4.0e-8, 1.0e-7},
 };
 
 struct cost_block {
     char name[QC_PLAN_NAME_MAX];
     uint64_t hash; /* of name (name_hash): compared before the name */
     int kind;
-    double c[4]; /* rf, rb, sf, sb */
-    int64_t n;   /* measurements folded in */
+    double c[NCOEF]; /* rf, rb */
+    int64_t n;       /* measurements folded in */
 };
 
 struct qc_plan_cost {
     struct cost_block *b;
     int nb, cap;
-    double kind[QC_PLAN_KIND_COUNT][4]; /* means of measured blocks, or built-in */
+    double kind[QC_PLAN_KIND_COUNT][NCOEF]; /* means of measured blocks, or built-in */
     bool kind_measured[QC_PLAN_KIND_COUNT];
     double step_factor; /* measured step / predicted block time (CUDA: the only calibration) */
     double glue_s;      /* step time outside the blocks (CPU, EMU) */
@@ -144,14 +146,6 @@ double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_prog
     return c->step_factor * coef(c, k, phase ? 1 : 0) * qc_plan_work(k);
 }
 
-uint64_t qc_plan_cost_scratch(const struct qc_plan_cost *c, const struct qc_plan_program *p,
-                              int32_t b, int phase)
-{
-    const struct qc_plan_block *k = &p->blocks[b];
-    const double v = coef(c, k, phase ? 3 : 2) * qc_plan_work(k);
-    return v > 0 ? (uint64_t)v : 0;
-}
-
 static void fold(double *x, double v, int64_t n)
 {
     *x = n == 0 ? v : (1.0 - EMA) * *x + EMA * v;
@@ -167,9 +161,8 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
         if (per_block && w > 0 && m[b].t_fwd > 0) {
             struct cost_block *e = find_or_add(c, k->name, k->kind);
             if (e) {
-                const double v[4] = {m[b].t_fwd / w, m[b].t_bwd / w, (double)m[b].scratch_fwd / w,
-                                     (double)m[b].scratch_bwd / w};
-                for (int j = 0; j < 4; j++)
+                const double v[NCOEF] = {m[b].t_fwd / w, m[b].t_bwd / w};
+                for (int j = 0; j < NCOEF; j++)
                     fold(&e->c[j], v[j], e->n);
                 e->n++;
             }
@@ -179,17 +172,17 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
     }
     /* the kinds' means over their measured blocks */
     for (int kd = 0; kd < QC_PLAN_KIND_COUNT; kd++) {
-        double sum[4] = {0};
+        double sum[NCOEF] = {0};
         int n = 0;
         for (int i = 0; i < c->nb; i++) {
             if (c->b[i].kind != kd || c->b[i].n == 0)
                 continue;
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NCOEF; j++)
                 sum[j] += c->b[i].c[j];
             n++;
         }
         if (n > 0) {
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NCOEF; j++)
                 c->kind[kd][j] = sum[j] / n;
             c->kind_measured[kd] = true;
         }
@@ -225,7 +218,10 @@ double plan_cost_glue(const struct qc_plan_cost *c)
 // ---- persistence --------------------------------------------------------------------------
 
 static const char *const kind_key[QC_PLAN_KIND_COUNT] = {"fe", "edges", "kv", "attn", "mlp", "gru"};
-static const char *const coef_key[4] = {"fwd_s", "bwd_s", "scratch_fwd", "scratch_bwd"};
+static const char *const coef_key[NCOEF] = {"fwd_s", "bwd_s"};
+/* Version 2: the time coefficients only (version 1 also held transient-memory coefficients,
+ * which the planner no longer uses: the program states the transients). */
+#define COST_VERSION 2
 
 enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
 {
@@ -238,13 +234,13 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
         return qc_errorf(QC_ERR_NOMEM, "plan cost %s: out of memory", path);
     }
     cJSON_AddStringToObject(root, "format", "qctrain-plan-cost");
-    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "version", COST_VERSION);
     cJSON_AddNumberToObject(root, "steps", (double)c->steps);
     cJSON_AddNumberToObject(root, "step_factor", c->step_factor);
     cJSON_AddNumberToObject(root, "glue_s", c->glue_s);
     for (int k = 0; k < QC_PLAN_KIND_COUNT; k++) {
         cJSON *o = cJSON_CreateObject();
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NCOEF; j++)
             cJSON_AddNumberToObject(o, coef_key[j], c->kind[k][j]);
         cJSON_AddBoolToObject(o, "measured", c->kind_measured[k]);
         cJSON_AddItemToObject(kinds, kind_key[k], o);
@@ -254,7 +250,7 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", c->b[i].name);
         cJSON_AddStringToObject(o, "kind", kind_key[c->b[i].kind]);
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < NCOEF; j++)
             cJSON_AddNumberToObject(o, coef_key[j], c->b[i].c[j]);
         cJSON_AddNumberToObject(o, "samples", (double)c->b[i].n);
         cJSON_AddItemToArray(blocks, o);
@@ -315,6 +311,14 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
         st = qc_errorf(QC_ERR_INVALID, "plan cost %s: not a qctrain plan cost file", path);
         goto out;
     }
+    double version = 0;
+    if (!num(root, "version", &version) || version != COST_VERSION) {
+        st = qc_errorf(QC_ERR_INVALID,
+                       "plan cost %s: version %g, this qctrain reads version %d (an older "
+                       "qctrain's file: delete it, the next training run writes a new one)",
+                       path, version, COST_VERSION);
+        goto out;
+    }
     if (!num(root, "steps", &steps) || !num(root, "step_factor", &factor) ||
         !num(root, "glue_s", &glue)) {
         st = qc_errorf(QC_ERR_INVALID,
@@ -326,7 +330,7 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
     const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(root, "kinds");
     for (int k = 0; k < QC_PLAN_KIND_COUNT; k++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(kinds, kind_key[k]);
-        for (int j = 0; j < 4 && o; j++)
+        for (int j = 0; j < NCOEF && o; j++)
             if (!num(o, coef_key[j], &c->kind[k][j])) {
                 st = qc_errorf(QC_ERR_INVALID, "plan cost %s: kinds.%s.%s is not a number >= 0",
                                path, kind_key[k], coef_key[j]);
@@ -345,9 +349,9 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
         for (int k = 0; cJSON_IsString(kind) && k < QC_PLAN_KIND_COUNT; k++)
             if (strcmp(kind->valuestring, kind_key[k]) == 0)
                 kd = k;
-        double v[4], n = 0;
+        double v[NCOEF], n = 0;
         bool ok = cJSON_IsString(name) && kd >= 0 && num(o, "samples", &n);
-        for (int j = 0; j < 4 && ok; j++)
+        for (int j = 0; j < NCOEF && ok; j++)
             ok = num(o, coef_key[j], &v[j]);
         if (!ok) {
             st = qc_errorf(QC_ERR_INVALID,

@@ -204,14 +204,12 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
                 tlive -= abytes[e->id];
             break;
         case QC_PLAN_OP_PEAK: {
-            const struct qc_plan_block *k = &p->blocks[e->block];
-            const uint64_t t = round_up(
-                k->scratch_known ? e->bytes : qc_plan_cost_scratch(cost, p, e->block, e->phase), r);
+            const uint64_t t = round_up(e->bytes, r);
             const int64_t v = rel + (int64_t)t;
             if (v > 0 && (uint64_t)v > ps->excursion)
                 ps->excursion = (uint64_t)v;
-            if (e->phase == 0)
-                s->sf[e->block] = t;
+            if (e->phase == 0 && tlive + t > s->sf[e->block])
+                s->sf[e->block] = tlive + t;
             break;
         }
         default:

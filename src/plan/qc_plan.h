@@ -9,9 +9,10 @@
  *   program   what one step allocates, in order, with markers where each block's forward and
  *             backward begin and end (struct qc_plan_program). The model writes it
  *             (qc_qcnet_describe, src/model/qc_qcnet.h) from the batch's sizes alone.
- *   cost      per block kind, linear models of forward / backward time and of the blocks'
- *             transient scratch in their size drivers, calibrated from measured steps
- *             (struct qc_plan_cost, plan_cost.c), persisted as JSON in the run folder.
+ *   cost      per block kind, linear models of forward / backward time in their size
+ *             drivers, calibrated from measured steps (struct qc_plan_cost, cost.c),
+ *             persisted as JSON in the run folder. The blocks' transient memory is not a
+ *             model: the program states it (the blocks' memory specs, src/mem/qc_memspec.h).
  *   hw        bandwidths of the copy paths and the tiers' capacities (struct qc_plan_hw).
  *   plan      qc_plan_make: the policy vector, the predicted peak and step time, the predicted
  *             per-block costs (struct qc_plan_result).
@@ -71,8 +72,9 @@ enum qc_plan_op {
     QC_PLAN_OP_ALLOC,   /* allocation id of bytes (class cls) */
     QC_PLAN_OP_FREE,    /* allocation id is given back */
     QC_PLAN_OP_STASH,   /* allocation id is a stash arena of block */
-    QC_PLAN_OP_PEAK,    /* the block's transient scratch here: bytes known exactly, or 0 when
-                           the cost model estimates it (block's kind, phase) */
+    QC_PLAN_OP_PEAK,    /* a transient of bytes at this point of the block's span that the
+                           program does not state as ALLOC/FREE (hand-made programs; the
+                           model's dry run states every allocation) */
     QC_PLAN_OP_COUNT
 };
 
@@ -87,7 +89,7 @@ struct qc_plan_event {
     int32_t block;  /* FWD*, BWD*, STASH, PEAK: the block index; else -1 */
     int32_t id;     /* ALLOC, FREE, STASH: the allocation id (0, 1, 2, ... in ALLOC order) */
     uint32_t pad2;  /* 0: the struct has no padding bytes, so programs compare with memcmp */
-    uint64_t bytes; /* ALLOC: bytes asked for; PEAK: known transient bytes */
+    uint64_t bytes; /* ALLOC: bytes asked for; PEAK: transient bytes */
 };
 
 /* One block application. The first group is set by the program's writer; the rest by
@@ -99,7 +101,6 @@ struct qc_plan_block {
     int64_t rows;        /* size drivers: rows computed (destinations, FE / MLP rows, ...) */
     int64_t edges;       /* base edges (ATTN, KV, EDGES) */
     int64_t srcs;        /* source rows (ATTN, KV) */
-    bool scratch_known;  /* its PEAK events carry its whole transient (FE, MLP, GRU, EDGES) */
     bool can_recompute;  /* its forward can run again from kept inputs */
     uint64_t redo_bytes; /* transient of a recompute beyond its scratch: the output it rewrites */
     /* finish: */
@@ -154,12 +155,12 @@ enum qc_status qc_plan_program_finish(struct qc_plan_program *p);
 
 // ---- the cost model -------------------------------------------------------------------------
 
-/* Per block application, how long its forward and backward take and how much transient
- * scratch the attention blocks use, as linear models in the block's work (its size drivers:
- * qc_plan_work): t = coefficient × work. Calibrated per block name from measured steps with an
- * exponential moving average, falling back to the mean over the measured blocks of the same
- * kind, then to built-in per-kind coefficients (measured once on a 2-core x86-64 CPU backend at
- * AV2 size); a step-level factor scales every time to the measured step time. */
+/* Per block application, how long its forward and backward take, as linear models in the
+ * block's work (its size drivers: qc_plan_work): t = coefficient × work. Calibrated per block name
+ * from measured steps with an exponential moving average, falling back to the mean over the
+ * measured blocks of the same kind, then to built-in per-kind coefficients (measured once on a
+ * 2-core x86-64 CPU backend at AV2 size); a step-level factor scales every time to the measured
+ * step time. */
 struct qc_plan_cost;
 
 /* The work of block b for the cost model: rows for FE and MLP, rows × steps for the GRU,
@@ -175,21 +176,18 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path);
 /* Writes c to path atomically (temp + fsync + rename). QC_ERR_IO naming the file. */
 enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path);
 
-/* One block application as measured in a step (host seconds; bytes). */
+/* One block application as measured in a step (host seconds). */
 struct qc_plan_measure {
     double t_fwd, t_bwd;
-    uint64_t scratch_fwd, scratch_bwd; /* peak of the blocks' transient memory */
 };
 /* Folds one measured step into c: per-block coefficients (blocks whose time is 0 are skipped),
  * and the step factor (step_s over the predicted compute time). per_block false: only the step
  * factor (a backend whose host clock does not see the device's work, CUDA). */
 void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
                          const struct qc_plan_measure *m, double step_s, bool per_block);
-/* Predicted forward / backward seconds and transient scratch bytes of block b of p. */
+/* Predicted forward (phase 0) / backward (1) seconds of block b of p. */
 double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
                          int phase);
-uint64_t qc_plan_cost_scratch(const struct qc_plan_cost *c, const struct qc_plan_program *p,
-                              int32_t b, int phase);
 /* Steps folded in (0: the built-in coefficients only), and a phrase for users: "built-in
  * coefficients" or "calibrated over N steps". */
 int64_t qc_plan_cost_steps(const struct qc_plan_cost *c);
