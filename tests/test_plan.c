@@ -264,6 +264,90 @@ out:
     qc_batch_release(&batch);
 }
 
+/* What holds the peak: for every plan of a small QCNet's step (budgets from unlimited down to
+ * the smallest plan, and each forced mode), the holders qc_plan_explain names add up to the
+ * predicted peak byte for byte (its own replay of the events against the simulation), every
+ * allocation there carries its tag, and the fixed bytes are one holder. */
+static void test_explain(void)
+{
+    struct qc_batch batch;
+    if (!make_batch(&batch)) {
+        T_FAIL_AT("batch: %s", qc_error_last());
+        return;
+    }
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    struct qc_qcnet *dm = NULL;
+    struct qc_plan_program p;
+    qc_plan_program_init(&p);
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    if (!dm || !cost || qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
+        T_FAIL_AT("describe: %s", qc_error_last());
+        goto out;
+    }
+    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
+    struct qc_plan_hw hw;
+    hw_fast(&hw);
+    hw.d2h_gbps = hw.h2d_gbps = 12;
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    struct qc_plan_result r;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    const uint64_t keep = r.keep_peak;
+    qc_plan_result_free(&r);
+    int explained = 0, recomputes = 0, working = 0;
+    for (int i = 0; i <= 13; i++) {
+        par.budget = i <= 10 ? keep - keep * (uint64_t)i / 11 : 0;
+        par.mode = i <= 10   ? QC_PLAN_MODE_AUTO
+                   : i == 11 ? QC_PLAN_MODE_KEEP
+                   : i == 12 ? QC_PLAN_MODE_OFFLOAD
+                             : QC_PLAN_MODE_RECOMPUTE;
+        if (qc_plan_make(&p, cost, &hw, &par, &r) != QC_OK) {
+            T_FAIL_AT("plan: %s", qc_error_last());
+            continue;
+        }
+        struct qc_plan_explain e;
+        const enum qc_status st = qc_plan_explain(&p, cost, &hw, &par, &r, &e);
+        T_EXPECT(st == QC_OK, "explain (budget %llu, mode %d): %s", (unsigned long long)par.budget,
+                 (int)par.mode, qc_error_last());
+        if (st == QC_OK) {
+            explained++;
+            T_EXPECT_EQ_U64(e.peak, r.peak, "the explained peak is the plan's");
+            uint64_t sum = 0;
+            bool tagged = true;
+            for (int32_t k = 0; k < e.n; k++) {
+                sum += e.h[k].bytes;
+                if ((e.h[k].kind == QC_PLAN_HOLD_TENSOR || e.h[k].kind == QC_PLAN_HOLD_WORKING) &&
+                    strstr(e.h[k].name, "without a tag"))
+                    tagged = false;
+                T_EXPECT(k == 0 || e.h[k].bytes <= e.h[k - 1].bytes, "holders sorted by size");
+            }
+            T_EXPECT_EQ_U64(sum, r.peak, "the holders add up to the peak");
+            T_EXPECT_EQ_U64(e.by_kind[QC_PLAN_HOLD_FIXED], p.fixed_bytes, "the fixed bytes");
+            T_EXPECT(tagged, "an allocation at the peak has no tag");
+            recomputes += e.recompute;
+            working += e.by_kind[QC_PLAN_HOLD_WORKING] > 0;
+            if (i == 10) { /* the smallest plan of the search */
+                printf("  smallest plan (budget %llu, %s):\n", (unsigned long long)par.budget,
+                       r.fits ? "fits" : "does not fit");
+                qc_plan_explain_print(stdout, &p, &e, 8);
+            }
+            qc_plan_explain_free(&e);
+        }
+        qc_plan_result_free(&r);
+    }
+    T_EXPECT_EQ_I64(explained, 14, "plans explained");
+    T_EXPECT(working > 0, "no plan's peak had a working set (the transients are in the program)");
+    printf("  %d of 14 peaks made by a recompute, %d with a working set\n", recomputes, working);
+out:
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&p);
+    qc_qcnet_destroy(dm);
+    qc_batch_release(&batch);
+}
+
 static void test_cost_model(void)
 {
     struct qc_plan_program p;
@@ -324,6 +408,8 @@ int main(void)
         test_simulation();
     QC_TEST ("plan: a small QCNet's step at budgets from unlimited down")
         test_model_budgets();
+    QC_TEST ("plan: what holds the peak adds up to it, every allocation named")
+        test_explain();
     QC_TEST ("plan: the cost model's calibration and JSON round trip")
         test_cost_model();
     return qc_test_summary();

@@ -256,7 +256,8 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
     if (mc->rec) {
         const int32_t id =
             qc_plan_program_event(mc->rec, QC_PLAN_OP_ALLOC, -1, -1, bytes, (int)cls, 0);
-        QC_ASSERT(id >= 0 && map_put(&mc->ids, (uintptr_t)p, id),
+        QC_ASSERT(id >= 0 && map_put(&mc->ids, (uintptr_t)p, id) &&
+                      qc_plan_program_tag(mc->rec, id, tag ? tag : "") == QC_OK,
                   "memory context: recording out of memory");
     }
     return p;

@@ -65,7 +65,7 @@ static uint64_t round_up(uint64_t bytes, uint64_t r)
 
 // ---- compiling the program ------------------------------------------------------------------
 
-static void sim_free(struct sim *s)
+void plan_sim_free(struct sim *s)
 {
     free(s->pos);
     free(s->stash);
@@ -90,9 +90,9 @@ static void sim_free(struct sim *s)
     memset(s, 0, sizeof *s);
 }
 
-static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p,
-                                  const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
-                                  const struct qc_plan_params *par)
+enum qc_status plan_sim_compile(struct sim *s, const struct qc_plan_program *p,
+                                const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                const struct qc_plan_params *par)
 {
     memset(s, 0, sizeof *s);
     if (!p->finished)
@@ -128,7 +128,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
         free(owner);
         free(abytes);
         free(transient);
-        sim_free(s);
+        plan_sim_free(s);
         return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
     }
     {
@@ -235,7 +235,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
         free(owner);
         free(abytes);
         free(transient);
-        sim_free(s);
+        plan_sim_free(s);
         return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
     }
     for (int32_t b = 0; b < nb; b++)
@@ -266,7 +266,7 @@ static enum qc_status sim_compile(struct sim *s, const struct qc_plan_program *p
     s->pf_end = malloc(((size_t)p->nbwd + 1) * sizeof *s->pf_end);
     s->pf_cum = malloc(((size_t)s->nflat + 1) * sizeof *s->pf_cum);
     if (!s->pf_flat || !s->pf_start || !s->pf_end || !s->pf_cum) {
-        sim_free(s);
+        plan_sim_free(s);
         return qc_errorf(QC_ERR_NOMEM, "plan: simulation of %d blocks", nb);
     }
     int32_t f = 0;
@@ -303,6 +303,7 @@ struct run {
     int32_t peak_pos;
     int32_t peak_block;
     int peak_phase;
+    enum plan_peak_cause peak_cause;
     double time, stall;
     bool valid;
     uint64_t host_bytes, nvme_bytes, rec_bytes;
@@ -335,22 +336,25 @@ static void snapshot(struct ctx *c)
     }
 }
 
-static void new_peak(struct ctx *c, uint64_t v, int32_t block, int phase)
+static void new_peak(struct ctx *c, uint64_t v, int32_t block, int phase,
+                     enum plan_peak_cause cause)
 {
     c->r->peak = v;
     c->r->peak_pos = c->pos;
     c->r->peak_block = block;
     c->r->peak_phase = phase;
+    c->r->peak_cause = cause;
     if (v >= c->snap_from)
         snapshot(c);
 }
 
 /* v is the live bytes at a point of the run: a new peak when over the last (inlined: this runs
  * at every position of every simulation, the planner's inner loop). */
-static inline void candidate(struct ctx *c, uint64_t v, int32_t block, int phase)
+static inline void candidate(struct ctx *c, uint64_t v, int32_t block, int phase,
+                             enum plan_peak_cause cause)
 {
     if (v > c->r->peak)
-        new_peak(c, v, block, phase);
+        new_peak(c, v, block, phase, cause);
 }
 
 /* Device memory of offloaded stashes whose put has ended comes back. */
@@ -428,7 +432,7 @@ static void fetch(struct ctx *c, int32_t k)
     c->pol_live += b;
     c->fetch_bytes += b;
     s->state[k] = ST_FETCH;
-    candidate(c, c->base + c->pol_live, -1, 1);
+    candidate(c, c->base + c->pol_live, -1, 1, PLAN_PEAK_FETCH);
 }
 
 static void make_resident(struct ctx *c, int32_t k, int depth)
@@ -455,7 +459,7 @@ static void make_resident(struct ctx *c, int32_t k, int depth)
         for (int32_t i = s->need_off[k] + 1; i < s->need_off[k + 1]; i++)
             make_resident(c, s->need[i], depth + 1);
         c->pol_live += s->stash[k];
-        candidate(c, c->base + c->pol_live + s->sf[k] + s->redo[k], k, 1);
+        candidate(c, c->base + c->pol_live + s->sf[k] + s->redo[k], k, 1, PLAN_PEAK_REDO);
         c->now += s->tf[k];
         s->added[k] += s->tf[k];
         c->r->rec_bytes += s->stash[k];
@@ -533,7 +537,7 @@ static void sim_run(struct sim *s, const uint8_t *pol, uint64_t snap_from, struc
                     make_resident(&c, s->need[j], 0);
             prefetch(&c, b);
         }
-        candidate(&c, c.base + c.pol_live + ps->excursion, b, ps->kind == POS_BWD);
+        candidate(&c, c.base + c.pol_live + ps->excursion, b, ps->kind == POS_BWD, PLAN_PEAK_SPAN);
         c.base = (uint64_t)((int64_t)c.base + ps->delta);
         if (ps->kind == POS_FWD) {
             c.now += s->tf[b];
@@ -551,6 +555,18 @@ static void sim_run(struct sim *s, const uint8_t *pol, uint64_t snap_from, struc
         }
     }
     r->time = c.now + s->glue_s;
+}
+
+void plan_sim_peak(struct sim *s, const uint8_t *pol, struct plan_peak *out)
+{
+    struct run r = {.at_peak = out->at_peak};
+    sim_run(s, pol, 0, &r);
+    out->peak = r.peak;
+    out->pos = r.peak_pos;
+    out->block = r.peak_block;
+    out->phase = r.peak_phase;
+    out->cause = r.peak_cause;
+    out->nat_peak = r.nat_peak;
 }
 
 // ---- results ----------------------------------------------------------------------------------
@@ -626,15 +642,15 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
 {
     const double t0 = now_s();
     struct sim s;
-    QC_TRY(sim_compile(&s, prog, cost, hw, p));
+    QC_TRY(plan_sim_compile(&s, prog, cost, hw, p));
     enum qc_status st = result_alloc(out, s.nb);
     if (st != QC_OK) {
-        sim_free(&s);
+        plan_sim_free(&s);
         return st;
     }
     uint8_t *keep = calloc((size_t)(s.nb > 0 ? s.nb : 1), 1);
     if (!keep) {
-        sim_free(&s);
+        plan_sim_free(&s);
         qc_plan_result_free(out);
         return qc_errorf(QC_ERR_NOMEM, "plan: policies");
     }
@@ -666,7 +682,7 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
     }
     if (st == QC_OK)
         out->plan_s = now_s() - t0;
-    sim_free(&s);
+    plan_sim_free(&s);
     return st;
 }
 
@@ -821,14 +837,14 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
 {
     const double t0 = now_s();
     struct sim s;
-    QC_TRY(sim_compile(&s, prog, cost, hw, p));
+    QC_TRY(plan_sim_compile(&s, prog, cost, hw, p));
     enum qc_status st = result_alloc(out, s.nb);
     uint8_t *pol = calloc((size_t)(s.nb > 0 ? s.nb : 1), 1);
     int32_t *snap = malloc((size_t)(s.nb > 0 ? s.nb : 1) * sizeof *snap);
     if (st != QC_OK || !pol || !snap) {
         free(pol);
         free(snap);
-        sim_free(&s);
+        plan_sim_free(&s);
         if (st == QC_OK) {
             qc_plan_result_free(out);
             st = qc_errorf(QC_ERR_NOMEM, "plan: policies");
@@ -858,7 +874,7 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
     out->plan_s = now_s() - t0;
     free(pol);
     free(snap);
-    sim_free(&s);
+    plan_sim_free(&s);
     return QC_OK;
 }
 

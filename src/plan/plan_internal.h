@@ -69,4 +69,27 @@ struct sim {
     int32_t npending;
 };
 
+/* Compiles p for simulating under params (plan.c); release with plan_sim_free. QC_ERR_NOMEM. */
+enum qc_status plan_sim_compile(struct sim *s, const struct qc_plan_program *p,
+                                const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                const struct qc_plan_params *par);
+void plan_sim_free(struct sim *s);
+
+/* What made a simulation's peak: a position's own bytes (its excursion), a fetch before a
+ * backward, or the recompute of a dropped stash before a backward. */
+enum plan_peak_cause { PLAN_PEAK_SPAN = 0, PLAN_PEAK_FETCH, PLAN_PEAK_REDO };
+
+/* The peak of one simulation of pol and what stood there (explain.c reads it). */
+struct plan_peak {
+    uint64_t peak;
+    int32_t pos;   /* the position (sim.pos index) */
+    int32_t block; /* the block running, or recomputed (REDO); -1 between blocks */
+    int phase;     /* 0 forward, 1 backward */
+    enum plan_peak_cause cause;
+    int32_t *at_peak; /* [nb] (caller's) blocks whose stash was counted */
+    int32_t nat_peak;
+};
+/* Simulates pol on s and fills out (at_peak must hold s->nb entries). */
+void plan_sim_peak(struct sim *s, const uint8_t *pol, struct plan_peak *out);
+
 #endif /* QC_PLAN_PLAN_INTERNAL_H */

@@ -32,6 +32,8 @@ void qc_plan_program_free(struct qc_plan_program *p)
     free(p->ev);
     free(p->uses);
     free(p->bwd_order);
+    free(p->tag_off);
+    free(p->tags);
     memset(p, 0, sizeof *p);
 }
 
@@ -41,6 +43,7 @@ void qc_plan_program_reset(struct qc_plan_program *p)
     p->nev = 0;
     p->nuses = 0;
     p->nalloc = 0;
+    p->tags_len = 0;
     p->nbwd = 0;
     p->fixed_bytes = 0;
     p->finished = false;
@@ -79,6 +82,40 @@ int32_t qc_plan_program_block(struct qc_plan_program *p, const char *name, enum 
 
 _Static_assert(sizeof(struct qc_plan_event) == 24, "struct qc_plan_event has no padding bytes");
 
+enum qc_status qc_plan_program_tag(struct qc_plan_program *p, int32_t id, const char *tag)
+{
+    if (id < 0 || id >= p->nalloc)
+        return qc_errorf(QC_ERR_INVALID, "plan: tag of allocation %d of %d", id, p->nalloc);
+    if (!grow((void **)&p->tag_off, &p->cap_tag_off, p->nalloc, sizeof *p->tag_off))
+        return qc_errorf(QC_ERR_NOMEM, "plan: tags of %d allocations", p->nalloc);
+    size_t n = strlen(tag);
+    if (n > 127)
+        n = 127;
+    if (p->tags_len + (int64_t)n + 1 > p->tags_cap) {
+        int64_t c = p->tags_cap ? p->tags_cap : 4096;
+        while (c < p->tags_len + (int64_t)n + 1)
+            c *= 2;
+        char *t = realloc(p->tags, (size_t)c);
+        if (!t)
+            return qc_errorf(QC_ERR_NOMEM, "plan: %lld bytes of tags", (long long)c);
+        p->tags = t;
+        p->tags_cap = c;
+    }
+    p->tag_off[id] = p->tags_len;
+    memcpy(p->tags + p->tags_len, tag, n);
+    p->tags[p->tags_len + (int64_t)n] = '\0';
+    p->tags_len += (int64_t)n + 1;
+    return QC_OK;
+}
+
+const char *qc_plan_program_tag_of(const struct qc_plan_program *p, int32_t id)
+{
+    if (id < 0 || id >= p->nalloc || id >= p->cap_tag_off || !p->tag_off || !p->tags)
+        return "";
+    const int64_t o = p->tag_off[id];
+    return o >= 0 && o < p->tags_len ? p->tags + o : "";
+}
+
 int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int32_t block,
                               int32_t id, uint64_t bytes, int cls, int phase)
 {
@@ -86,8 +123,15 @@ int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int
         (void)qc_errorf(QC_ERR_NOMEM, "plan: program of %d events", p->nev + 1);
         return -1;
     }
-    if (op == QC_PLAN_OP_ALLOC)
+    if (op == QC_PLAN_OP_ALLOC) {
         id = p->nalloc++;
+        if (!grow((void **)&p->tag_off, &p->cap_tag_off, p->nalloc, sizeof *p->tag_off)) {
+            (void)qc_errorf(QC_ERR_NOMEM, "plan: tags of %d allocations", p->nalloc);
+            p->nalloc--;
+            return -1;
+        }
+        p->tag_off[id] = -1;
+    }
     p->ev[p->nev++] = (struct qc_plan_event){.op = (uint8_t)op,
                                              .cls = (uint8_t)cls,
                                              .phase = (uint8_t)phase,

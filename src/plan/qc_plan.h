@@ -127,7 +127,13 @@ struct qc_plan_program {
     int32_t nev, cap_ev;
     struct qc_plan_use *uses;
     int32_t nuses, cap_uses;
-    int32_t nalloc;     /* allocation ids handed out */
+    int32_t nalloc; /* allocation ids handed out */
+    /* the allocations' tags ("<block>/<tensor>", qc_plan_program_tag): tag_off[id] into tags,
+     * -1 when none; what qc_plan_explain names the bytes at the peak with */
+    int64_t *tag_off;
+    int32_t cap_tag_off;
+    char *tags;
+    int64_t tags_len, tags_cap;
     int32_t *bwd_order; /* finish: the blocks in the order their backward runs */
     int32_t nbwd;
     uint64_t fixed_bytes; /* what lives through the step outside the program (parameters,
@@ -145,6 +151,10 @@ int32_t qc_plan_program_block(struct qc_plan_program *p, const char *name, enum 
  * is. -1 (QC_ERR_NOMEM set) when out of memory. */
 int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int32_t block,
                               int32_t id, uint64_t bytes, int cls, int phase);
+/* Names allocation id (its tag; truncated to 127 bytes). QC_ERR_NOMEM. */
+enum qc_status qc_plan_program_tag(struct qc_plan_program *p, int32_t id, const char *tag);
+/* The tag of allocation id, or "" when it has none. */
+const char *qc_plan_program_tag_of(const struct qc_plan_program *p, int32_t id);
 /* Records that user's forward and backward read used's stash (once per pair). */
 enum qc_status qc_plan_program_use(struct qc_plan_program *p, int32_t user, int32_t used);
 /* Derives the per-block fields (stash ids and bytes, marker positions, fwd_last, bwd_first,
@@ -265,6 +275,54 @@ enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc
                              const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                              const struct qc_plan_result *r);
 void qc_plan_result_free(struct qc_plan_result *r);
+
+// ---- what holds the memory at the peak ------------------------------------------------------
+
+/* Who holds bytes at a plan's peak. */
+enum qc_plan_hold {
+    QC_PLAN_HOLD_FIXED = 0,  /* parameters, gradients, optimizer state, the staged batch */
+    QC_PLAN_HOLD_STASH_READ, /* a stash the running block reads there: no policy moves it */
+    QC_PLAN_HOLD_STASH,      /* a stash resident there that the running block does not read
+                                (kept by its policy, or its copy out still in flight) */
+    QC_PLAN_HOLD_TENSOR,     /* an allocation live across spans that no policy moves (a
+                                context's index arrays or gradient buffers, dL/dr, outputs) */
+    QC_PLAN_HOLD_WORKING,    /* the running block's own working set at its high point */
+    QC_PLAN_HOLD_RECOMPUTE,  /* a recompute's scratch and output (when one makes the peak) */
+    QC_PLAN_HOLD_COUNT
+};
+
+struct qc_plan_holder {
+    char name[QC_PLAN_NAME_MAX + 48]; /* the allocation's tag, "stash of <block>", ... */
+    enum qc_plan_hold kind;
+    uint64_t bytes; /* as the simulation counts them (rounded to params.round) */
+    int32_t count;  /* allocations of this name (a tag can repeat) */
+};
+
+/* The bytes at a plan's peak, by holder: Σ holders = peak exactly (the simulation's own
+ * accounting, replayed). */
+struct qc_plan_explain {
+    uint64_t peak;
+    int32_t block; /* the block running at the peak (recomputed, for a recompute), -1: none */
+    int phase;     /* 0 forward, 1 backward */
+    bool recompute, fetch;    /* the peak is a recompute, a fetch, before the block's backward */
+    struct qc_plan_holder *h; /* sorted by bytes, largest first (owned) */
+    int32_t n;
+    uint64_t by_kind[QC_PLAN_HOLD_COUNT];
+};
+
+/* Explains r (made for prog under cost, hw, p by qc_plan_make or _evaluate): replays its
+ * policies and names what holds every byte at its peak. QC_ERR_NOMEM; QC_ERR_INVALID when the
+ * holders do not add up to the peak (a planner bug, named). */
+enum qc_status qc_plan_explain(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                               const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                               const struct qc_plan_result *r, struct qc_plan_explain *out);
+void qc_plan_explain_free(struct qc_plan_explain *e);
+/* "fixed", "stash", "tensor", "working set", "recompute". */
+const char *qc_plan_hold_str(enum qc_plan_hold k);
+/* The explanation as text: where the peak is, the bytes by kind, and the top largest holders
+ * (the rest summed). */
+void qc_plan_explain_print(FILE *out, const struct qc_plan_program *prog,
+                           const struct qc_plan_explain *e, int top);
 
 /* The plan as a table: one line per block (name, kind, stash bytes, policy, predicted
  * seconds, added seconds), then the predicted peak and step time. */
