@@ -110,7 +110,7 @@ enum qc_status qc_batch_collate(const struct qc_scene *const *scenes, int64_t B,
 
 /* Builds the collated batch from a safetensors file holding QCNet's own collated field names
  * (`agent.position`, `map_polygon.ptr`, `map_point__to__map_polygon.edge_index`, ...; the layout
- * of ../shared/data/qcnet-parity-tiny/batch.safetensors). Checks every shape, dtype and index
+ * of tests/data/qcnet-parity-tiny/batch.safetensors). Checks every shape, dtype and index
  * range. `agent.target` is read when present. QC_ERR_INVALID naming the field on mismatch. */
 enum qc_status qc_batch_from_safetensors(const struct qc_safetensors *st,
                                          const struct qc_host_alloc *alloc, struct qc_batch *out);

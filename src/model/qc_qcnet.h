@@ -79,7 +79,7 @@ struct qc_qcnet_config {
 
 /* The official AV2 configuration (QCNET.md §1), unfused attention. */
 void qc_qcnet_config_default(struct qc_qcnet_config *cfg);
-/* The configuration of ../shared/data/qcnet-parity-tiny: D 32, 2 heads x 16, F 8, rest AV2. */
+/* The configuration of tests/data/qcnet-parity-tiny: D 32, 2 heads x 16, F 8, rest AV2. */
 void qc_qcnet_config_parity_tiny(struct qc_qcnet_config *cfg);
 /* Checks ranges and cross-field constraints. QC_ERR_INVALID naming the field. */
 enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *cfg);

@@ -4,7 +4,7 @@
  * chooses a stash policy per block application (keep, offload to the host or NVMe tier,
  * recompute) that minimises the predicted step time with the predicted peak of device bytes
  * at or under the budget minus a margin. src/plan/README.md has the glossary, the invariants as
- * equations and the algorithm (../shared/design/PLANNER.md is the design).
+ * equations and the algorithm (docs/design/PLANNER.md is the design).
  *
  *   program   what one step allocates, in order, with markers where each block's forward and
  *             backward begin and end (struct qc_plan_program). The model writes it
