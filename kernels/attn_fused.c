@@ -2,7 +2,7 @@
  * attn_fused.c — the fused edge attention's dispatch (qc_attn_fused.h): the tile plan, the
  * scratch size per backend, and qc_op_attn_fused_*: the CPU tile loop (kernels/cpu/attn_fused.c)
  * on CPU and, with the emulated device open, on EMU; on CUDA the launchers of
- * qc_attn_fused_cuda.h, from the same descriptors.
+ * qc_attn_fused_cuda.h, which take the same descriptors.
  */
 #include "qc_attn_fused.h"
 
@@ -18,10 +18,6 @@
 
 #ifdef QC_HAVE_CUDA
 #    include "qc_attn_fused_cuda.h"
-
-_Static_assert(QC_ATTN_FUSED_TILE_EDGES_CUDA == QC_ATTN_FUSED_CUDA_TILE_EDGES,
-               "the default CUDA tile is the launchers' suggested tile");
-_Static_assert(QC_FE_MAX_D == QC_ATTN_FUSED_CUDA_FE_MAX_D, "FE input bound");
 #endif
 
 // ---- tiles ------------------------------------------------------------------------------
@@ -83,79 +79,6 @@ void qc_attn_fused_tiles_deinit(struct qc_attn_fused_tiles *t)
 // ---- CUDA ---------------------------------------------------------------------------------
 
 #ifdef QC_HAVE_CUDA
-/* One launcher call's descriptors: the layer slice, FE, edge set and tiles translated field by
- * field (ed.fe and ed.tiles point into the struct: do not copy it). */
-struct fused_cuda {
-    struct qc_attn_fused_cuda_layer l;
-    struct qc_attn_fused_cuda_fe fe;
-    struct qc_attn_fused_cuda_edges ed;
-    struct qc_attn_fused_tiles tiles;
-};
-
-static void fused_cuda_make(struct fused_cuda *c, const struct qc_attn_fused_layer *l,
-                            const struct qc_attn_fused_edges *ed, bool backward)
-{
-    const struct qc_fe *fe = l->has_pos ? ed->fe : NULL;
-    memset(c, 0, sizeof *c);
-    QC_ASSERT(l->Dh <= QC_ATTN_FUSED_CUDA_MAX_DH, "attn fused: Dh %lld > %d on CUDA",
-              (long long)l->Dh, QC_ATTN_FUSED_CUDA_MAX_DH);
-    c->l = (struct qc_attn_fused_cuda_layer){.D = l->D,
-                                             .H = l->H,
-                                             .Dh = l->Dh,
-                                             .scale = l->scale,
-                                             .has_pos = l->has_pos,
-                                             .w_kr = l->w_kr,
-                                             .w_vr = l->w_vr,
-                                             .b_vr = l->b_vr,
-                                             .ln_r_w = l->ln_r_w,
-                                             .ln_r_b = l->ln_r_b,
-                                             .dw_kr = l->dw_kr,
-                                             .dw_vr = l->dw_vr,
-                                             .db_vr = l->db_vr,
-                                             .dln_r_w = l->dln_r_w,
-                                             .dln_r_b = l->dln_r_b};
-    if (!backward) /* the forward reads no gradient */
-        c->l.dw_kr = c->l.dw_vr = c->l.db_vr = c->l.dln_r_w = c->l.dln_r_b = NULL;
-    if (fe) {
-        c->fe.D = fe->D;
-        c->fe.F = fe->F;
-        c->fe.d = fe->d;
-        c->fe.o_freqs = fe->o_freqs;
-        for (int64_t i = 0; i < fe->d; i++) {
-            c->fe.o_w1[i] = fe->o_w1[i];
-            c->fe.o_b1[i] = fe->o_b1[i];
-            c->fe.o_lnw[i] = fe->o_lnw[i];
-            c->fe.o_lnb[i] = fe->o_lnb[i];
-            c->fe.o_w2[i] = fe->o_w2[i];
-            c->fe.o_b2[i] = fe->o_b2[i];
-        }
-        c->fe.o_out_lnw = fe->o_out_lnw;
-        c->fe.o_out_lnb = fe->o_out_lnb;
-        c->fe.o_out_w = fe->o_out_w;
-        c->fe.o_out_b = fe->o_out_b;
-        c->fe.w = fe->w;
-        c->fe.dw = backward ? fe->dw : NULL;
-    }
-    const struct qc_attn_fused_tiles *t = ed->tiles;
-    c->tiles = *t;
-    c->ed.n_src = ed->n_src;
-    c->ed.n_dst = ed->n_dst;
-    c->ed.n_bdst = ed->n_bdst;
-    c->ed.n_query = ed->n_query;
-    c->ed.n_edge = ed->n_edge;
-    c->ed.row_ptr = ed->row_ptr;
-    c->ed.src = ed->src;
-    c->ed.query_row = ed->query_row;
-    c->ed.by_src = ed->by_src;
-    c->ed.fe = fe ? &c->fe : NULL;
-    c->ed.feat = fe && fe->d > 0 ? ed->feat : NULL;
-    c->ed.cat_table = fe ? ed->cat_table : NULL;
-    c->ed.cat_idx = fe && ed->cat_table ? ed->cat_idx : NULL;
-    c->ed.ncat = fe && ed->cat_table ? ed->ncat : 0;
-    c->ed.dcat_table = backward && fe && ed->cat_table ? ed->dcat_table : NULL;
-    c->ed.tiles = &c->tiles;
-}
-
 /* The launchers want 256-byte aligned scratch; the caller's block is rounded up (the 64 extra
  * floats of qc_attn_fused_scratch_numel). */
 static float *fused_cuda_scratch(float *scratch)
@@ -208,11 +131,8 @@ static void fused_forward(const struct qc_exec *ex, float *u, float *smax, float
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
-        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
-        struct fused_cuda c;
-        fused_cuda_make(&c, l, ed, false);
-        qc_attn_fused_forward_cuda(u, smax, ssum, q, k, v, &c.l, &c.ed, drop,
-                                   fused_cuda_scratch(scratch), (cudaStream_t)ex->stream);
+        qc_attn_fused_forward_cuda(u, smax, ssum, q, k, v, l, ed, drop, fused_cuda_scratch(scratch),
+                                   (cudaStream_t)ex->stream);
 #else
         fused_no_cuda();
 #endif
@@ -231,10 +151,7 @@ static void fused_backward(const struct qc_exec *ex, float *dq, float *dk, float
 {
     if (qc_exec_backend_of(ex) == QC_EXEC_CUDA) {
 #ifdef QC_HAVE_CUDA
-        QC_ASSERT(!ed->r, "attn fused: precomputed r on CUDA (qc_attn_fused_takes_r)");
-        struct fused_cuda c;
-        fused_cuda_make(&c, l, ed, true);
-        qc_attn_fused_backward_cuda(dq, dk, dv, du, smax, ssum, q, k, v, &c.l, &c.ed, drop,
+        qc_attn_fused_backward_cuda(dq, dk, dv, du, smax, ssum, q, k, v, l, ed, drop,
                                     fused_cuda_scratch(scratch), (cudaStream_t)ex->stream);
 #else
         fused_no_cuda();

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define QC_ATTN_FUSED_LAYOUT_ALIGN 64 /* floats: scratch pieces start on 256-byte boundaries */
-#define QC_ATTN_FUSED_LAYOUT_MAX_D 8  /* continuous FE inputs (QC_ATTN_FUSED_CUDA_FE_MAX_D) */
+#define QC_ATTN_FUSED_LAYOUT_MAX_D 8  /* continuous FE inputs (QC_FE_MAX_D) */
 
 /* Offsets (floats) of every scratch piece of one tile; -1 when absent. total = the floats. */
 struct qc_attn_fused_layout {

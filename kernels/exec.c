@@ -569,6 +569,15 @@ void qc_op_transpose01_backward(const struct qc_exec *ex, float *dinp, const flo
                dout, D0, D1, C);
 }
 
+/* Bytes a sum of CSR items into their segments moves (gather_rows backward, scatter_add
+ * forward): the items' rows read, the segments' rows written (and read with accum), the CSR's
+ * ptr and perm (16 bytes an item). */
+static double csr_sum_bytes(struct qc_csr csr, int64_t C, bool accum)
+{
+    return 4.0 * ((double)csr.nitem * C + (double)csr.nseg * C * (accum ? 2 : 1)) +
+           16.0 * csr.nitem;
+}
+
 void qc_op_gather_rows_forward(const struct qc_exec *ex, float *out, const float *inp,
                                const int64_t *idx, int64_t E, int64_t C, bool accum)
 {
@@ -583,9 +592,7 @@ void qc_op_gather_rows_backward(const struct qc_exec *ex, float *dinp, const flo
 {
     QC_EXEC_OP(ex, qc_gather_rows_backward,
                EXEC_P("gather_rows_backward", "rows,items,C", csr.nseg, csr.nitem, C, 0,
-                      4.0 * ((double)csr.nitem * C + (double)csr.nseg * C * (accum ? 2 : 1)) +
-                          16.0 * csr.nitem,
-                      0),
+                      csr_sum_bytes(csr, C, accum), 0),
                dinp, dout, csr, C, accum);
 }
 
@@ -594,9 +601,7 @@ void qc_op_scatter_add_forward(const struct qc_exec *ex, float *out, const float
 {
     QC_EXEC_OP(ex, qc_scatter_add_forward,
                EXEC_P("scatter_add_forward", "rows,items,C", csr.nseg, csr.nitem, C, 0,
-                      4.0 * ((double)csr.nitem * C + (double)csr.nseg * C * (accum ? 2 : 1)) +
-                          16.0 * csr.nitem,
-                      0),
+                      csr_sum_bytes(csr, C, accum), 0),
                out, inp, csr, C, accum);
 }
 
@@ -720,6 +725,32 @@ void qc_op_fourier_features_backward_saved(const struct qc_exec *ex, float *dc, 
  * hidden state, the gates, the biases and every gradient stay fp32. The cell rounds as one step
  * of the sequence does. fp32 takes the plain op on every backend. */
 
+/* The GRU's operands as the CPU oracle of a 16-bit run reads them (CPU, EMU): rounded host
+ * copies of x (rows, IC), W_ih (3C, IC) and W_hh (3C, C), made with ex's arena open; the arena
+ * stays open until gru_lowp_end frees them. */
+struct gru_lowp {
+    float *x, *w_ih, *w_hh;
+};
+
+static struct gru_lowp gru_lowp_begin(const struct qc_exec *ex, const float *x, int64_t rows,
+                                      const float *w_ih, const float *w_hh, int64_t IC, int64_t C)
+{
+    kernels_exec_enter(ex);
+    struct gru_lowp r;
+    r.x = exec_rounded_copy(x, rows, IC, IC, ex->precision);
+    r.w_ih = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
+    r.w_hh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
+    return r;
+}
+
+static void gru_lowp_end(const struct qc_exec *ex, struct gru_lowp *r)
+{
+    free(r->x);
+    free(r->w_ih);
+    free(r->w_hh);
+    kernels_exec_leave(ex);
+}
+
 #define GRU_CELL_FWD_P                                                                             \
     EXEC_P("gru_cell_forward", "N,IC,C", N, IC, C, 0,                                              \
            4.0 * ((double)N * IC + 2.0 * N * C + 3.0 * C * (IC + C) + 4.0 * N * C),                \
@@ -742,15 +773,10 @@ void qc_op_gru_cell_forward(const struct qc_exec *ex, float *h_out, float *gates
                             const float *b_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
     if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
-        kernels_exec_enter(ex);
-        float *xr = exec_rounded_copy(x, N, IC, IC, ex->precision);
-        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
-        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
-        qc_gru_cell_forward_cpu(h_out, gates, xr, h, wi, b_ih, wh, b_hh, N, IC, C, scratch);
-        free(xr);
-        free(wi);
-        free(wh);
-        kernels_exec_leave(ex);
+        struct gru_lowp r = gru_lowp_begin(ex, x, N, w_ih, w_hh, IC, C);
+        qc_gru_cell_forward_cpu(h_out, gates, r.x, h, r.w_ih, b_ih, r.w_hh, b_hh, N, IC, C,
+                                scratch);
+        gru_lowp_end(ex, &r);
         return;
     }
     if (exec_lowp(ex)) { /* CUDA (the CPU call is only named: CPU and EMU returned above) */
@@ -771,16 +797,10 @@ void qc_op_gru_cell_backward(const struct qc_exec *ex, float *dx, float *dh, flo
                              const float *w_hh, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
     if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
-        kernels_exec_enter(ex);
-        float *xr = exec_rounded_copy(x, N, IC, IC, ex->precision);
-        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
-        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
-        qc_gru_cell_backward_cpu(dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates, xr, h, wi, wh,
-                                 N, IC, C, scratch);
-        free(xr);
-        free(wi);
-        free(wh);
-        kernels_exec_leave(ex);
+        struct gru_lowp r = gru_lowp_begin(ex, x, N, w_ih, w_hh, IC, C);
+        qc_gru_cell_backward_cpu(dx, dh, dw_ih, db_ih, dw_hh, db_hh, dh_out, gates, r.x, h, r.w_ih,
+                                 r.w_hh, N, IC, C, scratch);
+        gru_lowp_end(ex, &r);
         return;
     }
     if (exec_lowp(ex)) { /* CUDA */
@@ -802,15 +822,9 @@ void qc_op_gru_forward(const struct qc_exec *ex, float *hs, float *gates, const 
                        float *scratch)
 {
     if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
-        kernels_exec_enter(ex);
-        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
-        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
-        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
-        qc_gru_forward_cpu(hs, gates, xr, h0, wi, b_ih, wh, b_hh, L, N, IC, C, scratch);
-        free(xr);
-        free(wi);
-        free(wh);
-        kernels_exec_leave(ex);
+        struct gru_lowp r = gru_lowp_begin(ex, x, L * N, w_ih, w_hh, IC, C);
+        qc_gru_forward_cpu(hs, gates, r.x, h0, r.w_ih, b_ih, r.w_hh, b_hh, L, N, IC, C, scratch);
+        gru_lowp_end(ex, &r);
         return;
     }
     if (exec_lowp(ex)) { /* CUDA */
@@ -831,16 +845,10 @@ void qc_op_gru_backward(const struct qc_exec *ex, float *dx, float *dh0, float *
                         int64_t L, int64_t N, int64_t IC, int64_t C, float *scratch)
 {
     if (exec_lowp(ex) && ex->backend != QC_EXEC_CUDA) {
-        kernels_exec_enter(ex);
-        float *xr = exec_rounded_copy(x, L * N, IC, IC, ex->precision);
-        float *wi = exec_rounded_copy(w_ih, 3 * C, IC, IC, ex->precision);
-        float *wh = exec_rounded_copy(w_hh, 3 * C, C, C, ex->precision);
-        qc_gru_backward_cpu(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, xr, wi, wh, L,
-                            N, IC, C, scratch);
-        free(xr);
-        free(wi);
-        free(wh);
-        kernels_exec_leave(ex);
+        struct gru_lowp r = gru_lowp_begin(ex, x, L * N, w_ih, w_hh, IC, C);
+        qc_gru_backward_cpu(dx, dh0, dw_ih, db_ih, dw_hh, db_hh, dh_last, hs, gates, r.x, r.w_ih,
+                            r.w_hh, L, N, IC, C, scratch);
+        gru_lowp_end(ex, &r);
         return;
     }
     if (exec_lowp(ex)) { /* CUDA */

@@ -25,8 +25,8 @@
  * tiles start from r̂ = LN_r(r) and the backward accumulates dr, from which the caller runs the
  * FE backward once (qc_op_fe_backward_tiled). The FE then costs one forward, one recompute and
  * one backward per edge set instead of two forwards and one backward per layer application;
- * r costs E·D floats, kept from forward to backward. The CUDA launchers still compute the FE in
- * every tile (qc_attn_fused_takes_r is false there).
+ * r costs E·D floats, kept from forward to backward. The CUDA launchers compute the FE in every
+ * tile instead (qc_attn_fused_takes_r is false there).
  *
  * Backends:
  * - CPU (and EMU, with the emulated device open for the whole call): qc_attn_fused_*_cpu,
@@ -36,7 +36,7 @@
  *   to the gradient lane t mod threads (private dk, dv, parameter and table gradients), and the
  *   lanes are summed in lane order at the end: bit-reproducible for a given thread count.
  * - CUDA: the launchers of qc_attn_fused_cuda.h (same stash, same dropout keying, the CPU path
- *   as their oracle), translated from the descriptors below by kernels/attn_fused.c.
+ *   as their oracle), dispatched by kernels/attn_fused.c with the descriptors below as given.
  *
  * Scratch: the op never allocates; the caller passes qc_attn_fused_scratch_numel floats of the
  * backend's memory. CPU: per thread one tile's buffers (r̂, k̃, ṽ and, in backward, their
@@ -59,8 +59,9 @@ extern "C" {
 
 struct qc_exec;
 
-#define QC_ATTN_FUSED_TILE_EDGES_CPU  512  /* one OpenMP thread's working set */
-#define QC_ATTN_FUSED_TILE_EDGES_CUDA 8192 /* = QC_ATTN_FUSED_CUDA_TILE_EDGES */
+#define QC_ATTN_FUSED_TILE_EDGES_CPU 512 /* one OpenMP thread's working set */
+#define QC_ATTN_FUSED_TILE_EDGES_CUDA                                                              \
+    8192 /* the CUDA launchers' tile: every launch fills the GPU */
 
 /* ---- tiles (host plan) ------------------------------------------------------------------ */
 
@@ -85,11 +86,12 @@ enum qc_status qc_attn_fused_tiles_init(struct qc_attn_fused_tiles *t, const int
 void qc_attn_fused_tiles_deinit(struct qc_attn_fused_tiles *t);
 
 /* ---- descriptors -------------------------------------------------------------------------- */
+/* Every backend takes these (qc_attn_fused_cuda.h says which fields CUDA reads). */
 
 /* The slice of one AttentionLayer the edge part reads (backend pointers into the layer's
  * parameter and gradient buffers; Linear weights are (out, in)). */
 struct qc_attn_fused_layer {
-    int64_t D, H, Dh;                /* hidden, heads, per-head width: H·Dh = D */
+    int64_t D, H, Dh;                /* hidden, heads, per-head width: H·Dh = D (CUDA: Dh <= 32) */
     float scale;                     /* Dh^-0.5 */
     bool has_pos;                    /* positional r: FE, LN_r, to_k_r, to_v_r */
     const float *w_kr, *w_vr, *b_vr; /* (D,D), (D,D), (D); has_pos only */
@@ -117,7 +119,7 @@ struct qc_attn_fused_edges {
     float *dr;                /* (E,D) ACCUM, backward with r: dL/dr of this layer's tiles (the
                                  FE and categorical gradients are then the caller's) */
     const struct qc_fe *fe;   /* host struct (backend buffers); NULL iff the layer has no pos;
-                                 read on CUDA only */
+                                 read on CUDA only (the CPU reads r) */
     const float *feat;        /* (E,d) raw relative features (d > 0) */
     const float *cat_table;   /* (ncat,D) categorical table added before FE's output LN, or NULL */
     const int64_t *cat_idx;   /* (E) categories in [0,ncat) */

@@ -46,7 +46,7 @@
 
 #include <cuda_runtime.h> /* cudaStream_t */
 
-#include "qc_attn_fused.h" /* struct qc_attn_fused_tiles */
+#include "qc_attn_fused.h" /* the descriptors: tiles, layer slice, edge set */
 #include "qc_kernels.h"    /* struct qc_csr, struct qc_dropout */
 #include "qc_status.h"
 
@@ -54,67 +54,18 @@
 extern "C" {
 #endif
 
-#define QC_ATTN_FUSED_CUDA_FE_MAX_D   8    /* continuous FE inputs (QC_FOURIER_MAX_D) */
-#define QC_ATTN_FUSED_CUDA_MAX_DH     32   /* per-head width bound (QCNet: 16) */
-#define QC_ATTN_FUSED_CUDA_TILE_EDGES 8192 /* suggested GPU tile (the CPU uses 512) */
+#define QC_ATTN_FUSED_CUDA_MAX_DH 32 /* per-head width bound (QCNet: 16) */
 
-/* ---- tiles (host plan) ------------------------------------------------------------------ */
-
-/* The tiles are the CPU fused path's, planned by the same host code (qc_attn_fused.h:
- * struct qc_attn_fused_tiles, qc_attn_fused_tiles_init), so equal tile_edges give equal tiles
- * on both backends. */
-
-/* ---- parameters ------------------------------------------------------------------------- */
-
-/* FourierEmbedding FE(d) of the edge features: the fields of struct qc_fourier (offsets of each
- * tensor in the block's flat parameter buffer, QCNet state_dict order) with DEVICE buffers.
- * Copy them one to one from the CPU block. */
-struct qc_attn_fused_cuda_fe {
-    int64_t D, F, d; /* hidden width (= layer D), bands, continuous inputs 0..8 */
-    int64_t o_freqs; /* (d,F) */
-    int64_t o_w1[QC_ATTN_FUSED_CUDA_FE_MAX_D],
-        o_b1[QC_ATTN_FUSED_CUDA_FE_MAX_D]; /* (D,2F+1), (D) */
-    int64_t o_lnw[QC_ATTN_FUSED_CUDA_FE_MAX_D], o_lnb[QC_ATTN_FUSED_CUDA_FE_MAX_D]; /* (D), (D) */
-    int64_t o_w2[QC_ATTN_FUSED_CUDA_FE_MAX_D], o_b2[QC_ATTN_FUSED_CUDA_FE_MAX_D];   /* (D,D), (D) */
-    int64_t o_out_lnw, o_out_lnb, o_out_w, o_out_b; /* (D), (D), (D,D), (D) */
-    const float *w;                                 /* device parameters */
-    float *dw; /* device gradients, same layout, ACCUM (backward; may be NULL for forward) */
-};
-
-/* The slice of one AttentionLayer the edge part reads (device pointers into the layer's
- * parameter and gradient buffers; Linear weights are (out, in)). */
-struct qc_attn_fused_cuda_layer {
-    int64_t D, H, Dh;                /* hidden, heads, per-head width: H*Dh = D, Dh <= MAX_DH */
-    float scale;                     /* Dh^-0.5, as the CPU layer's (0.25 for Dh = 16) */
-    bool has_pos;                    /* positional r: FE, LN_r, to_k_r, to_v_r */
-    const float *w_kr, *w_vr, *b_vr; /* (D,D), (D,D), (D); has_pos only */
-    const float *ln_r_w, *ln_r_b;    /* (D), (D); has_pos only */
-    float *dw_kr, *dw_vr, *db_vr;    /* ACCUM; backward with has_pos */
-    float *dln_r_w, *dln_r_b;        /* ACCUM; backward with has_pos */
-};
-
-/* ---- the edge set ----------------------------------------------------------------------- */
-
-struct qc_attn_fused_cuda_edges {
-    int64_t n_src;            /* rows of k, v */
-    int64_t n_dst;            /* rows of q, u, M, S */
-    int64_t n_bdst;           /* base destinations */
-    int64_t n_query;          /* Q >= 1 queries per base destination */
-    int64_t n_edge;           /* base edges E = row_ptr[n_bdst] */
-    const int64_t *row_ptr;   /* (n_bdst+1) CSR over base destinations */
-    const int64_t *src;       /* (E) source row of each base edge, in [0, n_src) */
-    const int64_t *query_row; /* (n_bdst*Q) x_dst row of query (b,k), distinct; NULL = b*Q+k */
-    struct qc_csr by_src;     /* backward: base edges grouped by source (nseg = n_src, nitem = E,
-                                 perm ascending within a source, as qc_csr_build_cpu builds it);
-                                 seg unused. Forward ignores it. */
-    const struct qc_attn_fused_cuda_fe *fe; /* host struct; NULL iff the layer has no pos */
-    const float *feat;                      /* (E,d) raw relative features (d > 0) */
-    const float *cat_table; /* (ncat,D) categorical table added before FE's output LN, or NULL */
-    const int64_t *cat_idx; /* (E) categories in [0,ncat) */
-    int64_t ncat;
-    float *dcat_table;                       /* (ncat,D) ACCUM, may be NULL */
-    const struct qc_attn_fused_tiles *tiles; /* host plan over row_ptr */
-};
+/* The tiles, the layer slice and the edge set are the descriptors of qc_attn_fused.h, as every
+ * backend takes them (struct qc_attn_fused_tiles, qc_attn_fused_layer, qc_attn_fused_edges):
+ * equal tile_edges give equal tiles on both backends. What CUDA reads of them:
+ * - l: every field; the gradient pointers in backward only.
+ * - ed: n_src, n_dst, n_bdst, n_query, n_edge, row_ptr, src, query_row, tiles; by_src in
+ *   backward (nseg = n_src, nitem = E, perm ascending within a source as qc_csr_build_cpu builds
+ *   it; seg unused); with a positional layer (l->has_pos, then ed->fe != NULL) fe (a host
+ *   struct over DEVICE parameter buffers; fe->dw in backward), feat when fe->d > 0, cat_table,
+ *   cat_idx, ncat, and dcat_table in backward. r must be NULL (the tiles compute the edge
+ *   embeddings themselves, qc_attn_fused_takes_r) and dr is not read. */
 
 /* ---- scratch ---------------------------------------------------------------------------- */
 
@@ -124,8 +75,8 @@ struct qc_attn_fused_cuda_edges {
  * 9.8 KB and 13.4 KB per edge, so ~110 MB for a backward tile of 8192 edges. It is transient
  * (one tile at a time), unlike the unfused path's per-edge tensors, which live from forward to
  * backward for every edge. */
-int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_cuda_layer *l,
-                                         const struct qc_attn_fused_cuda_edges *ed, bool backward);
+int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_layer *l,
+                                         const struct qc_attn_fused_edges *ed, bool backward);
 
 /* ---- forward / backward ----------------------------------------------------------------- */
 
@@ -136,9 +87,9 @@ int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_cuda_layer *
  * drop->index_base + (k·E + e)·H + h. scratch: qc_attn_fused_cuda_scratch_numel(l, ed, false).
  * Re-running with the same inputs reproduces every output bit for bit. */
 void qc_attn_fused_forward_cuda(float *u, float *smax, float *ssum, const float *q, const float *k,
-                                const float *v, const struct qc_attn_fused_cuda_layer *l,
-                                const struct qc_attn_fused_cuda_edges *ed,
-                                const struct qc_dropout *drop, float *scratch, cudaStream_t stream);
+                                const float *v, const struct qc_attn_fused_layer *l,
+                                const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                                float *scratch, cudaStream_t stream);
 
 /* dq (n_dst,D) OVERWRITE (0 on rows no query names); dk, dv (n_src,D) ACCUM (several
  * applications of a layer share them); the parameter gradients in l (has_pos), ed->fe->dw and
@@ -147,8 +98,8 @@ void qc_attn_fused_forward_cuda(float *u, float *smax, float *ssum, const float 
 void qc_attn_fused_backward_cuda(float *dq, float *dk, float *dv, const float *du,
                                  const float *smax, const float *ssum, const float *q,
                                  const float *k, const float *v,
-                                 const struct qc_attn_fused_cuda_layer *l,
-                                 const struct qc_attn_fused_cuda_edges *ed,
+                                 const struct qc_attn_fused_layer *l,
+                                 const struct qc_attn_fused_edges *ed,
                                  const struct qc_dropout *drop, float *scratch,
                                  cudaStream_t stream);
 

@@ -1,5 +1,6 @@
 /*
- * qc_kernels.h — the op interface: every launcher of QCNet's ops, CPU reference and (later) CUDA.
+ * qc_kernels.h — the op interface: every CPU reference op of QCNet (qc_kernels_cuda.h declares
+ * the CUDA launcher of each).
  *
  * Naming: qc_<op>_<pass>_cpu(...). The CUDA backend adds qc_<op>_<pass>_cuda(..., cudaStream_t)
  * with IDENTICAL arguments plus the trailing stream. So no op allocates: whatever temporary
@@ -50,12 +51,54 @@ extern "C" {
 #define QC_LAPLACE_SCALE_MIN 1e-6f                /* invisible clamp of the Laplace scale */
 #define QC_KERNELS_MAX_MODES 64                   /* K bound for the per-agent loss ops */
 
-/* Inline helpers below compile for host and device under nvcc. */
+/* The inline helpers below, and the formulas of activation_math.h, loss_math.h and gru_math.h,
+ * compile for host and device under nvcc. */
 #if defined(__CUDACC__)
 #    define QC_KERNELS_HD static inline __host__ __device__
 #else
 #    define QC_KERNELS_HD static inline
 #endif
+
+/* fp32 a + b, a − b, a·b, a / b, each rounded once. On the device these are the __f*_rn
+ * intrinsics, which nvcc never contracts into an FMA (it does fuse a plain a·b + c); on the
+ * host the plain operators (the C code is ISO C11, compiled without contraction). A formula
+ * shared by the CPU reference and the CUDA kernels writes with them the products whose
+ * separate rounding the device must keep to give the CPU's bits. */
+QC_KERNELS_HD float qc_fadd_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+QC_KERNELS_HD float qc_fsub_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
+QC_KERNELS_HD float qc_fmul_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+QC_KERNELS_HD float qc_fdiv_rn(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
 
 /* ---- shared argument types -------------------------------------------------------------- */
 
@@ -121,18 +164,18 @@ QC_KERNELS_HD float qc_wrap_anglef(float a)
     return -QC_PI_F + m;
 }
 
-/* angle_between_2d_vectors(c, n) = atan2(c0*n1 - c1*n0, (0 + c0*n0) + c1*n1): two separate fp32
- * products, no FMA (compile without contraction), dot accumulated from +0 so n = (0,0) gives
- * ±0, never ±π. */
+/* angle_between_2d_vectors(c, n) = atan2(c0*n1 - c1*n0, (0 + c0*n0) + c1*n1): every product
+ * rounded on its own (no FMA, on the device too: qc_fmul_rn), dot accumulated from +0 so
+ * n = (0,0) gives ±0, never ±π. */
 QC_KERNELS_HD float qc_angle_between_2df(float c0, float c1, float n0, float n1)
 {
-    float p0 = c0 * n1;
-    float p1 = c1 * n0;
-    float cross = p0 - p1;
-    float d0 = c0 * n0;
-    float d1 = c1 * n1;
-    float dot = 0.0f + d0;
-    dot = dot + d1;
+    float p0 = qc_fmul_rn(c0, n1);
+    float p1 = qc_fmul_rn(c1, n0);
+    float cross = qc_fsub_rn(p0, p1);
+    float d0 = qc_fmul_rn(c0, n0);
+    float d1 = qc_fmul_rn(c1, n1);
+    float dot = qc_fadd_rn(0.0f, d0);
+    dot = qc_fadd_rn(dot, d1);
     return atan2f(cross, dot);
 }
 

@@ -49,7 +49,7 @@
 
 #include <cuda_runtime.h>
 
-#include "blocks_internal.h" /* attn_app_index, attn_fused_edge_backward: the CPU edge part */
+#include "blocks_internal.h" /* attn_app_index, attn_fused_edge_backward, fourier_desc */
 #include "qc_alloc.h"
 #include "qc_attention.h"
 #include "qc_attn_fused_cuda.h"
@@ -62,13 +62,13 @@
 #include "qc_stash.h"
 #include "qc_status.h"
 #include "cuda_probe.h"
+#include "kernels_cuda_testlib.h"
 #include "testutil.h"
 
 #define D_MODEL   128
 #define H_MODEL   8
 #define F_MODEL   64
-#define GUARD     1024 /* bytes of pattern before and after every device buffer */
-#define MAX_SHOWN 8    /* mismatches printed per tensor */
+#define MAX_SHOWN 8 /* mismatches printed per tensor */
 
 static uint64_t g_rng;
 
@@ -311,6 +311,16 @@ static void fstate_run_cpu(struct fstate *s)
     }
 }
 
+/* The case's state with the CPU oracle run, and the tile plan of its edge set (the fused
+ * path's tiling rule at the case's tile_edges). */
+static void fstate_ready(struct fstate *s, struct qc_attn_fused_tiles *t, const struct fcase *fc)
+{
+    fstate_make(s, fc);
+    fstate_run_cpu(s);
+    if (qc_attn_fused_tiles_init(t, s->row_ptr, s->nb, fc->tile_edges) != QC_OK)
+        T_FATAL("tiles: %s", qc_error_last());
+}
+
 static void fstate_free(struct fstate *s)
 {
     qc_stash_deinit(&s->app);
@@ -418,11 +428,8 @@ static void host_tile_edges(const struct fstate *s, float *kt, float *vt, int64_
 static void test_host_replay(const struct fcase *fc)
 {
     struct fstate s;
-    fstate_make(&s, fc);
-    fstate_run_cpu(&s);
     struct qc_attn_fused_tiles t;
-    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
-        T_FATAL("tiles: %s", qc_error_last());
+    fstate_ready(&s, &t, fc);
     const int64_t D = s.D, H = s.H, Nd = s.Nd, cap = t.cap;
     float *u = fnew(Nd * D), *M = fnew(Nd * H), *S = fnew(Nd * H), *dq = fnew(Nd * D);
     float *dk = fnew(s.Ns * D), *dv = fnew(s.Ns * D);
@@ -514,11 +521,8 @@ static void host_descs(const struct fstate *s, const struct qc_attn_fused_tiles 
 static void test_host_precision(const struct fcase *fc)
 {
     struct fstate s;
-    fstate_make(&s, fc);
-    fstate_run_cpu(&s);
     struct qc_attn_fused_tiles t;
-    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
-        T_FATAL("tiles: %s", qc_error_last());
+    fstate_ready(&s, &t, fc);
     const int64_t D = s.D, H = s.H, Nd = s.Nd, Ns = s.Ns, E = s.E;
     const int64_t nw = s.l.params.numel, nfe = fc->pos ? s.fe.params.numel : 0;
     enum { NOUT = 9 };
@@ -620,10 +624,10 @@ static void test_tiles(void)
 static void test_scratch(void)
 {
     static float dummy[4];
-    struct qc_attn_fused_cuda_fe fe;
+    struct qc_fe fe;
     memset(&fe, 0, sizeof fe);
     fe.D = D_MODEL, fe.F = F_MODEL, fe.d = 4, fe.w = dummy;
-    struct qc_attn_fused_cuda_layer l;
+    struct qc_attn_fused_layer l;
     memset(&l, 0, sizeof l);
     l.D = D_MODEL, l.H = H_MODEL, l.Dh = D_MODEL / H_MODEL, l.scale = 0.25f, l.has_pos = true;
     l.w_kr = l.w_vr = l.b_vr = l.ln_r_w = l.ln_r_b = dummy;
@@ -638,7 +642,7 @@ static void test_scratch(void)
         if (qc_attn_fused_tiles_init(&t, rp, nbs[i], tile) != QC_OK)
             T_FATAL("tiles: %s", qc_error_last());
         T_EXPECT_EQ_I64(t.cap, tile, "cap with rows of %" PRId64, deg);
-        struct qc_attn_fused_cuda_edges ed;
+        struct qc_attn_fused_edges ed;
         memset(&ed, 0, sizeof ed);
         ed.n_src = ed.n_dst = ed.n_bdst = nbs[i];
         ed.n_query = 1;
@@ -669,16 +673,7 @@ static void test_scratch(void)
 
 // ---- device ---------------------------------------------------------------------------------
 
-struct gctx {
-    struct qc_device *dev;
-    struct qc_alloc *alloc;
-    struct qc_kernels_cuda *kctx;
-    void *ws;
-    cudaStream_t s;
-    unsigned char pattern[GUARD];
-};
-
-/* A device buffer with guard bands: base | GUARD | data (bytes) | GUARD. */
+/* A device buffer with guard bands (kernels_cuda_testlib.h): data d at base + KT_GUARD. */
 struct dbuf {
     const char *name;
     size_t bytes;
@@ -686,52 +681,21 @@ struct dbuf {
     void *d;
 };
 
-static void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess)
-        T_FATAL("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-static void dcopy(const struct gctx *x, void *dst, const void *src, size_t bytes,
-                  enum cudaMemcpyKind kind)
-{
-    if (bytes == 0)
-        return;
-    cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind, x->s), "copy");
-    cuda_ok(cudaStreamSynchronize(x->s), "copy sync");
-}
-
-static struct dbuf dnew(struct gctx *x, const char *name, size_t bytes, const void *host)
+static struct dbuf dnew(struct kt_gpu *x, const char *name, size_t bytes, const void *host)
 {
     struct dbuf b = {name, bytes, NULL, NULL};
-    void *p = NULL;
-    if (qc_alloc_malloc(x->alloc, bytes + 2 * GUARD, NULL, name, &p) != QC_OK)
-        T_FATAL("device alloc %s (%zu bytes): %s", name, bytes, qc_error_last());
-    b.base = p;
-    b.d = b.base + GUARD;
-    dcopy(x, b.base, x->pattern, GUARD, cudaMemcpyHostToDevice);
-    dcopy(x, b.base + GUARD + bytes, x->pattern, GUARD, cudaMemcpyHostToDevice);
+    b.base = kt_dalloc_guarded(x, name, bytes);
+    b.d = b.base + KT_GUARD;
     if (host)
-        dcopy(x, b.d, host, bytes, cudaMemcpyHostToDevice);
+        kt_dcopy(x, b.d, host, bytes, cudaMemcpyHostToDevice);
     else
-        cuda_ok(cudaMemsetAsync(b.d, 0, bytes, x->s), "memset");
+        kt_cuda_ok(cudaMemsetAsync(b.d, 0, bytes, x->s), "memset");
     return b;
 }
 
-static void dguard_check(struct gctx *x, const struct dbuf *b)
+static void dfree(struct kt_gpu *x, struct dbuf *b)
 {
-    unsigned char got[GUARD];
-    dcopy(x, got, b->base, GUARD, cudaMemcpyDeviceToHost);
-    T_EXPECT(memcmp(got, x->pattern, GUARD) == 0, "%s: guard band before the buffer written",
-             b->name);
-    dcopy(x, got, b->base + GUARD + b->bytes, GUARD, cudaMemcpyDeviceToHost);
-    T_EXPECT(memcmp(got, x->pattern, GUARD) == 0, "%s: guard band after the buffer written",
-             b->name);
-}
-
-static void dfree(struct gctx *x, struct dbuf *b)
-{
-    dguard_check(x, b);
+    kt_dguard_check(x, b->name, b->base, b->bytes);
     qc_alloc_free(x->alloc, b->base, NULL);
     b->base = NULL;
 }
@@ -739,15 +703,12 @@ static void dfree(struct gctx *x, struct dbuf *b)
 #define FB(n) ((size_t)((n) > 0 ? (n) : 0) * sizeof(float))
 #define IB(n) ((size_t)((n) > 0 ? (n) : 0) * sizeof(int64_t))
 
-static void test_device(struct gctx *x, const struct fcase *fc)
+static void test_device(struct kt_gpu *x, const struct fcase *fc)
 {
     struct fstate s;
-    fstate_make(&s, fc);
-    fstate_run_cpu(&s);
-    const int64_t D = s.D, H = s.H, Nd = s.Nd, Ns = s.Ns, E = s.E;
     struct qc_attn_fused_tiles t;
-    if (qc_attn_fused_tiles_init(&t, s.row_ptr, s.nb, fc->tile_edges) != QC_OK)
-        T_FATAL("tiles: %s", qc_error_last());
+    fstate_ready(&s, &t, fc);
+    const int64_t D = s.D, H = s.H, Nd = s.Nd, Ns = s.Ns, E = s.E;
 
     /* inputs */
     struct dbuf d_rp = dnew(x, "row_ptr", IB(s.nb + 1), s.row_ptr);
@@ -777,29 +738,22 @@ static void test_device(struct gctx *x, const struct fcase *fc)
 
     const float *w = d_w.d;
     float *dw = d_dw.d;
-    struct qc_attn_fused_cuda_layer l = {D,    H,    s.Dh, s.l.scale, fc->pos, NULL, NULL, NULL,
-                                         NULL, NULL, NULL, NULL,      NULL,    NULL, NULL};
+    struct qc_attn_fused_layer l = {D,    H,    s.Dh, s.l.scale, fc->pos, NULL, NULL, NULL,
+                                    NULL, NULL, NULL, NULL,      NULL,    NULL, NULL};
     if (fc->pos) {
         l.w_kr = w + s.l.o_wkr, l.w_vr = w + s.l.o_wvr, l.b_vr = w + s.l.o_bvr;
         l.ln_r_w = w + s.l.o_ln_r_w, l.ln_r_b = w + s.l.o_ln_r_b;
         l.dw_kr = dw + s.l.o_wkr, l.dw_vr = dw + s.l.o_wvr, l.db_vr = dw + s.l.o_bvr;
         l.dln_r_w = dw + s.l.o_ln_r_w, l.dln_r_b = dw + s.l.o_ln_r_b;
     }
-    struct qc_attn_fused_cuda_fe fe;
+    struct qc_fe fe;
     memset(&fe, 0, sizeof fe);
-    if (fc->pos) { /* the CPU block's offsets, one to one */
-        fe.D = s.fe.D, fe.F = s.fe.F, fe.d = s.fe.d, fe.o_freqs = s.fe.o_freqs;
-        for (int64_t i = 0; i < s.fe.d; i++) {
-            fe.o_w1[i] = s.fe.o_w1[i], fe.o_b1[i] = s.fe.o_b1[i];
-            fe.o_lnw[i] = s.fe.o_lnw[i], fe.o_lnb[i] = s.fe.o_lnb[i];
-            fe.o_w2[i] = s.fe.o_w2[i], fe.o_b2[i] = s.fe.o_b2[i];
-        }
-        fe.o_out_lnw = s.fe.o_out_lnw, fe.o_out_lnb = s.fe.o_out_lnb;
-        fe.o_out_w = s.fe.o_out_w, fe.o_out_b = s.fe.o_out_b;
+    if (fc->pos) { /* the CPU block's layout (the model's own translation), device buffers */
+        fourier_desc(&s.fe, &fe);
         fe.w = d_few.d;
         fe.dw = d_fedw.d;
     }
-    struct qc_attn_fused_cuda_edges ed;
+    struct qc_attn_fused_edges ed;
     memset(&ed, 0, sizeof ed);
     ed.n_src = Ns, ed.n_dst = Nd, ed.n_bdst = s.nb, ed.n_query = s.Q, ed.n_edge = E;
     ed.row_ptr = d_rp.d, ed.src = d_src.d, ed.query_row = s.qrow ? d_qrow.d : NULL;
@@ -818,15 +772,15 @@ static void test_device(struct gctx *x, const struct fcase *fc)
     /* forward twice: the oracle within tolerance, the two runs bit-identical */
     float *got[2][3];
     for (int r = 0; r < 2; r++) {
-        cuda_ok(cudaMemsetAsync(d_u.d, 0xff, d_u.bytes, x->s), "poison u");
-        cuda_ok(cudaMemsetAsync(d_M.d, 0xff, d_M.bytes, x->s), "poison M");
-        cuda_ok(cudaMemsetAsync(d_S.d, 0xff, d_S.bytes, x->s), "poison S");
+        kt_cuda_ok(cudaMemsetAsync(d_u.d, 0xff, d_u.bytes, x->s), "poison u");
+        kt_cuda_ok(cudaMemsetAsync(d_M.d, 0xff, d_M.bytes, x->s), "poison M");
+        kt_cuda_ok(cudaMemsetAsync(d_S.d, 0xff, d_S.bytes, x->s), "poison S");
         qc_attn_fused_forward_cuda(d_u.d, d_M.d, d_S.d, d_q.d, d_k.d, d_v.d, &l, &ed, &s.drop,
                                    d_scr.d, x->s);
         got[r][0] = fnew(Nd * D), got[r][1] = fnew(Nd * H), got[r][2] = fnew(Nd * H);
-        dcopy(x, got[r][0], d_u.d, d_u.bytes, cudaMemcpyDeviceToHost);
-        dcopy(x, got[r][1], d_M.d, d_M.bytes, cudaMemcpyDeviceToHost);
-        dcopy(x, got[r][2], d_S.d, d_S.bytes, cudaMemcpyDeviceToHost);
+        kt_dcopy(x, got[r][0], d_u.d, d_u.bytes, cudaMemcpyDeviceToHost);
+        kt_dcopy(x, got[r][1], d_M.d, d_M.bytes, cudaMemcpyDeviceToHost);
+        kt_dcopy(x, got[r][2], d_S.d, d_S.bytes, cudaMemcpyDeviceToHost);
     }
     expect_close("u", got[0][0], s.u, Nd * D, TOL_FWD);
     expect_close("softmax.max", got[0][1], s.smax, Nd * H, TOL_FWD);
@@ -852,14 +806,14 @@ static void test_device(struct gctx *x, const struct fcase *fc)
     const int nout = (int)(sizeof outs / sizeof outs[0]);
     float *bgot[2][6];
     for (int r = 0; r < 2; r++) {
-        cuda_ok(cudaMemsetAsync(d_dq.d, 0xff, d_dq.bytes, x->s), "poison dq");
+        kt_cuda_ok(cudaMemsetAsync(d_dq.d, 0xff, d_dq.bytes, x->s), "poison dq");
         for (int o = 1; o < nout; o++)
-            cuda_ok(cudaMemsetAsync(outs[o].b->d, 0, outs[o].b->bytes, x->s), "zero grads");
+            kt_cuda_ok(cudaMemsetAsync(outs[o].b->d, 0, outs[o].b->bytes, x->s), "zero grads");
         qc_attn_fused_backward_cuda(d_dq.d, d_dk.d, d_dv.d, d_du.d, d_M.d, d_S.d, d_q.d, d_k.d,
                                     d_v.d, &l, &ed, &s.drop, d_scr.d, x->s);
         for (int o = 0; o < nout; o++) {
             bgot[r][o] = fnew(outs[o].n);
-            dcopy(x, bgot[r][o], outs[o].b->d, FB(outs[o].n), cudaMemcpyDeviceToHost);
+            kt_dcopy(x, bgot[r][o], outs[o].b->d, FB(outs[o].n), cudaMemcpyDeviceToHost);
         }
     }
     for (int o = 0; o < nout; o++) {
@@ -870,8 +824,8 @@ static void test_device(struct gctx *x, const struct fcase *fc)
         snprintf(name, sizeof name, "%s (run 2 vs 1)", outs[o].b->name);
         expect_bits(name, bgot[1][o], bgot[0][o], outs[o].n);
     }
-    cuda_ok(cudaStreamSynchronize(x->s), "sync");
-    cuda_ok(cudaGetLastError(), "sticky error");
+    kt_cuda_ok(cudaStreamSynchronize(x->s), "sync");
+    kt_cuda_ok(cudaGetLastError(), "sticky error");
 
     /* Through the exec in every precision: the launchers' fp32 bits (the oracle's tiles round
      * nothing in a 16-bit run, test_host_precision; so the CUDA tiles must not either) */
@@ -917,34 +871,34 @@ static void test_device(struct gctx *x, const struct fcase *fc)
         const int64_t nx = qc_attn_fused_scratch_numel(&ex, &lg, &eg, true);
         struct dbuf d_scx = dnew(x, "exec scratch", FB(nx), NULL);
         char what[96];
-        cuda_ok(cudaMemsetAsync(d_u.d, 0xff, d_u.bytes, x->s), "poison u");
-        cuda_ok(cudaMemsetAsync(d_M.d, 0xff, d_M.bytes, x->s), "poison M");
-        cuda_ok(cudaMemsetAsync(d_S.d, 0xff, d_S.bytes, x->s), "poison S");
+        kt_cuda_ok(cudaMemsetAsync(d_u.d, 0xff, d_u.bytes, x->s), "poison u");
+        kt_cuda_ok(cudaMemsetAsync(d_M.d, 0xff, d_M.bytes, x->s), "poison M");
+        kt_cuda_ok(cudaMemsetAsync(d_S.d, 0xff, d_S.bytes, x->s), "poison S");
         qc_op_attn_fused_forward(&ex, d_u.d, d_M.d, d_S.d, d_q.d, d_k.d, d_v.d, &lg, &eg, &s.drop,
                                  d_scx.d);
         struct dbuf *fo[3] = {&d_u, &d_M, &d_S};
         for (int i = 0; i < 3; i++) {
             float *h = fnew((int64_t)(fo[i]->bytes / sizeof(float)));
-            dcopy(x, h, fo[i]->d, fo[i]->bytes, cudaMemcpyDeviceToHost);
+            kt_dcopy(x, h, fo[i]->d, fo[i]->bytes, cudaMemcpyDeviceToHost);
             snprintf(what, sizeof what, "%s (%s exec vs the launcher)", fo[i]->name,
                      qc_precision_str((enum qc_precision)p));
             expect_bits(what, h, got[0][i], (int64_t)(fo[i]->bytes / sizeof(float)));
             free(h);
         }
-        cuda_ok(cudaMemsetAsync(d_dq.d, 0xff, d_dq.bytes, x->s), "poison dq");
+        kt_cuda_ok(cudaMemsetAsync(d_dq.d, 0xff, d_dq.bytes, x->s), "poison dq");
         for (int o = 1; o < nout; o++)
-            cuda_ok(cudaMemsetAsync(outs[o].b->d, 0, outs[o].b->bytes, x->s), "zero grads");
+            kt_cuda_ok(cudaMemsetAsync(outs[o].b->d, 0, outs[o].b->bytes, x->s), "zero grads");
         qc_op_attn_fused_backward(&ex, d_dq.d, d_dk.d, d_dv.d, d_du.d, d_M.d, d_S.d, d_q.d, d_k.d,
                                   d_v.d, &lg, &eg, &s.drop, d_scx.d);
         for (int o = 0; o < nout; o++) {
             float *h = fnew(outs[o].n);
-            dcopy(x, h, outs[o].b->d, FB(outs[o].n), cudaMemcpyDeviceToHost);
+            kt_dcopy(x, h, outs[o].b->d, FB(outs[o].n), cudaMemcpyDeviceToHost);
             snprintf(what, sizeof what, "%s (%s exec vs the launcher)", outs[o].b->name,
                      qc_precision_str((enum qc_precision)p));
             expect_bits(what, h, bgot[0][o], outs[o].n);
             free(h);
         }
-        cuda_ok(cudaStreamSynchronize(x->s), "sync");
+        kt_cuda_ok(cudaStreamSynchronize(x->s), "sync");
         dfree(x, &d_scx);
     }
 
@@ -1008,37 +962,9 @@ int main(int argc, char **argv)
     const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
     if (probe != 0)
         return probe;
-    struct gctx x;
-    memset(&x, 0, sizeof x);
-    for (int i = 0; i < GUARD; i++)
-        x.pattern[i] = (unsigned char)(0x5A ^ (i * 29 + 7));
-    if (qc_device_create(QC_DEVICE_CUDA, 0, &x.dev) != QC_OK) {
-        printf("FATAL: device: %s\n", qc_error_last());
+    struct kt_gpu x;
+    if (kt_gpu_open(&x, 0x5A) != 0)
         return 1;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    ap.expandable = false;
-    if (qc_alloc_create(x.dev, &ap, &x.alloc) != QC_OK) {
-        printf("FATAL: allocator: %s\n", qc_error_last());
-        return 1;
-    }
-    x.s = (cudaStream_t)qc_stream_native(qc_device_compute_stream(x.dev));
-    if (qc_alloc_malloc(x.alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &x.ws) != QC_OK) {
-        printf("FATAL: workspace: %s\n", qc_error_last());
-        return 1;
-    }
-    /* TF32 off: the CPU oracle is exact fp32 GEMM */
-    struct qc_kernels_cuda_params kp = {.device = 0,
-                                        .tf32 = false,
-                                        .workspace = x.ws,
-                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &x.kctx) != QC_OK) {
-        printf("FATAL: context: %s\n", qc_error_last());
-        return 1;
-    }
-    qc_kernels_cuda_set_current(x.kctx);
     for (int i = 0; i < ncases; i++) {
         char name[160];
         snprintf(name, sizeof name, "attn fused cuda vs cpu: %s", cases[i].name);
@@ -1046,10 +972,6 @@ int main(int argc, char **argv)
             test_device(&x, &cases[i]);
         }
     }
-    qc_kernels_cuda_set_current(NULL);
-    qc_kernels_cuda_destroy(x.kctx);
-    qc_alloc_free(x.alloc, x.ws, NULL);
-    qc_alloc_destroy(x.alloc);
-    qc_device_destroy(x.dev);
+    kt_gpu_close(&x);
     return qc_test_summary();
 }

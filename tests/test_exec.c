@@ -47,6 +47,10 @@
 #include "cuda_probe.h"
 #include "testutil.h"
 
+#ifdef QC_HAVE_CUDA
+#    include "kernels_cuda_testlib.h"
+#endif
+
 #define GUARD     4096 /* bytes of byte pattern before and after every device buffer */
 #define MAX_BUFS  40
 #define MAX_SHOWN 10 /* mismatches printed per output */
@@ -1078,31 +1082,13 @@ static int main_cuda(void)
     if (probe != 0)
         return probe;
     struct xctx *x = calloc(1, sizeof *x);
-    struct qc_device *dev = NULL;
-    if (!x || qc_device_create(QC_DEVICE_CUDA, 0, &dev) != QC_OK) {
-        printf("FATAL: device: %s\n", qc_error_last());
+    struct kt_gpu g;
+    if (!x || kt_gpu_open(&g, 0x69) != 0) {
         free(x);
         return 1;
     }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    ap.expandable = false; /* plain cudaMalloc segments: this test is about the ops */
-    if (qc_alloc_create(dev, &ap, &x->alloc) != QC_OK)
-        T_FATAL("allocator: %s", qc_error_last());
-    x->ex = (struct qc_exec){.backend = QC_EXEC_CUDA,
-                             .stream = qc_stream_native(qc_device_compute_stream(dev))};
-    void *ws = NULL;
-    if (qc_alloc_malloc(x->alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &ws) != QC_OK)
-        T_FATAL("workspace: %s", qc_error_last());
-    struct qc_kernels_cuda_params kp = {.device = 0,
-                                        .tf32 = false,
-                                        .workspace = ws,
-                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    struct qc_kernels_cuda *kctx = NULL;
-    if (qc_kernels_cuda_create(&kp, &kctx) != QC_OK)
-        T_FATAL("kernels context: %s", qc_error_last());
-    qc_kernels_cuda_set_current(kctx);
+    x->alloc = g.alloc; /* the case table's buffers: from the GPU context's allocator */
+    x->ex = (struct qc_exec){.backend = QC_EXEC_CUDA, .stream = g.s};
 
     QC_TEST ("cuda: memory moves") {
         const size_t n = 3 * 4096 + 123;
@@ -1117,11 +1103,7 @@ static int main_cuda(void)
     x->exact = false;
     run_table(x, "cuda");
 
-    qc_kernels_cuda_set_current(NULL);
-    qc_kernels_cuda_destroy(kctx);
-    qc_alloc_free(x->alloc, ws, NULL);
-    qc_alloc_destroy(x->alloc);
-    qc_device_destroy(dev);
+    kt_gpu_close(&g); /* x->alloc with it */
     free(x);
     return qc_test_summary();
 }

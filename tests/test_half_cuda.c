@@ -72,6 +72,7 @@
 #    include "qc_device.h"
 #    include "qc_kernels_cuda.h"
 #    include "cuda_probe.h"
+#    include "kernels_cuda_testlib.h"
 #endif
 
 #define U24       0x1p-24
@@ -1013,31 +1014,13 @@ static void test_mutation(enum mut m)
 
 #ifdef QC_HAVE_CUDA
 
-#    define GUARD    1024 /* bytes of pattern before and after every device buffer */
 #    define MAX_DBUF 24
 
-struct gctx {
-    struct qc_device *dev;
-    struct qc_alloc *alloc;
-    struct qc_kernels_cuda *kctx;
-    void *ws;
-    cudaStream_t s;
-    unsigned char pattern[GUARD];
-};
-static struct gctx g_dev;
-
-static void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess)
-        T_FATAL("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
+static struct kt_gpu g_dev;
 
 static void dcopy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
-    if (bytes == 0)
-        return;
-    cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind, g_dev.s), "copy");
-    cuda_ok(cudaStreamSynchronize(g_dev.s), "copy sync");
+    kt_dcopy(&g_dev, dst, src, bytes, kind);
 }
 
 /* One op call's device buffers: inputs (checked unchanged afterwards), outputs (their host
@@ -1070,13 +1053,8 @@ static float *dset_add(struct dset *s, const char *name, const float *host, int6
     b->bytes = (size_t)(n > 0 ? n : 0) * sizeof(float);
     b->host = (float *)(uintptr_t)host;
     b->out = out;
-    void *p = NULL;
-    if (qc_alloc_malloc(g_dev.alloc, b->bytes + 2 * GUARD, NULL, name, &p) != QC_OK)
-        T_FATAL("device alloc %s (%zu bytes): %s", name, b->bytes, qc_error_last());
-    b->base = p;
-    b->d = b->base + GUARD;
-    dcopy(b->base, g_dev.pattern, GUARD, cudaMemcpyHostToDevice);
-    dcopy(b->base + GUARD + b->bytes, g_dev.pattern, GUARD, cudaMemcpyHostToDevice);
+    b->base = kt_dalloc_guarded(&g_dev, name, b->bytes);
+    b->d = b->base + KT_GUARD;
     dcopy(b->d, host, b->bytes, cudaMemcpyHostToDevice);
     if (out) {
         b->init = fdup(host, n);
@@ -1095,8 +1073,8 @@ static void dset_begin(struct dset *s)
 
 static void dset_end(struct dset *s, int rep)
 {
-    cuda_ok(cudaStreamSynchronize(g_dev.s), "op execution");
-    cuda_ok(cudaGetLastError(), "op execution (sticky)");
+    kt_cuda_ok(cudaStreamSynchronize(g_dev.s), "op execution");
+    kt_cuda_ok(cudaGetLastError(), "op execution (sticky)");
     for (int i = 0; i < s->n; i++)
         if (s->b[i].out)
             dcopy(s->b[i].got[rep], s->b[i].d, s->b[i].bytes, cudaMemcpyDeviceToHost);
@@ -1107,13 +1085,7 @@ static void dset_finish(struct dset *s)
     for (int i = 0; i < s->n; i++) {
         struct dbuf *b = &s->b[i];
         const int64_t n = (int64_t)(b->bytes / sizeof(float));
-        unsigned char gb[GUARD];
-        dcopy(gb, b->base, GUARD, cudaMemcpyDeviceToHost);
-        T_EXPECT(memcmp(gb, g_dev.pattern, GUARD) == 0, "%s: guard band before the buffer written",
-                 b->name);
-        dcopy(gb, b->base + GUARD + b->bytes, GUARD, cudaMemcpyDeviceToHost);
-        T_EXPECT(memcmp(gb, g_dev.pattern, GUARD) == 0, "%s: guard band after the buffer written",
-                 b->name);
+        kt_dguard_check(&g_dev, b->name, b->base, b->bytes);
         if (b->out) {
             char what[96];
             snprintf(what, sizeof what, "%s: run 2 vs run 1 (determinism)", b->name);
@@ -1300,7 +1272,7 @@ static void test_exact_ops(int prec)
     expect_bits("round in place (idempotent)", got_s, ref_r, n);
     qc_op_scale_inplace(&ex, dx, 0x1p-16f, n);
     dcopy(got_s, dx, (size_t)n * 4, cudaMemcpyDeviceToHost);
-    cuda_ok(cudaGetLastError(), "sticky error");
+    kt_cuda_ok(cudaGetLastError(), "sticky error");
     expect_bits("round", got_r, ref_r, n);
     T_EXPECT(memcmp(got_p, ref_p, (size_t)n * 2) == 0, "pack16 differs from the CPU's bits");
     expect_bits("unpack16", got_u, ref_u, n);
@@ -1343,36 +1315,8 @@ static int main_gpu(void)
     const int probe = qc_test_cuda_probe(); /* skip only without a GPU; fail on a broken one */
     if (probe != 0)
         return probe;
-    memset(&g_dev, 0, sizeof g_dev);
-    for (int i = 0; i < GUARD; i++)
-        g_dev.pattern[i] = (unsigned char)(0x3C ^ (i * 41 + 5));
-    if (qc_device_create(QC_DEVICE_CUDA, 0, &g_dev.dev) != QC_OK) {
-        printf("FATAL: device: %s\n", qc_error_last());
+    if (kt_gpu_open(&g_dev, 0x3C) != 0)
         return 1;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    ap.expandable = false; /* plain segments: this test is about the ops */
-    if (qc_alloc_create(g_dev.dev, &ap, &g_dev.alloc) != QC_OK) {
-        printf("FATAL: allocator: %s\n", qc_error_last());
-        return 1;
-    }
-    g_dev.s = (cudaStream_t)qc_stream_native(qc_device_compute_stream(g_dev.dev));
-    if (qc_alloc_malloc(g_dev.alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &g_dev.ws) != QC_OK) {
-        printf("FATAL: workspace: %s\n", qc_error_last());
-        return 1;
-    }
-    /* TF32 off: a 16-bit run's fp32 GEMMs are fp32, as the oracle's */
-    const struct qc_kernels_cuda_params kp = {.device = 0,
-                                              .tf32 = false,
-                                              .workspace = g_dev.ws,
-                                              .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &g_dev.kctx) != QC_OK) {
-        printf("FATAL: context: %s\n", qc_error_last());
-        return 1;
-    }
-    qc_kernels_cuda_set_current(g_dev.kctx);
     struct impl im = cuda_impl;
     im.area = qc_lowp_area_numel(QC_KERNELS_CUDA_WORKSPACE_BYTES);
     for (int prec = QC_PREC_BF16; prec <= QC_PREC_FP16; prec++) {
@@ -1404,11 +1348,7 @@ static int main_gpu(void)
                 }
         }
     }
-    qc_kernels_cuda_set_current(NULL);
-    qc_kernels_cuda_destroy(g_dev.kctx);
-    qc_alloc_free(g_dev.alloc, g_dev.ws, NULL);
-    qc_alloc_destroy(g_dev.alloc);
-    qc_device_destroy(g_dev.dev);
+    kt_gpu_close(&g_dev);
     return qc_test_summary();
 }
 #endif /* QC_HAVE_CUDA */

@@ -34,6 +34,7 @@
 #include "qc_pinned.h"
 #include "qc_status.h"
 #include "cuda_probe.h"
+#include "kernels_cuda_testlib.h"
 #include "testutil.h"
 
 #define GUARD     4096 /* bytes of byte pattern before and after every device buffer */
@@ -65,11 +66,7 @@ struct tbuf {
 struct tcase;
 
 struct tctx {
-    struct qc_device *dev;
-    struct qc_alloc *alloc;
-    struct qc_kernels_cuda *kctx;
-    void *ws;
-    cudaStream_t s;
+    struct kt_gpu g; /* device, allocator, op context, stream */
     uint64_t rng;
     struct tbuf bufs[MAX_BUFS];
     int nbufs;
@@ -88,12 +85,6 @@ struct tcase {
     const char *why;
 };
 
-static void cuda_ok(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess)
-        T_FATAL("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
 /* Every copy runs on the compute stream the kernels use (a non-blocking stream: a plain
  * cudaMemcpy on the legacy stream would not be ordered with it) and is waited for. */
 static cudaStream_t g_stream;
@@ -103,8 +94,8 @@ static void copy_sync(void *dst, const void *src, size_t bytes, enum cudaMemcpyK
 {
     if (bytes == 0)
         return;
-    cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind, g_stream), what);
-    cuda_ok(cudaStreamSynchronize(g_stream), what);
+    kt_cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind, g_stream), what);
+    kt_cuda_ok(cudaStreamSynchronize(g_stream), what);
 }
 
 static size_t kind_size(enum tb_kind k)
@@ -132,7 +123,7 @@ static struct tbuf *tb_new(struct tctx *x, const char *name, enum tb_kind kind, 
         b->got[1] = calloc(1, hb);
     }
     void *p = NULL;
-    if (qc_alloc_malloc(x->alloc, b->bytes + 2 * GUARD, NULL, name, &p) != QC_OK)
+    if (qc_alloc_malloc(x->g.alloc, b->bytes + 2 * GUARD, NULL, name, &p) != QC_OK)
         T_FATAL("device alloc of %zu bytes for %s: %s", b->bytes, name, qc_error_last());
     b->dbase = (char *)p;
     b->d = b->dbase + GUARD;
@@ -239,7 +230,7 @@ static void cuda_run_begin(struct tctx *x)
 
 static void cuda_run_end(struct tctx *x, int rep)
 {
-    cuda_ok(cudaStreamSynchronize(x->s), "kernel execution");
+    kt_cuda_ok(cudaStreamSynchronize(x->g.s), "kernel execution");
     for (int i = 0; i < x->nbufs; i++) {
         struct tbuf *b = &x->bufs[i];
         if (b->role == TB_OUT && b->bytes)
@@ -361,14 +352,14 @@ static void check_case(struct tctx *x)
 
 static void free_case(struct tctx *x)
 {
-    cuda_ok(cudaStreamSynchronize(x->s), "sync before free");
+    kt_cuda_ok(cudaStreamSynchronize(x->g.s), "sync before free");
     for (int i = 0; i < x->nbufs; i++) {
         struct tbuf *b = &x->bufs[i];
         free(b->h);
         free(b->init);
         free(b->got[0]);
         free(b->got[1]);
-        qc_alloc_free(x->alloc, b->dbase, NULL);
+        qc_alloc_free(x->g.alloc, b->dbase, NULL);
     }
     x->nbufs = 0;
 }
@@ -461,27 +452,27 @@ static void run_unary(struct tctx *x, const struct tcase *tc, enum unary_op op)
     switch (op) {
     case U_RELU:
         qc_relu_backward_cpu(F(din), F(dout), F(yb), n);
-        CUDA_TWICE(x, (qc_relu_forward_cuda(DF(out), DF(in), n, x->s),
-                       qc_relu_backward_cuda(DF(din), DF(dout), DF(yb), n, x->s)));
+        CUDA_TWICE(x, (qc_relu_forward_cuda(DF(out), DF(in), n, x->g.s),
+                       qc_relu_backward_cuda(DF(din), DF(dout), DF(yb), n, x->g.s)));
         break;
     case U_ELU:
         qc_elu_backward_cpu(F(din), F(dout), F(yb), n);
-        CUDA_TWICE(x, (qc_elu_forward_cuda(DF(out), DF(in), n, x->s),
-                       qc_elu_backward_cuda(DF(din), DF(dout), DF(yb), n, x->s)));
+        CUDA_TWICE(x, (qc_elu_forward_cuda(DF(out), DF(in), n, x->g.s),
+                       qc_elu_backward_cuda(DF(din), DF(dout), DF(yb), n, x->g.s)));
         break;
     case U_SIGMOID:
         qc_sigmoid_backward_cpu(F(din), F(dout), F(yb), n);
-        CUDA_TWICE(x, (qc_sigmoid_forward_cuda(DF(out), DF(in), n, x->s),
-                       qc_sigmoid_backward_cuda(DF(din), DF(dout), DF(yb), n, x->s)));
+        CUDA_TWICE(x, (qc_sigmoid_forward_cuda(DF(out), DF(in), n, x->g.s),
+                       qc_sigmoid_backward_cuda(DF(din), DF(dout), DF(yb), n, x->g.s)));
         break;
     case U_TANH:
         qc_tanh_backward_cpu(F(din), F(dout), F(yb), n);
-        CUDA_TWICE(x, (qc_tanh_forward_cuda(DF(out), DF(in), n, x->s),
-                       qc_tanh_backward_cuda(DF(din), DF(dout), DF(yb), n, x->s)));
+        CUDA_TWICE(x, (qc_tanh_forward_cuda(DF(out), DF(in), n, x->g.s),
+                       qc_tanh_backward_cuda(DF(din), DF(dout), DF(yb), n, x->g.s)));
         break;
     case U_WRAP:
         memcpy(F(din), din->init, din->bytes); /* no backward: dinp stays at its init */
-        CUDA_TWICE(x, qc_wrap_angle_forward_cuda(DF(out), DF(in), n, x->s));
+        CUDA_TWICE(x, qc_wrap_angle_forward_cuda(DF(out), DF(in), n, x->g.s));
         break;
     }
     free(y);
@@ -525,7 +516,7 @@ static void run_angle_between(struct tctx *x, const struct tcase *tc)
     struct tbuf *v = in_f32_from(x, "vec", vec, 2 * N);
     struct tbuf *out = out_f32(x, "out", N, 5.0f, 6.0f);
     qc_angle_between_2d_forward_cpu(F(out), F(c), F(v), N);
-    CUDA_TWICE(x, qc_angle_between_2d_forward_cuda(DF(out), DF(c), DF(v), N, x->s));
+    CUDA_TWICE(x, qc_angle_between_2d_forward_cuda(DF(out), DF(c), DF(v), N, x->g.s));
     free(ctr);
     free(vec);
 }
@@ -547,11 +538,11 @@ static void run_arith(struct tctx *x, const struct tcase *tc)
     qc_add_scalar_forward_cpu(F(sc), F(a), 0.1f, n);
     qc_gate_update_forward_cpu(F(gu), F(a), F(g), F(b), n);
     qc_gate_update_backward_cpu(F(du), F(dg), F(ds), F(dout), F(a), F(g), F(b), n);
-    CUDA_TWICE(x, (qc_add_forward_cuda(DF(sum), DF(a), DF(b), n, x->s),
-                   qc_add_scalar_forward_cuda(DF(sc), DF(a), 0.1f, n, x->s),
-                   qc_gate_update_forward_cuda(DF(gu), DF(a), DF(g), DF(b), n, x->s),
+    CUDA_TWICE(x, (qc_add_forward_cuda(DF(sum), DF(a), DF(b), n, x->g.s),
+                   qc_add_scalar_forward_cuda(DF(sc), DF(a), 0.1f, n, x->g.s),
+                   qc_gate_update_forward_cuda(DF(gu), DF(a), DF(g), DF(b), n, x->g.s),
                    qc_gate_update_backward_cuda(DF(du), DF(dg), DF(ds), DF(dout), DF(a), DF(g),
-                                                DF(b), n, x->s)));
+                                                DF(b), n, x->g.s)));
 }
 
 static void run_dropout(struct tctx *x, const struct tcase *tc)
@@ -566,9 +557,9 @@ static void run_dropout(struct tctx *x, const struct tcase *tc)
     qc_dropout_forward_cpu(F(out), F(in), n, &d);
     qc_dropout_backward_cpu(F(din), F(in), n, &d);
     qc_dropout_forward_cpu(F(off), F(in), n, &d0);
-    CUDA_TWICE(x, (qc_dropout_forward_cuda(DF(out), DF(in), n, &d, x->s),
-                   qc_dropout_backward_cuda(DF(din), DF(in), n, &d, x->s),
-                   qc_dropout_forward_cuda(DF(off), DF(in), n, &d0, x->s)));
+    CUDA_TWICE(x, (qc_dropout_forward_cuda(DF(out), DF(in), n, &d, x->g.s),
+                   qc_dropout_backward_cuda(DF(din), DF(in), n, &d, x->g.s),
+                   qc_dropout_forward_cuda(DF(off), DF(in), n, &d0, x->g.s)));
 }
 
 // ---- runners: linear, layernorm
@@ -592,10 +583,11 @@ static void run_linear(struct tctx *x, const struct tcase *tc)
     qc_linear_forward_cpu(F(o1), F(in), IC, F(w), F(b), N, IC, OC, false);
     qc_linear_forward_cpu(F(o2), F(in), ldi, F(w), NULL, N, IC, OC, true);
     qc_linear_backward_cpu(F(dinp), lddi, F(dw), F(db), F(dout), F(in), ldi, F(w), N, IC, OC, true);
-    CUDA_TWICE(x, (qc_linear_forward_cuda(DF(o1), DF(in), IC, DF(w), DF(b), N, IC, OC, false, x->s),
-                   qc_linear_forward_cuda(DF(o2), DF(in), ldi, DF(w), NULL, N, IC, OC, true, x->s),
-                   qc_linear_backward_cuda(DF(dinp), lddi, DF(dw), DF(db), DF(dout), DF(in), ldi,
-                                           DF(w), N, IC, OC, true, x->s)));
+    CUDA_TWICE(x,
+               (qc_linear_forward_cuda(DF(o1), DF(in), IC, DF(w), DF(b), N, IC, OC, false, x->g.s),
+                qc_linear_forward_cuda(DF(o2), DF(in), ldi, DF(w), NULL, N, IC, OC, true, x->g.s),
+                qc_linear_backward_cuda(DF(dinp), lddi, DF(dw), DF(db), DF(dout), DF(in), ldi,
+                                        DF(w), N, IC, OC, true, x->g.s)));
 }
 
 /* d1 = C. Forward (out, mean, rstd), backward dinp OVERWRITE, dweight / dbias ACCUM. */
@@ -623,9 +615,9 @@ static void run_layernorm(struct tctx *x, const struct tcase *tc)
     qc_layernorm_backward_cpu(F(dinp), F(dw), F(db), F(dout), F(in), F(sm), F(sr), F(w), N, C,
                               false);
     CUDA_TWICE(x, (qc_layernorm_forward_cuda(DF(out), DF(mean), DF(rstd), DF(in), DF(w), DF(b), N,
-                                             C, x->s),
+                                             C, x->g.s),
                    qc_layernorm_backward_cuda(DF(dinp), DF(dw), DF(db), DF(dout), DF(in), DF(sm),
-                                              DF(sr), DF(w), N, C, false, x->s)));
+                                              DF(sr), DF(w), N, C, false, x->g.s)));
     free(m);
     free(r);
     free(tmp);
@@ -648,8 +640,8 @@ static void run_embedding(struct tctx *x, const struct tcase *tc)
     struct tbuf *dt = out_f32(x, "dtable", V * C, -1.0f, 1.0f);
     qc_embedding_forward_cpu(F(out), I(ib), F(table), N, C, V);
     qc_embedding_backward_cpu(F(dt), F(dout), I(ib), N, C, V);
-    CUDA_TWICE(x, (qc_embedding_forward_cuda(DF(out), DI(ib), DF(table), N, C, V, x->s),
-                   qc_embedding_backward_cuda(DF(dt), DF(dout), DI(ib), N, C, V, x->s)));
+    CUDA_TWICE(x, (qc_embedding_forward_cuda(DF(out), DI(ib), DF(table), N, C, V, x->g.s),
+                   qc_embedding_backward_cuda(DF(dt), DF(dout), DI(ib), N, C, V, x->g.s)));
     free(idx);
 }
 
@@ -662,8 +654,8 @@ static void run_cumsum(struct tctx *x, const struct tcase *tc)
     struct tbuf *din = out_f32(x, "dinp", n, -1.0f, 1.0f);
     qc_cumsum_forward_cpu(F(out), F(in), O, L, In);
     qc_cumsum_backward_cpu(F(din), F(in), O, L, In);
-    CUDA_TWICE(x, (qc_cumsum_forward_cuda(DF(out), DF(in), O, L, In, x->s),
-                   qc_cumsum_backward_cuda(DF(din), DF(in), O, L, In, x->s)));
+    CUDA_TWICE(x, (qc_cumsum_forward_cuda(DF(out), DF(in), O, L, In, x->g.s),
+                   qc_cumsum_backward_cuda(DF(din), DF(in), O, L, In, x->g.s)));
 }
 
 /* rows = n, d1 = R (repeats), d2 = C. copy2d both ways, repeat_interleave, tile, transpose01. */
@@ -688,14 +680,14 @@ static void run_layout(struct tctx *x, const struct tcase *tc)
     qc_tile_backward_cpu(F(tib), F(rep), N, R, C, false);
     qc_transpose01_forward_cpu(F(tr), F(rep), N, R, C);
     qc_transpose01_backward_cpu(F(trb), F(rep), N, R, C);
-    CUDA_TWICE(x, (qc_copy2d_cuda(DF(cp) + 1, ld, DF(src), ld, N, C, false, x->s),
-                   qc_copy2d_cuda(DF(cpa), C, DF(src) + 3, ld, N, C, true, x->s),
-                   qc_repeat_interleave_forward_cuda(DF(ri), DF(src), N, R, C, x->s),
-                   qc_repeat_interleave_backward_cuda(DF(rib), DF(rep), N, R, C, true, x->s),
-                   qc_tile_forward_cuda(DF(ti), DF(src), N, R, C, x->s),
-                   qc_tile_backward_cuda(DF(tib), DF(rep), N, R, C, false, x->s),
-                   qc_transpose01_forward_cuda(DF(tr), DF(rep), N, R, C, x->s),
-                   qc_transpose01_backward_cuda(DF(trb), DF(rep), N, R, C, x->s)));
+    CUDA_TWICE(x, (qc_copy2d_cuda(DF(cp) + 1, ld, DF(src), ld, N, C, false, x->g.s),
+                   qc_copy2d_cuda(DF(cpa), C, DF(src) + 3, ld, N, C, true, x->g.s),
+                   qc_repeat_interleave_forward_cuda(DF(ri), DF(src), N, R, C, x->g.s),
+                   qc_repeat_interleave_backward_cuda(DF(rib), DF(rep), N, R, C, true, x->g.s),
+                   qc_tile_forward_cuda(DF(ti), DF(src), N, R, C, x->g.s),
+                   qc_tile_backward_cuda(DF(tib), DF(rep), N, R, C, false, x->g.s),
+                   qc_transpose01_forward_cuda(DF(tr), DF(rep), N, R, C, x->g.s),
+                   qc_transpose01_backward_cuda(DF(trb), DF(rep), N, R, C, x->g.s)));
 }
 
 // ---- runners: CSR ops
@@ -718,11 +710,11 @@ static void run_gather_scatter(struct tctx *x, const struct tcase *tc)
     qc_gather_rows_backward_cpu(F(gb), F(edges), c.h, C, true);
     qc_scatter_add_forward_cpu(F(sf), F(edges), c.h, C, false);
     qc_scatter_add_backward_cpu(F(sb), F(nodes), c.h, C, false);
-    CUDA_TWICE(x, (qc_gather_rows_forward_cuda(DF(g), DF(nodes), c.d.seg, E, C, false, x->s),
-                   qc_gather_rows_forward_cuda(DF(ga), DF(nodes), c.d.seg, E, C, true, x->s),
-                   qc_gather_rows_backward_cuda(DF(gb), DF(edges), c.d, C, true, x->s),
-                   qc_scatter_add_forward_cuda(DF(sf), DF(edges), c.d, C, false, x->s),
-                   qc_scatter_add_backward_cuda(DF(sb), DF(nodes), c.d, C, false, x->s)));
+    CUDA_TWICE(x, (qc_gather_rows_forward_cuda(DF(g), DF(nodes), c.d.seg, E, C, false, x->g.s),
+                   qc_gather_rows_forward_cuda(DF(ga), DF(nodes), c.d.seg, E, C, true, x->g.s),
+                   qc_gather_rows_backward_cuda(DF(gb), DF(edges), c.d, C, true, x->g.s),
+                   qc_scatter_add_forward_cuda(DF(sf), DF(edges), c.d, C, false, x->g.s),
+                   qc_scatter_add_backward_cuda(DF(sb), DF(nodes), c.d, C, false, x->g.s)));
 }
 
 /* E = n edges over nseg_for(E) destinations, H = 8, Dh = 16: score, softmax, aggregate with
@@ -764,15 +756,15 @@ static void run_attention(struct tctx *x, const struct tcase *tc)
     qc_attn_aggregate_forward_cpu(F(agg0), F(alpha), F(v), c.h, H, Dh, NULL);
     qc_attn_aggregate_backward_cpu(F(dalpha), F(dv), F(dagg), F(alpha), F(v), c.h, H, Dh, &drop);
     CUDA_TWICE(
-        x, (qc_attn_score_forward_cuda(DF(score), DF(q), DF(k), c.d, H, Dh, scale, x->s),
-            qc_segment_softmax_forward_cuda(DF(sm), DF(smax), DF(ssum), DF(score), c.d, H, x->s),
-            qc_segment_softmax_backward_cuda(DF(dsm), DF(dal), DF(alpha), c.d, H, x->s),
+        x, (qc_attn_score_forward_cuda(DF(score), DF(q), DF(k), c.d, H, Dh, scale, x->g.s),
+            qc_segment_softmax_forward_cuda(DF(sm), DF(smax), DF(ssum), DF(score), c.d, H, x->g.s),
+            qc_segment_softmax_backward_cuda(DF(dsm), DF(dal), DF(alpha), c.d, H, x->g.s),
             qc_attn_score_backward_cuda(DF(dq), DF(dk), DF(dsc), DF(q), DF(k), c.d, H, Dh, scale,
-                                        true, x->s),
-            qc_attn_aggregate_forward_cuda(DF(agg), DF(alpha), DF(v), c.d, H, Dh, &drop, x->s),
-            qc_attn_aggregate_forward_cuda(DF(agg0), DF(alpha), DF(v), c.d, H, Dh, NULL, x->s),
+                                        true, x->g.s),
+            qc_attn_aggregate_forward_cuda(DF(agg), DF(alpha), DF(v), c.d, H, Dh, &drop, x->g.s),
+            qc_attn_aggregate_forward_cuda(DF(agg0), DF(alpha), DF(v), c.d, H, Dh, NULL, x->g.s),
             qc_attn_aggregate_backward_cuda(DF(dalpha), DF(dv), DF(dagg), DF(alpha), DF(v), c.d, H,
-                                            Dh, &drop, x->s)));
+                                            Dh, &drop, x->g.s)));
     free(sc);
     free(al);
 }
@@ -792,9 +784,9 @@ static void run_fourier(struct tctx *x, const struct tcase *tc)
     struct tbuf *dfr = out_f32(x, "dfreqs_accum", D * Fb, -1.0f, 1.0f);
     qc_fourier_features_forward_cpu(F(phi), F(c), F(fr), N, D, Fb);
     qc_fourier_features_backward_cpu(F(dc), F(dfr), F(dphi), F(c), F(fr), N, D, Fb);
-    CUDA_TWICE(x, (qc_fourier_features_forward_cuda(DF(phi), DF(c), DF(fr), N, D, Fb, x->s),
+    CUDA_TWICE(x, (qc_fourier_features_forward_cuda(DF(phi), DF(c), DF(fr), N, D, Fb, x->g.s),
                    qc_fourier_features_backward_cuda(DF(dc), DF(dfr), DF(dphi), DF(c), DF(fr), N, D,
-                                                     Fb, x->s)));
+                                                     Fb, x->g.s)));
 }
 
 /* N = n sequences, d1 = L steps, d2 = C (= IC). The sequence forward and backward, and one cell
@@ -844,13 +836,13 @@ static void run_gru(struct tctx *x, const struct tcase *tc)
     CUDA_TWICE(
         x,
         (qc_gru_forward_cuda(DF(hs), DF(gates), DF(xs), DF(h0), DF(wih), DF(bih), DF(whh), DF(bhh),
-                             L, N, IC, C, ds, x->s),
+                             L, N, IC, C, ds, x->g.s),
          qc_gru_backward_cuda(DF(dx), DF(dh0), DF(dwih), DF(dbih), DF(dwhh), DF(dbhh), DF(dlast),
-                              DF(shs), DF(sg), DF(xs), DF(wih), DF(whh), L, N, IC, C, ds, x->s),
+                              DF(shs), DF(sg), DF(xs), DF(wih), DF(whh), L, N, IC, C, ds, x->g.s),
          qc_gru_cell_forward_cuda(DF(ch), DF(cg), DF(xs), DF(h0), DF(wih), DF(bih), DF(whh),
-                                  DF(bhh), N, IC, C, ds, x->s),
+                                  DF(bhh), N, IC, C, ds, x->g.s),
          qc_gru_cell_backward_cuda(DF(cdx), DF(cdh), NULL, NULL, DF(cdw), NULL, DF(dlast), DF(sg),
-                                   DF(xs), DF(h0), DF(wih), DF(whh), N, IC, C, ds, x->s)));
+                                   DF(xs), DF(h0), DF(wih), DF(whh), N, IC, C, ds, x->g.s)));
     free(hscpu);
     free(gcpu);
     free(scr);
@@ -862,7 +854,7 @@ static void run_gru_cudnn(struct tctx *x, const struct tcase *tc)
 {
     int64_t N = tc->n, L = tc->d1, C = tc->d2, IC = C;
     struct qc_gru_cudnn *g = NULL;
-    if (qc_gru_cudnn_create(L, N, IC, C, x->s, &g) != QC_OK) {
+    if (qc_gru_cudnn_create(L, N, IC, C, x->g.s, &g) != QC_OK) {
         case_fail(x, "qc_gru_cudnn_create", qc_error_last());
         return;
     }
@@ -898,12 +890,12 @@ static void run_gru_cudnn(struct tctx *x, const struct tcase *tc)
                         F(xs), F(wih), F(whh), L, N, IC, C, scr);
     enum qc_status st[3] = {QC_OK, QC_OK, QC_OK};
     CUDA_TWICE(
-        x, (st[0] = qc_gru_cudnn_pack_weights(g, ws->d, DF(wih), DF(bih), DF(whh), DF(bhh), x->s),
+        x, (st[0] = qc_gru_cudnn_pack_weights(g, ws->d, DF(wih), DF(bih), DF(whh), DF(bhh), x->g.s),
             st[1] = qc_gru_forward_cudnn(g, DF(y), DF(hl), DF(xs), DF(h0), ws->d, work->d, res->d,
-                                         x->s),
+                                         x->g.s),
             st[2] = qc_gru_backward_cudnn(g, DF(dx), DF(dh0), DF(dwih), DF(dbih), DF(dwhh),
                                           DF(dbhh), DF(dlast), DF(y), DF(xs), DF(h0), ws->d, dws->d,
-                                          work->d, res->d, x->s)));
+                                          work->d, res->d, x->g.s)));
     for (int i = 0; i < 3; i++)
         if (st[i] != QC_OK)
             case_fail(x, "cuDNN call", qc_error_last());
@@ -936,10 +928,10 @@ static void run_rowwise(struct tctx *x, const struct tcase *tc)
     qc_log_softmax_backward_cpu(F(d1), F(dout), F(sls), N, K);
     qc_logsumexp_forward_cpu(F(o2), F(in), N, K);
     qc_logsumexp_backward_cpu(F(d2), F(dout1), F(in), F(slse), N, K);
-    CUDA_TWICE(x, (qc_log_softmax_forward_cuda(DF(o1), DF(in), N, K, x->s),
-                   qc_log_softmax_backward_cuda(DF(d1), DF(dout), DF(sls), N, K, x->s),
-                   qc_logsumexp_forward_cuda(DF(o2), DF(in), N, K, x->s),
-                   qc_logsumexp_backward_cuda(DF(d2), DF(dout1), DF(in), DF(slse), N, K, x->s)));
+    CUDA_TWICE(x, (qc_log_softmax_forward_cuda(DF(o1), DF(in), N, K, x->g.s),
+                   qc_log_softmax_backward_cuda(DF(d1), DF(dout), DF(sls), N, K, x->g.s),
+                   qc_logsumexp_forward_cuda(DF(o2), DF(in), N, K, x->g.s),
+                   qc_logsumexp_backward_cuda(DF(d2), DF(dout1), DF(in), DF(slse), N, K, x->g.s)));
     free(ls);
     free(lse);
 }
@@ -956,9 +948,9 @@ static void run_laplace(struct tctx *x, const struct tcase *tc)
     struct tbuf *dsc = out_f32(x, "dscale", n, -1.0f, 1.0f);
     qc_laplace_nll_forward_cpu(F(nll), F(mu), F(sc), F(y), n);
     qc_laplace_nll_backward_cpu(F(dmu), F(dsc), F(dn), F(mu), F(sc), F(y), n);
-    CUDA_TWICE(x, (qc_laplace_nll_forward_cuda(DF(nll), DF(mu), DF(sc), DF(y), n, x->s),
+    CUDA_TWICE(x, (qc_laplace_nll_forward_cuda(DF(nll), DF(mu), DF(sc), DF(y), n, x->g.s),
                    qc_laplace_nll_backward_cuda(DF(dmu), DF(dsc), DF(dn), DF(mu), DF(sc), DF(y), n,
-                                                x->s)));
+                                                x->g.s)));
 }
 
 /* A = n agents, d1 = K modes, d2 = S steps; gt stride 3. best mode, regression loss and the
@@ -996,15 +988,15 @@ static void run_losses(struct tctx *x, const struct tcase *tc)
     qc_mixture_nll_backward_cpu(F(dpi), F(dloss), F(pi), F(loc), F(scl), F(gt), gs, U(mask),
                                 U(cmask), NULL, A, K, S);
     CUDA_TWICE(
-        x, (qc_best_mode_cuda(DI(best), DF(loc), DF(gt), gs, DU(mask), A, K, S, x->s),
+        x, (qc_best_mode_cuda(DI(best), DF(loc), DF(gt), gs, DU(mask), A, K, S, x->g.s),
             qc_reg_loss_forward_cuda(DF(lreg), DF(loc), DF(scl), DI(sbest), DF(gt), gs, DU(mask),
-                                     NULL, A, K, S, DF(dscr), x->s),
+                                     NULL, A, K, S, DF(dscr), x->g.s),
             qc_reg_loss_backward_cuda(DF(dloc), DF(dscl), DF(dloss), DF(loc), DF(scl), DI(sbest),
-                                      DF(gt), gs, DU(mask), NULL, A, K, S, DF(dscr), x->s),
+                                      DF(gt), gs, DU(mask), NULL, A, K, S, DF(dscr), x->g.s),
             qc_mixture_nll_forward_cuda(DF(lcls), DF(pi), DF(loc), DF(scl), DF(gt), gs, DU(mask),
-                                        DU(cmask), NULL, A, K, S, x->s),
+                                        DU(cmask), NULL, A, K, S, x->g.s),
             qc_mixture_nll_backward_cuda(DF(dpi), DF(dloss), DF(pi), DF(loc), DF(scl), DF(gt), gs,
-                                         DU(mask), DU(cmask), NULL, A, K, S, x->s)));
+                                         DU(mask), DU(cmask), NULL, A, K, S, x->g.s)));
     free(bcpu);
     free(scr);
 }
@@ -1055,10 +1047,10 @@ static void run_adamw(struct tctx *x, const struct tcase *tc)
         list[s].n = off[s + 1] - off[s];
         list[s].decay = dec[s] != 0;
     }
-    CUDA_TWICE(x, (qc_adamw_step_cuda(DF(p1), DF(m1), DF(v1), DF(g), n, &hp, x->s),
+    CUDA_TWICE(x, (qc_adamw_step_cuda(DF(p1), DF(m1), DF(v1), DF(g), n, &hp, x->g.s),
                    qc_adamw_step_segments_cuda(DF(p2), DF(m2), DF(v2), DF(g), DI(offb), DU(decb),
-                                               nseg, &hp, x->s),
-                   qc_adamw_step_multi_cuda(list, nseg, &hp, x->s)));
+                                               nseg, &hp, x->g.s),
+                   qc_adamw_step_multi_cuda(list, nseg, &hp, x->g.s)));
     free(off);
     free(dec);
     free(list);
@@ -1141,7 +1133,7 @@ static const struct tcase cases[] = {
 static void *dev_buf(struct tctx *x, size_t bytes)
 {
     void *p = NULL;
-    if (qc_alloc_malloc(x->alloc, bytes, NULL, "test", &p) != QC_OK)
+    if (qc_alloc_malloc(x->g.alloc, bytes, NULL, "test", &p) != QC_OK)
         T_FATAL("device allocation of %zu bytes: %s", bytes, qc_error_last());
     return p;
 }
@@ -1163,22 +1155,23 @@ static void test_context_streams(struct tctx *x)
         T_EXPECT(cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
         T_EXPECT(cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
         struct qc_stream *tmp = NULL;
-        T_EXPECT(qc_stream_create(x->dev, QC_STREAM_COMPUTE, &tmp) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_stream_create(x->g.dev, QC_STREAM_COMPUTE, &tmp) == QC_OK, "%s",
+                 qc_error_last());
         qc_linear_forward_cuda(dout, din, IC, dw, NULL, N, IC, OC, false,
                                (cudaStream_t)qc_stream_native(tmp));
         qc_stream_destroy(tmp); /* drains, then the context forgets it */
-        T_EXPECT(cudaMemsetAsync(dout, 0, sizeof out, x->s) == cudaSuccess, "memset");
-        qc_linear_forward_cuda(dout, din, IC, dw, NULL, N, IC, OC, false, x->s);
-        T_EXPECT(cudaStreamSynchronize(x->s) == cudaSuccess, "%s",
+        T_EXPECT(cudaMemsetAsync(dout, 0, sizeof out, x->g.s) == cudaSuccess, "memset");
+        qc_linear_forward_cuda(dout, din, IC, dw, NULL, N, IC, OC, false, x->g.s);
+        T_EXPECT(cudaStreamSynchronize(x->g.s) == cudaSuccess, "%s",
                  cudaGetErrorString(cudaGetLastError()));
         T_EXPECT(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost) == cudaSuccess,
                  "download");
         for (int i = 0; i < N * OC; i++)
             T_EXPECT(out[i] == ref[i], "out[%d] = %g, expected %g", i, (double)out[i],
                      (double)ref[i]);
-        qc_alloc_free(x->alloc, dout, NULL);
-        qc_alloc_free(x->alloc, dw, NULL);
-        qc_alloc_free(x->alloc, din, NULL);
+        qc_alloc_free(x->g.alloc, dout, NULL);
+        qc_alloc_free(x->g.alloc, dw, NULL);
+        qc_alloc_free(x->g.alloc, din, NULL);
     }
 }
 
@@ -1190,12 +1183,12 @@ static void test_upload_ring(struct tctx *x)
         struct qc_pinned *pin = NULL;
         void *ring = NULL;
         struct qc_kernels_cuda *k = NULL;
-        T_EXPECT(qc_pinned_create(x->dev, 0, &pin) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_pinned_create(x->g.dev, 0, &pin) == QC_OK, "%s", qc_error_last());
         T_EXPECT(qc_pinned_malloc(pin, QC_KERNELS_CUDA_STAGING_BYTES, 4096, "ring", &ring) == QC_OK,
                  "%s", qc_error_last());
         const struct qc_kernels_cuda_params kp = {.device = 0,
                                                   .tf32 = false,
-                                                  .workspace = x->ws,
+                                                  .workspace = x->g.ws,
                                                   .workspace_bytes =
                                                       QC_KERNELS_CUDA_WORKSPACE_BYTES,
                                                   .staging = ring,
@@ -1211,16 +1204,16 @@ static void test_upload_ring(struct tctx *x)
                 T_FATAL("out of host memory");
             for (size_t j = 0; j < n; j++)
                 src[j] = (unsigned char)(j * 131u + (unsigned)i);
-            T_EXPECT(qc_upload_cuda(d, src, n, x->s) == QC_OK, "%s", qc_error_last());
+            T_EXPECT(qc_upload_cuda(d, src, n, x->g.s) == QC_OK, "%s", qc_error_last());
             memset(src, 0xEE, n); /* pageable: reusable as soon as the call returns */
-            T_EXPECT(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, x->s) == cudaSuccess &&
-                         cudaStreamSynchronize(x->s) == cudaSuccess,
+            T_EXPECT(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, x->g.s) == cudaSuccess &&
+                         cudaStreamSynchronize(x->g.s) == cudaSuccess,
                      "download");
             size_t bad = 0;
             for (size_t j = 0; j < n; j++)
                 bad += back[j] != (unsigned char)(j * 131u + (unsigned)i);
             T_EXPECT_EQ_U64(bad, 0, "bytes wrong after a staged upload of %zu bytes", n);
-            qc_alloc_free(x->alloc, d, NULL);
+            qc_alloc_free(x->g.alloc, d, NULL);
             free(back);
             free(src);
         }
@@ -1230,14 +1223,14 @@ static void test_upload_ring(struct tctx *x)
                  qc_error_last());
         memset(ps, 0x5A, 1 << 20);
         unsigned char *d = dev_buf(x, 1 << 20), *back = malloc(1 << 20);
-        T_EXPECT(qc_upload_cuda(d, ps, 1 << 20, x->s) == QC_OK, "%s", qc_error_last());
-        T_EXPECT(cudaMemcpyAsync(back, d, 1 << 20, cudaMemcpyDeviceToHost, x->s) == cudaSuccess &&
-                     cudaStreamSynchronize(x->s) == cudaSuccess,
+        T_EXPECT(qc_upload_cuda(d, ps, 1 << 20, x->g.s) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(cudaMemcpyAsync(back, d, 1 << 20, cudaMemcpyDeviceToHost, x->g.s) == cudaSuccess &&
+                     cudaStreamSynchronize(x->g.s) == cudaSuccess,
                  "download");
         T_EXPECT(back && back[0] == 0x5A && back[(1 << 20) - 1] == 0x5A, "pinned upload");
         free(back);
-        qc_alloc_free(x->alloc, d, NULL);
-        qc_kernels_cuda_set_current(x->kctx);
+        qc_alloc_free(x->g.alloc, d, NULL);
+        qc_kernels_cuda_set_current(x->g.kctx);
         qc_kernels_cuda_destroy(k);
         qc_pinned_destroy(pin); /* the ring and ps with it */
     }
@@ -1256,33 +1249,9 @@ int main(int argc, char **argv)
     memset(&x, 0, sizeof(x));
     for (int i = 0; i < GUARD; i++)
         x.pattern[i] = (unsigned char)(0xA5 ^ (i * 37 + 11));
-    if (qc_device_create(QC_DEVICE_CUDA, 0, &x.dev) != QC_OK) {
-        printf("FATAL: device: %s\n", qc_error_last());
+    if (kt_gpu_open(&x.g, 0xA5) != 0)
         return 1;
-    }
-    struct qc_alloc_params ap;
-    qc_alloc_params_default(&ap);
-    ap.expandable = false; /* plain cudaMalloc segments: this test is about the ops, not VMM */
-    if (qc_alloc_create(x.dev, &ap, &x.alloc) != QC_OK) {
-        printf("FATAL: allocator: %s\n", qc_error_last());
-        return 1;
-    }
-    x.s = (cudaStream_t)qc_stream_native(qc_device_compute_stream(x.dev));
-    g_stream = x.s;
-    if (qc_alloc_malloc(x.alloc, QC_KERNELS_CUDA_WORKSPACE_BYTES, NULL, "kernels/workspace",
-                        &x.ws) != QC_OK) {
-        printf("FATAL: workspace: %s\n", qc_error_last());
-        return 1;
-    }
-    struct qc_kernels_cuda_params kp = {.device = 0,
-                                        .tf32 = false,
-                                        .workspace = x.ws,
-                                        .workspace_bytes = QC_KERNELS_CUDA_WORKSPACE_BYTES};
-    if (qc_kernels_cuda_create(&kp, &x.kctx) != QC_OK) {
-        printf("FATAL: context: %s\n", qc_error_last());
-        return 1;
-    }
-    qc_kernels_cuda_set_current(x.kctx);
+    g_stream = x.g.s;
     x.rng = qc_test_seed();
 
     int64_t ncases = (int64_t)(sizeof(cases) / sizeof(cases[0]));
@@ -1312,10 +1281,6 @@ int main(int argc, char **argv)
     test_context_streams(&x);
     test_upload_ring(&x);
 
-    qc_kernels_cuda_set_current(NULL);
-    qc_kernels_cuda_destroy(x.kctx);
-    qc_alloc_free(x.alloc, x.ws, NULL);
-    qc_alloc_destroy(x.alloc);
-    qc_device_destroy(x.dev);
+    kt_gpu_close(&x.g);
     return qc_test_summary();
 }

@@ -1,12 +1,12 @@
 /*
  * activation.c — elementwise activations (ReLU, ELU, sigmoid, tanh), small arithmetic and the
- * attention layer's gated update. Backwards read the forward output (what an in-place PyTorch
- * op saves) and may run in place.
+ * attention layer's gated update, per element by the formulas of activation_math.h (shared with
+ * the CUDA kernels). Backwards read the forward output (what an in-place PyTorch op saves) and
+ * may run in place.
  */
 #include "qc_kernels.h"
 
-#include <math.h>
-
+#include "activation_math.h"
 #include "qc_status.h"
 
 #define CHECK_N(n) QC_ASSERT((n) >= 0, "%s: n %lld", __func__, (long long)(n))
@@ -16,7 +16,7 @@ void qc_relu_forward_cpu(float *out, const float *inp, int64_t n)
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+        out[i] = qc_relu_fwd(inp[i]);
 }
 
 void qc_relu_backward_cpu(float *dinp, const float *dout, const float *out, int64_t n)
@@ -25,7 +25,7 @@ void qc_relu_backward_cpu(float *dinp, const float *dout, const float *out, int6
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const float g = dout[i]; /* loaded unconditionally: the loop vectorizes */
-        dinp[i] = out[i] > 0.0f ? g : 0.0f;
+        dinp[i] = qc_relu_bwd(g, out[i]);
     }
 }
 
@@ -34,7 +34,7 @@ void qc_elu_forward_cpu(float *out, const float *inp, int64_t n)
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = inp[i] > 0.0f ? inp[i] : expm1f(inp[i]);
+        out[i] = qc_elu_fwd(inp[i]);
 }
 
 void qc_elu_backward_cpu(float *dinp, const float *dout, const float *out, int64_t n)
@@ -43,7 +43,7 @@ void qc_elu_backward_cpu(float *dinp, const float *dout, const float *out, int64
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const float g = dout[i], y = out[i];
-        dinp[i] = y > 0.0f ? g : g * (y + 1.0f);
+        dinp[i] = qc_elu_bwd(g, y);
     }
 }
 
@@ -52,7 +52,7 @@ void qc_sigmoid_forward_cpu(float *out, const float *inp, int64_t n)
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = 1.0f / (1.0f + expf(-inp[i]));
+        out[i] = qc_sigmoid_fwd(inp[i]);
 }
 
 void qc_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, int64_t n)
@@ -60,7 +60,7 @@ void qc_sigmoid_backward_cpu(float *dinp, const float *dout, const float *out, i
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] = dout[i] * out[i] * (1.0f - out[i]);
+        dinp[i] = qc_sigmoid_bwd(dout[i], out[i]);
 }
 
 void qc_tanh_forward_cpu(float *out, const float *inp, int64_t n)
@@ -68,7 +68,7 @@ void qc_tanh_forward_cpu(float *out, const float *inp, int64_t n)
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = tanhf(inp[i]);
+        out[i] = qc_tanh_fwd(inp[i]);
 }
 
 void qc_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int64_t n)
@@ -76,7 +76,7 @@ void qc_tanh_backward_cpu(float *dinp, const float *dout, const float *out, int6
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dinp[i] = dout[i] * (1.0f - out[i] * out[i]);
+        dinp[i] = qc_tanh_bwd(dout[i], out[i]);
 }
 
 void qc_add_forward_cpu(float *out, const float *a, const float *b, int64_t n)
@@ -101,7 +101,7 @@ void qc_gate_update_forward_cpu(float *out, const float *u, const float *g, cons
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        out[i] = u[i] + g[i] * (s[i] - u[i]);
+        out[i] = qc_gate_update_fwd(u[i], g[i], s[i]);
 }
 
 void qc_gate_update_backward_cpu(float *du, float *dg, float *ds, const float *dout, const float *u,
@@ -109,15 +109,6 @@ void qc_gate_update_backward_cpu(float *du, float *dg, float *ds, const float *d
 {
     CHECK_N(n);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float d = dout[i], gi = g[i];
-        float dsi = d * gi;
-        float dgi = d * (s[i] - u[i]);
-        if (du)
-            du[i] = d - dsi;
-        if (dg)
-            dg[i] = dgi;
-        if (ds)
-            ds[i] = dsi;
-    }
+    for (int64_t i = 0; i < n; i++)
+        qc_gate_update_backward_at(du, dg, ds, dout, u, g, s, i);
 }

@@ -320,19 +320,15 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
     if (t->ntile == 0)
         return;
     const struct fcpu_layout y = fcpu_layout_make(l, ed, false);
-    const int blas_threads = qc_kernels_cpu_blas_threads();
-    qc_kernels_cpu_set_blas_threads(1);
-    const bool prof = qc_prof_on();
-    if (prof)
-        qc_prof_team_begin(y.nthreads);
-        /* tiles write disjoint query rows: any schedule gives the same bits */
+    const struct cpu_team tm = cpu_team_begin(y.nthreads);
+    /* tiles write disjoint query rows: any schedule gives the same bits */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(y.nthreads)
     for (int64_t ti = 0; ti < t->ntile; ti++) {
         struct ftile_ws ws = ftile_ws_at(&y, t->cap, D, false, scratch, omp_get_thread_num());
         const int64_t b0 = t->b0[ti], b1 = t->b0[ti + 1], e0 = row_ptr[b0];
         ftile_edges(&ws, k, v, l, ed, e0, row_ptr[b1] - e0);
         struct qc_prof_mark pm;
-        if (prof)
+        if (tm.prof)
             qc_prof_op_begin(&pm);
         for (int64_t b = b0; b < b1; b++) {
             const int64_t eb = row_ptr[b], n = row_ptr[b + 1] - eb;
@@ -343,12 +339,10 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
                                   drop, (kq * E + eb) * H, ws.row);
             }
         }
-        if (prof)
+        if (tm.prof)
             rows_prof_end(&pm, "attn_fused_rows_forward", row_ptr[b1] - e0, b1 - b0, Q, D, 4.0);
     }
-    if (prof)
-        qc_prof_team_end();
-    qc_kernels_cpu_set_blas_threads(blas_threads);
+    cpu_team_end(tm);
 }
 
 // ---- backward -----------------------------------------------------------------------------
@@ -435,13 +429,9 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
     const struct fcpu_layout y = fcpu_layout_make(l, ed, true);
     float *lanes0 = scratch + (int64_t)y.nthreads * y.ws_n;
     memset(lanes0, 0, (size_t)(y.nthreads * y.lane_n) * sizeof *lanes0);
-    const int blas_threads = qc_kernels_cpu_blas_threads();
-    qc_kernels_cpu_set_blas_threads(1);
-    const bool prof = qc_prof_on();
-    if (prof)
-        qc_prof_team_begin(y.nthreads);
-        /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order, so
-         * every lane sum has a fixed order */
+    const struct cpu_team tm = cpu_team_begin(y.nthreads);
+    /* static round-robin: tile ti always lands in lane ti mod nthreads, in ascending order, so
+     * every lane sum has a fixed order */
 #pragma omp parallel for schedule(static, 1) num_threads(y.nthreads)
     for (int64_t ti = 0; ti < t->ntile; ti++) {
         const int tid = omp_get_thread_num();
@@ -450,9 +440,7 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
         ftile_backward(&ws, &ln, dq, du, smax, ssum, q, k, v, l, ed, drop, t->b0[ti],
                        t->b0[ti + 1]);
     }
-    if (prof)
-        qc_prof_team_end();
-    qc_kernels_cpu_set_blas_threads(blas_threads);
+    cpu_team_end(tm);
     lanes_reduce(dk, &y, lanes0, 0, ed->n_src * D);
     lanes_reduce(dv, &y, lanes0, y.dk_n, ed->n_src * D);
     if (l->has_pos) {

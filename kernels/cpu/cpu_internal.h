@@ -18,12 +18,37 @@
 #include <string.h>
 
 #include "qc_kernels.h"
+#include "qc_prof.h"
 
 /* Fewest elements worth an OpenMP team in a cheap per-element loop: waking a passive team costs
  * tens of µs, about what one thread takes for 2^18 elements of LayerNorm; below, the calling
  * thread does the loop alone (`#pragma omp parallel for if (n >= CPU_PAR_MIN)`; the work items
  * are independent, so the bits are the same either way). */
 #define CPU_PAR_MIN (1 << 18)
+
+/* The bracket of a tile loop over nthreads OpenMP threads (cpu/attn_fused.c, cpu/fe_tiled.c):
+ * the sub-ops' GEMMs run on the tile's thread (OpenBLAS set to one thread, restored by
+ * cpu_team_end), and the profiler, when on, is told of the team. */
+struct cpu_team {
+    int blas_threads; /* OpenBLAS's count before the loop */
+    bool prof;        /* qc_prof_on() at the start */
+};
+
+static inline struct cpu_team cpu_team_begin(int nthreads)
+{
+    struct cpu_team tm = {qc_kernels_cpu_blas_threads(), qc_prof_on()};
+    qc_kernels_cpu_set_blas_threads(1);
+    if (tm.prof)
+        qc_prof_team_begin(nthreads);
+    return tm;
+}
+
+static inline void cpu_team_end(struct cpu_team tm)
+{
+    if (tm.prof)
+        qc_prof_team_end();
+    qc_kernels_cpu_set_blas_threads(tm.blas_threads);
+}
 
 /* dst[0..n) += Σ_{i < nlanes} lanes0[i·stride + piece + j], lanes in ascending order. */
 static inline void cpu_lanes_reduce(float *dst, const float *lanes0, int nlanes, int64_t stride,

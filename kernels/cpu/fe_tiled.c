@@ -22,7 +22,6 @@
 #include "cpu_internal.h"
 #include "qc_exec.h"
 #include "qc_kernels.h"
-#include "qc_prof.h"
 #include "qc_status.h"
 
 struct fet_layout {
@@ -88,12 +87,8 @@ void qc_fe_forward_tiled_cpu(const struct qc_fe *fe, float *out, const struct qc
     const int64_t tile = rows->tile > 0 ? rows->tile : 1, D = fe->D;
     if (y.ntile == 0)
         return;
-    const int blas_threads = qc_kernels_cpu_blas_threads();
-    qc_kernels_cpu_set_blas_threads(1);
-    const bool prof = qc_prof_on();
-    if (prof)
-        qc_prof_team_begin(y.nthreads);
-        /* tiles write disjoint rows: any schedule gives the same bits */
+    const struct cpu_team tm = cpu_team_begin(y.nthreads);
+    /* tiles write disjoint rows: any schedule gives the same bits */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(y.nthreads)
     for (int64_t t = 0; t < y.ntile; t++) {
         float *w = scratch + (int64_t)omp_get_thread_num() * y.thread_n;
@@ -102,9 +97,7 @@ void qc_fe_forward_tiled_cpu(const struct qc_fe *fe, float *out, const struct qc
         fet_tile_forward(fe, out + r0 * D, rows, r0, n, &sv, w, w + y.saved_n,
                          w + y.saved_n + y.ws_n);
     }
-    if (prof)
-        qc_prof_team_end();
-    qc_kernels_cpu_set_blas_threads(blas_threads);
+    cpu_team_end(tm);
 }
 
 void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
@@ -116,12 +109,8 @@ void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
         return;
     float *lanes0 = scratch + (int64_t)y.nthreads * y.thread_n;
     memset(lanes0, 0, (size_t)(y.nthreads * y.lane_n) * sizeof *lanes0);
-    const int blas_threads = qc_kernels_cpu_blas_threads();
-    qc_kernels_cpu_set_blas_threads(1);
-    const bool prof = qc_prof_on();
-    if (prof)
-        qc_prof_team_begin(y.nthreads);
-        /* static round-robin: tile t always lands in lane t mod nthreads (cpu_internal.h) */
+    const struct cpu_team tm = cpu_team_begin(y.nthreads);
+    /* static round-robin: tile t always lands in lane t mod nthreads (cpu_internal.h) */
 #pragma omp parallel for schedule(static, 1) num_threads(y.nthreads)
     for (int64_t t = 0; t < y.ntile; t++) {
         const int tid = omp_get_thread_num();
@@ -140,9 +129,7 @@ void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
             qc_op_embedding_backward(NULL, lane + y.dfe_n, dcat, rows->cat_idx + r0, n, D,
                                      rows->ncat);
     }
-    if (prof)
-        qc_prof_team_end();
-    qc_kernels_cpu_set_blas_threads(blas_threads);
+    cpu_team_end(tm);
     cpu_lanes_reduce(fe->dw, lanes0, y.nthreads, y.lane_n, 0, qc_fe_params_numel(fe));
     if (y.dcat_n)
         cpu_lanes_reduce(rows->dcat_table, lanes0, y.nthreads, y.lane_n, y.dfe_n, rows->ncat * D);

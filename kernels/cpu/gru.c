@@ -2,22 +2,17 @@
  * gru.c — GRU cell and sequence (PyTorch nn.GRU, gate order r, z, n; b_hn inside r ⊙ (·)).
  * Input projections of the whole sequence are one GEMM (x·W_ihᵀ + b_ih for all L·N rows); the
  * recurrent projection is one GEMM per step. The backward collects the per-step gate gradients
- * and finishes dx, dW_ih, dW_hh with one GEMM each. Elementwise order follows PyTorch's CPU
- * gru_cell: h' = (h − n)·z + n.
+ * and finishes dx, dW_ih, dW_hh with one GEMM each. The elementwise gates are gru_math.h's
+ * (shared with the CUDA kernels), in the order of PyTorch's CPU gru_cell: h' = (h − n)·z + n.
  *
  * Saved per (step, row): gates = [r | z | n | hn] (4C) and the input state h (C, in hs).
  */
 #include "qc_kernels.h"
 
-#include <math.h>
 #include <string.h>
 
+#include "gru_math.h"
 #include "qc_status.h"
-
-static inline float sigmoidf_(float x)
-{
-    return 1.0f / (1.0f + expf(-x));
-}
 
 /* Gates of N rows from xg = x·W_ihᵀ + b_ih and hg = h·W_hhᵀ + b_hh (each (N,3C)). */
 static void gru_gates(float *h_out, float *gates, const float *xg, const float *hg, const float *h,
@@ -26,21 +21,9 @@ static void gru_gates(float *h_out, float *gates, const float *xg, const float *
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = xg + n * 3 * C, *hr = hg + n * 3 * C;
-        for (int64_t c = 0; c < C; c++) {
-            float r = sigmoidf_(xr[c] + hr[c]);
-            float z = sigmoidf_(xr[C + c] + hr[C + c]);
-            float hn = hr[2 * C + c];
-            float nn = tanhf(xr[2 * C + c] + r * hn);
-            float hp = h[n * C + c];
-            h_out[n * C + c] = (hp - nn) * z + nn;
-            if (gates) {
-                float *g = gates + n * 4 * C;
-                g[c] = r;
-                g[C + c] = z;
-                g[2 * C + c] = nn;
-                g[3 * C + c] = hn;
-            }
-        }
+        float *g = gates ? gates + n * 4 * C : NULL;
+        for (int64_t c = 0; c < C; c++)
+            qc_gru_gate_forward(h_out + n * C + c, g, xr, hr, h[n * C + c], c, C);
     }
 }
 
@@ -53,25 +36,11 @@ static void gru_gates_backward(float *dxg, float *dhg, float *dh_direct, const f
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const float *g = gates + n * 4 * C;
+        float *xo = dxg + n * 3 * C, *ho = dhg + n * 3 * C;
         for (int64_t c = 0; c < C; c++) {
-            float r = g[c], z = g[C + c], nn = g[2 * C + c], hn = g[3 * C + c];
-            float d = dh_out[n * C + c];
-            float hp = h[n * C + c];
-            float dz = d * (hp - nn);
-            float dn = d * (1.0f - z);
-            float dpn = dn * (1.0f - nn * nn);
-            float dr = dpn * hn;
-            float dpr = dr * r * (1.0f - r);
-            float dpz = dz * z * (1.0f - z);
-            float *xo = dxg + n * 3 * C, *ho = dhg + n * 3 * C;
-            xo[c] = dpr;
-            xo[C + c] = dpz;
-            xo[2 * C + c] = dpn;
-            ho[c] = dpr;
-            ho[C + c] = dpz;
-            ho[2 * C + c] = dpn * r;
+            const float dd = qc_gru_gate_backward(xo, ho, g, dh_out[n * C + c], h[n * C + c], c, C);
             if (dh_direct)
-                dh_direct[n * C + c] = d * z;
+                dh_direct[n * C + c] = dd;
         }
     }
 }

@@ -10,10 +10,8 @@
  * (deterministic; they run over up to ~10^5 rows).
  *
  * Speed: most calls are the fused attention's tiles (512 rows × 128, one thread each, in
- * cache); with fp32 lanes a forward takes half and a backward dx 0.4 of the time of the double
- * sums this replaced (docs/BENCHMARKS.md, "The step after the idle profile"). Against the
- * official model the outputs agree to the parity tolerance as before. No OpenMP team below
- * CPU_PAR_MIN elements (cpu_internal.h).
+ * cache), where the fp32 lanes run packed (docs/BENCHMARKS.md, "The step after the idle
+ * profile", has the measurement). No OpenMP team below CPU_PAR_MIN elements (cpu_internal.h).
  */
 #include "qc_kernels.h"
 

@@ -1,10 +1,10 @@
 /*
  * activation.cu — elementwise activations (ReLU, ELU, sigmoid, tanh), add, add_scalar and the
- * gated update, with kernels/cpu/activation.c's formulas. Grid-stride, in place allowed
- * wherever the CPU op allows it (each element is read before it is written by the same thread).
- * expm1f / expf / tanhf are CUDA's (within 2 ulp of glibc's). Backward formulas are the CPU's
- * bit for bit: a product that feeds an add is written __fmul_rn so nvcc cannot fuse it (FMA).
+ * gated update, per element by activation_math.h, the formulas the CPU ops run (that header
+ * says where the two backends' bits agree). Grid-stride, in place allowed wherever the CPU op
+ * allows it (each element is read before it is written by the same thread).
  */
+#include "activation_math.h"
 #include "cuda_common.cuh"
 
 #define CHECK_N(n, op) QC_ASSERT((n) >= 0, "%s cuda: n %lld", op, (long long)(n))
@@ -28,17 +28,14 @@
         }                                                                                          \
     }
 
-UNARY_KERNEL(relu_forward_kernel, x > 0.0f ? x : 0.0f)
-BACKWARD_KERNEL(relu_backward_kernel, y > 0.0f ? d : 0.0f)
-UNARY_KERNEL(elu_forward_kernel, x > 0.0f ? x : expm1f(x))
-BACKWARD_KERNEL(elu_backward_kernel, y > 0.0f ? d : d * (y + 1.0f))
-UNARY_KERNEL(sigmoid_forward_kernel, 1.0f / (1.0f + expf(-x)))
-BACKWARD_KERNEL(sigmoid_backward_kernel, d *y *(1.0f - y))
-UNARY_KERNEL(tanh_forward_kernel, tanhf(x))
-/* y·y rounded before the subtraction, as the CPU does: nvcc would contract 1 − y·y into one
- * FMA, whose single rounding differs from the CPU's by up to 1 ulp of y² (relative error
- * ~ y²·eps / (1 − y²), large near |y| = 1: the first GPU run measured nmse 1.5e-11 at n = 1) */
-BACKWARD_KERNEL(tanh_backward_kernel, d *(1.0f - __fmul_rn(y, y)))
+UNARY_KERNEL(relu_forward_kernel, qc_relu_fwd(x))
+BACKWARD_KERNEL(relu_backward_kernel, qc_relu_bwd(d, y))
+UNARY_KERNEL(elu_forward_kernel, qc_elu_fwd(x))
+BACKWARD_KERNEL(elu_backward_kernel, qc_elu_bwd(d, y))
+UNARY_KERNEL(sigmoid_forward_kernel, qc_sigmoid_fwd(x))
+BACKWARD_KERNEL(sigmoid_backward_kernel, qc_sigmoid_bwd(d, y))
+UNARY_KERNEL(tanh_forward_kernel, qc_tanh_fwd(x))
+BACKWARD_KERNEL(tanh_backward_kernel, qc_tanh_bwd(d, y))
 
 #define UNARY_LAUNCHER(fn, kernel, op)                                                             \
     void fn(float *out, const float *inp, int64_t n, cudaStream_t stream)                          \
@@ -106,7 +103,7 @@ static __global__ void gate_update_forward_kernel(float *out, const float *u, co
                                                   const float *s, int64_t n)
 {
     for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads())
-        out[i] = u[i] + g[i] * (s[i] - u[i]);
+        out[i] = qc_gate_update_fwd(u[i], g[i], s[i]);
 }
 
 void qc_gate_update_forward_cuda(float *out, const float *u, const float *g, const float *s,
@@ -124,17 +121,8 @@ static __global__ void gate_update_backward_kernel(float *du, float *dg, float *
                                                    const float *dout, const float *u,
                                                    const float *g, const float *s, int64_t n)
 {
-    for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads()) {
-        float d = dout[i], gi = g[i];
-        float dsi = d * gi;
-        float dgi = d * (s[i] - u[i]);
-        if (du)
-            du[i] = d - dsi;
-        if (dg)
-            dg[i] = dgi;
-        if (ds)
-            ds[i] = dsi;
-    }
+    for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads())
+        qc_gate_update_backward_at(du, dg, ds, dout, u, g, s, i);
 }
 
 void qc_gate_update_backward_cuda(float *du, float *dg, float *ds, const float *dout,

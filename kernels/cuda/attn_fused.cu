@@ -17,8 +17,9 @@
  *             CSR; tiles ascending, so the global order is ascending edge id, the CPU's
  *             single-thread order); then the tile's to_k_r / to_v_r /
  *             LN_r / FE backward, parameter gradients accumulated tile by tile.
- * The sums inside a thread use __fadd_rn / __fmul_rn so nvcc cannot contract them into FMAs:
- * the row math then differs from the CPU only through expf (a few ulp) and its inputs.
+ * The sums inside a thread use qc_fadd_rn / qc_fmul_rn (__fadd_rn / __fmul_rn on the device) so
+ * nvcc cannot contract them into FMAs: the row math then differs from the CPU only through expf
+ * (a few ulp) and its inputs.
  *
  * Scratch layout (floats, each piece 256-byte aligned, sized by the largest tile `cap`):
  *   kt, vt (cap,D); with pos: r, rhat, tmp (cap,D), rmean, rrstd (cap), the FE stash (phi
@@ -36,20 +37,19 @@
 // ---- scratch layout (attn_fused_internal.h: the same arithmetic sizes a CUDA target's plan) ----
 
 #define fused_layout qc_attn_fused_layout
-static_assert(QC_ATTN_FUSED_LAYOUT_MAX_D == QC_ATTN_FUSED_CUDA_FE_MAX_D, "the layout's FE bound");
+static_assert(QC_ATTN_FUSED_LAYOUT_MAX_D == QC_FE_MAX_D, "the layout's FE bound");
 
-static struct fused_layout fused_layout_make(const struct qc_attn_fused_cuda_layer *l,
-                                             const struct qc_attn_fused_cuda_edges *ed,
-                                             bool backward)
+static struct fused_layout fused_layout_make(const struct qc_attn_fused_layer *l,
+                                             const struct qc_attn_fused_edges *ed, bool backward)
 {
-    const struct qc_attn_fused_cuda_fe *fe = l->has_pos ? ed->fe : NULL;
+    const struct qc_fe *fe = l->has_pos ? ed->fe : NULL;
     return qc_attn_fused_layout_make(ed->tiles->cap, l->D, l->has_pos, fe ? fe->d : 0,
                                      fe ? fe->F : 0, backward);
 }
 
 /* Shape and pointer preconditions shared by the launchers (programmer errors: abort). */
-static void fused_check(const struct qc_attn_fused_cuda_layer *l,
-                        const struct qc_attn_fused_cuda_edges *ed, const char *op)
+static void fused_check(const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
+                        const char *op)
 {
     QC_ASSERT(l && ed && ed->tiles, "%s: NULL layer, edges or tiles", op);
     QC_ASSERT(l->H > 0 && l->Dh > 0 && l->D == l->H * l->Dh && l->Dh <= QC_ATTN_FUSED_CUDA_MAX_DH,
@@ -60,6 +60,7 @@ static void fused_check(const struct qc_attn_fused_cuda_layer *l,
               "%s: bad sizes (n_src %lld n_dst %lld n_bdst %lld Q %lld E %lld)", op,
               (long long)ed->n_src, (long long)ed->n_dst, (long long)ed->n_bdst,
               (long long)ed->n_query, (long long)ed->n_edge);
+    QC_ASSERT(!ed->r, "%s: precomputed r on CUDA (qc_attn_fused_takes_r is false)", op);
     QC_ASSERT(ed->query_row || ed->n_bdst * ed->n_query <= ed->n_dst,
               "%s: %lld queries but %lld x_dst rows", op, (long long)(ed->n_bdst * ed->n_query),
               (long long)ed->n_dst);
@@ -72,9 +73,8 @@ static void fused_check(const struct qc_attn_fused_cuda_layer *l,
     QC_ASSERT(l->has_pos == (ed->fe != NULL), "%s: has_pos %d but FE %s", op, (int)l->has_pos,
               ed->fe ? "given" : "missing");
     if (l->has_pos) {
-        const struct qc_attn_fused_cuda_fe *fe = ed->fe;
-        QC_ASSERT(fe->D == l->D && fe->F > 0 && fe->d >= 0 &&
-                      fe->d <= QC_ATTN_FUSED_CUDA_FE_MAX_D && fe->w,
+        const struct qc_fe *fe = ed->fe;
+        QC_ASSERT(fe->D == l->D && fe->F > 0 && fe->d >= 0 && fe->d <= QC_FE_MAX_D && fe->w,
                   "%s: FE D %lld F %lld d %lld (layer D %lld)", op, (long long)fe->D,
                   (long long)fe->F, (long long)fe->d, (long long)l->D);
         QC_ASSERT(fe->d > 0 || ed->cat_table, "%s: FE(0) needs a categorical table", op);
@@ -88,8 +88,8 @@ static void fused_check(const struct qc_attn_fused_cuda_layer *l,
     QC_ASSERT(ed->n_edge == 0 || ed->src, "%s: NULL src", op);
 }
 
-int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_cuda_layer *l,
-                                         const struct qc_attn_fused_cuda_edges *ed, bool backward)
+int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_layer *l,
+                                         const struct qc_attn_fused_edges *ed, bool backward)
 {
     fused_check(l, ed, "attn fused scratch");
     return fused_layout_make(l, ed, backward).total;
@@ -98,9 +98,9 @@ int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_cuda_layer *
 // ---- row math (host and device) -----------------------------------------------------------------
 /* The per-thread bodies of the tile kernels are __host__ __device__: the kernels run them over
  * a grid-stride loop, and the *_host test seams (qc_attn_fused_cuda.h) run the very same code
- * on the CPU. The fp32 helpers keep nvcc from contracting a·b + c into an FMA on the device
- * (the host compiler is in ISO mode: no contraction either), so both follow the CPU fused
- * path's operation order exactly. */
+ * on the CPU. The explicitly rounded fp32 operations (qc_f*_rn, qc_kernels.h) keep nvcc from
+ * contracting a·b + c into an FMA on the device, so both follow the CPU fused path's operation
+ * order exactly. */
 
 #define FUSED_HD static inline __host__ __device__
 /* unroll on the device (register arrays); the host pass of nvcc hands the loops to g++ as is */
@@ -109,39 +109,6 @@ int64_t qc_attn_fused_cuda_scratch_numel(const struct qc_attn_fused_cuda_layer *
 #else
 #    define FUSED_UNROLL
 #endif
-
-FUSED_HD float f_add(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-FUSED_HD float f_sub(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-FUSED_HD float f_mul(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-FUSED_HD float f_div(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
 
 /* Attention dropout of one application, by value for the kernels. p == 0: off. */
 struct fused_drop {
@@ -172,7 +139,7 @@ FUSED_HD float fused_dropf(float a, const struct fused_drop &d, int64_t index)
 {
     if (d.p == 0.0f)
         return a;
-    return qc_dropout_keep(d.seed, d.step, d.block, index, d.p) ? f_mul(a, d.scale) : 0.0f;
+    return qc_dropout_keep(d.seed, d.step, d.block, index, d.p) ? qc_fmul_rn(a, d.scale) : 0.0f;
 }
 
 /* Σ_{c<Dh} x[c]·y[c], ascending c from +0 (x in registers). */
@@ -182,7 +149,7 @@ template <int MAXDH> FUSED_HD float fused_dot(const float (&x)[MAXDH], const flo
     FUSED_UNROLL
     for (int c = 0; c < MAXDH; c++)
         if (c < Dh)
-            acc = f_add(acc, f_mul(x[c], y[c]));
+            acc = qc_fadd_rn(acc, qc_fmul_rn(x[c], y[c]));
     return acc;
 }
 
@@ -242,18 +209,18 @@ FUSED_HD void fused_row_forward_at(int64_t t, const struct fused_tile &g, float 
     const float *kth = kt + (eb - g.e0) * D + h * Dh;
     const float *vth = vt + (eb - g.e0) * D + h * Dh;
     /* M: max of the scores (CPU: m = s[0]; m = s > m ? s : m) */
-    float m = f_mul(fused_dot<MAXDH>(qh, kth, Dh), g.scale);
+    float m = qc_fmul_rn(fused_dot<MAXDH>(qh, kth, Dh), g.scale);
     for (int64_t e = 1; e < n; e++) {
-        const float s = f_mul(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
+        const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
         m = s > m ? s : m;
     }
     /* S = Σ exp(s − M) in ascending edge, + eps */
     float sum = 0.0f;
     for (int64_t e = 0; e < n; e++) {
-        const float s = f_mul(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
-        sum = f_add(sum, expf(f_sub(s, m)));
+        const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
+        sum = qc_fadd_rn(sum, expf(qc_fsub_rn(s, m)));
     }
-    const float S = f_add(sum, QC_SOFTMAX_EPS);
+    const float S = qc_fadd_rn(sum, QC_SOFTMAX_EPS);
     /* u = Σ dropout(exp(s − M)/S)·ṽ in ascending edge */
     float acc[MAXDH];
     FUSED_UNROLL
@@ -261,13 +228,13 @@ FUSED_HD void fused_row_forward_at(int64_t t, const struct fused_tile &g, float 
         acc[c] = 0.0f;
     const int64_t ib = g.drop.base + (kq * g.E + eb) * H + h;
     for (int64_t e = 0; e < n; e++) {
-        const float s = f_mul(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
-        const float a = fused_dropf(f_div(expf(f_sub(s, m)), S), g.drop, ib + e * H);
+        const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
+        const float a = fused_dropf(qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S), g.drop, ib + e * H);
         const float *ve = vth + e * D;
         FUSED_UNROLL
         for (int c = 0; c < MAXDH; c++)
             if (c < Dh)
-                acc[c] = f_add(acc[c], f_mul(a, ve[c]));
+                acc[c] = qc_fadd_rn(acc[c], qc_fmul_rn(a, ve[c]));
     }
     smax[i * H + h] = m;
     ssum[i * H + h] = S;
@@ -310,11 +277,11 @@ FUSED_HD void fused_row_backward_at(int64_t t, const struct fused_tile &g, float
         /* dot = Σ_e α·dα (ascending e); dα = dropout'(du·ṽ), w.r.t. the pre-dropout α */
         float dot = 0.0f;
         for (int64_t e = 0; e < n; e++) {
-            const float s = f_mul(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
-            const float alpha = f_div(expf(f_sub(s, m)), S);
+            const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
+            const float alpha = qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S);
             const float da =
                 fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop, ib + e * H);
-            dot = f_add(dot, f_mul(alpha, da));
+            dot = qc_fadd_rn(dot, qc_fmul_rn(alpha, da));
         }
         float dqa[MAXDH];
         FUSED_UNROLL
@@ -322,19 +289,20 @@ FUSED_HD void fused_row_backward_at(int64_t t, const struct fused_tile &g, float
             dqa[c] = 0.0f;
         for (int64_t e = 0; e < n; e++) {
             const float *ke = kth + e * D;
-            const float s = f_mul(fused_dot<MAXDH>(qh, ke, Dh), g.scale);
-            const float alpha = f_div(expf(f_sub(s, m)), S);
+            const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, ke, Dh), g.scale);
+            const float alpha = qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S);
             const float ad = fused_dropf(alpha, g.drop, ib + e * H);
             const float da =
                 fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop, ib + e * H);
-            const float gs = f_mul(f_mul(alpha, f_sub(da, dot)), g.scale); /* dscore·scale */
+            const float gs =
+                qc_fmul_rn(qc_fmul_rn(alpha, qc_fsub_rn(da, dot)), g.scale); /* dscore·scale */
             float *dke = dkth + e * D, *dve = dvth + e * D;
             FUSED_UNROLL
             for (int c = 0; c < MAXDH; c++) {
                 if (c < Dh) {
-                    dqa[c] = f_add(dqa[c], f_mul(gs, ke[c]));
-                    dke[c] = f_add(dke[c], f_mul(gs, qh[c]));
-                    dve[c] = f_add(dve[c], f_mul(ad, duh[c]));
+                    dqa[c] = qc_fadd_rn(dqa[c], qc_fmul_rn(gs, ke[c]));
+                    dke[c] = qc_fadd_rn(dke[c], qc_fmul_rn(gs, qh[c]));
+                    dve[c] = qc_fadd_rn(dve[c], qc_fmul_rn(ad, duh[c]));
                 }
             }
         }
@@ -372,8 +340,8 @@ FUSED_HD void fused_scatter_at(int64_t j, int64_t c, int64_t k0, float *dk, floa
         const int64_t e = fused_item(perm, k);
         if (e >= e1)
             break;
-        ak = f_add(ak, dkt[(e - e0) * D + c]);
-        av = f_add(av, dvt[(e - e0) * D + c]);
+        ak = qc_fadd_rn(ak, dkt[(e - e0) * D + c]);
+        av = qc_fadd_rn(av, dvt[(e - e0) * D + c]);
     }
     dk[j * D + c] = ak;
     dv[j * D + c] = av;
@@ -557,10 +525,10 @@ void qc_attn_fused_tile_scatter_host(float *dk, float *dv, const float *dkt, con
 /* r (te,D) = FE(feat [+ cat]) of base edges [e0, e0 + te), filling the FE stash pieces of the
  * layout: qc_fourier_forward's sequence of ops. */
 static void fe_tile_forward(float *ws, const struct fused_layout *L,
-                            const struct qc_attn_fused_cuda_edges *ed, int64_t e0, int64_t te,
+                            const struct qc_attn_fused_edges *ed, int64_t e0, int64_t te,
                             cudaStream_t stream)
 {
-    const struct qc_attn_fused_cuda_fe *fe = ed->fe;
+    const struct qc_fe *fe = ed->fe;
     const float *w = fe->w;
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * F + 1;
     float *s = ws + L->s, *tmp = ws + L->tmp, *o = ws + L->o;
@@ -602,10 +570,10 @@ static void fe_tile_forward(float *ws, const struct fused_layout *L,
 /* FE backward of the tile from dr (te,D): fe->dw and dcat_table ACCUM; qc_fourier_backward's
  * sequence of ops. dho, ds, da: (te,D) temporaries. */
 static void fe_tile_backward(float *ws, const struct fused_layout *L,
-                             const struct qc_attn_fused_cuda_edges *ed, const float *dr, float *dho,
+                             const struct qc_attn_fused_edges *ed, const float *dr, float *dho,
                              float *ds, float *da, int64_t e0, int64_t te, cudaStream_t stream)
 {
-    const struct qc_attn_fused_cuda_fe *fe = ed->fe;
+    const struct qc_fe *fe = ed->fe;
     const float *w = fe->w;
     float *dw = fe->dw;
     const int64_t D = fe->D, F = fe->F, d = fe->d, P = 2 * F + 1;
@@ -640,8 +608,8 @@ static void fe_tile_backward(float *ws, const struct fused_layout *L,
 /* k̃, ṽ (and, with pos, r, r̂ and the FE stash) of base edges [e0, e0 + te) into the scratch.
  * Deterministic: the same call reproduces the same bits (backward relies on it). */
 static void fused_tile_edges(float *ws, const struct fused_layout *L, const float *k,
-                             const float *v, const struct qc_attn_fused_cuda_layer *l,
-                             const struct qc_attn_fused_cuda_edges *ed, int64_t e0, int64_t te,
+                             const float *v, const struct qc_attn_fused_layer *l,
+                             const struct qc_attn_fused_edges *ed, int64_t e0, int64_t te,
                              cudaStream_t stream)
 {
     const int64_t D = l->D;
@@ -661,9 +629,9 @@ static void fused_tile_edges(float *ws, const struct fused_layout *L, const floa
 // ---- launchers ----------------------------------------------------------------------------------
 
 void qc_attn_fused_forward_cuda(float *u, float *smax, float *ssum, const float *q, const float *k,
-                                const float *v, const struct qc_attn_fused_cuda_layer *l,
-                                const struct qc_attn_fused_cuda_edges *ed,
-                                const struct qc_dropout *drop, float *scratch, cudaStream_t stream)
+                                const float *v, const struct qc_attn_fused_layer *l,
+                                const struct qc_attn_fused_edges *ed, const struct qc_dropout *drop,
+                                float *scratch, cudaStream_t stream)
 {
     fused_check(l, ed, "attn fused fwd cuda");
     const int64_t Nd = ed->n_dst, D = l->D, H = l->H, Q = ed->n_query, E = ed->n_edge;
@@ -695,8 +663,8 @@ void qc_attn_fused_forward_cuda(float *u, float *smax, float *ssum, const float 
 void qc_attn_fused_backward_cuda(float *dq, float *dk, float *dv, const float *du,
                                  const float *smax, const float *ssum, const float *q,
                                  const float *k, const float *v,
-                                 const struct qc_attn_fused_cuda_layer *l,
-                                 const struct qc_attn_fused_cuda_edges *ed,
+                                 const struct qc_attn_fused_layer *l,
+                                 const struct qc_attn_fused_edges *ed,
                                  const struct qc_dropout *drop, float *scratch, cudaStream_t stream)
 {
     fused_check(l, ed, "attn fused bwd cuda");

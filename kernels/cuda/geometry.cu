@@ -1,8 +1,8 @@
 /*
- * geometry.cu — wrap_angle and angle_between_2d_vectors over arrays (QCNET.md §3.0).
- * wrap_angle reuses the header's host/device helper (adds and fmodf only: nothing to contract).
- * angle_between_2d must not fuse c0·n1 − c1·n0 into an FMA (nvcc contracts by default), so the
- * device version spells every operation with an explicitly rounded intrinsic.
+ * geometry.cu — wrap_angle and angle_between_2d_vectors over arrays (QCNET.md §3.0), each element
+ * by the CPU's own host/device helper in qc_kernels.h (qc_wrap_anglef: adds and fmodf, nothing
+ * to contract; qc_angle_between_2df: every product explicitly rounded, so nvcc cannot fuse
+ * c0·n1 − c1·n0 into an FMA). The bits are the CPU's up to atan2f and fmodf.
  */
 #include "cuda_common.cuh"
 
@@ -21,21 +21,11 @@ void qc_wrap_angle_forward_cuda(float *out, const float *inp, int64_t n, cudaStr
     QC_CUDA_LAUNCH_CHECK();
 }
 
-/* qc_angle_between_2df without contraction: products rounded, then the subtraction; the dot
- * accumulated from +0. */
-__device__ static inline float angle_between_2d_rn(float c0, float c1, float n0, float n1)
-{
-    float cross = __fsub_rn(__fmul_rn(c0, n1), __fmul_rn(c1, n0));
-    float dot = __fadd_rn(0.0f, __fmul_rn(c0, n0));
-    dot = __fadd_rn(dot, __fmul_rn(c1, n1));
-    return atan2f(cross, dot);
-}
-
 static __global__ void angle_between_2d_kernel(float *out, const float *ctr, const float *vec,
                                                int64_t N)
 {
     for (int64_t i = cuda_tid(); i < N; i += cuda_nthreads())
-        out[i] = angle_between_2d_rn(ctr[2 * i], ctr[2 * i + 1], vec[2 * i], vec[2 * i + 1]);
+        out[i] = qc_angle_between_2df(ctr[2 * i], ctr[2 * i + 1], vec[2 * i], vec[2 * i + 1]);
 }
 
 void qc_angle_between_2d_forward_cuda(float *out, const float *ctr, const float *vec, int64_t N,

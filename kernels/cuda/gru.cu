@@ -3,7 +3,8 @@
  * input projection of the whole sequence is one cuBLAS GEMM, the recurrent projection one GEMM
  * per step, the gates one elementwise kernel per step; the backward gathers the per-step gate
  * gradients in scratch and finishes dx, dW_ih, dW_hh (and the biases) with one GEMM each.
- * Gate order r, z, n (PyTorch), b_hn inside r ⊙ (·), h' = (h − n)·z + n as PyTorch's cell.
+ * The elementwise gates are gru_math.h's, the CPU op's own formulas (gate order r, z, n as
+ * PyTorch, b_hn inside r ⊙ (·), h' = (h − n)·z + n).
  * Saved per (step, row): gates = [r | z | n | hn] (4C) and the input state (hs).
  *
  * 16-bit runs (the _prec launchers, docs/PRECISION.md): the CPU oracle (kernels/exec.c) rounds x,
@@ -14,12 +15,8 @@
  * made by the linear launchers' 16-bit path (cuda_linear_*_lowp, linear.cu) in the workspace.
  */
 #include "cuda_common.cuh"
+#include "gru_math.h"
 #include "qc_half.h"
-
-__device__ static inline float sigmoidf_dev(float x)
-{
-    return 1.0f / (1.0f + expf(-x));
-}
 
 /* Gates of N rows from xg = x·W_ihᵀ + b_ih and hg = h·W_hhᵀ + b_hh (each (N,3C)). */
 static __global__ void gru_gates_kernel(float *h_out, float *gates, const float *xg,
@@ -28,20 +25,8 @@ static __global__ void gru_gates_kernel(float *h_out, float *gates, const float 
     int64_t total = N * C;
     for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
         int64_t n = t / C, c = t % C;
-        const float *xr = xg + n * 3 * C, *hr = hg + n * 3 * C;
-        float r = sigmoidf_dev(xr[c] + hr[c]);
-        float z = sigmoidf_dev(xr[C + c] + hr[C + c]);
-        float hn = hr[2 * C + c];
-        float nn = tanhf(xr[2 * C + c] + r * hn);
-        float hp = h[t];
-        h_out[t] = (hp - nn) * z + nn;
-        if (gates) {
-            float *g = gates + n * 4 * C;
-            g[c] = r;
-            g[C + c] = z;
-            g[2 * C + c] = nn;
-            g[3 * C + c] = hn;
-        }
+        float *g = gates ? gates + n * 4 * C : NULL;
+        qc_gru_gate_forward(h_out + t, g, xg + n * 3 * C, hg + n * 3 * C, h[t], c, C);
     }
 }
 
@@ -54,25 +39,10 @@ static __global__ void gru_gates_backward_kernel(float *dxg, float *dhg, float *
     int64_t total = N * C;
     for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
         int64_t n = t / C, c = t % C;
-        const float *g = gates + n * 4 * C;
-        float r = g[c], z = g[C + c], nn = g[2 * C + c], hn = g[3 * C + c];
-        float d = dh_out[t];
-        float hp = h[t];
-        float dz = d * (hp - nn);
-        float dn = d * (1.0f - z);
-        float dpn = dn * (1.0f - nn * nn);
-        float dr = dpn * hn;
-        float dpr = dr * r * (1.0f - r);
-        float dpz = dz * z * (1.0f - z);
-        float *xo = dxg + n * 3 * C, *ho = dhg + n * 3 * C;
-        xo[c] = dpr;
-        xo[C + c] = dpz;
-        xo[2 * C + c] = dpn;
-        ho[c] = dpr;
-        ho[C + c] = dpz;
-        ho[2 * C + c] = dpn * r;
+        const float dd = qc_gru_gate_backward(dxg + n * 3 * C, dhg + n * 3 * C, gates + n * 4 * C,
+                                              dh_out[t], h[t], c, C);
         if (dh_direct)
-            dh_direct[t] = d * z;
+            dh_direct[t] = dd;
     }
 }
 

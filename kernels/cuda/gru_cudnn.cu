@@ -8,7 +8,7 @@
  * each part 256-byte aligned. cuDNN needs dy for every step; QCNet only back-propagates the final
  * state, so dy is zero and the gradient enters through dhy.
  *
- * Descriptor rules (cuDNN 8/9 RNN API, checked by a static review; never run on a GPU yet):
+ * Descriptor rules (cuDNN 8/9 RNN API; test_kernels_cuda's "gru cudnn" cases run them on a GPU):
  *   - padded I/O disabled (auxFlags CUDNN_RNN_PADDED_IO_DISABLED) goes with the packed layout
  *     CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED only (the unpacked layouts need padded I/O enabled:
  *     CUDNN_STATUS_BAD_PARAM otherwise). Every sequence has length L, so packed and unpacked

@@ -1,7 +1,11 @@
 /*
- * layernorm.cu — LayerNorm over the last dim (kernels/cpu/layernorm.c semantics): one warp per
- * row, two-pass statistics in double rounded to fp32 once (mean, rstd saved for backward), eps
- * QC_LAYERNORM_EPS. The parameter gradients are deterministic column reductions (colsum).
+ * layernorm.cu — LayerNorm over the last dim with the CPU op's interface and formulas
+ * (kernels/cpu/layernorm.c: biased variance, eps QC_LAYERNORM_EPS, mean and rstd saved for
+ * backward), not its summation order: one warp per row; the two-pass row statistics, and the
+ * backward's two row sums (Σ dx̂, Σ dx̂·x̂), are summed in double across the warp's lanes and
+ * rounded to fp32 once, where the CPU sums them in fp32 lanes. So mean, rstd and the outputs
+ * through them agree with the CPU to fp32 rounding, not bit for bit. The parameter gradients are
+ * deterministic column reductions in double (colsum), as the CPU's are.
  */
 #include "cuda_common.cuh"
 

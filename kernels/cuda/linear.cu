@@ -15,7 +15,7 @@
  * accumulates in fp32. A GEMM with an operand the oracle keeps in fp32 (the GRU's hidden state
  * and gate gradients) stays cublasSgemm on the rounded other operand. The operands are never
  * left to cuBLAS's own down-conversion, whose rounding cuBLAS does not specify (it may even
- * choose TF32). fp32 takes the code path it always took.
+ * choose TF32). In fp32 every GEMM is cublasSgemm on the operands as given.
  */
 #include "cuda_common.cuh"
 #include "qc_half.h"
@@ -60,6 +60,19 @@ static __global__ void bias_rows_kernel(float *out, const float *bias, int64_t N
     }
 }
 
+/* The bias part of a forward: out (=|+=) bias when bias is given (the GEMM then adds into out),
+ * returning the GEMM's beta: 1 when out already holds a term, else 0. */
+static float bias_first(float *out, const float *bias, int64_t N, int64_t OC, bool accum,
+                        cudaStream_t stream)
+{
+    if (!bias)
+        return accum ? 1.0f : 0.0f;
+    bias_rows_kernel<<<cuda_blocks(N * OC, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(out, bias, N, OC,
+                                                                                 accum);
+    QC_CUDA_LAUNCH_CHECK();
+    return 1.0f;
+}
+
 void qc_linear_forward_cuda(float *out, const float *inp, int64_t ldi, const float *weight,
                             const float *bias, int64_t N, int64_t IC, int64_t OC, bool accum,
                             cudaStream_t stream)
@@ -85,13 +98,7 @@ void qc_linear_forward_prec_cuda(float *out, const float *inp, int64_t ldi, cons
         return;
     check_blas_dims(N, IC, OC, ldi);
     struct qc_kernels_cuda *ctx = cuda_ctx_bind(stream, "linear fwd cuda");
-    float beta = accum ? 1.0f : 0.0f;
-    if (bias) {
-        bias_rows_kernel<<<cuda_blocks(N * OC, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(out, bias, N,
-                                                                                     OC, accum);
-        QC_CUDA_LAUNCH_CHECK();
-        beta = 1.0f;
-    }
+    const float beta = bias_first(out, bias, N, OC, accum, stream);
     const float alpha = 1.0f;
     /* column-major: out (OC x N) = W^T (OC x IC) · inp (IC x N, ld ldi) */
     gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, (int)OC, (int)N, (int)IC, &alpha, weight, (int)IC, inp,
@@ -179,15 +186,22 @@ static void round_rows(float *dst, const float *src, int64_t rows, int64_t cols,
     QC_CUDA_LAUNCH_CHECK();
 }
 
-/* The area for one 16-bit op (qc_lowp_gemm.h): cuBLAS gets the first part of ctx's workspace
- * until lowp_area_end; *n receives the area's floats. Everything the op enqueues runs on one
- * stream, in order, so a chunk's rounding never overtakes the previous chunk's GEMM, and
- * nothing after the op (a column sum, a GEMM with the whole workspace) overtakes its GEMMs. */
-static float *lowp_area_begin(struct qc_kernels_cuda *ctx, int64_t *n)
+/* The area for one 16-bit op (qc_lowp_gemm.h), planned for the operands it rounds (w, inp,
+ * dout) into *p: cuBLAS gets the first part of ctx's workspace until lowp_area_end. Everything
+ * the op enqueues runs on one stream, in order, so a chunk's rounding never overtakes the
+ * previous chunk's GEMM, and nothing after the op (a column sum, a GEMM with the whole
+ * workspace) overtakes its GEMMs. */
+static float *lowp_area_begin(struct qc_kernels_cuda *ctx, int64_t N, int64_t IC, int64_t OC,
+                              bool w, bool inp, bool dout, struct qc_lowp_plan *p, const char *op)
 {
     const size_t blas = qc_lowp_blas_bytes(ctx->ws_bytes);
+    const int64_t area_n = qc_lowp_area_numel(ctx->ws_bytes);
+    QC_ASSERT(qc_lowp_plan_make(area_n, N, IC, OC, w, inp, dout, p),
+              "%s: the op context's workspace (%zu bytes) leaves %lld floats for the 16-bit "
+              "operands; a %lld x %lld weight and one row need more\n"
+              "hint: give the context QC_KERNELS_CUDA_WORKSPACE_BYTES of workspace",
+              op, ctx->ws_bytes, (long long)area_n, (long long)OC, (long long)IC);
     QC_CUBLAS_ASSERT(cublasSetWorkspace(ctx->cublas, ctx->ws, blas));
-    *n = qc_lowp_area_numel(ctx->ws_bytes);
     return (float *)((char *)ctx->ws + blas);
 }
 
@@ -196,15 +210,16 @@ static void lowp_area_end(struct qc_kernels_cuda *ctx)
     QC_CUBLAS_ASSERT(cublasSetWorkspace(ctx->cublas, ctx->ws, ctx->ws_bytes));
 }
 
-static void lowp_plan(const struct qc_kernels_cuda *ctx, int64_t area_n, int64_t N, int64_t IC,
-                      int64_t OC, bool w, bool inp, bool dout, struct qc_lowp_plan *p,
-                      const char *op)
+/* The rows a 16-bit GEMM reads of one operand: src (rows, cols; leading dimension *ld) rounded
+ * to prec into dst when rnd (*ld becomes cols), else src as it is. */
+static const float *lowp_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t *ld,
+                              bool rnd, int prec, cudaStream_t stream)
 {
-    QC_ASSERT(qc_lowp_plan_make(area_n, N, IC, OC, w, inp, dout, p),
-              "%s: the op context's workspace (%zu bytes) leaves %lld floats for the 16-bit "
-              "operands; a %lld x %lld weight and one row need more\n"
-              "hint: give the context QC_KERNELS_CUDA_WORKSPACE_BYTES of workspace",
-              op, ctx->ws_bytes, (long long)area_n, (long long)OC, (long long)IC);
+    if (!rnd)
+        return src;
+    round_rows(dst, src, rows, cols, *ld, prec, stream);
+    *ld = cols;
+    return dst;
 }
 
 void cuda_linear_forward_lowp(float *out, const float *inp, int64_t ldi, const float *weight,
@@ -222,35 +237,22 @@ void cuda_linear_forward_lowp(float *out, const float *inp, int64_t ldi, const f
         return;
     check_blas_dims(N, IC, OC, ldi);
     struct qc_kernels_cuda *ctx = cuda_ctx_bind(stream, "linear fwd cuda (16-bit)");
-    float beta = accum ? 1.0f : 0.0f;
-    if (bias) { /* as the fp32 path: bias (or out + bias) first, then the GEMM adds */
-        bias_rows_kernel<<<cuda_blocks(N * OC, CUDA_BLOCK), CUDA_BLOCK, 0, stream>>>(out, bias, N,
-                                                                                     OC, accum);
-        QC_CUDA_LAUNCH_CHECK();
-        beta = 1.0f;
-    }
+    /* as the fp32 path: bias (or out + bias) first, then the GEMM adds */
+    const float beta = bias_first(out, bias, N, OC, accum, stream);
     const float alpha = 1.0f;
     const bool r_inp = (rnd & CUDA_LOWP_INP) != 0, r_w = (rnd & CUDA_LOWP_W) != 0;
     /* 16-bit products only when both operands are 16-bit values */
     const int gp = r_inp && r_w ? prec : QC_PREC_FP32;
-    int64_t area_n = 0;
-    float *area = lowp_area_begin(ctx, &area_n);
     struct qc_lowp_plan p;
-    lowp_plan(ctx, area_n, N, IC, OC, r_w, r_inp, false, &p, "linear fwd cuda (16-bit)");
-    const float *w = weight;
-    if (r_w) {
-        round_rows(area + p.w_off, weight, OC, IC, IC, prec, stream);
-        w = area + p.w_off;
-    }
+    float *area =
+        lowp_area_begin(ctx, N, IC, OC, r_w, r_inp, false, &p, "linear fwd cuda (16-bit)");
+    int64_t ldw = IC;
+    const float *w = lowp_rows(area + p.w_off, weight, OC, IC, &ldw, r_w, prec, stream);
     for (int64_t n0 = 0; n0 < N; n0 += p.rows) {
         const int64_t nc = N - n0 < p.rows ? N - n0 : p.rows;
-        const float *x = inp + n0 * ldi;
         int64_t ldx = ldi;
-        if (r_inp) {
-            round_rows(area + p.inp_off, x, nc, IC, ldi, prec, stream);
-            x = area + p.inp_off;
-            ldx = IC;
-        }
+        const float *x =
+            lowp_rows(area + p.inp_off, inp + n0 * ldi, nc, IC, &ldx, r_inp, prec, stream);
         /* column-major: out[:, n0 .. n0+nc) (OC x nc) = W^T (OC x IC) · x (IC x nc, ld ldx) */
         gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, (int)OC, (int)nc, (int)IC, &alpha, w, (int)IC, x,
              (int)ldx, &beta, out + n0 * OC, (int)OC, gp);
@@ -287,33 +289,23 @@ void cuda_linear_backward_lowp(float *dinp, int64_t lddi, float *dweight, float 
         const int gp_dinp = r_w && r_d ? prec : QC_PREC_FP32;
         const int gp_dw = r_inp && r_d ? prec : QC_PREC_FP32;
         const float beta = accum ? 1.0f : 0.0f;
-        int64_t area_n = 0;
-        float *area = lowp_area_begin(ctx, &area_n);
         struct qc_lowp_plan p;
-        lowp_plan(ctx, area_n, N, IC, OC, r_w, r_inp, r_d, &p, "linear bwd cuda (16-bit)");
-        const float *w = weight;
-        if (r_w) {
-            round_rows(area + p.w_off, weight, OC, IC, IC, prec, stream);
-            w = area + p.w_off;
-        }
+        float *area =
+            lowp_area_begin(ctx, N, IC, OC, r_w, r_inp, r_d, &p, "linear bwd cuda (16-bit)");
+        int64_t ldw = IC;
+        const float *w = lowp_rows(area + p.w_off, weight, OC, IC, &ldw, r_w, prec, stream);
         for (int64_t n0 = 0; n0 < N; n0 += p.rows) {
             const int64_t nc = N - n0 < p.rows ? N - n0 : p.rows;
-            const float *g = dout + n0 * OC;
-            if (r_d) {
-                round_rows(area + p.dout_off, g, nc, OC, OC, prec, stream);
-                g = area + p.dout_off;
-            }
+            int64_t ldg = OC;
+            const float *g =
+                lowp_rows(area + p.dout_off, dout + n0 * OC, nc, OC, &ldg, r_d, prec, stream);
             if (dinp) /* column-major: dinp[:, n0 ..) (IC x nc, ld lddi) = W (IC x OC) · g */
                 gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, (int)IC, (int)nc, (int)OC, &one, w, (int)IC, g,
                      (int)OC, &beta, dinp + n0 * lddi, (int)lddi, gp_dinp);
             if (dweight) {
-                const float *x = inp + n0 * ldi;
                 int64_t ldx = ldi;
-                if (r_inp) {
-                    round_rows(area + p.inp_off, x, nc, IC, ldi, prec, stream);
-                    x = area + p.inp_off;
-                    ldx = IC;
-                }
+                const float *x =
+                    lowp_rows(area + p.inp_off, inp + n0 * ldi, nc, IC, &ldx, r_inp, prec, stream);
                 /* column-major: dW (IC x OC) += x (IC x nc) · g^T (nc x OC): the chunks'
                  * partial sums added in ascending chunk order */
                 gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, (int)IC, (int)OC, (int)nc, &one, x, (int)ldx, g,

@@ -1,58 +1,16 @@
 /*
  * loss.cu — row log_softmax / logsumexp, the Laplace NLL, best-mode selection, the regression
- * loss and the mixture-NLL classification loss (kernels/cpu/loss.c semantics).
+ * loss and the mixture-NLL classification loss: per row, agent or step the formulas of
+ * loss_math.h, which the CPU ops (kernels/cpu/loss.c) run too (that header says where the bits
+ * agree).
  *
  * Scalar losses are reduced in the CPU's order: one block computes per-index terms in parallel,
- * chunk by chunk, and thread 0 adds them in ascending index order into a double. Best mode
- * spells the distance with explicitly rounded intrinsics (no FMA), so the argmin — a discrete
- * choice — is the CPU's bit for bit.
+ * chunk by chunk, and thread 0 adds them in ascending index order into a double.
  */
 #include "cuda_common.cuh"
+#include "loss_math.h"
 
 #define LOSS_BLOCK 256 /* threads of the single-block reduction kernels */
-
-// ---- row helpers
-// ---------------------------------------------------------------------------------
-
-__device__ static inline float row_max_dev(const float *x, int64_t K)
-{
-    float m = x[0];
-    for (int64_t k = 1; k < K; k++)
-        m = x[k] > m ? x[k] : m;
-    return m;
-}
-
-__device__ static inline void log_softmax_row(float *out, const float *x, int64_t K)
-{
-    float m = row_max_dev(x, K);
-    float s = 0.0f;
-    for (int64_t k = 0; k < K; k++)
-        s += expf(x[k] - m);
-    float ls = logf(s);
-    for (int64_t k = 0; k < K; k++)
-        out[k] = x[k] - m - ls;
-}
-
-__device__ static inline void log_softmax_row_backward(float *dinp, const float *dout,
-                                                       const float *out, int64_t K)
-{
-    float s = 0.0f;
-    for (int64_t k = 0; k < K; k++)
-        s += dout[k];
-    for (int64_t k = 0; k < K; k++)
-        dinp[k] = dout[k] - expf(out[k]) * s;
-}
-
-__device__ static inline float logsumexp_row(const float *x, int64_t K)
-{
-    float m = row_max_dev(x, K);
-    if (isinf(m))
-        m = 0.0f;
-    float s = 0.0f;
-    for (int64_t k = 0; k < K; k++)
-        s += expf(x[k] - m);
-    return logf(s) + m;
-}
 
 // ---- log_softmax / logsumexp
 // ---------------------------------------------------------------------
@@ -61,7 +19,7 @@ static __global__ void log_softmax_forward_kernel(float *out, const float *inp, 
                                                   int64_t K)
 {
     for (int64_t n = cuda_tid(); n < N; n += cuda_nthreads())
-        log_softmax_row(out + n * K, inp + n * K, K);
+        qc_log_softmax_row(out + n * K, inp + n * K, K);
 }
 
 void qc_log_softmax_forward_cuda(float *out, const float *inp, int64_t N, int64_t K,
@@ -79,7 +37,7 @@ static __global__ void log_softmax_backward_kernel(float *dinp, const float *dou
                                                    int64_t N, int64_t K)
 {
     for (int64_t n = cuda_tid(); n < N; n += cuda_nthreads())
-        log_softmax_row_backward(dinp + n * K, dout + n * K, out + n * K, K);
+        qc_log_softmax_row_backward(dinp + n * K, dout + n * K, out + n * K, K);
 }
 
 void qc_log_softmax_backward_cuda(float *dinp, const float *dout, const float *out, int64_t N,
@@ -96,7 +54,7 @@ void qc_log_softmax_backward_cuda(float *dinp, const float *dout, const float *o
 static __global__ void logsumexp_forward_kernel(float *out, const float *inp, int64_t N, int64_t K)
 {
     for (int64_t n = cuda_tid(); n < N; n += cuda_nthreads())
-        out[n] = logsumexp_row(inp + n * K, K);
+        out[n] = qc_logsumexp_row(inp + n * K, K);
 }
 
 void qc_logsumexp_forward_cuda(float *out, const float *inp, int64_t N, int64_t K,
@@ -115,7 +73,7 @@ static __global__ void logsumexp_backward_kernel(float *dinp, const float *dout,
     int64_t total = N * K;
     for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
         int64_t n = t / K;
-        dinp[t] = dout[n] * expf(inp[t] - out[n]);
+        dinp[t] = qc_logsumexp_grad(dout[n], inp[t], out[n]);
     }
 }
 
@@ -133,28 +91,11 @@ void qc_logsumexp_backward_cuda(float *dinp, const float *dout, const float *inp
 // ---- Laplace NLL
 // ---------------------------------------------------------------------------------
 
-__device__ static inline float laplace_nll_dev(float mu, float scale, float y)
-{
-    float sc = scale > QC_LAPLACE_SCALE_MIN ? scale : QC_LAPLACE_SCALE_MIN;
-    return logf(2.0f * sc) + fabsf(y - mu) / sc;
-}
-
-/* Gradients at the clamped scale, passed straight through to the raw scale. */
-__device__ static inline void laplace_nll_grad_dev(float g, float mu, float scale, float y,
-                                                   float *dmu, float *dscale)
-{
-    float sc = scale > QC_LAPLACE_SCALE_MIN ? scale : QC_LAPLACE_SCALE_MIN;
-    float diff = y - mu;
-    float sgn = diff > 0.0f ? 1.0f : (diff < 0.0f ? -1.0f : 0.0f);
-    *dmu = -g * sgn / sc;
-    *dscale = g * (1.0f / sc - fabsf(diff) / (sc * sc));
-}
-
 static __global__ void laplace_nll_forward_kernel(float *nll, const float *mu, const float *scale,
                                                   const float *y, int64_t n)
 {
     for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads())
-        nll[i] = laplace_nll_dev(mu[i], scale[i], y[i]);
+        nll[i] = qc_laplace_nll(mu[i], scale[i], y[i]);
 }
 
 void qc_laplace_nll_forward_cuda(float *nll, const float *mu, const float *scale, const float *y,
@@ -172,14 +113,8 @@ static __global__ void laplace_nll_backward_kernel(float *dmu, float *dscale, co
                                                    const float *mu, const float *scale,
                                                    const float *y, int64_t n)
 {
-    for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads()) {
-        float a, b;
-        laplace_nll_grad_dev(dnll[i], mu[i], scale[i], y[i], &a, &b);
-        if (dmu)
-            dmu[i] = a;
-        if (dscale)
-            dscale[i] = b;
-    }
+    for (int64_t i = cuda_tid(); i < n; i += cuda_nthreads())
+        qc_laplace_nll_backward_at(dmu, dscale, dnll, mu, scale, y, i);
 }
 
 void qc_laplace_nll_backward_cuda(float *dmu, float *dscale, const float *dnll, const float *mu,
@@ -201,25 +136,8 @@ static __global__ void best_mode_kernel(int64_t *best, const float *loc, const f
                                         int64_t gt_stride, const uint8_t *mask, int64_t A,
                                         int64_t K, int64_t S)
 {
-    for (int64_t a = cuda_tid(); a < A; a += cuda_nthreads()) {
-        int64_t kb = 0;
-        float lb = 0.0f;
-        for (int64_t k = 0; k < K; k++) {
-            float l = 0.0f;
-            for (int64_t s = 0; s < S; s++) {
-                const float *p = loc + ((a * K + k) * S + s) * 2;
-                const float *g = gt + (a * S + s) * gt_stride;
-                float dx = p[0] - g[0], dy = p[1] - g[1];
-                float d2 = __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
-                l = __fadd_rn(l, __fmul_rn(sqrtf(d2), (float)mask[a * S + s]));
-            }
-            if (k == 0 || l < lb) {
-                lb = l;
-                kb = k;
-            }
-        }
-        best[a] = kb;
-    }
+    for (int64_t a = cuda_tid(); a < A; a += cuda_nthreads())
+        best[a] = qc_best_mode_agent(loc, gt, gt_stride, mask, a, K, S);
 }
 
 void qc_best_mode_cuda(int64_t *best, const float *loc, const float *gt, int64_t gt_stride,
@@ -240,12 +158,8 @@ void qc_best_mode_cuda(int64_t *best, const float *loc, const float *gt, int64_t
 /* cnt[s] = max(1, Σ_a mask[a,s]) as float, one thread per s. */
 static __global__ void step_counts_kernel(float *cnt, const uint8_t *mask, int64_t A, int64_t S)
 {
-    for (int64_t s = cuda_tid(); s < S; s += cuda_nthreads()) {
-        int64_t c = 0;
-        for (int64_t a = 0; a < A; a++)
-            c += mask[a * S + s] ? 1 : 0;
-        cnt[s] = (float)(c > 1 ? c : 1);
-    }
+    for (int64_t s = cuda_tid(); s < S; s += cuda_nthreads())
+        cnt[s] = qc_reg_loss_step_count(mask, A, S, s);
 }
 
 /* Single block: term[s] = (Σ_a L[a,s], ascending a, double) / cnt[s] computed per thread, chunk
@@ -259,17 +173,9 @@ static __global__ void reg_loss_forward_kernel(float *loss, const float *loc, co
     double total = 0.0; /* meaningful in thread 0 */
     for (int64_t s0 = 0; s0 < S; s0 += LOSS_BLOCK) {
         int64_t s = s0 + threadIdx.x;
-        if (s < S) {
-            double sum = 0.0;
-            for (int64_t a = 0; a < A; a++) {
-                const float *p = loc + ((a * K + best[a]) * S + s) * 2;
-                const float *q = scale + ((a * K + best[a]) * S + s) * 2;
-                const float *g = gt + (a * S + s) * gt_stride;
-                float l = laplace_nll_dev(p[0], q[0], g[0]) + laplace_nll_dev(p[1], q[1], g[1]);
-                sum += (double)(l * (float)mask[a * S + s]);
-            }
-            term[threadIdx.x] = sum / (double)cnt[s];
-        }
+        if (s < S)
+            term[threadIdx.x] =
+                qc_reg_loss_step_term(loc, scale, best, gt, gt_stride, mask, cnt[s], A, K, S, s);
         __syncthreads();
         if (threadIdx.x == 0) {
             int64_t m = S - s0 < LOSS_BLOCK ? S - s0 : LOSS_BLOCK;
@@ -319,17 +225,8 @@ static __global__ void reg_loss_backward_kernel(float *dloc, float *dscale, cons
     int64_t total = A * S;
     for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
         int64_t a = t / S, s = t % S;
-        float g = (gmean / cnt[s]) * (float)mask[t];
-        int64_t o = ((a * K + best[a]) * S + s) * 2;
-        const float *gg = gt + t * gt_stride;
-        for (int64_t d = 0; d < 2; d++) {
-            float dm, ds;
-            laplace_nll_grad_dev(g, loc[o + d], scale[o + d], gg[d], &dm, &ds);
-            if (dloc)
-                dloc[o + d] = dm;
-            if (dscale)
-                dscale[o + d] = ds;
-        }
+        qc_reg_loss_grad_at(dloc, dscale, gmean, cnt[s], loc, scale, best, gt, gt_stride, mask, a,
+                            s, K, S);
     }
 }
 
@@ -355,23 +252,6 @@ void qc_reg_loss_backward_cuda(float *dloc, float *dscale, const float *dloss, c
 
 // ---- mixture NLL (classification)
 // ----------------------------------------------------------------
-
-/* t[k] = log_softmax(pi[a])_k − n[a,k] for one agent; returns lse = logsumexp_k t. */
-__device__ static float mixture_terms_dev(float *t, float *logp, const float *pi, const float *loc,
-                                          const float *scale, const float *gt, int64_t gt_stride,
-                                          const uint8_t *reg_mask, int64_t a, int64_t K, int64_t S)
-{
-    log_softmax_row(logp, pi + a * K, K);
-    float m = (float)reg_mask[a * S + S - 1];
-    const float *g = gt + (a * S + S - 1) * gt_stride;
-    for (int64_t k = 0; k < K; k++) {
-        int64_t o = ((a * K + k) * S + S - 1) * 2;
-        float nx = laplace_nll_dev(loc[o], scale[o], g[0]) * m;
-        float ny = laplace_nll_dev(loc[o + 1], scale[o + 1], g[1]) * m;
-        t[k] = logp[k] - (nx + ny);
-    }
-    return logsumexp_row(t, K);
-}
 
 /* count[0] when given, else max(1, Σ_a cls_mask[a]) as float, reduced over the block
  * (blockDim.x == LOSS_BLOCK): per thread counts, then thread 0 adds them; every thread gets the
@@ -409,12 +289,9 @@ static __global__ void mixture_nll_forward_kernel(float *loss, const float *pi, 
     double sum = 0.0; /* meaningful in thread 0 */
     for (int64_t a0 = 0; a0 < A; a0 += LOSS_BLOCK) {
         int64_t a = a0 + threadIdx.x;
-        if (a < A) {
-            float t[QC_KERNELS_MAX_MODES], logp[QC_KERNELS_MAX_MODES];
-            float lse =
-                mixture_terms_dev(t, logp, pi, loc, scale, gt, gt_stride, reg_mask, a, K, S);
-            term[threadIdx.x] = (double)(-lse * (float)cls_mask[a]);
-        }
+        if (a < A)
+            term[threadIdx.x] =
+                qc_mixture_nll_agent(pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, a, K, S);
         __syncthreads();
         if (threadIdx.x == 0) {
             int64_t m = A - a0 < LOSS_BLOCK ? A - a0 : LOSS_BLOCK;
@@ -448,15 +325,9 @@ static __global__ void mixture_nll_backward_kernel(float *dpi, const float *dlos
                                                    int64_t S)
 {
     float gcls = dloss[0] / cls_count_block(cls_mask, count, A);
-    for (int64_t a = threadIdx.x; a < A; a += blockDim.x) {
-        float t[QC_KERNELS_MAX_MODES], logp[QC_KERNELS_MAX_MODES], dt[QC_KERNELS_MAX_MODES];
-        float lse = mixture_terms_dev(t, logp, pi, loc, scale, gt, gt_stride, reg_mask, a, K, S);
-        float dl = -(gcls * (float)cls_mask[a]); /* cls = −lse */
-        for (int64_t k = 0; k < K; k++)
-            dt[k] = dl * expf(t[k] - lse);
-        /* t = logp − n with n constant: dlogp = dt */
-        log_softmax_row_backward(dpi + a * K, dt, logp, K);
-    }
+    for (int64_t a = threadIdx.x; a < A; a += blockDim.x)
+        qc_mixture_nll_grad_agent(dpi, gcls, pi, loc, scale, gt, gt_stride, reg_mask, cls_mask, a,
+                                  K, S);
 }
 
 void qc_mixture_nll_backward_cuda(float *dpi, const float *dloss, const float *pi, const float *loc,

@@ -75,8 +75,8 @@ enum qc_attn_impl { QC_ATTN_UNFUSED = 0, QC_ATTN_FUSED };
 
 struct qc_attn_fused_tiles; /* kernels/qc_attn_fused.h */
 
-/* Default tile of the CUDA fused path (= QC_ATTN_FUSED_CUDA_TILE_EDGES of
- * kernels/qc_attn_fused_cuda.h). The CPU's 512 edges would cut a batch into hundreds of tiles
+/* Default tile of the CUDA fused path (= QC_ATTN_FUSED_TILE_EDGES_CUDA of
+ * kernels/qc_attn_fused.h). The CPU's 512 edges would cut a batch into hundreds of tiles
  * of a few small GEMMs and kernel launches each; 8192 keeps the scratch near 110 MB at D 128,
  * d 4 (backward) while every launch has work for the whole device. */
 #define QC_ATTN_CUDA_TILE_EDGES 8192
