@@ -229,8 +229,6 @@ struct qc_alloc {
 /* Checks every invariant above; returns QC_ERR_INVALID with the first violation described.
  * O(blocks). Takes the lock. */
 enum qc_status alloc_check_invariants(struct qc_alloc *a);
-/* The largest FREE mapped block (lock held). */
-size_t alloc_largest_free(const struct qc_alloc *a);
 
 // ---- stats.c ---------------------------------------------------------------------------------
 

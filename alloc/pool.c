@@ -1124,16 +1124,6 @@ void qc_alloc_set_step(struct qc_alloc *a, int64_t step)
 
 // ---- introspection ---------------------------------------------------------------------------
 
-size_t alloc_largest_free(const struct qc_alloc *a)
-{
-    size_t best = 0;
-    for (const struct alloc_segment *seg = a->segments; seg; seg = seg->next)
-        for (const struct alloc_block *b = seg->first; b; b = b->next)
-            if (b->state == ALLOC_BLOCK_FREE && b->mapped && b->size > best)
-                best = b->size;
-    return best;
-}
-
 /* Checks the treap under t: BST order within (lo, hi), heap order, membership; counts nodes. */
 static enum qc_status check_treap(const struct alloc_block *t, int pool,
                                   const struct alloc_block *lo, const struct alloc_block *hi,

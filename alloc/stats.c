@@ -44,11 +44,22 @@ static double ratio(size_t num, size_t den)
     return den ? (double)num / (double)den : 1.0;
 }
 
+/* The largest FREE mapped block (lock held). */
+static size_t largest_free(const struct qc_alloc *a)
+{
+    size_t best = 0;
+    for (const struct alloc_segment *seg = a->segments; seg; seg = seg->next)
+        for (const struct alloc_block *b = seg->first; b; b = b->next)
+            if (b->state == ALLOC_BLOCK_FREE && b->mapped && b->size > best)
+                best = b->size;
+    return best;
+}
+
 void qc_alloc_stats_get(struct qc_alloc *a, struct qc_alloc_stats *out)
 {
     pthread_mutex_lock(&a->lock);
     *out = a->st;
-    out->bytes_largest_free = alloc_largest_free(a);
+    out->bytes_largest_free = largest_free(a);
     out->fragmentation = ratio(a->st.bytes_reserved_peak, a->st.bytes_allocated_peak);
     pthread_mutex_unlock(&a->lock);
 }
@@ -125,7 +136,7 @@ size_t alloc_report_format_locked(struct qc_alloc *a, size_t requested, char *bu
     appendf(buf, cap, &len,
             "  largest free block %s | fragmentation %.3f (peak reserved %s / peak allocated "
             "%s) | %" PRIu64 " segments, %" PRIu64 " live blocks\n",
-            qc_alloc_bytes_str(alloc_largest_free(a), b1, sizeof b1),
+            qc_alloc_bytes_str(largest_free(a), b1, sizeof b1),
             ratio(st->bytes_reserved_peak, st->bytes_allocated_peak),
             qc_alloc_bytes_str(st->bytes_reserved_peak, b2, sizeof b2),
             qc_alloc_bytes_str(st->bytes_allocated_peak, b3, sizeof b3), st->n_segments,
@@ -200,7 +211,7 @@ void qc_alloc_stats_get_run(struct qc_alloc *a, struct qc_alloc_stats *out)
     out->bytes_requested_peak = max_size(r->requested, a->st.bytes_requested_peak);
     out->bytes_active_peak = max_size(r->active, a->st.bytes_active_peak);
     out->bytes_reserved_peak = max_size(r->reserved, a->st.bytes_reserved_peak);
-    out->bytes_largest_free = alloc_largest_free(a);
+    out->bytes_largest_free = largest_free(a);
     out->fragmentation = ratio(out->bytes_reserved_peak, out->bytes_allocated_peak);
     pthread_mutex_unlock(&a->lock);
 }

@@ -1,6 +1,7 @@
 /*
- * offload.c — the engine: capability probe and fallback ladder, the handle table, put / get /
- * release, the staging ring and the completion handlers.
+ * offload.c — the engine: capability probe and fallback ladder, put / get / release, the
+ * staging ring's creation and the write and copy completions (the handle table and the slots
+ * are staging.c's, the reads prefetch.c's).
  *
  * NVMe put of a handle with n blocks, per block i:
  *   caller:       take a free slot (waits while the ring is full: a put stall), enqueue on the
@@ -14,8 +15,6 @@
  * Host-tier put/get are one D2H / H2D each; the copy-out is ordered after the caller's stream
  * with an event, the copy-in after the copy-out.
  */
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,17 +27,6 @@
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 #define GIB ((size_t)1 << 30)
-
-/* snprintf for messages that may be cut at cap (paths can be long); never overflows. */
-static void msg_printf(char *dst, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void msg_printf(char *dst, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, cap, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t now_ns(void)
 {
@@ -103,138 +91,6 @@ const char *qc_offload_spill_path(const struct qc_offload *o)
     return o->nvme.fd >= 0 ? o->nvme.path : "";
 }
 
-// ---- handle table (mu held) ----------------------------------------------------------------
-
-static enum qc_status handle_insert(struct qc_offload *o, struct offload_handle *h)
-{
-    uint32_t idx;
-    if (o->tab_nfree > 0) {
-        idx = o->tab_free[--o->tab_nfree];
-    } else {
-        if (o->tab_used == o->tab_cap) {
-            uint32_t cap = o->tab_cap ? o->tab_cap * 2 : 256;
-            struct offload_table_entry *tab = realloc(o->tab, cap * sizeof *tab);
-            if (!tab)
-                return qc_errorf(QC_ERR_NOMEM, "offload: handle table: out of memory");
-            o->tab = tab;
-            uint32_t *fr = realloc(o->tab_free, cap * sizeof *fr);
-            if (!fr)
-                return qc_errorf(QC_ERR_NOMEM, "offload: handle table: out of memory");
-            o->tab_free = fr;
-            memset(tab + o->tab_cap, 0, (cap - o->tab_cap) * sizeof *tab);
-            o->tab_cap = cap;
-        }
-        idx = o->tab_used++;
-    }
-    struct offload_table_entry *e = &o->tab[idx];
-    e->gen = e->gen + 1 ? e->gen + 1 : 1;
-    e->h = h;
-    h->id = (uint64_t)e->gen << 32 | (uint64_t)(idx + 1);
-    return QC_OK;
-}
-
-static void handle_remove(struct qc_offload *o, struct offload_handle *h)
-{
-    uint32_t idx = (uint32_t)(h->id & 0xffffffffu) - 1;
-    o->tab[idx].h = NULL;
-    o->tab_free[o->tab_nfree++] = idx;
-}
-
-struct offload_handle *offload_handle_find(struct qc_offload *o, uint64_t id)
-{
-    uint32_t idx = (uint32_t)(id & 0xffffffffu);
-    if (idx == 0 || idx > o->tab_used)
-        return NULL;
-    struct offload_table_entry *e = &o->tab[idx - 1];
-    if (!e->h || e->gen != (uint32_t)(id >> 32) || e->h->released)
-        return NULL;
-    return e->h;
-}
-
-// ---- staging slots and errors (mu held) ----------------------------------------------------
-
-static struct offload_slot *slot_take(struct qc_offload *o, struct offload_chunk *c)
-{
-    struct offload_slot *s = o->free_slots;
-    QC_ASSERT(s != NULL, "offload: no free staging slot (nfree %u)", o->nfree);
-    o->free_slots = s->next_free;
-    o->nfree--;
-    s->next_free = NULL;
-    s->chunk = c;
-    c->slot = s;
-    c->h->busy++;
-    return s;
-}
-
-static void slot_give_back(struct qc_offload *o, struct offload_chunk *c)
-{
-    struct offload_slot *s = c->slot;
-    QC_ASSERT(s != NULL, "offload: block %u of '%s' holds no slot", c->index, c->h->tag);
-    offload_prefetch_chunk_done(o, c);
-    c->slot = NULL;
-    s->chunk = NULL;
-    s->next_free = o->free_slots;
-    o->free_slots = s;
-    o->nfree++;
-    c->h->busy--;
-}
-
-static uint64_t chunk_file_off(const struct qc_offload *o, const struct offload_chunk *c)
-{
-    return c->h->file_off + (uint64_t)c->index * o->p.block_size;
-}
-
-static size_t chunk_io_len(const struct qc_offload *o, const struct offload_chunk *c)
-{
-    return o->nvme.direct ? offload_round_up(c->len, OFFLOAD_ALIGN) : c->len;
-}
-
-/* Records the handle's (and the engine's) first error; the chunk becomes FAILED. */
-static void chunk_fail(struct qc_offload *o, struct offload_chunk *c, const char *what)
-{
-    struct offload_handle *h = c->h;
-    if (h->err == QC_OK) {
-        h->err = QC_ERR_IO;
-        msg_printf(h->errmsg, sizeof h->errmsg,
-                   "offload: %s: file %s, offset %llu, %zu bytes, tensor '%s' (block %u of %u)",
-                   what, o->nvme.path, (unsigned long long)chunk_file_off(o, c), c->len, h->tag,
-                   c->index + 1, h->nchunks);
-    }
-    /* quiesce reports what no caller has seen: write errors and failed prefetch reads (a get's
-     * own reads are reported by the get) */
-    bool unseen = c->state == CHUNK_WRITING || c->by_prefetch;
-    c->state = CHUNK_FAILED;
-    if (unseen && o->first_err == QC_OK) {
-        o->first_err = h->err;
-        snprintf(o->first_errmsg, sizeof o->first_errmsg, "%s", h->errmsg);
-    }
-}
-
-static void chunk_fail_io(struct qc_offload *o, struct offload_chunk *c,
-                          const struct offload_io *io)
-{
-    const char *op = io->op == OFFLOAD_READ ? "read" : "write";
-    char what[256];
-    o->st.io_errors++;
-    if (io->res == -ENODATA)
-        snprintf(what, sizeof what, "short %s: %zu of %zu bytes, then no progress", op, io->done,
-                 io->len);
-    else if (io->res == -EINVAL && io->done > 0)
-        snprintf(what, sizeof what,
-                 "short %s: %zu of %zu bytes left an unaligned O_DIRECT remainder", op, io->done,
-                 io->len);
-    else
-        snprintf(what, sizeof what, "%s failed: %s", op, strerror(-io->res));
-    chunk_fail(o, c, what);
-    if (io->res == -ENOSPC && c->h->err == QC_ERR_IO && strstr(c->h->errmsg, "No space"))
-        snprintf(c->h->errmsg + strlen(c->h->errmsg), sizeof c->h->errmsg - strlen(c->h->errmsg),
-                 "\nhint: the spill directory's filesystem is full; free space or lower "
-                 "offload.nvme_capacity");
-    else if (io->res == -EIO && c->h->err == QC_ERR_IO && strstr(c->h->errmsg, "I/O error"))
-        snprintf(c->h->errmsg + strlen(c->h->errmsg), sizeof c->h->errmsg - strlen(c->h->errmsg),
-                 "\nhint: the disk reported an I/O error (see dmesg)");
-}
-
 // ---- completions ---------------------------------------------------------------------------
 
 static void write_done(struct offload_io *io)
@@ -245,12 +101,12 @@ static void write_done(struct offload_io *io)
     struct offload_chunk *c = s->chunk;
     struct offload_handle *h = c->h;
     if (io->res != 0) {
-        chunk_fail_io(o, c, io);
+        offload_chunk_fail_io(o, c, io);
     } else {
         c->state = CHUNK_ON_DISK;
         o->st.bytes_written += c->len;
     }
-    slot_give_back(o, c);
+    offload_slot_give_back(o, c);
     h->writes_left--;
     o->writes_inflight--;
     if (h->writes_left == 0)
@@ -266,66 +122,15 @@ static void write_hand_off(void *arg)
     struct offload_slot *s = arg;
     struct qc_offload *o = s->o;
     struct offload_chunk *c = s->chunk;
-    size_t len = chunk_io_len(o, c);
+    size_t len = offload_chunk_io_len(o, c);
     c->sum = offload_checksum(s->buf, c->len);
     if (len > c->len)
         memset(s->buf + c->len, 0, len - c->len);
     s->io = (struct offload_io){.op = OFFLOAD_WRITE,
                                 .buf = s->buf,
                                 .len = len,
-                                .off = chunk_file_off(o, c),
+                                .off = offload_chunk_file_off(o, c),
                                 .complete = write_done,
-                                .user = s};
-    o->io->submit(o->io, &s->io);
-}
-
-static void read_done(struct offload_io *io)
-{
-    struct offload_slot *s = io->user;
-    struct qc_offload *o = s->o;
-    struct offload_chunk *c = s->chunk; /* stable while the read owns the slot */
-    uint64_t sum = io->res == 0 ? offload_checksum(s->buf, c->len) : 0;
-    pthread_mutex_lock(&o->mu);
-    o->reads_inflight--;
-    if (io->res != 0) {
-        chunk_fail_io(o, c, io);
-    } else if (sum != c->sum) {
-        char what[160];
-        o->st.checksum_failures++;
-        snprintf(what, sizeof what, "checksum mismatch: xxh3 %016llx read, %016llx written",
-                 (unsigned long long)sum, (unsigned long long)c->sum);
-        chunk_fail(o, c, what);
-    } else {
-        c->state = CHUNK_READY;
-        o->st.bytes_read += c->len;
-    }
-    if (c->state == CHUNK_FAILED)
-        slot_give_back(o, c);
-    offload_prefetch_pump(o);
-    pthread_cond_broadcast(&o->cv);
-    pthread_mutex_unlock(&o->mu);
-}
-
-void offload_issue_read(struct qc_offload *o, struct offload_chunk *c, bool by_prefetch)
-{
-    struct offload_slot *s = slot_take(o, c);
-    struct offload_handle *h = c->h;
-    c->state = CHUNK_READING;
-    o->reads_inflight++;
-    if (by_prefetch) {
-        c->by_prefetch = true;
-        o->pf.bytes += c->len;
-        if (h->pf_chunks++ == 0)
-            o->pf.active++;
-        if (o->pf.bytes > o->st.prefetch_bytes_peak)
-            o->st.prefetch_bytes_peak = o->pf.bytes;
-        o->st.prefetch_reads++;
-    }
-    s->io = (struct offload_io){.op = OFFLOAD_READ,
-                                .buf = s->buf,
-                                .len = chunk_io_len(o, c),
-                                .off = chunk_file_off(o, c),
-                                .complete = read_done,
                                 .user = s};
     o->io->submit(o->io, &s->io);
 }
@@ -338,7 +143,7 @@ static void get_copy_done(void *arg)
     pthread_mutex_lock(&o->mu);
     struct offload_chunk *c = s->chunk;
     c->state = CHUNK_ON_DISK;
-    slot_give_back(o, c);
+    offload_slot_give_back(o, c);
     offload_prefetch_pump(o);
     pthread_cond_broadcast(&o->cv);
     pthread_mutex_unlock(&o->mu);
@@ -650,7 +455,7 @@ static enum qc_status put_abort(struct qc_offload *o, struct offload_handle *h, 
     for (uint32_t i = from; i < h->nchunks; i++) {
         struct offload_chunk *c = &h->chunks[i];
         if (c->slot)
-            slot_give_back(o, c);
+            offload_slot_give_back(o, c);
         c->state = CHUNK_FAILED;
         h->writes_left--;
         o->writes_inflight--;
@@ -683,7 +488,7 @@ static enum qc_status offload_put(struct qc_offload *o, const void *src, size_t 
     pthread_mutex_lock(&o->mu);
     st = put_place(o, h, place);
     if (st == QC_OK)
-        st = handle_insert(o, h);
+        st = offload_handle_insert(o, h);
     if (st != QC_OK) {
         if (h->where == QC_OFFLOAD_PLACE_HOST) {
             offload_host_free(o, h->host_buf, h->size);
@@ -720,7 +525,7 @@ static enum qc_status offload_put(struct qc_offload *o, const void *src, size_t 
             o->st.put_stall_count++;
             o->st.put_stall_ns += now_ns() - t0;
         }
-        struct offload_slot *s = slot_take(o, c);
+        struct offload_slot *s = offload_slot_take(o, c);
         pthread_mutex_unlock(&o->mu);
         st = qc_memcpy_async(o->copy, s->buf,
                              (const unsigned char *)src + (size_t)i * o->p.block_size, c->len,
@@ -770,7 +575,7 @@ static void handle_drop_reads(struct qc_offload *o, struct offload_handle *h)
     for (uint32_t i = 0; i < h->nchunks; i++) {
         struct offload_chunk *c = &h->chunks[i];
         if (c->state == CHUNK_READY) {
-            slot_give_back(o, c);
+            offload_slot_give_back(o, c);
             c->state = CHUNK_ON_DISK;
         }
     }
@@ -948,7 +753,7 @@ enum qc_status qc_offload_release(struct qc_offload *o, uint64_t handle)
         offload_nvme_free(&o->nvme, h->file_off, h->file_len);
     QC_ASSERT(h->pf_chunks == 0 && h->busy == 0, "offload: released '%s' still holds slots",
               h->tag);
-    handle_remove(o, h);
+    offload_handle_remove(o, h);
     enum qc_status err = h->err;
     char msg[OFFLOAD_ERR_MAX];
     snprintf(msg, sizeof msg, "%s", h->errmsg);

@@ -267,14 +267,42 @@ struct qc_offload {
 enum qc_status offload_host_alloc(struct qc_offload *o, size_t size, const char *tag, void **out);
 void offload_host_free(struct qc_offload *o, void *p, size_t size);
 
-/* offload.c (mu held) */
-struct offload_handle *offload_handle_find(struct qc_offload *o, uint64_t id);
-void offload_issue_read(struct qc_offload *o, struct offload_chunk *c, bool by_prefetch);
+/* A chunk's place in the spill file, and the bytes its I/O moves (the block rounded up to the
+ * O_DIRECT alignment when the file has it). */
+static inline uint64_t offload_chunk_file_off(const struct qc_offload *o,
+                                              const struct offload_chunk *c)
+{
+    return c->h->file_off + (uint64_t)c->index * o->p.block_size;
+}
 
-/* prefetch.c (mu held): issues reads for the next handles of the order within the window. */
-void offload_prefetch_pump(struct qc_offload *o);
-/* A prefetch-held chunk left its slot (consumed, failed or released). */
+static inline size_t offload_chunk_io_len(const struct qc_offload *o, const struct offload_chunk *c)
+{
+    return o->nvme.direct ? offload_round_up(c->len, OFFLOAD_ALIGN) : c->len;
+}
+
+/* staging.c (mu held): the state the put, get and read paths share; it calls none of them.
+ * The handle table: insert gives h its id (QC_ERR_NOMEM); find gives NULL for an unknown,
+ * stale or released id. */
+enum qc_status offload_handle_insert(struct qc_offload *o, struct offload_handle *h);
+void offload_handle_remove(struct qc_offload *o, struct offload_handle *h);
+struct offload_handle *offload_handle_find(struct qc_offload *o, uint64_t id);
+/* A free slot for c (one must be free); giving it back also ends c's prefetch claim. */
+struct offload_slot *offload_slot_take(struct qc_offload *o, struct offload_chunk *c);
+void offload_slot_give_back(struct qc_offload *o, struct offload_chunk *c);
+/* A prefetch-held chunk left its slot (consumed, failed or released): pf.bytes follows. */
 void offload_prefetch_chunk_done(struct qc_offload *o, struct offload_chunk *c);
+/* Records the handle's (and, when no caller will see it, the engine's) first error, naming the
+ * file, offset, tensor and block; the chunk becomes FAILED. _io: from a failed I/O, with a hint
+ * for a full disk or an I/O error. */
+void offload_chunk_fail(struct qc_offload *o, struct offload_chunk *c, const char *what);
+void offload_chunk_fail_io(struct qc_offload *o, struct offload_chunk *c,
+                           const struct offload_io *io);
+
+/* prefetch.c (mu held): the read side. issue_read reads chunk c (ON_DISK) into a slot, for a
+ * get or (by_prefetch) ahead of one; its completion verifies the checksum and pumps. */
+void offload_issue_read(struct qc_offload *o, struct offload_chunk *c, bool by_prefetch);
+/* Issues reads for the next handles of the order within the window. */
+void offload_prefetch_pump(struct qc_offload *o);
 /* h's writes finished: issue the explicit prefetch that was asked for meanwhile. */
 void offload_prefetch_wanted(struct qc_offload *o, struct offload_handle *h);
 void offload_prefetch_deinit(struct offload_prefetch *pf);

@@ -1,5 +1,8 @@
 /*
- * prefetch.c — reading NVMe handles back into the staging ring ahead of their gets.
+ * prefetch.c — reading NVMe handles back into the staging ring: the read of one block (for a
+ * get, or ahead of it) with its checksum check, and the prefetch window. A read's completion
+ * pumps the window and the pump issues reads, so both live here, above staging.c (slots,
+ * handles) and below offload.c (put, get).
  *
  * The trainer gives the order in which backward will ask for handles (qc_offload_set_order).
  * The pump walks that order from a cursor and issues reads for the next handles' blocks while
@@ -12,10 +15,68 @@
  * what it still needs; re-reading blocks it has copied would only waste the window), released,
  * failed or in the host tier are skipped.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "offload_internal.h"
+
+// ---- reading a block into its slot (mu held) -----------------------------------------------
+
+/* The read's completion (backend thread): verifies the block's checksum before it becomes
+ * READY, so an unverified byte never reaches a get; then pumps, as the slot may have freed. */
+static void read_done(struct offload_io *io)
+{
+    struct offload_slot *s = io->user;
+    struct qc_offload *o = s->o;
+    struct offload_chunk *c = s->chunk; /* stable while the read owns the slot */
+    uint64_t sum = io->res == 0 ? offload_checksum(s->buf, c->len) : 0;
+    pthread_mutex_lock(&o->mu);
+    o->reads_inflight--;
+    if (io->res != 0) {
+        offload_chunk_fail_io(o, c, io);
+    } else if (sum != c->sum) {
+        char what[160];
+        o->st.checksum_failures++;
+        snprintf(what, sizeof what, "checksum mismatch: xxh3 %016llx read, %016llx written",
+                 (unsigned long long)sum, (unsigned long long)c->sum);
+        offload_chunk_fail(o, c, what);
+    } else {
+        c->state = CHUNK_READY;
+        o->st.bytes_read += c->len;
+    }
+    if (c->state == CHUNK_FAILED)
+        offload_slot_give_back(o, c);
+    offload_prefetch_pump(o);
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+void offload_issue_read(struct qc_offload *o, struct offload_chunk *c, bool by_prefetch)
+{
+    struct offload_slot *s = offload_slot_take(o, c);
+    struct offload_handle *h = c->h;
+    c->state = CHUNK_READING;
+    o->reads_inflight++;
+    if (by_prefetch) {
+        c->by_prefetch = true;
+        o->pf.bytes += c->len;
+        if (h->pf_chunks++ == 0)
+            o->pf.active++;
+        if (o->pf.bytes > o->st.prefetch_bytes_peak)
+            o->st.prefetch_bytes_peak = o->pf.bytes;
+        o->st.prefetch_reads++;
+    }
+    s->io = (struct offload_io){.op = OFFLOAD_READ,
+                                .buf = s->buf,
+                                .len = offload_chunk_io_len(o, c),
+                                .off = offload_chunk_file_off(o, c),
+                                .complete = read_done,
+                                .user = s};
+    o->io->submit(o->io, &s->io);
+}
+
+// ---- the prefetch window (mu held) -----------------------------------------------------------
 
 static void pf_log(struct offload_prefetch *pf, struct offload_handle *h)
 {
@@ -65,16 +126,6 @@ void offload_prefetch_pump(struct qc_offload *o)
             return;
         pf->cursor++;
     }
-}
-
-void offload_prefetch_chunk_done(struct qc_offload *o, struct offload_chunk *c)
-{
-    if (!c->by_prefetch)
-        return;
-    c->by_prefetch = false;
-    o->pf.bytes -= c->len;
-    if (--c->h->pf_chunks == 0)
-        o->pf.active--;
 }
 
 void offload_prefetch_deinit(struct offload_prefetch *pf)

@@ -9,9 +9,11 @@
  *     and losses, and the metrics count the bytes each policy moved;
  *   - budgets from unlimited down to the minimum plan (1 scene per group, so nothing can be
  *     split): every run that fits gives the unlimited run's checkpoint bytes, every step's
- *     peak is at or under the budget and the predicted peak is within 10 % of the measured
- *     one; the first budget under the minimum plan fails with the error naming the scene, its
- *     edge counts and the bytes it needs; --skip-oversized skips it instead, counted;
+ *     peak is at or under the budget and the predicted peak is within PLAN_ERR (3 %; the docs
+ *     state 5 %) of the measured one (a step that re-planned excepted: its peak mixes two
+ *     plans), the unlimited run's steps exactly; the first budget under the minimum plan fails
+ *     with the error naming the scene, its edge counts and the bytes it needs;
+ *     --skip-oversized skips it instead, counted;
  *   - admission control: a batch of 2 under a budget only 1 scene fits runs as 1 + 1 (counted)
  *     and its losses and gradients equal the unsplit step's within fp32 tolerance (dropout 0:
  *     with dropout the moved scene draws other masks);
@@ -21,7 +23,11 @@
  *   - a whole epoch of `mixed` scenes under a budget that fits the median batch kept whole but
  *     not the tail finishes with no failed step, every step under the budget;
  *   - NVMe faults inside a step (a read error, a flipped byte on disk): the block is recomputed
- *     from its inputs, counted, and the checkpoint equals the kept run's.
+ *     from its inputs, counted, and the checkpoint equals the kept run's;
+ *   - the trainer's threads together, small enough for ThreadSanitizer (ctest's
+ *     test_train_memory_tsan, label tsan): on the emulated device, loader threads, the copy
+ *     streams, the offload engine's prefetch to and from the host and NVMe tiers and recompute
+ *     in one run whose random per-block mix gives the kept run's bytes.
  * `test_train_memory cuda` (label gpu): the invariance on CUDA; exit 77 only where
  * tests/cuda_probe.h says there is no GPU (a CPU-only build, no device, no driver), a GPU that
  * cannot be used fails. The EMU runs use emulated device 1, so the loader's workers must pin
@@ -46,9 +52,15 @@
 #include "qc_plan.h"
 #include "qc_qcnet.h"
 #include "qc_train.h"
+#include "qc_trainer_test.h"
 #include "testutil.h"
 
 static char tmp_root[256];
+
+/* The planner's accuracy as gated: a predicted peak within 3 % of the measured one (the docs
+ * promise 5 %). Measured on the CPU: 0.0 % on every step that did not re-plan, at every budget
+ * (the dry run replays every block's memory spec, src/plan/README.md). */
+#define PLAN_ERR 0.03
 
 static void tmp_dir(char *out, size_t n, const char *name)
 {
@@ -263,7 +275,7 @@ static bool same_checkpoint(const char *a, const char *b, int64_t steps)
     bool same = true;
     const char *files[] = {"model.safetensors", "optim.safetensors"};
     for (int i = 0; i < 2; i++) {
-        char pa[512], pb[512];
+        char pa[600], pb[600];
         snprintf(pa, sizeof pa, "%s/ckpt-%06" PRId64 "/%s", a, steps, files[i]);
         snprintf(pb, sizeof pb, "%s/ckpt-%06" PRId64 "/%s", b, steps, files[i]);
         size_t na = 0, nb = 0, la = 0, lb = 0;
@@ -396,7 +408,7 @@ static double max_active(const struct run *r)
 static void test_budgets(void)
 {
     QC_TEST ("train memory: budgets down to the minimum plan: same bits, peaks under the "
-             "budget, predicted within 10 %; under it, the scene that never fits is named") {
+             "budget, predicted within 3 %; under it, the scene that never fits is named") {
         struct qc_config cfg;
         tiny_config(&cfg, QC_CONFIG_DEVICE_CPU, true, 1);
         char ref[512];
@@ -406,6 +418,11 @@ static void test_budgets(void)
         T_EXPECT(r0.st == QC_OK && r0.nsteps == 3, "unlimited: %s", r0.err);
         if (r0.st != QC_OK)
             continue;
+        /* unlimited: everything kept, the dry run's program is the step's allocations */
+        for (int s = 0; s < r0.nsteps; s++)
+            T_EXPECT(r0.m[s].predicted == r0.m[s].active && r0.m[s].replans == 0,
+                     "unlimited step %d: predicted %g vs measured %g", s + 1, r0.m[s].predicted,
+                     r0.m[s].active);
         const double p0 = max_active(&r0);
         int fitted = 0, moved = 0, compared = 0;
         bool floor_found = false;
@@ -450,17 +467,20 @@ static void test_budgets(void)
                 /* a step with a re-plan peaked, maybe, in the attempt rolled back, which ran
                  * another plan part of the way: its prediction does not compare */
                 compared += m->replans == 0;
-                T_EXPECT(m->replans > 0 || fabs(m->predicted - m->active) <= 0.10 * m->active,
-                         "budget %" PRIu64 " step %d: predicted %g vs measured %g",
-                         cb.device_budget, s + 1, m->predicted, m->active);
+                T_EXPECT(m->replans > 0 || fabs(m->predicted - m->active) <= PLAN_ERR * m->active,
+                         "budget %" PRIu64 " step %d: predicted %g vs measured %g (%+.2f %%, "
+                         "more than %.0f %%)",
+                         cb.device_budget, s + 1, m->predicted, m->active,
+                         100 * (m->predicted / m->active - 1), 100 * PLAN_ERR);
                 T_EXPECT(m->splits == 0, "one scene per group: no split");
             }
             printf("  budget %.1f MiB: host %.1f MiB, recomputed %.1f MiB, re-plans %g; peak "
-                   "(predicted) per step:",
+                   "(predicted; * re-planned, not compared) per step:",
                    (double)cb.device_budget / 1048576.0, SUM(&r, host) / 1048576.0,
                    SUM(&r, recompute) / 1048576.0, SUM(&r, replans));
             for (int s = 0; s < r.nsteps; s++)
-                printf(" %.1f (%.1f)", r.m[s].active / 1048576.0, r.m[s].predicted / 1048576.0);
+                printf(" %.1f (%.1f)%s", r.m[s].active / 1048576.0, r.m[s].predicted / 1048576.0,
+                       r.m[s].replans > 0 ? "*" : "");
             printf(" MiB\n");
             t_rm_rf(dir);
         }
@@ -664,6 +684,49 @@ static void test_nvme_fault(void)
     }
 }
 
+// ---- the trainer's threads together (ThreadSanitizer) ------------------------------------------
+
+/* Small on purpose (2 runs of 2 steps): ctest's test_train_memory_tsan runs it under
+ * ThreadSanitizer, where a step is tens of times slower. */
+static void test_threads(void)
+{
+    QC_TEST ("train memory: threads together (emu: loader threads, copy streams, offload "
+             "prefetch host/NVMe, recompute): a random mix gives keep's bytes") {
+        struct qc_config cfg;
+        tiny_config(&cfg, QC_CONFIG_DEVICE_EMU, true, 2);
+        cfg.steps = 2;
+        cfg.loader_threads = 2;
+        char ref[512], dir[512];
+        tmp_dir(ref, sizeof ref, "threads-keep");
+        cfg.plan_policy = QC_PLAN_KEEP;
+        struct run rk;
+        run_train(&cfg, ref, NULL, &rk);
+        T_EXPECT(rk.st == QC_OK && rk.nsteps == 2, "keep: %s", rk.err);
+        if (rk.st != QC_OK)
+            continue;
+        cfg.plan_policy = QC_PLAN_OFFLOAD;
+        cfg.offload_placement = QC_PLACE_AUTO;
+        set_nvme(&cfg);
+        tmp_dir(dir, sizeof dir, "threads-mix");
+        struct mix mx = {.rng = qc_test_seed(), .nvme = true};
+        struct extra x = {.hook = mix_hook, .hook_user = &mx};
+        struct run r;
+        run_train(&cfg, dir, &x, &r);
+        T_EXPECT(r.st == QC_OK && r.nsteps == 2, "mix: %s", r.err);
+        if (r.st != QC_OK)
+            continue;
+        const double host = SUM(&r, host), nvme = SUM(&r, nvme), rec = SUM(&r, recompute);
+        printf("  mix: host %.1f MiB, NVMe %.1f MiB, recomputed %.1f MiB\n", host / 1048576.0,
+               nvme / 1048576.0, rec / 1048576.0);
+        T_EXPECT(host > 0 && nvme > 0 && rec > 0, "mix: host %g, NVMe %g, recompute %g", host, nvme,
+                 rec);
+        T_EXPECT(same_checkpoint(ref, dir, 2), "mix: checkpoint bytes equal keep's");
+        T_EXPECT(same_losses(&rk, &r), "mix: losses equal keep's");
+        t_rm_rf(ref);
+        t_rm_rf(dir);
+    }
+}
+
 int main(int argc, char **argv)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s/test_train_memory.%d", QC_BINARY_DIR, (int)getpid());
@@ -692,6 +755,7 @@ int main(int argc, char **argv)
         test_oom(QC_CONFIG_DEVICE_EMU);
         test_mixed_epoch();
         test_nvme_fault();
+        test_threads();
     }
     t_rm_rf(tmp_root);
     return qc_test_summary();

@@ -1,9 +1,10 @@
 /*
  * config_internal.h — shared between the files of src/config (never included from outside).
  *
- * config_options.c holds the table and the defaults, config_value.c converts text and JSON values
- * into fields (with range checks) and writes the dump, config_preset.c finds and reads preset
- * files and resolves their inheritance.
+ * config_options.c holds the table (each key's default as text) and its lookups; config_value.c
+ * converts text and JSON values into fields (with range checks), fills the defaults from the
+ * table and writes the dump; config_preset.c finds and reads preset files and resolves their
+ * inheritance. Calls go one way: value and preset use the table, the table uses neither.
  */
 #ifndef QC_CONFIG_CONFIG_INTERNAL_H
 #define QC_CONFIG_CONFIG_INTERNAL_H

@@ -5,7 +5,8 @@
  * The defaults are the official QCNet Argoverse 2 configuration (QCNET.md §1) on one CPU rank
  * with no memory budget beyond the device's own. They are written as text and parsed with the
  * same code that parses --set, so the table is the only place a default lives, and `--help`
- * shows exactly what the parser accepts.
+ * shows exactly what the parser accepts (qc_config_defaults, in config_value.c, parses them: the
+ * table itself needs nothing from the files that read it).
  */
 #include "qc_config.h"
 
@@ -334,15 +335,6 @@ enum qc_status config_unknown_key(const char *origin, const char *key)
     return qc_errorf(QC_ERR_INVALID,
                      "%s: key '%s': unknown key\nhint: `qctrain config options` lists every key",
                      origin, key);
-}
-
-void qc_config_defaults(struct qc_config *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    for (int i = 0; i < NOPTIONS; i++) {
-        enum qc_status st = qc_config_set(cfg, options[i].key, options[i].def, "defaults");
-        QC_ASSERT(st == QC_OK, "bad default in the option table: %s", qc_error_last());
-    }
 }
 
 /* Bytes as the largest exact binary unit: 20971520 -> "20MiB". */

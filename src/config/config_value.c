@@ -1,7 +1,7 @@
 /*
  * config_value.c — converting values into fields of struct qc_config (text from --set and
- * preset strings, numbers and booleans from preset JSON), range checks, cross-field validation
- * and the JSON dump.
+ * preset strings, numbers and booleans from preset JSON), the defaults (the option table's text,
+ * parsed as --set is), range checks, cross-field validation and the JSON dump.
  *
  * Every error names where the value came from (origin), the key and the value:
  *   profiles/x.json: key 'model.hidden_dim': expected an integer, got "abc"
@@ -333,6 +333,17 @@ enum qc_status qc_config_set(struct qc_config *cfg, const char *key, const char 
     union config_value v;
     QC_TRY(parse_text(opt, value, origin, &v));
     return check_and_store(cfg, opt, &v, origin);
+}
+
+void qc_config_defaults(struct qc_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    const int n = qc_config_option_count();
+    for (int i = 0; i < n; i++) {
+        const struct qc_config_option *opt = qc_config_option_at(i);
+        enum qc_status st = qc_config_set(cfg, opt->key, opt->def, "defaults");
+        QC_ASSERT(st == QC_OK, "bad default in the option table: %s", qc_error_last());
+    }
 }
 
 enum qc_status qc_config_apply_set(struct qc_config *cfg, const char *key_eq_value)

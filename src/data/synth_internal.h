@@ -1,6 +1,7 @@
 /*
  * synth_internal.h — shared by the synthetic-scene generator's files (synth_*.c); never leaves
- * src/data.
+ * src/data. The layers call downwards only: synth.c (qc_synth.h: the profile, the scene) uses
+ * synth_map.c and synth_agents.c, which use synth_math.c; none of them includes qc_synth.h.
  *
  * Glossary:
  *   local frame  metres around the scene centre, roads axis-aligned; the global (city) frame is
@@ -26,7 +27,6 @@
 
 #include "qc_scene.h"
 #include "qc_status.h"
-#include "qc_synth.h"
 
 #ifdef __clang__
 #    pragma STDC FP_CONTRACT OFF /* gcc: off already in ISO C mode (-std=c11) */

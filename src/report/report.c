@@ -16,23 +16,12 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "qc_file.h"
-
-void report_note(struct report_notes *n, const char *fmt, ...)
-{
-    if (n->n >= (int)(sizeof n->text / sizeof n->text[0]))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(n->text[n->n++], sizeof n->text[0], fmt, ap);
-    va_end(ap);
-}
 
 /* Reads and parses a JSON file; *out NULL when it does not exist. */
 static enum qc_status load_json(const char *path, cJSON **out)

@@ -14,9 +14,11 @@
 #ifndef QC_REPORT_REPORT_INTERNAL_H
 #define QC_REPORT_REPORT_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* vsnprintf */
 
 #include "qc_report.h"
 #include "qc_strbuf.h"
@@ -32,8 +34,19 @@ struct report_notes {
     char text[8][512];
     int n;
 };
-void report_note(struct report_notes *n, const char *fmt, ...)
+/* Adds a note (cut at 511 bytes); past the eighth, notes are dropped. Here, not in report.c, so
+ * the pieces report.c assembles (report_curves.c, report_timeline.c) need nothing from it. */
+static inline void report_note(struct report_notes *n, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+static inline void report_note(struct report_notes *n, const char *fmt, ...)
+{
+    if (n->n >= (int)(sizeof n->text / sizeof n->text[0]))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->text[n->n++], sizeof n->text[0], fmt, ap);
+    va_end(ap);
+}
 
 /* Appends `"curves": {...}` (no trailing comma) from RUN/metrics.jsonl: per metric of
  * qc_report_metrics (step lines), buckets of ceil(lines / QC_REPORT_CURVE_POINTS) lines, each

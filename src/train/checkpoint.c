@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "qc_config.h"
@@ -102,22 +101,6 @@ static void remove_ckpt_dir(const char *dir)
 {
     if (train_remove_tree(dir) != QC_OK)
         qc_error_clear();
-}
-
-/* Test hook (docs/RELIABILITY.md; train_internal.h). Read once; unset or invalid: no delay. */
-void train_fault_delay(void)
-{
-    static long delay_ms = -1;
-    if (delay_ms < 0) {
-        const char *e = getenv("QC_FAULT_CKPT_DELAY_MS");
-        char *end = NULL;
-        const long v = e ? strtol(e, &end, 10) : 0;
-        delay_ms = e && end != e && *end == '\0' && v > 0 && v < 60000 ? v : 0;
-    }
-    if (delay_ms > 0) {
-        const struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
 }
 
 static bool file_exists(const char *path)

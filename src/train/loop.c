@@ -8,6 +8,13 @@
  * g < G groups left at the end of an epoch: a step never spans two epochs, as Lightning's
  * epochs end with the loader). The learning rate is the epoch's (qc_lr_cosine).
  *
+ * A step, in phases (qc_trainer_step):
+ *   step_begin    the epoch planned, the step's groups, the allocator's step window
+ *   step_run      this rank's groups (run_group), the reduction, one exchange of the figures
+ *   step_decide   fp16 loss scaling (loss_scale.h), the non-finite policy (nonfinite.h), AdamW
+ *   step_advance  the loop position, the epoch rollover
+ *   step_record   the step's metrics line and its memory
+ *
  * Loop position: (epoch, batch_in_epoch) names the next batch; the loader's batches depend
  * only on (seed, epoch), so a resumed run re-plans the epoch and skips the batches already
  * consumed (they are built and dropped: resume costs that much loader time, once). Dropout
@@ -38,14 +45,11 @@
  * checkpoint and at the end of the run.
  */
 #include "qc_train.h"
+#include "loss_scale.h"
+#include "nonfinite.h"
+#include "qc_trainer_test.h"
 #include "train_dist.h"
 #include "train_internal.h"
-
-#include "qc_half.h"
-#include "qc_kernels.h"
-
-#define LOSS_SCALE_INIT 65536.0    /* 2^16, fp16's first loss scale */
-#define LOSS_SCALE_MAX  16777216.0 /* 2^24 */
 
 #include <inttypes.h>
 #include <math.h>
@@ -63,50 +67,55 @@
 #include "qc_device.h"
 #include "qc_dist.h"
 #include "qc_exec.h"
+#include "qc_kernels.h"
 #include "qc_loader.h"
 #include "qc_memreport.h"
 #include "qc_progress.h"
 #include "qc_report.h"
 #include "qc_steptrace.h"
 
+/* One run. The loop owns the run folder, where the run stands and what it writes; the parts it
+ * drives keep their own state: the backend (device, allocator, exec), the memory system
+ * (stepmem.c), the ranks (train_dist.c: the communicator, the reduction's wait), the non-finite
+ * policy (nonfinite.h: its host buffer and skip counts), fp16 loss scaling (loss_scale.h: the
+ * scale is in st, which checkpoints carry). */
 struct qc_trainer {
     struct qc_config cfg;
     char out_dir[4096];
+    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c; rank 0) */
+    /* what computes a step */
     struct qc_train_backend *be; /* device, allocator, exec */
     struct qc_alloc *alloc;      /* be's allocator */
     struct qc_qcnet *model;
     struct qc_optim *optim;
+    struct train_mem *mem;     /* the step's memory system: plans, policies, admission, OOM */
+    struct train_dist *dist;   /* data-parallel state; NULL with one rank */
+    struct train_nonfinite nf; /* train.nonfinite: finiteness checks, skipped steps */
+    int rank, world;           /* this process's rank of world (0 of 1 without a launcher) */
+    /* the batches and where the run stands */
     struct qc_loader *loader;
-    struct qc_metrics_log *log;
-    struct qc_progress *prog;
     struct train_stage cur;  /* the batch of the group being computed */
     struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
     struct qc_train_state st;
-    int64_t nb;               /* groups per epoch over all ranks (batch_in_epoch counts these) */
-    int64_t G;                /* groups per rank per step (grad_accum) */
-    int64_t P;                /* groups per step over all ranks: G x world */
-    int rank, world;          /* this process's rank of world (0 of 1 without a launcher) */
-    struct train_dist *dist;  /* data-parallel state; NULL with one rank */
-    int64_t local_in_epoch;   /* this rank's batches of the epoch consumed */
-    double comm_wait_seen;    /* the communicator's reduction wait already logged, s */
-    int64_t total_steps;      /* the run ends at this step */
-    bool epoch_started;       /* the loader is planned for st.epoch */
-    int64_t last_saved;       /* step of the last checkpoint written (or resumed from) */
-    struct qc_run_lock *lock; /* the run folder's one-writer lock (run_dir.c; rank 0) */
-    int64_t skipped_in_row;   /* train.nonfinite=skip: consecutive skipped steps */
-    int64_t skipped_total;    /* ... and all of this process's */
-    int stop_sig, stop_rank;  /* several ranks: the graceful stop agreed on, and whose signal */
-    float *host_check;        /* device backends: host copy for the finiteness checks */
+    int64_t nb;              /* groups per epoch over all ranks (batch_in_epoch counts these) */
+    int64_t G;               /* groups per rank per step (grad_accum) */
+    int64_t P;               /* groups per step over all ranks: G x world */
+    int64_t local_in_epoch;  /* this rank's batches of the epoch consumed */
+    bool epoch_started;      /* the loader is planned for st.epoch */
+    int64_t total_steps;     /* the run ends at this step */
+    int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
+    int stop_sig, stop_rank; /* several ranks: the graceful stop agreed on, and whose signal */
+    /* what the run writes and shows */
+    struct qc_metrics_log *log; /* RUN/metrics.jsonl (rank 0); NULL on the others */
+    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
+    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
+    struct qc_memreport_series mem_steps; /* per-step memory of this process (memory report) */
+    struct qc_progress *prog;
     bool quiet;
     FILE *out;
-    int64_t eval_every;                  /* 0 = no validation */
-    struct qc_eval_opts eval;            /* validation data (held-out synthetic scenes or files) */
-    const char **val_paths;              /* copy of the caller's list (pointers only) */
-    struct qc_memreport_step *mem_steps; /* [nmem_steps] per-step memory of this process */
-    int64_t nmem_steps, cap_mem_steps;
-    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
-    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
-    struct train_mem *mem;      /* the step's memory system: plans, policies, admission, OOM */
+    int64_t eval_every;       /* 0 = no validation */
+    struct qc_eval_opts eval; /* validation data (held-out synthetic scenes or files) */
+    const char **val_paths;   /* copy of the caller's list (pointers only) */
 };
 
 static double now_s(void)
@@ -114,58 +123,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// ---- helpers shared with eval.c and the bench ---------------------------------------------------
-
-void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out)
-{
-    qc_qcnet_config_default(out);
-    out->hidden_dim = cfg->hidden_dim;
-    out->num_heads = cfg->num_heads;
-    out->head_dim = cfg->head_dim;
-    out->num_freq_bands = cfg->num_freq_bands;
-    out->num_historical_steps = cfg->num_historical_steps;
-    out->num_future_steps = cfg->num_future_steps;
-    out->num_modes = cfg->num_modes;
-    out->num_recurrent_steps = cfg->num_recurrent_steps;
-    out->num_map_layers = cfg->num_map_layers;
-    out->num_agent_layers = cfg->num_agent_layers;
-    out->num_dec_layers = cfg->num_dec_layers;
-    out->dropout = cfg->dropout;
-    out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
-    out->precision = cfg->precision;
-}
-
-void qc_train_graph_params(const struct qc_config *cfg, struct qc_graph_params *p)
-{
-    qc_graph_params_default(p);
-    p->pl2pl_radius = cfg->pl2pl_radius;
-    p->pl2a_radius = cfg->pl2a_radius;
-    p->a2a_radius = cfg->a2a_radius;
-    p->pl2m_radius = cfg->pl2m_radius;
-    p->a2m_radius = cfg->a2m_radius;
-    p->time_span = cfg->time_span;
-    p->num_t2m_steps = cfg->num_t2m_steps;
-    p->num_modes = cfg->num_modes;
-    p->max_num_neighbors = cfg->max_num_neighbors;
-}
-
-void qc_train_loader_opts(const struct qc_config *cfg, struct qc_loader_opts *o)
-{
-    qc_loader_opts_default(o);
-    o->batch_size = cfg->batch_size;
-    o->threads = cfg->loader_threads;
-    o->prefetch_batches = cfg->prefetch_batches;
-    o->shuffle = cfg->shuffle;
-    o->balance_cost = cfg->balance == QC_BALANCE_COST;
-    o->with_target = true;
-    o->build_graph = true;
-    o->seed = (uint64_t)cfg->seed;
-    qc_train_graph_params(cfg, &o->graph);
-    o->synthetic_scenes = cfg->synthetic_scenes;
-    o->synthetic_profile = (int)cfg->synthetic_profile;
-    o->synthetic_seed = (uint64_t)cfg->seed;
 }
 
 /* Loads weights for --init-from: a weights file, or a checkpoint / run folder. */
@@ -264,7 +221,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
     t->out = opts->progress_out ? opts->progress_out : stderr;
     t->G = t->cfg.grad_accum > 0 ? t->cfg.grad_accum : 1;
     t->st.seed = (uint64_t)t->cfg.seed;
-    t->st.loss_scale = t->cfg.precision == QC_PREC_FP16 ? LOSS_SCALE_INIT : 0.0;
+    t->st.loss_scale = train_loss_scale_initial(&t->cfg);
     t->last_saved = -1;
     t->eval_every = opts->eval_every > 0 ? opts->eval_every : 0;
     if (opts->nval > 0) {
@@ -353,9 +310,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st != QC_OK)
             goto fail;
         t->last_saved = t->st.step;
-        if (t->cfg.precision == QC_PREC_FP16 && t->st.loss_scale <= 1.0 &&
-            t->st.loss_scale_good == 0) /* a checkpoint of another precision: start afresh */
-            t->st.loss_scale = LOSS_SCALE_INIT;
+        train_loss_scale_resumed(&t->cfg, &t->st);
     } else if (opts->init_from) {
         st = load_init_from(t->model, opts->init_from);
         if (st != QC_OK)
@@ -440,8 +395,8 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_qcnet_destroy(t->model);
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
     free(t->val_paths);
-    free(t->mem_steps);
-    free(t->host_check);
+    qc_memreport_series_free(&t->mem_steps);
+    train_nonfinite_deinit(&t->nf);
     free(t);
 }
 
@@ -494,32 +449,12 @@ static const char *last_ckpt_str(struct qc_trainer *t)
     return buf;
 }
 
-/* Index of the first non-finite value of n floats of backend memory (a device buffer is
- * copied into t->host_check first, which holds as many floats as the parameters), or -1. */
+/* The first non-finite value of n floats of backend memory, or -1 (nonfinite.h). */
 static enum qc_status first_nonfinite(struct qc_trainer *t, const float *x, int64_t n,
                                       int64_t *first)
 {
-    const struct qc_exec *ex = qc_train_backend_exec(t->be);
-    const float *h = x;
-    if (qc_exec_is_device(ex)) {
-        const int64_t cap = qc_qcnet_num_params(t->model);
-        QC_ASSERT(n <= cap, "train: finiteness check of %" PRId64 " > %" PRId64 " floats", n, cap);
-        if (!t->host_check) {
-            t->host_check = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(float));
-            if (!t->host_check)
-                return qc_errorf(QC_ERR_NOMEM, "train: out of host memory (%" PRId64 " floats)",
-                                 cap);
-        }
-        QC_TRY(qc_op_download(ex, t->host_check, x, (size_t)n * sizeof(float)));
-        h = t->host_check;
-    }
-    *first = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(h[i])) {
-            *first = i;
-            break;
-        }
-    return QC_OK;
+    return train_nonfinite_first(&t->nf, qc_train_backend_exec(t->be), x, n,
+                                 qc_qcnet_num_params(t->model), first);
 }
 
 /* The first non-finite element of this rank's reduced gradients (all of them, or its shard
@@ -534,112 +469,41 @@ static enum qc_status grads_nonfinite(struct qc_trainer *t, int64_t *first)
     return QC_OK;
 }
 
-/* What went non-finite in this step, into bad ("" when nothing): the loss terms by name (each
- * is summed over the step's groups, on every rank, so one non-finite group shows), else the
- * first non-finite gradient element (found by any rank). */
-static void step_nonfinite(const struct qc_trainer *t, const struct train_dist_sums *s, char *bad,
-                           size_t n)
+/* The next epoch starts with the next batch. */
+static void next_epoch(struct qc_trainer *t)
 {
-    bad[0] = '\0';
-    const double v[3] = {s->reg_loss_propose, s->reg_loss_refine, s->cls_loss};
-    const char *name[3] = {"reg_loss_propose", "reg_loss_refine", "cls_loss"};
-    size_t len = 0;
-    for (int i = 0; i < 3; i++)
-        if (!isfinite(v[i]) && len < n)
-            len +=
-                (size_t)snprintf(bad + len, n - len, "%s%s = %g", len ? ", " : "", name[i], v[i]);
-    if (len > 0) {
-        if (len < n)
-            snprintf(bad + len, n - len, " (not finite)");
-        return;
-    }
-    if (s->bad_grad >= 0 && t->world > 1)
-        snprintf(bad, n,
-                 "the loss is finite but gradient element %" PRId64
-                 " is not (summed over the ranks; seen by rank %d)",
-                 s->bad_grad, s->bad_grad_rank);
-    else if (s->bad_grad >= 0)
-        snprintf(bad, n, "the loss is finite but gradient element %" PRId64 " is not", s->bad_grad);
+    t->st.epoch++;
+    t->st.batch_in_epoch = 0;
+    t->epoch_started = false;
 }
 
-// ---- fp16 dynamic loss scaling (docs/PRECISION.md) ----------------------------------------
+/* One optimizer step as its phases see it. */
+struct step {
+    int64_t groups;              /* the step's groups over all ranks (P, fewer at an epoch's end) */
+    int64_t nlocal;              /* this rank's of them */
+    int64_t nb_local;            /* this rank's batches in the epoch */
+    int64_t epoch;               /* the epoch it runs in */
+    double lr;                   /* the epoch's learning rate */
+    double t0;                   /* when it started (now_s) */
+    struct train_dist_sums sums; /* its losses, scenes, stop signal and gradients' finiteness
+                                    over every rank: the same on every rank */
+    double loss_scale;           /* fp16: the scale it ran with (0: none) */
+    bool skipped;                /* parameters left as they were (non-finite, fp16 overflow) */
+};
 
-/* QC_FAULT_GRAD_OVERFLOW_STEP=k (tests): fp16 only, +Inf into gradient element 0 at step k, after
- * the reduction and before the finiteness check that decides (grads_nonfinite), as an overflow
- * of the scaled gradients would be. Every rank writes it; under ZeRO stage 2 only rank 0's shard
- * holds element 0, and the step's exchange tells the others. */
-static enum qc_status fault_grad_overflow(struct qc_trainer *t)
+/* Starts a step: the epoch planned (the next one when this one is used up), the step's groups,
+ * the allocator's step window, the step's trace, zero gradients. */
+static enum qc_status step_begin(struct qc_trainer *t, struct step *s)
 {
-    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
-        return QC_OK;
-    const char *fault = getenv("QC_FAULT_GRAD_OVERFLOW_STEP");
-    if (!fault || strtoll(fault, NULL, 10) != t->st.step + 1)
-        return QC_OK;
-    const float inf = INFINITY;
-    return qc_op_upload(qc_train_backend_exec(t->be), qc_qcnet_grads(t->model), &inf, sizeof inf);
-}
-
-/* With train.precision=fp16 the gradient seed of the loss is multiplied by st.loss_scale (a
- * power of 2, from 2^16): small gradients survive fp16, large ones may overflow. After the
- * reduction: a non-finite gradient (with finite loss terms) skips the step, parameters and
- * moments untouched, and halves the scale (not below 1); otherwise the gradients are unscaled
- * exactly (a power of 2) and, after train.loss_scale_window finite steps in a row, the scale
- * doubles (up to 2^24). A non-finite loss term is no overflow: the NaN policy decides.
- * Overflow is decided from sums->bad_grad: each rank's first non-finite element of the part of
- * the gradients it holds reduced (everything, or its shard under ZeRO stage 2, where the rest
- * of its buffer is its own unsummed gradient), combined over the ranks in the step's exchange,
- * so every rank takes the same decision and keeps the same scale. The unscale covers the same
- * reduced part: every gradient AdamW reads (the whole buffer, or the rank's shard). */
-static enum qc_status loss_scale_check(struct qc_trainer *t, const struct train_dist_sums *sums,
-                                       bool *overflow)
-{
-    *overflow = false;
-    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
-        return QC_OK;
-    /* a non-finite loss term, or a non-finite gradient at scale 1, is the NaN policy's case */
-    if (!isfinite(sums->reg_loss_propose) || !isfinite(sums->reg_loss_refine) ||
-        !isfinite(sums->cls_loss))
-        return QC_OK;
-    if (sums->bad_grad >= 0 && t->st.loss_scale > 1.0) {
-        *overflow = true;
-        t->st.loss_scale /= 2;
-        t->st.loss_scale_good = 0;
-        return QC_OK;
-    }
-    if (sums->bad_grad < 0) {
-        int64_t lo, hi;
-        train_dist_reduced_range(t->dist, qc_qcnet_num_params(t->model), &lo, &hi);
-        qc_op_scale_inplace(qc_train_backend_exec(t->be), qc_qcnet_grads(t->model) + lo,
-                            (float)(1.0 / t->st.loss_scale), hi - lo);
-    }
-    return QC_OK;
-}
-
-static void loss_scale_good_step(struct qc_trainer *t)
-{
-    if (t->cfg.precision != QC_PREC_FP16 || t->st.loss_scale <= 0)
-        return;
-    if (++t->st.loss_scale_good >= t->cfg.loss_scale_window) {
-        if (t->st.loss_scale < LOSS_SCALE_MAX)
-            t->st.loss_scale *= 2;
-        t->st.loss_scale_good = 0;
-    }
-}
-
-enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
-{
-    if (t->st.batch_in_epoch >= t->nb) { /* defensive: the epoch is used up */
-        t->st.epoch++;
-        t->st.batch_in_epoch = 0;
-        t->epoch_started = false;
-    }
+    if (t->st.batch_in_epoch >= t->nb) /* defensive: the epoch is used up */
+        next_epoch(t);
     QC_TRY(ensure_epoch(t));
     const int64_t left = t->nb - t->st.batch_in_epoch;
-    const int64_t groups = left < t->P ? left : t->P; /* over all ranks */
-    const int64_t nlocal = train_dist_local_groups(t->rank, t->world, groups);
-    const int64_t nb_local = qc_loader_num_batches(t->loader);
-    const double lr = qc_lr_cosine(t->cfg.lr, t->cfg.t_max, t->st.epoch);
-    const double t0 = now_s();
+    *s = (struct step){.groups = left < t->P ? left : t->P, .epoch = t->st.epoch};
+    s->nlocal = train_dist_local_groups(t->rank, t->world, s->groups);
+    s->nb_local = qc_loader_num_batches(t->loader);
+    s->lr = qc_lr_cosine(t->cfg.lr, t->cfg.t_max, t->st.epoch);
+    s->t0 = now_s();
     /* the step first: the step window's peak snapshot taken by the reset carries it */
     qc_alloc_set_step(t->alloc, t->st.step + 1);
     qc_alloc_reset_peak(t->alloc);
@@ -648,222 +512,220 @@ enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out
     qc_qcnet_zero_grad(t->model);
     QC_TRY(train_dist_step_begin(t->dist, t->st.step + 1));
     train_mem_step_begin(t->mem, t->model);
+    return QC_OK;
+}
 
-    double *losses = calloc((size_t)(nlocal > 0 ? nlocal : 1) * 4, sizeof(double));
+/* Runs this rank's group g of the step: its batch (staged ahead, or staged now), planned and
+ * run by the memory system (split when it does not fit, rolled back and re-run when the
+ * allocator runs out: stepmem.c) with the backward seeded by the loss scale / groups; then the
+ * next batch of the epoch is staged while this one's work runs (device backends). Its losses
+ * into loss[0..3] (fp32 each), its scenes and graph edges added. */
+static enum qc_status run_group(struct qc_trainer *t, const struct step *s, int64_t g,
+                                double loss[4], int64_t *scenes, int64_t *edges)
+{
+    if (t->next.host) { /* staged ahead during the previous group */
+        const struct train_stage tmp = t->cur;
+        t->cur = t->next;
+        t->next = tmp;
+    } else {
+        QC_TRY(stage_next(t, &t->cur));
+        if (!t->cur.host)
+            return qc_errorf(QC_ERR_INVALID,
+                             "train: epoch %" PRId64 " ended after %" PRId64 " batches of rank "
+                             "%d, %" PRId64 " planned",
+                             t->st.epoch, t->local_in_epoch + g, t->rank, s->nb_local);
+    }
+    const struct qc_batch *b = t->cur.host;
+    const struct qc_qcnet_ctx ctx = {
+        .training = true,
+        .need_backward = true,
+        .seed = t->st.seed,
+        .step = (uint32_t)t->st.step,
+        .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
+    };
+    enum qc_status st = QC_OK;
+    /* the last group's backward makes the gradients final: armed before it */
+    if (g + 1 == s->nlocal)
+        st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
+    struct train_group_out l = {0};
+    if (st == QC_OK)
+        st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
+                             train_loss_scale_seed(&t->st) / (float)s->groups, t->dist, &l);
+    *scenes += l.scenes;
+    *edges += train_dist_batch_edges(b);
+    qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
+    /* device backends: stage the next batch of the epoch while this one's work runs (its
+     * blocks may reuse the ones just freed, in stream order) */
+    if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
+        t->local_in_epoch + g + 1 < s->nb_local)
+        st = stage_next(t, &t->next);
+    if (st != QC_OK)
+        return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
+                             t->rank + g * t->world);
+    /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
+    loss[0] = (double)(float)l.loss;
+    loss[1] = (double)(float)l.reg_loss_propose;
+    loss[2] = (double)(float)l.reg_loss_refine;
+    loss[3] = (double)(float)l.cls_loss;
+    return QC_OK;
+}
+
+/* Runs the step's groups of this rank, then: the gradients summed over the ranks (they reduce
+ * while backward runs) and the step's device work done (any asynchronous error reported) before
+ * they are checked; one exchange gives every rank the step's losses, any rank's graceful-stop
+ * signal and any rank's non-finite gradient (s->sums), so the decisions after it are the same
+ * on every rank. */
+static enum qc_status step_run(struct qc_trainer *t, struct step *s)
+{
+    double *losses = calloc((size_t)(s->nlocal > 0 ? s->nlocal : 1) * 4, sizeof(double));
     if (!losses)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    int64_t scenes = 0, edges = 0;
+    int64_t scenes = 0, edges = 0, bad_grad = -1;
     enum qc_status st = QC_OK;
-    for (int64_t g = 0; g < nlocal && st == QC_OK; g++) {
-        if (t->next.host) { /* staged ahead during the previous group */
-            const struct train_stage tmp = t->cur;
-            t->cur = t->next;
-            t->next = tmp;
-        } else {
-            st = stage_next(t, &t->cur);
-            if (st == QC_OK && !t->cur.host)
-                st = qc_errorf(QC_ERR_INVALID,
-                               "train: epoch %" PRId64 " ended after %" PRId64 " batches of rank "
-                               "%d, %" PRId64 " planned",
-                               t->st.epoch, t->local_in_epoch + g, t->rank, nb_local);
-            if (st != QC_OK)
-                break;
-        }
-        const struct qc_batch *b = t->cur.host;
-        const struct qc_qcnet_ctx ctx = {
-            .training = true,
-            .need_backward = true,
-            .seed = t->st.seed,
-            .step = (uint32_t)t->st.step,
-            .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
-        };
-        /* the last group's backward makes the gradients final: armed before it */
-        if (g + 1 == nlocal)
-            st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
-        /* planned, admitted (split when it does not fit), run, rolled back and re-run when the
-         * allocator runs out (stepmem.c) */
-        struct train_group_out l = {0};
-        /* fp16: the loss's gradient seed carries the loss scale (a power of 2) */
-        const float seed_scale = t->st.loss_scale > 0 ? (float)t->st.loss_scale : 1.0f;
-        if (st == QC_OK)
-            st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
-                                 seed_scale / (float)groups, t->dist, &l);
-        scenes += l.scenes;
-        edges += train_dist_batch_edges(b);
-        qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
-        /* device backends: stage the next batch of the epoch while this one's work runs (its
-         * blocks may reuse the ones just freed, in stream order) */
-        if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
-            t->local_in_epoch + g + 1 < nb_local)
-            st = stage_next(t, &t->next);
-        if (st != QC_OK)
-            st = qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
-                               t->rank + g * t->world);
-        /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
-        losses[4 * g] = (double)(float)l.loss;
-        losses[4 * g + 1] = (double)(float)l.reg_loss_propose;
-        losses[4 * g + 2] = (double)(float)l.reg_loss_refine;
-        losses[4 * g + 3] = (double)(float)l.cls_loss;
-    }
-    /* the gradients summed over ranks (they reduce while backward runs); the step's device
-     * work done (and any asynchronous error reported) before they are checked and timed */
+    for (int64_t g = 0; g < s->nlocal && st == QC_OK; g++)
+        st = run_group(t, s, g, losses + 4 * g, &scenes, &edges);
     if (st == QC_OK)
         st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
     if (st == QC_OK)
         st = train_dist_sync(t->dist, t->be, "its device: the step's backward and reduction");
-    int64_t bad_grad = -1;
     if (st == QC_OK)
-        st = fault_grad_overflow(t);
+        st = train_loss_scale_fault(&t->cfg, &t->st, qc_train_backend_exec(t->be),
+                                    qc_qcnet_grads(t->model));
     if (st == QC_OK)
         st = grads_nonfinite(t, &bad_grad);
-    /* one exchange gives every rank the step's losses, any rank's graceful-stop signal and any
-     * rank's non-finite gradient: the decisions below are the same on every rank */
     const struct train_dist_local mine = {
-        .nlocal = nlocal,
+        .nlocal = s->nlocal,
         .loss = losses,
         .scenes = scenes,
         .edges = edges,
         .stop_signal = t->world > 1 ? qc_cleanup_stop_signal() : 0,
         .bad_grad = bad_grad,
     };
-    struct train_dist_sums sums;
     if (st == QC_OK)
-        st = train_dist_combine(t->dist, &mine, &sums);
+        st = train_dist_combine(t->dist, &mine, &s->sums);
     free(losses);
     QC_TRY(st);
-    if (sums.stop_signal && !t->stop_sig) { /* every rank stops after this step */
-        t->stop_sig = sums.stop_signal;
-        t->stop_rank = sums.stop_rank;
+    if (s->sums.stop_signal && !t->stop_sig) { /* every rank stops after this step */
+        t->stop_sig = s->sums.stop_signal;
+        t->stop_rank = s->sums.stop_rank;
     }
+    return QC_OK;
+}
 
-    /* non-finite numbers (train.nonfinite): the step's loss terms (summed over every rank's
-     * groups), then its reduced gradients; fp16 loss scaling first: an overflow in the scaled
-     * gradients skips the step and halves the scale, finite gradients are unscaled */
-    const double step_scale = t->st.loss_scale;
-    bool overflow = false;
-    QC_TRY(loss_scale_check(t, &sums, &overflow));
-    char bad[160];
-    bad[0] = '\0';
+/* Decides on the step from its exchanged figures: fp16 loss scaling first (an overflow in the
+ * scaled gradients skips the step and halves the scale; finite gradients are unscaled), then
+ * non-finite loss terms or reduced gradients (train.nonfinite: stop, or skip); otherwise AdamW
+ * updates this rank's part and the parameters are gathered (ZeRO). */
+static enum qc_status step_decide(struct qc_trainer *t, struct step *s)
+{
+    int64_t lo, hi;
+    train_dist_reduced_range(t->dist, qc_qcnet_num_params(t->model), &lo, &hi);
+    s->loss_scale = t->st.loss_scale;
+    const bool overflow = train_loss_scale_check(
+        &t->cfg, &t->st, &s->sums, qc_train_backend_exec(t->be), qc_qcnet_grads(t->model), lo, hi);
+    char bad[160] = "";
     if (!overflow)
-        step_nonfinite(t, &sums, bad, sizeof bad);
-    bool skipped = bad[0] != '\0';
-    if (overflow) {
-        skipped = true;
-    } else if (skipped && t->cfg.nonfinite == QC_NONFINITE_STOP)
-        return qc_errorf(QC_ERR_INVALID,
-                         "train: step %" PRId64 ": %s; stopped before updating the parameters "
-                         "(last checkpoint: %s)\nhint: lower train.lr, check the data (qctrain "
-                         "inspect), or set train.nonfinite=skip to step over such batches",
-                         t->st.step + 1, bad, last_ckpt_str(t));
-    if (!skipped) {
-        /* AdamW on this rank's part, the parameters gathered (ZeRO) */
-        qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), lr);
+        train_nonfinite_describe(&s->sums, t->world, bad, sizeof bad);
+    s->skipped = overflow || bad[0] != '\0';
+    if (!s->skipped) {
+        qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), s->lr);
         QC_TRY(train_dist_update(t->dist, qc_qcnet_params(t->model)));
-        t->skipped_in_row = 0;
-        loss_scale_good_step(t);
-    } else if (overflow) {
-        qc_log(QC_LOG_INFO,
-               "train: step %" PRId64 ": fp16 gradients overflowed at loss scale %g; skipped, "
-               "scale now %g",
-               t->st.step + 1, step_scale, t->st.loss_scale);
-    } else {
-        /* skip: parameters, moments and AdamW's step count stay as they were */
-        t->skipped_in_row++;
-        t->skipped_total++;
-        qc_log(QC_LOG_WARN,
-               "train: step %" PRId64 ": %s; skipped (%" PRId64 " in a row, %" PRId64
-               " in all; train.max_skipped = %" PRId64 ")",
-               t->st.step + 1, bad, t->skipped_in_row, t->skipped_total, t->cfg.max_skipped);
+        train_nonfinite_applied(&t->nf);
+        train_loss_scale_applied(&t->cfg, &t->st);
+    } else if (!overflow) {
+        QC_TRY(train_nonfinite_policy(&t->nf, &t->cfg, t->st.step + 1, bad, last_ckpt_str(t)));
     }
-    /* every rank's loss-scale decision (debug): the ranks must agree on every step */
-    if (t->cfg.precision == QC_PREC_FP16 && step_scale > 0)
-        qc_log(QC_LOG_DEBUG,
-               "train: step %" PRId64 " (rank %d of %d): fp16 loss scale %g: %s; next %g",
-               t->st.step + 1, t->rank, t->world, step_scale,
-               overflow ? "overflow, skipped" : (skipped ? "skipped" : "applied"),
-               t->st.loss_scale);
+    train_loss_scale_log(&t->cfg, &t->st, t->st.step + 1, t->rank, t->world, s->loss_scale,
+                         overflow, s->skipped);
     QC_TRY(train_dist_sync(t->dist, t->be, "its device: the step's update"));
     train_dist_step_end(t->dist);
+    return QC_OK;
+}
 
-    const int64_t epoch_of_step = t->st.epoch;
+/* The step is done: the loop position moves on (to the next epoch after its last batch). */
+static void step_advance(struct qc_trainer *t, const struct step *s)
+{
     t->st.step++;
     t->st.adam_step = qc_optim_steps(t->optim);
-    t->st.batch_in_epoch += groups;
-    t->local_in_epoch += nlocal;
-    t->st.samples += sums.scenes;
-    if (t->st.batch_in_epoch >= t->nb) {
-        t->st.epoch++;
-        t->st.batch_in_epoch = 0;
-        t->epoch_started = false;
-    }
+    t->st.batch_in_epoch += s->groups;
+    t->local_in_epoch += s->nlocal;
+    t->st.samples += s->sums.scenes;
+    if (t->st.batch_in_epoch >= t->nb)
+        next_epoch(t);
+}
 
+/* The memory figures of a step's line: the allocator's step window and the memory system's. */
+static void metrics_memory(struct qc_step_metrics *m, const struct qc_alloc_stats *as,
+                           const struct train_mem_step *ms)
+{
+    m->bytes_in_use = as->bytes_allocated;
+    m->peak_device_bytes = as->bytes_allocated_peak;
+    m->reserved_bytes = as->bytes_reserved;
+    m->predicted_peak_bytes = ms->predicted_peak;
+    m->peak_active_bytes = as->bytes_active_peak;
+    m->offload_host_bytes = ms->host_bytes;
+    m->offload_nvme_bytes = ms->nvme_bytes;
+    m->recompute_bytes = ms->recompute_bytes;
+    m->prefetch_stall_s = ms->stall_s;
+    m->replans = ms->replans;
+    m->splits = ms->splits;
+    m->skipped_scenes = ms->skipped;
+    m->plan_ms = 1e3 * ms->plan_s;
+}
+
+/* A mean of the step's group losses, rounded to fp32 as a torch scalar would be. */
+static double mean_f32(double sum, int64_t groups)
+{
+    return (double)(float)(sum / (double)groups);
+}
+
+/* Writes the step down: its allocation trace closed, the memory system's step ended, its
+ * figures into *m and metrics.jsonl (rank 0), its memory into the run's series. */
+static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
+                                  struct qc_step_metrics *m)
+{
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
     if (t->trace)
         QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
     train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
-    const struct train_mem_step *ms = train_mem_last_step(t->mem);
-    struct qc_step_metrics m = {0};
-    m.step = t->st.step;
-    m.epoch = epoch_of_step;
-    m.samples = t->st.samples;
-    /* the mean of the group losses, rounded to fp32 as a torch scalar would be */
-    m.loss = (double)(float)(sums.loss / (double)groups);
-    m.reg_loss_propose = (double)(float)(sums.reg_loss_propose / (double)groups);
-    m.reg_loss_refine = (double)(float)(sums.reg_loss_refine / (double)groups);
-    m.cls_loss = (double)(float)(sums.cls_loss / (double)groups);
-    m.lr = lr;
-    m.step_s = now_s() - t0;
-    m.samples_per_s = m.step_s > 0 ? (double)sums.scenes / m.step_s : 0.0;
-    if (t->world > 1) {
-        m.ranks = t->world;
-        m.rank_time_ratio = sums.rank_time_ratio;
-        m.rank_edge_ratio = sums.rank_edge_ratio;
-        struct qc_dist_stats ds;
-        train_dist_stats(t->dist, &ds);
-        m.comm_wait_s = ds.grads_wait_s - t->comm_wait_seen;
-        t->comm_wait_seen = ds.grads_wait_s;
-    }
-    m.bytes_in_use = as.bytes_allocated;
-    m.peak_device_bytes = as.bytes_allocated_peak;
-    m.reserved_bytes = as.bytes_reserved;
-    m.predicted_peak_bytes = ms->predicted_peak;
-    m.peak_active_bytes = as.bytes_active_peak;
-    m.offload_host_bytes = ms->host_bytes;
-    m.offload_nvme_bytes = ms->nvme_bytes;
-    m.recompute_bytes = ms->recompute_bytes;
-    m.prefetch_stall_s = ms->stall_s;
-    m.replans = ms->replans;
-    m.splits = ms->splits;
-    m.skipped_scenes = ms->skipped;
-    m.plan_ms = 1e3 * ms->plan_s;
-    if (t->nmem_steps == t->cap_mem_steps) {
-        const int64_t cap = t->cap_mem_steps ? 2 * t->cap_mem_steps : 64;
-        struct qc_memreport_step *ns = realloc(t->mem_steps, (size_t)cap * sizeof(*ns));
-        if (!ns)
-            return qc_errorf(QC_ERR_NOMEM, "train: out of memory (memory series)");
-        t->mem_steps = ns;
-        t->cap_mem_steps = cap;
-    }
-    t->mem_steps[t->nmem_steps++] = (struct qc_memreport_step){
-        .step = m.step,
+    *m = (struct qc_step_metrics){
+        .step = t->st.step,
+        .epoch = s->epoch,
+        .samples = t->st.samples,
+        .loss = mean_f32(s->sums.loss, s->groups),
+        .reg_loss_propose = mean_f32(s->sums.reg_loss_propose, s->groups),
+        .reg_loss_refine = mean_f32(s->sums.reg_loss_refine, s->groups),
+        .cls_loss = mean_f32(s->sums.cls_loss, s->groups),
+        .lr = s->lr,
+        .skipped = s->skipped,
+        .loss_scale = s->loss_scale,
+    };
+    m->step_s = now_s() - s->t0;
+    m->samples_per_s = m->step_s > 0 ? (double)s->sums.scenes / m->step_s : 0.0;
+    train_dist_step_figures(t->dist, &s->sums, m);
+    metrics_memory(m, &as, train_mem_last_step(t->mem));
+    const struct qc_memreport_step mem = {
+        .step = m->step,
         .bytes_allocated_peak = as.bytes_allocated_peak,
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
-    m.skipped = skipped;
-    m.loss_scale = step_scale;
-    if (t->log)
-        QC_TRY(qc_metrics_write_step(t->log, &m));
+    QC_TRY(qc_memreport_series_add(&t->mem_steps, &mem));
+    return t->log ? qc_metrics_write_step(t->log, m) : QC_OK;
+}
+
+enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
+{
+    struct step s;
+    QC_TRY(step_begin(t, &s));
+    QC_TRY(step_run(t, &s));
+    QC_TRY(step_decide(t, &s));
+    step_advance(t, &s);
+    struct qc_step_metrics m;
+    QC_TRY(step_record(t, &s, &m));
     if (out)
         *out = m;
-    if (skipped && t->skipped_in_row >= t->cfg.max_skipped)
-        return qc_errorf(QC_ERR_INVALID,
-                         "train: %" PRId64 " steps in a row had non-finite numbers, the last "
-                         "one step %" PRId64 " (train.max_skipped = %" PRId64
-                         "); stopped (last checkpoint: %s)\nhint: lower train.lr or check the "
-                         "data (qctrain inspect)",
-                         t->skipped_in_row, m.step, t->cfg.max_skipped, last_ckpt_str(t));
-    return QC_OK;
+    return train_nonfinite_limit(&t->nf, &t->cfg, s.skipped, m.step, last_ckpt_str(t));
 }
 
 enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
@@ -908,8 +770,8 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     qc_qcnet_mem_get(t->model, &mm);
     r.bytes_params_grads = mm.bytes_params;
     r.bytes_peak_rss = peak_rss_bytes();
-    r.steps = t->mem_steps;
-    r.nsteps = t->nmem_steps;
+    r.steps = t->mem_steps.steps;
+    r.nsteps = t->mem_steps.n;
     /* data-parallel: every rank's bytes (collective), rank 0 writes */
     struct qc_memreport_rank *ranks = NULL;
     QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak, &ranks,
@@ -970,7 +832,7 @@ static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
     qc_progress_clear(t->prog);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
-    if (t->nmem_steps > 0)
+    if (t->mem_steps.n > 0)
         QC_TRY(qc_trainer_memory_report(t, NULL, 0));
     if (t->log)
         QC_TRY(qc_metrics_sync(t->log));
@@ -1068,7 +930,7 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
      * previous one) */
     char mem_txt[4200] = "";
     struct qc_report_info ri = {.path = ""};
-    if (t->nmem_steps > 0) {
+    if (t->mem_steps.n > 0) {
         QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
         if (t->cfg.log_report && t->rank == 0) { /* rank 0 writes the run folder */
             const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
@@ -1154,6 +1016,18 @@ struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t)
     return t->alloc;
 }
 
+const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t)
+{
+    return train_mem_cost(t->mem);
+}
+
+const char *qc_trainer_out_dir(const struct qc_trainer *t)
+{
+    return t->out_dir;
+}
+
+// ---- what only the tests reach (qc_trainer_test.h) ----------------------------------------------
+
 struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t)
 {
     return qc_train_backend_memctx(t->be);
@@ -1164,20 +1038,10 @@ struct qc_offload *qc_trainer_offload(struct qc_trainer *t)
     return qc_train_backend_offload_engine(t->be);
 }
 
-const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t)
-{
-    return train_mem_cost(t->mem);
-}
-
 void qc_trainer_set_plan_hook(struct qc_trainer *t,
                               void (*fn)(void *user, const struct qc_plan_program *prog,
                                          uint8_t *policy),
                               void *user)
 {
     train_mem_set_hook(t->mem, fn, user);
-}
-
-const char *qc_trainer_out_dir(const struct qc_trainer *t)
-{
-    return t->out_dir;
 }

@@ -334,3 +334,26 @@ void qc_memreport_from_alloc(struct qc_alloc *a, struct qc_memreport *r)
     qc_alloc_stats_get_run(a, &r->stats);
     qc_alloc_peak_snapshot(a, &r->peak);
 }
+
+// ---- the per-step series ------------------------------------------------------------------------
+
+enum qc_status qc_memreport_series_add(struct qc_memreport_series *s,
+                                       const struct qc_memreport_step *step)
+{
+    if (s->n == s->cap) {
+        const int64_t cap = s->cap ? 2 * s->cap : 64;
+        struct qc_memreport_step *ns = realloc(s->steps, (size_t)cap * sizeof(*ns));
+        if (!ns)
+            return qc_errorf(QC_ERR_NOMEM, "train: out of memory (memory series)");
+        s->steps = ns;
+        s->cap = cap;
+    }
+    s->steps[s->n++] = *step;
+    return QC_OK;
+}
+
+void qc_memreport_series_free(struct qc_memreport_series *s)
+{
+    free(s->steps);
+    *s = (struct qc_memreport_series){0};
+}

@@ -79,6 +79,17 @@ struct qc_memreport {
     int64_t nranks;
 };
 
+/* The per-step series a run collects for the report (qc_memreport.steps / nsteps).
+ * Zero-initialise; qc_memreport_series_free frees. */
+struct qc_memreport_series {
+    struct qc_memreport_step *steps; /* [n] in the order added */
+    int64_t n, cap;
+};
+/* Appends one step (the array grows by doubling). QC_ERR_NOMEM (the series unchanged). */
+enum qc_status qc_memreport_series_add(struct qc_memreport_series *s,
+                                       const struct qc_memreport_step *step);
+void qc_memreport_series_free(struct qc_memreport_series *s);
+
 /* Fills r's allocator part from a: run-wide statistics and the run-wide peak snapshot. */
 void qc_memreport_from_alloc(struct qc_alloc *a, struct qc_memreport *r);
 

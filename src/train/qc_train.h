@@ -364,26 +364,16 @@ const struct qc_train_state *qc_trainer_state(const struct qc_trainer *t);
 struct qc_qcnet *qc_trainer_model(struct qc_trainer *t);
 struct qc_optim *qc_trainer_optim(struct qc_trainer *t);
 struct qc_alloc *qc_trainer_alloc(struct qc_trainer *t);
-/* The models' memory context (tests: fault injection, offload statistics). */
-struct qc_memctx *qc_trainer_memctx(struct qc_trainer *t);
-struct qc_offload;
-/* The offload engine of the run's tiers; NULL when the run has none (no budget under
- * plan.policy=auto, or keep / recompute). Tests: fault injection. */
-struct qc_offload *qc_trainer_offload(struct qc_trainer *t);
-struct qc_plan_program;
 struct qc_plan_cost;
 /* The run's cost model, calibrated from its steps (saved as RUN/plan_cost.json with each
  * checkpoint). */
 const struct qc_plan_cost *qc_trainer_plan_cost(const struct qc_trainer *t);
-/* Tests and tools: fn(user, prog, policy) is called after each group is planned and may change
- * its policies (enum qc_stash_policy per block of prog) before the group runs, e.g. seeded
- * random mixes; offload policies need the run's tiers (plan.policy=offload). NULL removes it. */
-void qc_trainer_set_plan_hook(struct qc_trainer *t,
-                              void (*fn)(void *user, const struct qc_plan_program *prog,
-                                         uint8_t *policy),
-                              void *user);
 /* The run folder in use. */
 const char *qc_trainer_out_dir(const struct qc_trainer *t);
+/* What only the tests reach into (the memory context, the offload engine, the plan hook) is
+ * declared in qc_trainer_test.h. */
+
+// ---- the configuration, translated for the modules (train_config.c) -------------------------
 
 /* The model configuration of an effective configuration (model.* keys). */
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);

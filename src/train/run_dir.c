@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h> /* nanosleep */
 #include <unistd.h>
 
 struct qc_run_lock {
@@ -98,6 +99,23 @@ void qc_run_lock_release(struct qc_run_lock *l)
 }
 
 // ---- recovery ----------------------------------------------------------------------------------
+
+/* Test hook (docs/RELIABILITY.md; train_internal.h). Read once; unset or invalid: no delay. Here,
+ * below checkpoint.c, which calls it too. */
+void train_fault_delay(void)
+{
+    static long delay_ms = -1;
+    if (delay_ms < 0) {
+        const char *e = getenv("QC_FAULT_CKPT_DELAY_MS");
+        char *end = NULL;
+        const long v = e ? strtol(e, &end, 10) : 0;
+        delay_ms = e && end != e && *end == '\0' && v > 0 && v < 60000 ? v : 0;
+    }
+    if (delay_ms > 0) {
+        const struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {

@@ -57,6 +57,8 @@ struct train_dist {
         int64_t step, elem;
     } nan;
     int64_t skip_combine_step; /* test hook QC_FAULT_SKIP_COLLECTIVE=R:S on rank R: S; else 0 */
+    double wait_seen;          /* the gradient reduction's wait already reported in a step's
+                                  figures, s (train_dist_step_figures) */
 };
 
 static double now_s(void)
@@ -689,4 +691,18 @@ void train_dist_stats_reset(struct train_dist *td)
 {
     if (td)
         qc_dist_stats_reset(td->d);
+}
+
+void train_dist_step_figures(struct train_dist *td, const struct train_dist_sums *sums,
+                             struct qc_step_metrics *m)
+{
+    if (!td)
+        return;
+    m->ranks = td->world;
+    m->rank_time_ratio = sums->rank_time_ratio;
+    m->rank_edge_ratio = sums->rank_edge_ratio;
+    struct qc_dist_stats ds;
+    train_dist_stats(td, &ds);
+    m->comm_wait_s = ds.grads_wait_s - td->wait_seen;
+    td->wait_seen = ds.grads_wait_s;
 }

@@ -143,6 +143,11 @@ int64_t train_dist_batch_edges(const struct qc_batch *b);
  * finiteness of every rank. td NULL: the rank's own figures. */
 enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist_local *mine,
                                   struct train_dist_sums *out);
+/* The step's data-parallel figures of its metrics.jsonl line: the world size, the ranks' time
+ * and edge ratios of sums, and the seconds this rank waited for the gradient reduction since
+ * the previous call. td NULL (one rank): m untouched (the keys are left out of the line). */
+void train_dist_step_figures(struct train_dist *td, const struct train_dist_sums *sums,
+                             struct qc_step_metrics *m);
 /* Every rank waits here for every other (a graceful stop, after rank 0's writes). */
 enum qc_status train_dist_barrier(struct train_dist *td);
 

@@ -148,8 +148,8 @@ enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
  * run lock or created it). Symbolic links are removed, not followed. A missing path is fine.
  * QC_ERR_IO. */
 enum qc_status train_remove_tree(const char *path);
-/* Test hook (docs/RELIABILITY.md): QC_FAULT_CKPT_DELAY_MS=N sleeps N ms at each stage of a
- * checkpoint save (folder created, model written, optim written) and before each leftover the
+/* Test hook (docs/RELIABILITY.md; run_dir.c): QC_FAULT_CKPT_DELAY_MS=N sleeps N ms at each stage of
+ * a checkpoint save (folder created, model written, optim written) and before each leftover the
  * run-folder recovery handles, widening the windows the crash and race tests aim at. */
 void train_fault_delay(void);
 
