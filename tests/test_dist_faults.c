@@ -28,6 +28,9 @@
  *     that had not arrived;
  *   - only rank 0 writes: ranks given different --out folders (an MPMD launch), rank 1's folder
  *     never appears and nothing lands in the working folder.
+ * The case "nonfinite=skip with a NaN loss on rank 1 only" is its own ctest entry,
+ * test_dist_faults_tsan (label tsan): CI runs it under ThreadSanitizer, the trainer's threads
+ * (loader, communication thread, reduction during backward) in every rank.
  */
 #include <dirent.h>
 #include <math.h>

@@ -304,8 +304,9 @@ static void test_training(const char *root)
             const uint64_t meas = u64(plan, "measured_peak_bytes");
             const uint64_t pred = u64(plan, "predicted_peak_bytes");
             T_EXPECT(meas > 0 && meas <= as.bytes_active_peak, "measured %" PRIu64, meas);
-            T_EXPECT(pred >= meas - meas / 10 && pred <= meas + meas / 10,
-                     "predicted %" PRIu64 " within 10 %% of measured %" PRIu64, pred, meas);
+            /* the planner's stated accuracy, 3 % (docs/MEMORY_REPORT.md) */
+            T_EXPECT(pred >= meas - meas * 3 / 100 && pred <= meas + meas * 3 / 100,
+                     "predicted %" PRIu64 " within 3 %% of measured %" PRIu64, pred, meas);
             const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(plan, "blocks");
             T_EXPECT(cJSON_GetArraySize(blocks) > 20, "every block application");
             int bad = 0;

@@ -1,8 +1,10 @@
 /*
  * test_planner.c — planning without a run (src/train/plan_run.c, qc_train.h's planner session,
  * the API `qctrain plan` and `qctrain tune` use; qc_plan.h, "Planning without a run"):
- *   - the session's plan of a run's first batch predicts that run's measured peak (kept whole,
- *     and under a budget) within 10 %, from the configuration alone;
+ *   - the session's plan of a run's first batch predicts that run's measured peak from the
+ *     configuration alone: kept whole exactly (the dry run replays every block's memory spec,
+ *     src/plan/README.md), under a budget within PLAN_ERR (3 %; the docs state 5 %) and as the
+ *     run's own plan predicted it;
  *   - hardware figures and planner parameters given per call: no tiers leaves only recompute,
  *     forced keep gives the peak kept whole, a cost model given by the caller (twice as slow,
  *     the same transients) doubles the predicted time and keeps the bytes; the same batch is
@@ -62,6 +64,11 @@ static bool one_step(const struct qc_config *cfg, const char *name, struct qc_st
     return st == QC_OK;
 }
 
+/* The planner's accuracy as gated: a predicted peak within 3 % of the measured one (the docs
+ * promise 5 %; on the CPU the step planned under a budget here is predicted exactly, as every
+ * step of the runs in test_train_memory and test_memory_figures is). */
+#define PLAN_ERR 0.03
+
 static double rel(double a, double b)
 {
     return fabs(a - b) / b;
@@ -70,7 +77,7 @@ static double rel(double a, double b)
 static void test_session(void)
 {
     QC_TEST ("planner session: a run's first batch planned from the configuration alone "
-             "predicts its measured peak within 10 %, kept whole and under a budget") {
+             "predicts its measured peak, kept whole exactly and under a budget within 3 %") {
         struct qc_config cfg;
         small_config(&cfg);
         struct qc_step_metrics m = {0};
@@ -83,14 +90,20 @@ static void test_session(void)
         struct qc_plan_result r = {0};
         const struct qc_plan_program *prog = NULL;
         T_EXPECT(qc_train_planner_plan_at(pl, 0, 1, &r, &prog) == QC_OK, "%s", qc_error_last());
-        printf("  kept whole: predicted %" PRIu64 ", measured %" PRIu64 " (%.1f %%)\n", r.peak,
+        printf("  kept whole: predicted %" PRIu64 ", measured %" PRIu64 " (%.2f %%)\n", r.peak,
                m.peak_active_bytes, 100.0 * rel((double)r.peak, (double)m.peak_active_bytes));
         T_EXPECT(r.peak == r.keep_peak && r.fits, "no budget: everything kept");
-        T_EXPECT(rel((double)r.peak, (double)m.peak_active_bytes) <= 0.10,
-                 "predicted %" PRIu64 " vs measured %" PRIu64, r.peak, m.peak_active_bytes);
-        /* under 70 % of that: the same batch planned under a budget, then run under it */
+        /* kept whole, the dry run's program is the step's allocations event for event */
+        T_EXPECT(r.peak == m.peak_active_bytes,
+                 "kept whole: predicted %" PRIu64 " vs measured %" PRIu64 " (%+.2f %%)", r.peak,
+                 m.peak_active_bytes, 100.0 * ((double)r.peak / (double)m.peak_active_bytes - 1));
+        /* under 70 % of that: the same batch planned under a budget, then run under it. The
+         * margin is 10 % (default 2 %): at this tiny model's sizes most tensors sit in the
+         * allocator's small pool, whose fragmentation ran the step out at 2 % (re-planned; the
+         * step's peak then mixes two plans and does not compare) */
         struct qc_config cb = cfg;
         cb.device_budget = m.peak_active_bytes * 7 / 10;
+        cb.plan_margin = 0.10;
         struct qc_plan_params par;
         qc_train_plan_params(&cb, &par);
         struct qc_plan_result rb = {0};
@@ -104,11 +117,19 @@ static void test_session(void)
                  qc_error_last());
         struct qc_step_metrics mb = {0};
         if (one_step(&cb, "budget", &mb)) {
-            printf("  budget %" PRIu64 ": session %" PRIu64 ", measured %" PRIu64 "\n",
-                   cb.device_budget, rb.peak, mb.peak_active_bytes);
+            printf("  budget %" PRIu64 ": session %" PRIu64 ", the run's plan %" PRIu64
+                   ", measured %" PRIu64 " (%.2f %%), re-plans %" PRId64 "\n",
+                   cb.device_budget, rb.peak, mb.predicted_peak_bytes, mb.peak_active_bytes,
+                   100.0 * rel((double)rb.peak, (double)mb.peak_active_bytes), mb.replans);
             T_EXPECT(mb.peak_device_bytes <= cb.device_budget, "measured peak over the budget");
-            T_EXPECT(rel((double)rb.peak, (double)mb.peak_active_bytes) <= 0.10,
-                     "session %" PRIu64 " vs measured %" PRIu64, rb.peak, mb.peak_active_bytes);
+            T_EXPECT(mb.replans == 0, "the step ran out and re-planned: its peak does not compare");
+            T_EXPECT(mb.predicted_peak_bytes == rb.peak,
+                     "the run planned %" PRIu64 ", the session %" PRIu64, mb.predicted_peak_bytes,
+                     rb.peak);
+            T_EXPECT(rel((double)rb.peak, (double)mb.peak_active_bytes) <= PLAN_ERR,
+                     "session %" PRIu64 " vs measured %" PRIu64 " (%+.2f %%, more than %.0f %%)",
+                     rb.peak, mb.peak_active_bytes,
+                     100.0 * ((double)rb.peak / (double)mb.peak_active_bytes - 1), 100 * PLAN_ERR);
         }
         qc_plan_result_free(&rb);
         qc_plan_result_free(&r);

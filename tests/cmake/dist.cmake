@@ -11,9 +11,20 @@ if(QC_HAVE_MPI)
     # slow: about 100 s in a Release build and 455 s under AddressSanitizer, so CI's asan step
     # leaves it out; the multi-rank paths run under ASan in test_dist_faults and test_dist_comm
     qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu slow
-        TIMEOUT 1200)
+        TIMEOUT 1200 ENV "QC_TEST_EXCLUDE=dist (small)")
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
+    # test_dist_mpi_small: its small case (2 ranks x 1 group == 1 rank x 2 groups under ZeRO 2,
+    # weights and AdamW moments; two runs of 4 steps) without `slow`, so CI's asan step runs the
+    # comparison under AddressSanitizer too
+    set(qc_dist_small_timeout 300)
+    if(QC_SANITIZE)
+        math(EXPR qc_dist_small_timeout "${qc_dist_small_timeout} * 4")
+    endif()
+    add_test(NAME test_dist_mpi_small COMMAND test_dist_mpi)
+    set_tests_properties(test_dist_mpi_small PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
+        TIMEOUT ${qc_dist_small_timeout} ENVIRONMENT
+        "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_WAIT_POLICY=passive;QC_TEST_FILTER=dist (small)")
     # test_dist_comm: the communicator and its thread with real ranks, no trainer (reductions,
     # heartbeats, the watchdog, the deadline on the waiting phase, the start-up barrier); small
     # enough for ThreadSanitizer (tsan)
@@ -25,9 +36,26 @@ if(QC_HAVE_MPI)
     # with a NaN on one rank, fp16 loss scaling with a NaN in one rank's shard, a rank that
     # leaves out a collective, only rank 0 writing)
     qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qcbase LABELS cpu
-        TIMEOUT 900)
+        TIMEOUT 900 ENV "QC_TEST_EXCLUDE=nonfinite=skip with a NaN loss on rank 1 only")
     target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_faults qctrain)
+    # test_dist_faults_tsan: its case of a NaN loss on rank 1 under nonfinite=skip (2 ranks,
+    # ZeRO 1, 3 steps saving each: the loader, the communication thread reducing while backward
+    # runs, the parameter all-gather, the agreed skip), labelled tsan: CI's tsan step runs the
+    # trainer's ranks under ThreadSanitizer (a report makes a rank exit 66, so the job fails).
+    # Shared memory between the ranks, as test_dist_comm: Open MPI's TCP transport trips
+    # ThreadSanitizer. The custom target of the same name builds it (the tsan step builds its
+    # tests by name).
+    set(qc_dist_faults_tsan_timeout 300)
+    if(QC_SANITIZE)
+        math(EXPR qc_dist_faults_tsan_timeout "${qc_dist_faults_tsan_timeout} * 4")
+    endif()
+    add_test(NAME test_dist_faults_tsan COMMAND test_dist_faults)
+    set_tests_properties(test_dist_faults_tsan PROPERTIES LABELS "cpu;tsan" SKIP_RETURN_CODE 77
+        TIMEOUT ${qc_dist_faults_tsan_timeout} ENVIRONMENT
+        "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_WAIT_POLICY=passive;OMPI_MCA_btl=self,vader;QC_TEST_FILTER=nonfinite=skip with a NaN loss on rank 1 only")
+    add_custom_target(test_dist_faults_tsan)
+    add_dependencies(test_dist_faults_tsan test_dist_faults)
     # NCCL: 2 ranks on 2 GPUs; exit 77 without a GPU and with one ("skip: one GPU": NCCL refuses
     # two ranks on one GPU; test_dist_nccl covers nccl.c there)
     add_test(NAME test_dist_mpi_cuda COMMAND test_dist_mpi cuda)
