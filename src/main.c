@@ -25,24 +25,8 @@
 #include "qc_runtime.h"
 #include "qc_status.h"
 
-struct global_opt {
-    const char *name;  /* without dashes */
-    const char *value; /* placeholder of its value; NULL for a flag */
-    const char *def;
-    const char *doc;
-};
-
-static const struct global_opt global_opts[] = {
-    {"preset", "NAME|PATH", "none", "apply profiles/NAME.json or a .json file; repeatable"},
-    {"set", "key=value", "none", "set a configuration key; repeatable, after presets"},
-    {"config-dump", NULL, "off", "print the effective configuration as JSON, exit"},
-    {"device", "cpu|cuda|emu", "cpu",
-     "backend: sets device.kind over presets and --set (emu: CPU ops on emulated device memory, "
-     "for tests and debugging)"},
-    {"log-level", "LEVEL", "info", "error, warn, info or debug: sets log.level"},
-    {"quiet", NULL, "off", "no progress output: sets log.quiet"},
-};
-#define NGLOBAL ((int)(sizeof global_opts / sizeof global_opts[0]))
+#define global_opt  qc_cli_global /* the table lives in cli/cli_args.c */
+#define global_opts qc_cli_globals
 
 struct globals {
     struct qc_cli_strings presets;
@@ -59,10 +43,14 @@ static void print_usage(FILE *out)
                  "Trains QCNet (query-centric trajectory prediction) on Argoverse 2 scenes, with\n"
                  "memory as the first concern: caching allocator, offload, recompute, planner.\n\n"
                  "commands:\n");
-    for (const struct qc_cli_command *c = qc_cli_commands; c->name; c++)
+    for (const struct qc_cli_command *c = qc_cli_commands; c->name; c++) {
         fprintf(out, "  %-10s %s\n", c->name, c->summary);
+        if (strcmp(c->name, "bench") == 0) /* the targets: the table `bench --help` lists */
+            for (const struct qc_cli_bench_target *t = qc_cli_bench_targets; t->name; t++)
+                fprintf(out, "    %-8s %s\n", t->name, t->summary);
+    }
     fprintf(out, "\nglobal options (before or after the command):\n");
-    for (int i = 0; i < NGLOBAL; i++) {
+    for (int i = 0; global_opts[i].name; i++) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", global_opts[i].name,
                  global_opts[i].value ? " " : "", global_opts[i].value ? global_opts[i].value : "");
@@ -80,7 +68,7 @@ static const struct global_opt *global_find(const char *arg, size_t len)
 {
     if (len < 3 || arg[0] != '-' || arg[1] != '-')
         return NULL;
-    for (int i = 0; i < NGLOBAL; i++)
+    for (int i = 0; global_opts[i].name; i++)
         if (strlen(global_opts[i].name) == len - 2 &&
             strncmp(global_opts[i].name, arg + 2, len - 2) == 0)
             return &global_opts[i];
@@ -157,7 +145,7 @@ static enum qc_status unknown_global(const char *arg)
     snprintf(name, sizeof name, "%.*s", bare_len < 127 ? bare_len : 127, bare);
     const char *best = NULL;
     int best_d = 3;
-    for (int i = 0; i < NGLOBAL; i++) {
+    for (int i = 0; global_opts[i].name; i++) {
         int d = qc_edit_distance(name, global_opts[i].name);
         if (d < best_d) {
             best_d = d;
@@ -173,6 +161,17 @@ static enum qc_status unknown_global(const char *arg)
                      len, arg);
 }
 
+/* "gpu", "GPU", "nvidia", "cuda-gpu": a GPU user's word for --device cuda. */
+static bool means_gpu(const char *v)
+{
+    char low[64];
+    size_t n = 0;
+    for (; v[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)(v[n] >= 'A' && v[n] <= 'Z' ? v[n] - 'A' + 'a' : v[n]);
+    low[n] = '\0';
+    return strcmp(low, "cuda") != 0 && (strstr(low, "gpu") || strstr(low, "nvidia"));
+}
+
 /* defaults < presets < --set < --device/--log-level/--quiet, then validation. */
 static enum qc_status build_config(const struct globals *gl, struct qc_cli *cli)
 {
@@ -181,6 +180,11 @@ static enum qc_status build_config(const struct globals *gl, struct qc_cli *cli)
         QC_TRY(qc_config_apply_preset(&cli->cfg, gl->presets.v[i]));
     for (int i = 0; i < gl->sets.n; i++)
         QC_TRY(qc_config_apply_set(&cli->cfg, gl->sets.v[i]));
+    if (gl->device && means_gpu(gl->device))
+        return qc_errorf(QC_ERR_INVALID,
+                         "--device: expected one of cpu, cuda, emu, got \"%.80s\"\nhint: did "
+                         "you mean 'cuda'? (an NVIDIA GPU is --device cuda)",
+                         gl->device);
     if (gl->device)
         QC_TRY(qc_config_set(&cli->cfg, "device.kind", gl->device, "--device"));
     if (gl->log_level)
@@ -241,9 +245,14 @@ static enum qc_status run(int argc, char **argv)
         QC_TRY(qc_log_level_parse(gl.log_level, &lvl));
         qc_log_set_level(lvl);
     }
-    if (help || (!cmd_name && !version && !gl.config_dump)) {
+    if (help) {
         print_usage(stdout);
         return QC_OK;
+    }
+    if (!cmd_name && !version && !gl.config_dump) { /* nothing to do: a usage error */
+        print_usage(stderr);
+        return qc_errorf(QC_ERR_INVALID, "no command given\nhint: qctrain <command> [options]; "
+                                         "`qctrain --help` lists the commands");
     }
 
     const struct qc_cli_command *cmd = NULL;

@@ -280,25 +280,68 @@ int main(void)
         free(text);
     }
 
-    QC_TEST ("cli: qctrain and qctrain --help list the commands and global options") {
+    QC_TEST ("cli: qctrain --help lists the commands and global options; qctrain alone is a "
+             "usage error (exit 2, the usage on stderr)") {
         struct run_result r[2] = {RUN("--help"), run_args((const char *const[]){NULL})};
         for (int k = 0; k < 2; k++) {
-            T_EXPECT_EQ_I64(r[k].rc, 0, "exit code (%s)", k ? "no args" : "--help");
-            T_EXPECT(strncmp(r[k].out, "usage: qctrain", 14) == 0, "usage first: [%.60s]",
-                     r[k].out);
+            const char *text = k ? r[k].err : r[k].out;
+            T_EXPECT_EQ_I64(r[k].rc, k ? 2 : 0, "exit code (%s)", k ? "no args" : "--help");
+            T_EXPECT(strncmp(text, "usage: qctrain", 14) == 0, "usage first: [%.60s]", text);
             for (const struct qc_cli_command *c = qc_cli_commands; c->name; c++) {
                 char line[128];
                 snprintf(line, sizeof line, "  %s ", c->name);
-                T_EXPECT_STR_CONTAINS(r[k].out, line);
-                T_EXPECT_STR_CONTAINS(r[k].out, c->summary);
+                T_EXPECT_STR_CONTAINS(text, line);
+                T_EXPECT_STR_CONTAINS(text, c->summary);
             }
             const char *globals[] = {"--preset NAME|PATH", "--set key=value", "--config-dump",
                                      "--device cpu|cuda",  "--log-level",     "--quiet",
                                      "(default: cpu)",     "(default: info)"};
             for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-                T_EXPECT_STR_CONTAINS(r[k].out, globals[i]);
-            run_free(&r[k]);
+                T_EXPECT_STR_CONTAINS(text, globals[i]);
         }
+        T_EXPECT(r[1].out[0] == '\0', "no args: nothing on stdout [%s]", r[1].out);
+        T_EXPECT_STR_CONTAINS(r[1].err, "qctrain: error: no command given\n");
+        /* one table of bench targets: `qctrain --help` and `qctrain bench --help` list the same */
+        struct run_result b = RUN("bench", "--help");
+        T_EXPECT_EQ_I64(b.rc, 0, "bench --help: %s", b.err);
+        int ntargets = 0;
+        for (const struct qc_cli_bench_target *t = qc_cli_bench_targets; t->name; t++, ntargets++) {
+            char line[256];
+            snprintf(line, sizeof line, "    %-8s %s\n", t->name, t->summary);
+            T_EXPECT_STR_CONTAINS(r[0].out, line);
+            snprintf(line, sizeof line, "  %-8s %s\n", t->name, t->summary);
+            T_EXPECT_STR_CONTAINS(b.out, line);
+        }
+        T_EXPECT(ntargets >= 8, "%d bench targets", ntargets);
+        run_free(&b);
+        run_free(&r[0]);
+        run_free(&r[1]);
+    }
+
+    QC_TEST ("cli: help shows paths as PATH, one default per option; near misses of global "
+             "options after the command get a did-you-mean") {
+        struct run_result r = RUN("train", "--help");
+        T_EXPECT_STR_CONTAINS(r.out, "--out PATH");
+        T_EXPECT_STR_CONTAINS(r.out, "--data PATH");
+        T_EXPECT_STR_CONTAINS(r.out, "--resume PATH");
+        T_EXPECT_STR_CONTAINS(r.out, "--attention TEXT");
+        run_free(&r);
+        r = RUN("tune", "--help");
+        const char *gb = strstr(r.out, "--global-batch");
+        const char *eol = gb ? strchr(gb, '\n') : NULL;
+        int ndef = 0;
+        for (const char *p = gb; p && eol && (p = strstr(p, "default")) && p < eol; p++)
+            ndef++;
+        T_EXPECT(gb && ndef == 1, "tune --help: --global-batch has one default (%d): %.200s", ndef,
+                 gb ? gb : "(missing)");
+        T_EXPECT_STR_CONTAINS(r.out, "--out PATH");
+        run_free(&r);
+        r = RUN("train", "--presett", "cpu-smoke");
+        T_EXPECT_EQ_I64(r.rc, 2, "train --presett");
+        T_EXPECT(strcmp(r.err, "qctrain: error: train: unknown option '--presett'\nhint: did you "
+                               "mean '--preset'? (a global option)\n") == 0,
+                 "[%s]", r.err);
+        run_free(&r);
     }
 
     QC_TEST ("cli: `qctrain <command> --help` works for every command") {
@@ -378,13 +421,15 @@ int main(void)
         run_free(&r);
     }
 
-    QC_TEST ("cli: --preset rtx3090x8 --config-dump holds 8 ranks and a 24 GiB budget") {
+    QC_TEST ("cli: --preset rtx3090x8 --config-dump holds 8 ranks and a 23 GiB budget (24 GiB "
+             "less the reserve)") {
         struct run_result r = RUN("--preset", "rtx3090x8", "--config-dump");
         T_EXPECT_EQ_I64(r.rc, 0, "exit code: %s", r.err);
-        T_EXPECT_STR_CONTAINS(r.out, "25769803776");
+        T_EXPECT_STR_CONTAINS(r.out, "24696061952");
         cJSON *root = cJSON_Parse(r.out);
         T_EXPECT(dump_num(root, "dist.world_size") == 8, "world size");
-        T_EXPECT(dump_num(root, "device.budget") == 25769803776.0, "budget");
+        T_EXPECT(dump_num(root, "device.budget") == 24696061952.0, "budget");
+        T_EXPECT(dump_num(root, "hw.device_memory") == 25769803776.0, "the card's bytes");
         T_EXPECT(strcmp(dump_str(root, "device.kind"), "cuda") == 0, "cuda");
         cJSON_Delete(root);
         run_free(&r);
@@ -433,6 +478,7 @@ int main(void)
         r = RUN("--device", "gpu", "--config-dump");
         T_EXPECT_EQ_I64(r.rc, 2, "bad --device");
         T_EXPECT_STR_CONTAINS(r.err, "expected one of cpu, cuda, emu, got \"gpu\"");
+        T_EXPECT_STR_CONTAINS(r.err, "hint: did you mean 'cuda'?"); /* not 'cpu' */
         run_free(&r);
         r = RUN("--set", "model.hidden_dim=64", "--config-dump");
         T_EXPECT_EQ_I64(r.rc, 2, "inconsistent model");

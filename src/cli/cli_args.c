@@ -14,11 +14,37 @@
 #include <strings.h>
 
 #include "qc_edit_distance.h"
+
+const struct qc_cli_global qc_cli_globals[] = {
+    {"preset", "NAME|PATH", "none", "apply profiles/NAME.json or a .json file; repeatable"},
+    {"set", "key=value", "none", "set a configuration key; repeatable, after presets"},
+    {"config-dump", NULL, "off", "print the effective configuration as JSON, exit"},
+    {"device", "cpu|cuda|emu", "cpu",
+     "backend: sets device.kind over presets and --set (emu: CPU ops on emulated device memory, "
+     "for tests and debugging)"},
+    {"log-level", "LEVEL", "info", "error, warn, info or debug: sets log.level"},
+    {"quiet", NULL, "off", "no progress output: sets log.quiet"},
+    {NULL, NULL, NULL, NULL},
+};
+
 // ---- help ----------------------------------------------------------------------------------
 
-static const char *value_placeholder(enum qc_cli_opt_type type)
+/* Options whose value names a file or a folder: shown as PATH. */
+static bool is_path_option(const char *name)
 {
-    switch (type) {
+    static const char *const names[] = {"out",     "data", "val-data", "resume", "init-from",
+                                        "weights", "dump", "cost",     "keep",   "dir"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+static const char *value_placeholder(const struct qc_cli_opt *o)
+{
+    if ((o->type == QC_CLI_STRING || o->type == QC_CLI_STRINGS) && is_path_option(o->name))
+        return " PATH";
+    switch (o->type) {
     case QC_CLI_FLAG:
         return "";
     case QC_CLI_INT:
@@ -44,7 +70,7 @@ static void print_help(FILE *out, const char *cmd, const char *usage, const char
     fprintf(out, "\noptions:\n");
     for (int i = 0; i < nopts; i++) {
         char left[96];
-        snprintf(left, sizeof left, "--%s%s", opts[i].name, value_placeholder(opts[i].type));
+        snprintf(left, sizeof left, "--%s%s", opts[i].name, value_placeholder(&opts[i]));
         fprintf(out, "  %-26s %s", left, opts[i].doc ? opts[i].doc : "");
         if (opts[i].type == QC_CLI_STRINGS)
             fprintf(out, " (repeatable)");
@@ -53,9 +79,20 @@ static void print_help(FILE *out, const char *cmd, const char *usage, const char
         fputc('\n', out);
     }
     fprintf(out, "  %-26s %s\n", "-h, --help", "show this help and exit");
-    fprintf(out, "\nglobal options, before or after the command (see `qctrain --help`):\n"
-                 "  --preset NAME|PATH, --set key=value, --config-dump, --device cpu|cuda|emu,\n"
-                 "  --log-level error|warn|info|debug, --quiet\n");
+    fprintf(out, "\nglobal options, before or after the command (see `qctrain --help`):\n ");
+    int col = 1;
+    for (const struct qc_cli_global *g = qc_cli_globals; g->name; g++) {
+        char item[96];
+        const int n = snprintf(item, sizeof item, " --%s%s%s%s", g->name, g->value ? " " : "",
+                               g->value ? g->value : "", g[1].name ? "," : "");
+        if (col + n > 90) {
+            fprintf(out, "\n ");
+            col = 1;
+        }
+        fputs(item, out);
+        col += n;
+    }
+    fputc('\n', out);
 }
 
 // ---- values --------------------------------------------------------------------------------
@@ -142,6 +179,19 @@ static enum qc_status unknown_option(const char *cmd, const char *arg, size_t na
             best = opts[i].name;
         }
     }
+    /* a global option misspelt after the command (`train --presett`) */
+    const char *best_global = NULL;
+    for (const struct qc_cli_global *g = qc_cli_globals; g->name; g++) {
+        int d = qc_edit_distance(bare, g->name);
+        if (d < best_d && (size_t)d * 2 < strlen(g->name)) {
+            best_d = d;
+            best_global = g->name;
+        }
+    }
+    if (best_global)
+        return qc_errorf(QC_ERR_INVALID,
+                         "%s: unknown option '%s'\nhint: did you mean '--%s'? (a global option)",
+                         cmd, name, best_global);
     if (best)
         return qc_errorf(QC_ERR_INVALID, "%s: unknown option '%s'\nhint: did you mean '--%s'?", cmd,
                          name, best);

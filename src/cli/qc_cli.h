@@ -44,7 +44,9 @@ struct qc_cli_strings {
 };
 
 /* One command-specific option, "--name VALUE" or "--name=VALUE". The caller initialises *dst
- * to the default; def is the same default as text, shown by --help. */
+ * to the default; def is the same default as text, shown by --help. --help shows a string
+ * option's value as PATH when it names a file or folder (the names out, data, val-data,
+ * resume, init-from, weights, dump, cost, keep, dir), else as TEXT. */
 struct qc_cli_opt {
     const char *name; /* long name without dashes */
     enum qc_cli_opt_type type;
@@ -58,6 +60,25 @@ struct qc_cli_command {
     const char *summary; /* one line for `qctrain --help` */
     enum qc_status (*run)(struct qc_cli *cli, int argc, char **argv);
 };
+
+/* The global options (cli/cli_args.c), terminated by a {NULL} entry: main() parses them, and
+ * a command's parser names them in its "did you mean" (`train --presett`). */
+struct qc_cli_global {
+    const char *name;  /* without dashes */
+    const char *value; /* placeholder of its value; NULL for a flag */
+    const char *def;
+    const char *doc;
+};
+extern const struct qc_cli_global qc_cli_globals[];
+
+/* `qctrain bench` targets (cli/commands.c), terminated by a {NULL} entry: the one table both
+ * `qctrain --help` and `qctrain bench --help` list. */
+struct qc_cli_bench_target {
+    const char *name;
+    const char *summary;
+    enum qc_status (*run)(struct qc_cli *cli, int argc, char **argv);
+};
+extern const struct qc_cli_bench_target qc_cli_bench_targets[];
 
 /* The command table (cli/commands.c), terminated by a {NULL} entry. */
 extern const struct qc_cli_command qc_cli_commands[];
