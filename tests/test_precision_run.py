@@ -14,7 +14,10 @@
                         step 2, the weights and AdamW moments of checkpoint 2 equal checkpoint 1's
                         bit for bit, the scale halves (2^16 -> 2^15); loss_scale_window=2 good
                         steps double it back; the checkpoint holds it and a resume continues
-                        with it.
+                        with it. Then the first step's AdamW moments (exp_avg,
+                        sqrt(exp_avg_sq)) of an fp16 run equal fp32's within a bound derived
+                        from fp16's rounding (MOMENT_TOL): a gradient not unscaled before AdamW,
+                        or unscaled by a wrong power of 2, fails it.
 A fourth argument "cuda" runs the same on the CUDA device (test_precision_*_cuda, label gpu),
 the forced overflow's bit-for-bit skip included. Whether it runs is decided by the rule of
 tests/cuda_probe.h on what the binary reports (`qctrain version --json`: cudaGetDeviceCount's
@@ -22,8 +25,10 @@ error and device count): exit 77 only in a CPU-only build or where there is no G
 no NVIDIA driver); a GPU that is there but cannot be used fails (exit 1).
 Exit 0 on success, 1 with the failures listed.
 """
+import array
 import ctypes
 import json
+import math
 import os
 import shutil
 import struct
@@ -159,6 +164,87 @@ def scaling(qctrain, root):
            "resumed step 5 ran at %s" % (rows.get(5, {}).get("loss_scale")))
 
 
+def tensors(path, prefix):
+    """{name: list of floats} of the F32 tensors of a safetensors file whose names start with
+    prefix."""
+    h, d = safetensors(path)
+    out = {}
+    for name, t in h.items():
+        if name == "__metadata__" or not name.startswith(prefix):
+            continue
+        if t["dtype"] != "F32":
+            raise SystemExit("%s: %s is %s, not F32" % (path, name, t["dtype"]))
+        a = array.array("f")
+        a.frombytes(d[t["data_offsets"][0]:t["data_offsets"][1]])
+        if sys.byteorder != "little":
+            a.byteswap()
+        out[name] = a
+    return out
+
+
+# fp16's unit roundoff: 11 significant bits, round to nearest
+U16 = 2.0 ** -11
+# The first step's AdamW moments of an fp16 run against fp32's (same seed, same batch). AdamW's
+# first step writes exp_avg = (1 - b1) g and exp_avg_sq = (1 - b2) g^2 of the *unscaled* gradient
+# g, so with g16 = g32 (1 + e) exp_avg and sqrt(exp_avg_sq) are both off by exactly e: the test
+# compares exp_avg and sqrt(exp_avg_sq), norm-wise over all parameters
+# (||x16 - x32|| / ||x32||), against one bound on e.
+# The bound, from fp16's rounding: fp16 rounds every activation and GEMM operand to 11
+# significant bits (docs/PRECISION.md), each a relative error of at most u = 2^-11. A gradient is
+# a sum of products along the paths from the loss to the parameter; to first order each product
+# is off by at most K u relative, K the rounded operands on its path, and so is the sum (the
+# fp32 accumulations add ~2^-24 per term, nothing at this scale). cpu-smoke's longest path runs
+# from the map encoder's FourierEmbedding through pt2pl, pl2pl, 2 agent layers (t, pl2a, a2a)
+# and the proposal decoder (3 recurrent steps x (2 layers x (t2m, pl2m, a2m) + m2m)): 29
+# attention layers, each at most ~20 roundings on a path (forward: pre-norm, q/k/v, score,
+# softmax, aggregate, gate, output, post-norm, feed-forward norm, 2 linears, ReLU; backward: the
+# output gradient of each of its ~6 linears), plus ~60 in the FourierEmbeddings, the GRU and
+# the output MLPs: K = 29 x 20 + 60 = 640, K u = 0.31. Elements are not compared one by one: a
+# gradient that is a sum of cancelling terms (near zero) has a large relative error that means
+# nothing for the update. Measured (cpu-smoke, CPU): e = 0.0095 norm-wise, ~30x below: the
+# roundings' errors have random signs (their rms grows as sqrt(K), not K). What it must catch:
+# a gradient left scaled (no unscale: e = 2^16 - 1) or unscaled by a wrong power of 2
+# (e = 0.5 or 1), all far outside 0.31.
+MOMENT_PATH_ROUNDINGS = 29 * 20 + 60
+MOMENT_TOL = MOMENT_PATH_ROUNDINGS * U16
+
+
+def moments(qctrain, root):
+    """The AdamW moments of the first fp16 step equal fp32's within MOMENT_TOL (above)."""
+    got = {}
+    for p in ("fp32", "fp16"):
+        out = os.path.join(root, "moments-" + p)
+        shutil.rmtree(out, ignore_errors=True)
+        train(qctrain, out, ["train.precision=" + p, "train.steps=1", "train.save_every=1"])
+        got[p] = os.path.join(ckpt(out, 1), "optim.safetensors")
+    for prefix, root_of in (("exp_avg.", False), ("exp_avg_sq.", True)):
+        a32, a16 = tensors(got["fp32"], prefix), tensors(got["fp16"], prefix)
+        expect(a32 and sorted(a32) == sorted(a16), "%s tensors: fp32 %d, fp16 %d names"
+               % (prefix, len(a32), len(a16)))
+        num = den = dot = 0.0
+        worst = (0.0, "")
+        for name in sorted(a32):
+            x, y = a32[name], a16.get(name, [])
+            if len(x) != len(y):
+                expect(False, "%s: %d elements in fp32, %d in fp16" % (name, len(x), len(y)))
+                continue
+            if root_of:  # sqrt(exp_avg_sq) = sqrt(1 - b2) |g|: off by e as exp_avg is
+                x, y = [math.sqrt(v) for v in x], [math.sqrt(v) for v in y]
+            n2 = sum((b - a) * (b - a) for a, b in zip(x, y))
+            d2 = sum(a * a for a in x)
+            num, den, dot = num + n2, den + d2, dot + sum(a * b for a, b in zip(x, y))
+            if d2 > 0 and math.sqrt(n2 / d2) > worst[0]:
+                worst = (math.sqrt(n2 / d2), name)
+        what = ("sqrt(%s*)" if root_of else "%s*") % prefix
+        rel = math.sqrt(num / den) if den > 0 else float("inf")
+        fit = dot / den if den > 0 else float("nan")  # fp16's scale on fp32's: 1 expected
+        print("  first step's %s of fp16 vs fp32: relative error %.3g (bound %.3g), fitted "
+              "scale %.6g; the worst tensor %s at %.3g" % (what, rel, MOMENT_TOL, fit,
+                                                           worst[1], worst[0]))
+        expect(den > 0, "%s: fp32's moments are all zero" % what)
+        expect(rel <= MOMENT_TOL, "%s: fp16's first-step moments off fp32's by %.3g relative "
+               "(bound %.3g; fitted scale %.6g)" % (what, rel, MOMENT_TOL, fit))
+
 # cudaError_t values of tests/cuda_probe.h
 CUDA_SUCCESS, CUDA_ERR_STUB_LIBRARY, CUDA_ERR_INSUFFICIENT_DRV, CUDA_ERR_NO_DEVICE = 0, 34, 35, 100
 
@@ -212,7 +298,11 @@ def main():
         print(" ", why)
         DEVICE.extend(["--device", "cuda"])
     os.makedirs(sys.argv[3], exist_ok=True)
-    {"smoke": smoke, "scaling": scaling}[sys.argv[1]](sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "smoke":
+        smoke(sys.argv[2], sys.argv[3])
+    else:
+        scaling(sys.argv[2], sys.argv[3])
+        moments(sys.argv[2], sys.argv[3])
     if FAILS:
         print("%d failure(s)" % len(FAILS))
         return 1
