@@ -581,9 +581,11 @@ static enum qc_status block_add_use(struct alloc_block *b, struct qc_stream *s)
 
 // ---- finding and making room -----------------------------------------------------------------
 
+/* Sizes are multiples of the rounding and at least QC_ALLOC_ALIGN, so every block of a segment
+ * (whose base is page-aligned) starts QC_ALLOC_ALIGN-aligned. */
 static size_t round_size(const struct qc_alloc *a, size_t size)
 {
-    size_t r = a->params.round;
+    size_t r = qc_alloc_round_effective(a->params.round);
     return size < r ? r : align_up(size, r);
 }
 

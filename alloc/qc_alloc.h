@@ -36,9 +36,22 @@ struct qc_alloc; /* caching device allocator (opaque) */
 
 #define QC_ALLOC_TAG_MAX 48 /* bytes kept of a tag, NUL included; longer tags are truncated */
 
+/* Every block starts at a multiple of QC_ALLOC_ALIGN bytes (the stash lays its entries out at
+ * 64-byte offsets from a block's start, src/mem/qc_stash.h; vector loads need at least 16). A
+ * rounding below it (params.round 1..32, alloc.round) therefore acts as QC_ALLOC_ALIGN: requests
+ * are rounded to qc_alloc_round_effective(round), which a simulation of the allocator (the
+ * planner) must use too. */
+#define QC_ALLOC_ALIGN ((size_t)64)
+
+static inline size_t qc_alloc_round_effective(size_t round)
+{
+    return round < QC_ALLOC_ALIGN ? QC_ALLOC_ALIGN : round;
+}
+
 struct qc_alloc_params {
     size_t budget;          /* hard cap on reserved bytes; 0 = unlimited (device memory) */
-    size_t round;           /* request rounding, bytes (512); a power of two */
+    size_t round;           /* request rounding, bytes (512); a power of two; below
+                               QC_ALLOC_ALIGN it acts as QC_ALLOC_ALIGN */
     size_t small_max;       /* requests <= this go to the small pool (1 MiB) */
     size_t small_segment;   /* small-pool segment size (2 MiB); also the large-segment rounding */
     size_t large_segment;   /* minimum large-pool segment (20 MiB), used for requests below half

@@ -23,7 +23,7 @@ enum qc_status qc_cmd_report(struct qc_cli *cli, int argc, char **argv)
 {
     (void)cli;
     const char *out = NULL;
-    int64_t step = -1;
+    int64_t step = INT64_MIN; /* INT64_MIN: not given (the peak step) */
     const struct qc_cli_opt opts[] = {
         {"out", QC_CLI_STRING, &out, "RUN_DIR/report.html", "the HTML file to write"},
         {"step", QC_CLI_INT, &step, "the peak step",
@@ -41,8 +41,14 @@ enum qc_status qc_cmd_report(struct qc_cli *cli, int argc, char **argv)
                          "report: give exactly one run folder (got %d)\nhint: qctrain report "
                          "runs/smoke",
                          npos);
-    if (step < -1 || step == 0)
-        return qc_errorf(QC_ERR_INVALID, "report: --step must be >= 1 (got %" PRId64 ")", step);
+    /* steps count from 1 (metrics.jsonl, trace/step-N); 0 and negatives name no step */
+    if (step != INT64_MIN && step < 1)
+        return qc_errorf(QC_ERR_INVALID,
+                         "report: --step %" PRId64 ": steps count from 1\nhint: leave --step out "
+                         "for the peak step, or give a step of RUN_DIR/trace/",
+                         step);
+    if (step == INT64_MIN)
+        step = -1; /* qc_report_opts: -1 = the peak step */
     const struct qc_report_opts ro = {.run_dir = pos[0], .out_path = out, .step = step};
     struct qc_report_info info;
     QC_TRY(qc_report_write(&ro, &info));

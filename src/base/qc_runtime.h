@@ -1,6 +1,7 @@
 /*
  * qc_runtime.h — process-wide runtime defaults that must be in place before the OpenMP runtime
- * starts: the OpenMP wait policy.
+ * starts: the OpenMP wait policy; and SIGXFSZ ignored, so that a write past the file size limit
+ * (ulimit -f) is an EFBIG error with the file's name (docs/RELIABILITY.md), not a silent death.
  *
  * Why: libgomp (and the OpenMP build of OpenBLAS, which uses its thread pool) reads
  * OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main(). Its default lets a
@@ -22,11 +23,12 @@
 extern "C" {
 #endif
 
-/* When OMP_WAIT_POLICY is unset (and GOMP_SPINCOUNT too), sets OMP_WAIT_POLICY=passive and
- * GOMP_SPINCOUNT=10000 and re-executes the program (/proc/self/exe with argv) once, so that the
- * OpenMP runtime loads with it. Any value the user set is kept (OMP_WAIT_POLICY=active: spin, for a
- * dedicated machine). Returns only when no re-exec was needed or the exec failed (then the run goes
- * on with the runtime's default). Call first thing in main, before any thread starts. */
+/* Ignores SIGXFSZ (always). When OMP_WAIT_POLICY is unset (and GOMP_SPINCOUNT too), sets
+ * OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=10000 and re-executes the program (/proc/self/exe with
+ * argv) once, so that the OpenMP runtime loads with it. Any value the user set is kept
+ * (OMP_WAIT_POLICY=active: spin, for a dedicated machine). Returns only when no re-exec was needed
+ * or the exec failed (then the run goes on with the runtime's default). Call first thing in main,
+ * before any thread starts. */
 void qc_runtime_defaults_apply(char **argv);
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  */
 #include "qc_runtime.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,6 +15,9 @@
 
 void qc_runtime_defaults_apply(char **argv)
 {
+    /* A file size limit (ulimit -f) makes a write fail with EFBIG, which the writer reports
+     * naming the file; SIGXFSZ's default would kill the process without a word (exit 153). */
+    signal(SIGXFSZ, SIG_IGN);
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv(QC_RUNTIME_REEXEC_ENV))
         return;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0 ||

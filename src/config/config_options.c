@@ -195,7 +195,8 @@ static const struct qc_config_option options[] = {
     OPT_BOOL("alloc.expandable_segments", alloc_expandable, "true",
              "CUDA virtual-memory expandable segments"),
     OPT_SIZE("alloc.round", alloc_round, "512", 1, 1 * MIB,
-             "requests are rounded up to this power of two"),
+             "requests are rounded up to this power of two (below 64 as 64: blocks are "
+             "64-byte aligned)"),
     OPT_SIZE("alloc.small_max", alloc_small_max, "1MiB", 512, 1 * GIB,
              "largest request served by the small pool"),
     OPT_SIZE("alloc.small_segment", alloc_small_segment, "2MiB", 4 * KIB, 1 * GIB,

@@ -64,15 +64,30 @@ static const struct size_unit size_units[] = {
     {"tb", 1000000000000ull},
 };
 
+/* The rule (README.md, "Configuration"): whitespace around the value is ignored; a number
+ * (digits, or a decimal / exponent form), then optionally one space, then a unit (case ignored).
+ * "1GiB", " 1GiB ", "1 GiB" are the same; "1  GiB" (two spaces) and "1\tGiB" are refused. */
 int config_size_parse(const char *s, uint64_t *out)
 {
-    if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+    if (!s)
+        return -1;
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t len = strlen(s);
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        len--;
+    char buf[128];
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    if (!(isdigit((unsigned char)buf[0]) || buf[0] == '.'))
         return -1;
     /* Plain integers go through strtoull so values above 2^53 stay exact. */
-    size_t ndig = strspn(s, "0123456789");
-    if (s[ndig] == '\0') {
+    size_t ndig = strspn(buf, "0123456789");
+    if (buf[ndig] == '\0') {
         errno = 0;
-        unsigned long long v = strtoull(s, NULL, 10);
+        unsigned long long v = strtoull(buf, NULL, 10);
         if (errno == ERANGE)
             return -1;
         *out = (uint64_t)v;
@@ -80,11 +95,14 @@ int config_size_parse(const char *s, uint64_t *out)
     }
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
+    double v = strtod(buf, &end);
+    if (end == buf || errno == ERANGE || !isfinite(v) || v < 0)
         return -1;
-    while (*end == ' ')
+    if (*end == ' ') { /* one space, then a unit */
         end++;
+        if (!isalpha((unsigned char)*end))
+            return -1;
+    }
     for (size_t i = 0; i < sizeof size_units / sizeof size_units[0]; i++) {
         if (strcasecmp(end, size_units[i].name) != 0)
             continue;

@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "qc_alloc.h" /* qc_alloc_round_effective */
 #include "qc_batch.h"
 #include "qc_config.h"
 #include "qc_graph.h"
@@ -27,7 +28,7 @@ void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p)
     qc_plan_params_default(p);
     p->budget = cfg->device_budget;
     p->margin = cfg->plan_margin;
-    p->round = cfg->alloc_round;
+    p->round = qc_alloc_round_effective(cfg->alloc_round); /* as the allocator rounds */
     p->prefetch_window = cfg->offload_prefetch_window;
     switch (cfg->plan_policy) {
     case QC_PLAN_KEEP:
@@ -86,7 +87,7 @@ void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw)
 /* n bytes as the allocator counts them. */
 static uint64_t rounded(const struct qc_config *cfg, uint64_t n)
 {
-    const uint64_t r = cfg->alloc_round ? cfg->alloc_round : 1;
+    const uint64_t r = qc_alloc_round_effective(cfg->alloc_round);
     return n ? (n + r - 1) / r * r : r;
 }
 
