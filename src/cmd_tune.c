@@ -57,12 +57,6 @@ static enum qc_status parse_duration(const char *s, double *out)
     return QC_OK;
 }
 
-static const char *policy_str(enum qc_plan_policy p)
-{
-    static const char *const n[] = {"auto", "keep", "offload", "recompute"};
-    return (unsigned)p < 4 ? n[p] : "?";
-}
-
 static const char *attention_str(enum qc_attention_impl a)
 {
     return a == QC_ATTENTION_FUSED ? "fused" : "unfused";
@@ -107,7 +101,7 @@ static void print_row(FILE *out, const struct qc_tune_result *r, int64_t i)
             " %7" PRId64 " %10s %9.4f",
             i == r->best ? '*' : ' ', i, c->set.batch_size, c->set.grad_accum,
             attention_str(c->set.attention), qc_precision_str((enum qc_precision)c->set.precision),
-            policy_str(c->set.policy), c->set.margin, win, c->set.loader_threads,
+            qc_config_plan_policy_str(c->set.policy), c->set.margin, win, c->set.loader_threads,
             c->set.cpu_threads, pk, c->samples_per_s);
     if (c->state == QC_TUNE_MEASURED) {
         qc_format_bytes(c->m.peak_bytes, mp, sizeof mp);
@@ -173,7 +167,7 @@ static cJSON *candidate_json(const struct qc_tune_result *r, int64_t i)
     cJSON_AddNumberToObject(o, "grad_accum", (double)c->set.grad_accum);
     cJSON_AddStringToObject(o, "attention", attention_str(c->set.attention));
     cJSON_AddStringToObject(o, "precision", qc_precision_str((enum qc_precision)c->set.precision));
-    cJSON_AddStringToObject(o, "policy", policy_str(c->set.policy));
+    cJSON_AddStringToObject(o, "policy", qc_config_plan_policy_str(c->set.policy));
     cJSON_AddNumberToObject(o, "margin", c->set.margin);
     cJSON_AddNumberToObject(o, "prefetch_window", (double)c->set.prefetch_window);
     cJSON_AddNumberToObject(o, "loader_threads", (double)c->set.loader_threads);
@@ -264,14 +258,14 @@ static void describe(char *buf, size_t n, const struct qc_tune_result *r,
         snprintf(src, sizeof src, "%s%s", data->v[0], data->n > 1 ? " and more" : "");
     else
         snprintf(src, sizeof src, "generated mixed scenes");
-    const int w =
-        snprintf(buf, n,
-                 "qctrain tune, %s: the global batch of %" PRId64 " as %" PRId64 " x %" PRId64
-                 " (%s attention, %s, plan.policy %s) "
-                 "under a %s budget on the %s device, data: %s; ",
-                 date, G, c->set.batch_size, c->set.grad_accum, attention_str(c->set.attention),
-                 qc_precision_str((enum qc_precision)c->set.precision), policy_str(c->set.policy),
-                 b, qc_train_device_str(cfg->device_kind), src);
+    const int w = snprintf(
+        buf, n,
+        "qctrain tune, %s: the global batch of %" PRId64 " as %" PRId64 " x %" PRId64
+        " (%s attention, %s, plan.policy %s) "
+        "under a %s budget on the %s device, data: %s; ",
+        date, G, c->set.batch_size, c->set.grad_accum, attention_str(c->set.attention),
+        qc_precision_str((enum qc_precision)c->set.precision),
+        qc_config_plan_policy_str(c->set.policy), b, qc_train_device_str(cfg->device_kind), src);
     if (w < 0 || (size_t)w >= n)
         return;
     if (r->best_measured) {

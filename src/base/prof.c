@@ -307,6 +307,21 @@ void qc_prof_team_end(void)
     atomic_store_explicit(&prof_team_n, 0, memory_order_release);
 }
 
+// ---- names ----------------------------------------------------------------------------------
+
+const char *qc_prof_cat_str(enum qc_prof_cat cat)
+{
+    static const char *const names[QC_PROF_CAT_COUNT] = {"op",      "block", "phase", "loader",
+                                                         "offload", "alloc", "optim"};
+    return (unsigned)cat < QC_PROF_CAT_COUNT ? names[cat] : "?";
+}
+
+const char *qc_prof_pass_str(enum qc_prof_pass pass)
+{
+    static const char *const names[QC_PROF_PASS_COUNT] = {"", "forward", "backward", "recompute"};
+    return (unsigned)pass < QC_PROF_PASS_COUNT ? names[pass] : "?";
+}
+
 // ---- spans ----------------------------------------------------------------------------------
 
 void qc_prof_span_begin(struct qc_prof_mark *m, enum qc_prof_cat cat, const char *name,

@@ -57,6 +57,12 @@ enum qc_prof_pass {
     QC_PROF_PASS_COUNT
 };
 
+/* The one table of each: "op", "block", "phase", "loader", "offload", "alloc", "optim"; and "",
+ * "forward", "backward", "recompute" (the trace's "cat" and "pass", the summary's pass column).
+ * "?" for a value out of range. */
+const char *qc_prof_cat_str(enum qc_prof_cat cat);
+const char *qc_prof_pass_str(enum qc_prof_pass pass);
+
 /* What the dispatch knows about one op call. */
 struct qc_prof_op {
     const char *name; /* static: "linear_forward" */

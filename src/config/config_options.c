@@ -90,6 +90,11 @@ _Static_assert(QC_PLAN_AUTO == 0 && QC_PLAN_KEEP == 1 && QC_PLAN_OFFLOAD == 2 &&
 _Static_assert(QC_LOG_ERROR == 0 && QC_LOG_WARN == 1 && QC_LOG_INFO == 2 && QC_LOG_DEBUG == 3,
                "log_level_names order");
 
+const char *qc_config_plan_policy_str(enum qc_plan_policy p)
+{
+    return (unsigned)p <= QC_PLAN_RECOMPUTE ? plan_policy_names[p] : "?";
+}
+
 // ---- the table -----------------------------------------------------------------------------
 
 static const struct qc_config_option options[] = {

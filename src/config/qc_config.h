@@ -32,6 +32,9 @@ enum qc_attention_impl { QC_ATTENTION_FUSED = 0, QC_ATTENTION_UNFUSED };
 enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
+/* "auto" / "keep" / "offload" / "recompute": plan.policy's choices, the one table of these
+ * names (config_options.c); "?" for another value. */
+const char *qc_config_plan_policy_str(enum qc_plan_policy p);
 enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST, QC_BALANCE_AUTO };
 /* train.nonfinite: what a step with a non-finite loss term or gradient does. */
 enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };

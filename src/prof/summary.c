@@ -278,12 +278,6 @@ static struct agg **table_sorted(const struct table *t, int64_t *n)
     return v;
 }
 
-static const char *pass_str(int p)
-{
-    static const char *const n[] = {"", "forward", "backward", "recompute"};
-    return p >= 0 && p < 4 ? n[p] : "?";
-}
-
 static double gemm_peak(const struct qc_profile_summary *s, const struct agg *g)
 {
     return g->top_level || s->peaks.device ? s->peaks.gemm_gflops_n : s->peaks.gemm_gflops_1;
@@ -350,8 +344,9 @@ void qc_profile_summary_print(const struct qc_profile_summary *s, FILE *f, int t
         fprintf(f, "\ntop blocks (inclusive wall per step)\n");
         for (int64_t i = 0; i < n && i < top; i++)
             fprintf(f, "  %-60s %-9s %6" PRId64 " calls %9.1f ms %6.1f %%\n", v[i]->name,
-                    pass_str(v[i]->pass), (int64_t)((double)v[i]->calls / st),
-                    1e3 * v[i]->wall / st, pct(v[i]->wall, s->step_s));
+                    qc_prof_pass_str((enum qc_prof_pass)v[i]->pass),
+                    (int64_t)((double)v[i]->calls / st), 1e3 * v[i]->wall / st,
+                    pct(v[i]->wall, s->step_s));
         free(v);
     }
     v = table_sorted(&s->gemms, &n);
@@ -439,7 +434,7 @@ cJSON *qc_profile_summary_json(const struct qc_profile_summary *s, int top)
     for (int64_t i = 0; v && arr && i < n && i < top; i++) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "block", v[i]->name);
-        cJSON_AddStringToObject(j, "pass", pass_str(v[i]->pass));
+        cJSON_AddStringToObject(j, "pass", qc_prof_pass_str((enum qc_prof_pass)v[i]->pass));
         cJSON_AddNumberToObject(j, "calls", (double)v[i]->calls / st);
         cJSON_AddNumberToObject(j, "wall_s", v[i]->wall / st);
         cJSON_AddItemToArray(arr, j);

@@ -20,10 +20,6 @@
 #include "qc_json.h"
 #include "qc_prof.h"
 
-static const char *const cat_names[QC_PROF_CAT_COUNT] = {"op",      "block", "phase", "loader",
-                                                         "offload", "alloc", "optim"};
-static const char *const pass_names[QC_PROF_PASS_COUNT] = {"", "forward", "backward", "recompute"};
-
 struct trace_ctx {
     FILE *f;
     int64_t t_origin; /* ns: the earliest event */
@@ -96,8 +92,8 @@ static void put_event(const struct qc_prof_event *e, void *vctx)
     const bool device = qc_prof_track_is_device(e->track);
     fputs("{\"name\":", f);
     put_str(f, e->name);
-    fprintf(f, ",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", cat_names[e->cat], device ? 2 : 1,
-            (int)e->track);
+    fprintf(f, ",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
+            qc_prof_cat_str((enum qc_prof_cat)e->cat), device ? 2 : 1, (int)e->track);
     put_us(f, e->t0 - c->t_origin);
     if (e->instant)
         fputs(",\"ph\":\"i\",\"s\":\"t\"", f);
@@ -113,7 +109,8 @@ static void put_event(const struct qc_prof_event *e, void *vctx)
         na++;
     }
     if (e->pass) {
-        fprintf(f, "%s\"pass\":\"%s\"", na++ ? "," : "", pass_names[e->pass]);
+        fprintf(f, "%s\"pass\":\"%s\"", na++ ? "," : "",
+                qc_prof_pass_str((enum qc_prof_pass)e->pass));
     }
     if (e->detail) {
         fprintf(f, "%s\"detail\":", na++ ? "," : "");

@@ -20,6 +20,7 @@
 
 #include "qc_json.h"
 #include "qc_file.h"
+#include "qc_plan.h"     /* qc_plan_policy_str: the stash policies' names */
 #include "qc_progress.h" /* qc_format_bytes */
 
 #define TEXT_TOP_BLOCKS 10
@@ -193,20 +194,20 @@ static void text_plan(struct sbuf *b, const struct qc_memreport_plan *pl)
     qc_format_bytes(pl->measured_peak_bytes, b2, sizeof b2);
     sb_printf(b, "\nplan of the peak step (step %" PRId64 "): predicted peak %s, measured %s\n",
               pl->step, b1, b2);
-    static const char *const names[] = {"keep", "offload_host", "offload_nvme", "recompute"};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < QC_POLICY_COUNT; k++) {
+        const char *name = qc_plan_policy_str((enum qc_stash_policy)k);
         uint64_t bytes = 0;
         int32_t n = 0;
         for (int32_t i = 0; i < pl->nblocks; i++)
-            if (strcmp(pl->blocks[i].policy, names[k]) == 0)
+            if (strcmp(pl->blocks[i].policy, name) == 0)
                 bytes += pl->blocks[i].bytes, n++;
         qc_format_bytes(bytes, b1, sizeof b1);
-        sb_printf(b, "  %-13s %4d blocks  %10s\n", names[k], (int)n, b1);
+        sb_printf(b, "  %-13s %4d blocks  %10s\n", name, (int)n, b1);
     }
     int32_t shown = 0, rest = 0;
     for (int32_t i = 0; i < pl->nblocks; i++) {
         const struct qc_memreport_plan_block *e = &pl->blocks[i];
-        if (strcmp(e->policy, "keep") == 0)
+        if (strcmp(e->policy, qc_plan_policy_str(QC_POLICY_KEEP)) == 0)
             continue;
         if (shown == TEXT_TOP_BLOCKS) {
             rest++;
