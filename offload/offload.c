@@ -76,6 +76,11 @@ enum qc_offload_rung qc_offload_rung_active(const struct qc_offload *o)
     return o->rung;
 }
 
+const char *qc_offload_nvme_unusable(const struct qc_offload *o)
+{
+    return o->nvme_unusable;
+}
+
 bool qc_offload_registered(const struct qc_offload *o)
 {
     return o->io && o->io->registered;
@@ -331,11 +336,13 @@ enum qc_status qc_offload_create(struct qc_device *dev, const struct qc_offload_
                            "0\nhint: set offload.nvme_dir to a writable directory or "
                            "offload.host_capacity",
                            nvme_why);
-        else if (nvme_why[0] && want_nvme)
+        else if (nvme_why[0] && want_nvme) {
+            snprintf(o->nvme_unusable, sizeof o->nvme_unusable, "%s", nvme_why);
             qc_log(QC_LOG_WARN,
                    "offload: NVMe tier unavailable, falling back to the host "
                    "tier only: %s",
                    nvme_why);
+        }
         o->rung = QC_OFFLOAD_RUNG_HOST_ONLY;
     }
     if (st != QC_OK) {

@@ -227,6 +227,8 @@ struct qc_offload {
     struct qc_stream *copy; /* D2H copies and the write hand-off */
     struct qc_offload_params p;
     enum qc_offload_rung rung;
+    char nvme_unusable[OFFLOAD_ERR_MAX]; /* why offload.nvme_dir gave no NVMe tier; "" when it
+                                            did or none was given (qc_offload_nvme_unusable) */
     struct qc_pinned *pinned;
     bool own_pinned;
 

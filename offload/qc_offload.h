@@ -91,6 +91,9 @@ void qc_offload_destroy(struct qc_offload *o);
 
 enum qc_offload_rung qc_offload_rung_active(const struct qc_offload *o);
 const char *qc_offload_rung_str(enum qc_offload_rung rung);
+/* Why the NVMe tier that nvme_dir asked for is not there (the folder is missing, not writable,
+ * ...), for messages; "" when it works or no nvme_dir was given. */
+const char *qc_offload_nvme_unusable(const struct qc_offload *o);
 /* Whether io_uring fixed buffers / a fixed file are in use. */
 bool qc_offload_registered(const struct qc_offload *o);
 /* The copy stream used for device -> host copies (owned by the engine). */

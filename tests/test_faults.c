@@ -8,8 +8,11 @@
  *   - byte sizes: surrounding whitespace ignored, one optional space before the unit;
  *   - report --step: 0 and negatives refused alike, naming the value;
  *   - messages: --weights / --init-from on a folder without a checkpoint says so (not --resume);
- *     device.budget too small for the fixed bytes gives the budget figures; an unusable
- *     offload.nvme_dir is named with its reason, not "give the planner an NVMe tier".
+ *     device.budget too small for the parameters gives the budget figures and the fixed bytes;
+ *     an unusable offload.nvme_dir is named with its reason, not "give the planner an NVMe
+ *     tier";
+ *   - ranks of one node (mpirun, with MPI): the default host tier is divided among them, and
+ *     only rank 0 prints its offload and plan info lines.
  * The runs use cpu-smoke's model on one generated 1-scene shard (a fraction of a second a step).
  */
 #include <stdint.h>
@@ -250,6 +253,151 @@ static void test_report_step(void)
     }
 }
 
+// ---- messages
+// ------------------------------------------------------------------------------------
+
+static void test_messages(void)
+{
+    char log[400], empty[400], r[400];
+    tpath(log, sizeof log, "msg.log");
+    tpath(empty, sizeof empty, "empty");
+    tpath(r, sizeof r, "msgrun");
+    mkdir(empty, 0755);
+    QC_TEST ("messages: --weights / --init-from on a folder without a checkpoint say so, naming "
+             "what was looked for, not --resume") {
+        const char *const e[] = {"eval", "--preset",  "cpu-smoke", "--data",
+                                 shard,  "--weights", empty,       NULL};
+        const char *const t[] = {"train", "--preset", "cpu-smoke", "--quiet",     "--data",
+                                 shard,   "--steps",  "1",         "--init-from", empty,
+                                 "--out", r,          NULL};
+        const char *const *cmds[] = {e, t};
+        for (int i = 0; i < 2; i++) {
+            char *out = NULL;
+            const int rc = run(cmds[i], log, &out);
+            T_EXPECT(rc == 2, "%s: exit %d\n%s", cmds[i][0], rc, out ? out : "");
+            T_EXPECT(out && strstr(out, "the folder holds no checkpoint: looked for") &&
+                         strstr(out, "/model.safetensors") && strstr(out, "ckpt-<step>/") &&
+                         !strstr(out, "--resume"),
+                     "%s:\n%s", cmds[i][0], out ? out : "");
+            free(out);
+        }
+    }
+    QC_TEST ("messages: device.budget below the parameters gives the budget and what the fixed "
+             "bytes need") {
+        const char *const t[] = {"train", "--preset", "cpu-smoke", "--quiet", "--data",
+                                 shard,   "--steps",  "1",         "--set",   "device.budget=1",
+                                 "--out", r,          NULL};
+        char *out = NULL;
+        const int rc = run(t, log, &out);
+        T_EXPECT(rc == 1, "exit %d\n%s", rc, out ? out : "");
+        T_EXPECT(out && strstr(out, "(budget 1 B, allocated 0 B, reserved 0 B)") &&
+                     strstr(out, "their gradients need 3.72 MiB") &&
+                     strstr(out, "7.45 MiB with AdamW's two moments") &&
+                     strstr(out, "hint: raise device.budget") && !strstr(out, "train.batch_size"),
+                 "budget figures and the fixed bytes:\n%s", out ? out : "");
+        free(out);
+    }
+    QC_TEST ("messages: an unusable offload.nvme_dir is named with its reason, never 'give the "
+             "planner an NVMe tier'") {
+        char notdir[500], missing[500];
+        snprintf(notdir, sizeof notdir, "offload.nvme_dir=%s", shard); /* a file, not a folder */
+        snprintf(missing, sizeof missing, "offload.nvme_dir=%s/no/such/folder", tmp_root);
+        const char *const dirs[] = {notdir, missing};
+        for (int i = 0; i < 2; i++) {
+            t_rm_rf(r);
+            const char *const t[] = {
+                "train", "--preset", "cpu-smoke", "--quiet", "--data",
+                shard,   "--steps",  "1",         "--set",   "device.budget=30MiB",
+                "--set", dirs[i],    "--out",     r,         NULL};
+            char *out = NULL;
+            const int rc = run(t, log, &out);
+            T_EXPECT(rc == 1, "%s: exit %d\n%s", dirs[i], rc, out ? out : "");
+            T_EXPECT(out && strstr(out, "does not fit the device budget even alone") &&
+                         strstr(out, "make offload.nvme_dir usable (") &&
+                         !strstr(out, "give the planner an NVMe tier"),
+                     "%s:\n%s", dirs[i], out ? out : "");
+            free(out);
+        }
+    }
+}
+
+// ---- ranks of one node ------------------------------------------------------------------------
+
+#ifdef QC_MPIEXEC
+/* How often needle occurs in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay ? strstr(hay, needle) : NULL; p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* N of the first "host tier only (N MiB pinned)", or -1. */
+static long host_tier_mib(const char *out)
+{
+    const char *p = out ? strstr(out, "host tier only (") : NULL;
+    return p ? strtol(p + strlen("host tier only ("), NULL, 10) : -1;
+}
+
+/* [mpirun --oversubscribe -np np] qctrain train <tiny> --steps 1 under a budget (so the offload
+ * tier and the planner's probe exist); the exit code and the output in *out. */
+static int train_ranks(int np, const char *run_dir, const char *log, char **out)
+{
+    unlink(log);
+    struct t_args a = {{0}, 0};
+    char npbuf[16];
+    snprintf(npbuf, sizeof npbuf, "%d", np);
+    if (np > 1) {
+        t_args_add(&a, QC_MPIEXEC);
+        t_args_add(&a, "--oversubscribe");
+        t_args_add(&a, "-np");
+        t_args_add(&a, npbuf);
+    }
+    t_args_add(&a, qctrain);
+    t_args_add(&a, "train");
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        t_args_add(&a, t_tiny_train_args[i]);
+    const char *const more[] = {"--steps", "1",     "--set", "device.budget=200MiB",
+                                "--out",   run_dir, NULL};
+    for (int i = 0; more[i]; i++)
+        t_args_add(&a, more[i]);
+    const int st = t_run(&a, log, NULL);
+    *out = t_read_file(log, NULL);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_node_ranks(void)
+{
+    QC_TEST ("ranks of one node: the default host tier is divided among them, and only rank 0 "
+             "prints its offload and plan info lines") {
+        char r[400], log[400];
+        tpath(r, sizeof r, "node1");
+        tpath(log, sizeof log, "node.log");
+        char *one = NULL, *two = NULL;
+        int rc = train_ranks(1, r, log, &one);
+        T_EXPECT(rc == 0, "one rank: exit %d\n%s", rc, one ? one : "");
+        tpath(r, sizeof r, "node2");
+        rc = train_ranks(2, r, log, &two);
+        T_EXPECT(rc == 0, "two ranks: exit %d\n%s", rc, two ? two : "");
+        /* half the free RAM for one rank; a quarter each for two (the free RAM moves a little
+         * between the runs: other processes) */
+        const long m1 = host_tier_mib(one), m2 = host_tier_mib(two);
+        T_EXPECT(m1 > 0 && m2 > 0 && (double)m1 / (double)m2 > 1.6 && (double)m1 / (double)m2 < 2.5,
+                 "host tier: %ld MiB alone, %ld MiB each of 2 ranks on one node", m1, m2);
+        static const char *const lines[] = {"qc info: offload: rung:", "qc info: offload: probe:",
+                                            "qc info: plan: measured copies"};
+        for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+            T_EXPECT(count_of(one, lines[i]) == 1, "one rank prints '%s' once", lines[i]);
+            T_EXPECT(count_of(two, lines[i]) == 1, "two ranks print '%s' %d times (rank 0 only)",
+                     lines[i], count_of(two, lines[i]));
+        }
+        free(one);
+        free(two);
+    }
+}
+#endif
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-faults-XXXXXX");
@@ -272,6 +420,13 @@ int main(void)
     test_file_size_limit();
     test_sizes();
     test_report_step();
+    test_messages();
+#ifdef QC_MPIEXEC
+    /* CPU ranks as root (a container): Open MPI refuses without these */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    test_node_ranks();
+#endif
     const int rc = qc_test_summary();
     if (rc == 0)
         t_rm_rf(tmp_root);

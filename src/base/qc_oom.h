@@ -58,6 +58,10 @@ struct qc_oom_facts {
 /* Declares what the planner of this process does (the trainer, at creation; NONE again when
  * it is destroyed); qc_oom_errorf and qc_oom_planner_facts pass it to qc_oom_hint. */
 void qc_oom_set_planner(enum qc_oom_planner planner, bool nvme_tier);
+/* Declares why the offload.nvme_dir given gave no NVMe tier (the offload engine's reason; NULL
+ * or "" when it did or none was given): the hint then names that reason instead of advising an
+ * NVMe tier. */
+void qc_oom_set_nvme_unusable(const char *why);
 /* Fills f's planner and nvme_tier from the declaration. */
 void qc_oom_planner_facts(struct qc_oom_facts *f);
 
@@ -74,6 +78,11 @@ void qc_oom_take(struct qc_oom_facts *f);
  * consumes the record. Returns QC_ERR_NOMEM. */
 enum qc_status qc_oom_errorf(enum qc_oom_attention attention, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* As qc_oom_errorf, for memory a run holds whatever its batch and its plan (the parameters and
+ * their gradients): the message, the allocator's figures, and a hint that names only what can
+ * help (device.budget, or the device when none is set; a smaller model), never the batch or the
+ * planner. Returns QC_ERR_NOMEM. */
+enum qc_status qc_oom_fixed_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #ifdef __cplusplus
 }

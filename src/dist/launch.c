@@ -80,9 +80,10 @@ void qc_dist_launch_detect(struct qc_dist_launch *out)
 static struct {
     bool init_done;
     bool mpi_up; /* this module called MPI_Init_thread */
-    int rank, size, local_rank;
+    int rank, size;
+    int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED); 0 and 1 without MPI */
     const char *launcher;
-} world = {.size = 1, .launcher = "none"};
+} world = {.size = 1, .local_size = 1, .launcher = "none"};
 
 static enum qc_status world_init(bool mpi_for_one)
 {
@@ -97,6 +98,7 @@ static enum qc_status world_init(bool mpi_for_one)
     world.rank = 0;
     world.size = 1;
     world.local_rank = 0;
+    world.local_size = 1;
     if (l.size_known && l.size <= 1 && !mpi_for_one) {
         world.init_done = true;
         return QC_OK; /* one rank: MPI is not needed, and not initialised */
@@ -117,18 +119,20 @@ static enum qc_status world_init(bool mpi_for_one)
                          "hint: use an MPI built with thread support (Open MPI is)",
                          provided, MPI_THREAD_SERIALIZED);
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-    /* the node-local rank: from the launcher, else from a shared-memory split */
-    world.local_rank = l.local_rank;
-    if (!l.size_known || strcmp(l.launcher, "srun") == 0 || strcmp(l.launcher, "pmi") == 0) {
-        MPI_Comm node;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL,
-                                &node) == MPI_SUCCESS) {
-            MPI_Comm_rank(node, &world.local_rank);
-            MPI_Comm_free(&node);
-        }
-    }
+    QC_TRY(dist_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank), "MPI_Comm_rank"));
+    QC_TRY(dist_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &world.size), "MPI_Comm_size"));
+    /* the ranks of this node: those that can share memory with this one (MPI's own answer, not
+     * the launcher's, which srun and PMIx do not always give); ordered by world rank */
+    MPI_Comm node;
+    QC_TRY(dist_mpi_check(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"));
+    enum qc_status st = dist_mpi_check(MPI_Comm_rank(node, &world.local_rank), "MPI_Comm_rank");
+    if (st == QC_OK)
+        st = dist_mpi_check(MPI_Comm_size(node, &world.local_size), "MPI_Comm_size");
+    const enum qc_status fst = dist_mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
+    QC_TRY(st);
+    QC_TRY(fst);
     world.init_done = true;
     return QC_OK;
 #else
@@ -166,6 +170,11 @@ int qc_dist_world_size(void)
 int qc_dist_world_local_rank(void)
 {
     return world.local_rank;
+}
+
+int qc_dist_world_local_size(void)
+{
+    return world.local_size;
 }
 
 const char *qc_dist_world_launcher(void)

@@ -67,7 +67,11 @@ enum qc_status qc_dist_world_init_mpi(void);
 /* The world (after qc_dist_world_init; 0 of 1 before, or without a launcher). */
 int qc_dist_world_rank(void);
 int qc_dist_world_size(void);
+/* This rank's index among the ranks of its node, and how many they are (MPI_Comm_split_type
+ * MPI_COMM_TYPE_SHARED: the ranks that can share memory; 0 and 1 without MPI). Ranks of one node
+ * share its RAM and NVMe: the trainer divides the default host and NVMe tiers among them. */
 int qc_dist_world_local_rank(void);
+int qc_dist_world_local_size(void);
 const char *qc_dist_world_launcher(void);
 /* Leaves the world at process exit: with exit_code 0, MPI_Finalize; otherwise MPI_Abort with
  * that code, so every other rank stops and the launcher exits non-zero. No-op when MPI was

@@ -28,6 +28,7 @@
 #include "qc_kernels.h"
 #include "qc_plan.h"
 #include "qc_oom.h"
+#include "qc_progress.h" /* qc_format_bytes */
 #include "qcnet_internal.h"
 
 // ---- activation memory --------------------------------------------------------------------
@@ -226,10 +227,16 @@ static enum qc_status params_alloc(struct qc_qcnet *m, struct qc_memctx *mc, flo
     if (!g) {
         if (p)
             qc_memctx_free(mc, QC_MEM_PARAM, p, params_alloc_bytes(m));
-        return qc_errorf(QC_ERR_NOMEM,
-                         "model: allocation of %zu bytes for %s failed (%lld parameters)\n"
-                         "hint: a larger device budget or a smaller model",
-                         bytes, p ? "grads" : "params", (long long)m->nparams);
+        /* the fixed bytes: what a run holds whatever its batch and plan (qc_oom.h) */
+        char need[32], all[32];
+        qc_format_bytes(params_alloc_bytes(m) + bytes, need, sizeof need);
+        qc_format_bytes(params_alloc_bytes(m) + 3 * bytes, all, sizeof all);
+        return qc_oom_fixed_errorf("model: allocation of %zu bytes for %s failed: the %lld "
+                                   "parameters and their gradients need %s on the device, %s "
+                                   "with AdamW's two moments when training (before any step's "
+                                   "activations)",
+                                   p ? bytes : params_alloc_bytes(m), p ? "grads" : "params",
+                                   (long long)m->nparams, need, all);
     }
     *params = p;
     *grads = g;

@@ -26,6 +26,7 @@
 
 #include "qc_loader.h"
 #include "qc_offload.h"
+#include "qc_oom.h"
 
 #ifdef QC_HAVE_CUDA
 #    include "qc_kernels_cuda.h"
@@ -222,6 +223,8 @@ enum qc_status qc_train_backend_offload(struct qc_train_backend *b, const struct
         st = qc_offload_create(b->dev, &op, &b->offload);
     if (st == QC_OK)
         st = qc_memctx_set_offload(b->mc, b->offload, b->copy_in);
+    if (st == QC_OK) /* an out-of-memory hint names why offload.nvme_dir gave no tier */
+        qc_oom_set_nvme_unusable(qc_offload_nvme_unusable(b->offload));
     if (st != QC_OK) {
         qc_offload_destroy(b->offload);
         qc_stream_destroy(b->copy_in);

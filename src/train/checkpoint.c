@@ -123,14 +123,19 @@ static int64_t ckpt_name_step(const char *name)
     return s;
 }
 
+/* --resume, --weights, --init-from and eval --weights all resolve folders here: the hint names
+ * no one option */
+#define CKPT_FOLDER_HINT                                                                           \
+    "give a checkpoint folder (RUN/ckpt-000100), a run folder that holds one, or (--weights, "     \
+    "--init-from) a model.safetensors file"
+
 enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
 {
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* never opendir() a FIFO */
         return qc_errorf(QC_ERR_INVALID,
-                         "checkpoint %s: is %s, not a folder\nhint: --resume takes a "
-                         "checkpoint folder (RUN/ckpt-000100) or a run folder",
-                         dir, qc_file_kind(sb.st_mode));
+                         "checkpoint %s: is %s, not a folder\nhint: " CKPT_FOLDER_HINT, dir,
+                         qc_file_kind(sb.st_mode));
     char p[CKPT_PATH_MAX];
     QC_TRY(path_join(p, sizeof(p), dir, CKPT_MODEL_FILE));
     if (file_exists(p)) {
@@ -140,10 +145,8 @@ enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
     }
     DIR *d = opendir(dir);
     if (!d)
-        return qc_errorf(QC_ERR_IO,
-                         "checkpoint %s: cannot open: %s\nhint: --resume takes a "
-                         "checkpoint folder (RUN/ckpt-000100) or a run folder",
-                         dir, strerror(errno));
+        return qc_errorf(QC_ERR_IO, "checkpoint %s: cannot open: %s\nhint: " CKPT_FOLDER_HINT, dir,
+                         strerror(errno));
     int64_t best = -1;
     char best_name[256] = "";
     struct dirent *de;
@@ -160,10 +163,11 @@ enum qc_status qc_checkpoint_resolve(const char *dir, char *out, size_t n)
     }
     closedir(d);
     if (best < 0)
-        return qc_errorf(QC_ERR_INVALID,
-                         "checkpoint %s: no %s and no ckpt-<step>/ folder inside\nhint: --resume "
-                         "takes a checkpoint folder (RUN/ckpt-000100) or a run folder",
-                         dir, CKPT_MODEL_FILE);
+        return qc_errorf(
+            QC_ERR_INVALID,
+            "checkpoint %s: the folder holds no checkpoint: looked for %s/%s and for "
+            "%s/ckpt-<step>/ holding %s and %s, found neither\nhint: " CKPT_FOLDER_HINT,
+            dir, dir, CKPT_MODEL_FILE, dir, CKPT_MODEL_FILE, CKPT_OPTIM_FILE);
     return path_join(out, n, dir, best_name);
 }
 

@@ -16,6 +16,7 @@
 #include "qc_alloc.h" /* qc_alloc_round_effective */
 #include "qc_batch.h"
 #include "qc_config.h"
+#include "qc_dist.h" /* qc_dist_world_local_size */
 #include "qc_graph.h"
 #include "qc_plan.h"
 #include "qc_qcshard.h"
@@ -49,13 +50,22 @@ void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p)
                                                          : QC_PLAN_PLACE_AUTO;
 }
 
+/* This rank's share of a node's bytes: the ranks of one node (qc_dist_world_local_size, 1
+ * without MPI) share its RAM and its NVMe, so a default tier is divided among them rather than
+ * taken first come. */
+static uint64_t node_share(uint64_t bytes)
+{
+    const int n = qc_dist_world_local_size();
+    return n > 1 ? bytes / (uint64_t)n : bytes;
+}
+
 uint64_t qc_train_host_tier_bytes(const struct qc_config *cfg)
 {
     if (cfg->offload_host_capacity > 0)
         return cfg->offload_host_capacity;
     const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const uint64_t avail = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 4 * GIB;
-    return avail / 2;
+    return node_share(avail / 2);
 }
 
 uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg)
@@ -68,7 +78,7 @@ uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg)
     if (statvfs(cfg->offload_nvme_dir, &v) != 0)
         return 4 * GIB;
     const uint64_t half = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize / 2;
-    return half < 64 * GIB ? half / 4096 * 4096 : 64 * GIB;
+    return node_share(half < 64 * GIB ? half : 64 * GIB) / 4096 * 4096;
 }
 
 void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw)

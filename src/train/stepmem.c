@@ -198,6 +198,8 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
                          (cfg->plan_policy == QC_PLAN_AUTO && cfg->device_budget > 0);
     if (st == QC_OK && offload) {
         st = qc_train_backend_offload(be, cfg);
+        if (st == QC_OK && qc_offload_nvme_unusable(qc_train_backend_offload_engine(be))[0])
+            tm->hw.nvme_capacity = 0; /* offload.nvme_dir gave no tier (the engine says why) */
         if (st == QC_OK)
             probe(tm);
     }

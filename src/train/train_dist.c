@@ -90,6 +90,11 @@ enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world)
                          (long long)cfg->world_size, launcher, W, (long long)cfg->world_size, W);
     }
     cfg->world_size = W;
+    /* ranks other than 0 stay quiet unless they fail (docs/DISTRIBUTED.md): their info lines
+     * (the offload tier, the planner's measured copies) would repeat rank 0's; warnings and
+     * errors still show, and log.level=debug shows everything */
+    if (r != 0 && qc_log_get_level() == QC_LOG_INFO)
+        qc_log_set_level(QC_LOG_WARN);
     if (W > 1 && cfg->device_kind == QC_CONFIG_DEVICE_EMU)
         return qc_errorf(QC_ERR_UNSUPPORTED,
                          "device.kind emu runs one rank (the emulated device is a test backend)"

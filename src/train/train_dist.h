@@ -44,7 +44,8 @@ struct train_dist; /* NULL: one rank */
 /* Joins the world (qc_dist_world_init) and checks the launch against dist.world_size (0: the
  * launcher's); sets cfg->world_size to the number of ranks. With several ranks: device.kind emu
  * is refused, and on cuda cfg->device_ordinal becomes device.ordinal + the node-local rank
- * (modulo the GPUs this process sees).
+ * (modulo the GPUs this process sees). Ranks other than 0 log at warn (info lines quiet) unless
+ * log.level is debug.
  * QC_ERR_INVALID with a hint on a mismatch. */
 enum qc_status train_dist_world(struct qc_config *cfg, int *rank, int *world);
 /* data.balance auto: the saved run's value when resuming one that resolved it, else cost with

@@ -5,3 +5,7 @@
 qc_add_test(test_faults SOURCES test_faults.c LIBS qcconfig qcbase LABELS cpu TIMEOUT 300
     ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 add_dependencies(test_faults qctrain)
+if(QC_HAVE_MPI)
+    # the ranks-of-one-node case runs 2 ranks under mpirun
+    target_compile_definitions(test_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+endif()
