@@ -296,6 +296,18 @@ static void test_messages(void)
                      strstr(out, "hint: raise device.budget") && !strstr(out, "train.batch_size"),
                  "budget figures and the fixed bytes:\n%s", out ? out : "");
         free(out);
+        /* room for the parameters and gradients, not for AdamW's moments */
+        const char *const t5[] = {"train", "--preset", "cpu-smoke", "--quiet", "--data",
+                                  shard,   "--steps",  "1",         "--set",   "device.budget=5MiB",
+                                  "--out", r,          NULL};
+        const int rc5 = run(t5, log, &out);
+        T_EXPECT(rc5 == 1, "5MiB: exit %d\n%s", rc5, out ? out : "");
+        T_EXPECT(out && strstr(out, "optimizer: allocation of") &&
+                     strstr(out, "AdamW's two moments of 488201 parameters need 3.72 MiB") &&
+                     strstr(out, "(budget 5.00 MiB, allocated 3.73 MiB") &&
+                     strstr(out, "hint: raise device.budget") && !strstr(out, "train.batch_size"),
+                 "5MiB: budget figures and the fixed bytes:\n%s", out ? out : "");
+        free(out);
     }
     QC_TEST ("messages: an unusable offload.nvme_dir is named with its reason, never 'give the "
              "planner an NVMe tier'") {

@@ -27,7 +27,9 @@
 #include "qc_alloc.h"
 #include "qc_exec.h"
 #include "qc_kernels.h"
+#include "qc_oom.h"
 #include "qc_prof.h"
+#include "qc_progress.h" /* qc_format_bytes */
 
 // ---- schedule --------------------------------------------------------------------------------
 
@@ -86,7 +88,17 @@ static enum qc_status optim_alloc(struct qc_optim *o, size_t bytes, const char *
 {
     void *p = NULL;
     if (o->alloc) {
-        QC_TRY(qc_alloc_malloc(o->alloc, bytes, NULL, tag, &p));
+        const enum qc_status st = qc_alloc_malloc(o->alloc, bytes, NULL, tag, &p);
+        if (st == QC_ERR_NOMEM) { /* fixed bytes: no batch size or plan can help (qc_oom.h) */
+            char moments[32];
+            qc_format_bytes(2 * (size_t)o->numel * sizeof(float), moments, sizeof moments);
+            return qc_oom_fixed_errorf("optimizer: allocation of %zu bytes for %s failed: "
+                                       "AdamW's two moments of %lld parameters need %s on the "
+                                       "device through every step, beside the parameters and "
+                                       "their gradients",
+                                       bytes, tag, (long long)o->numel, moments);
+        }
+        QC_TRY(st);
     } else {
         p = malloc(bytes ? bytes : 1);
         if (!p)
