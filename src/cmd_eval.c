@@ -9,12 +9,16 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "qc_progress.h"
 #include "qc_train.h"
 
-static const char eval_usage[] =
-    "--data FILE... [--weights FILE] [--batch-size N] [--max-batches N] [--dump FILE] [--json]";
+#define NOT_GIVEN INT64_MIN /* an option left out: the configuration's value */
+
+static const char eval_usage[] = "--data FILE... [--weights FILE|RUN] [--batch-size N] "
+                                 "[--max-batches N] [--dump FILE] [--predictions FILE] [--json]";
 static const char eval_summary[] =
     "Evaluates QCNet: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE and minFHE at K=6 "
     "over the focal "
@@ -30,23 +34,29 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
 {
     struct qc_config cfg = cli->cfg;
     struct qc_cli_strings data = {0};
-    const char *weights = NULL, *dump = NULL, *attention = NULL;
-    int64_t batch_size = cfg.batch_size, max_batches = 0, scenes = 0;
-    int64_t synth_seed = cfg.seed + 1;
-    bool json = false;
+    const char *weights = NULL, *dump = NULL, *attention = NULL, *predictions = NULL;
+    int64_t batch_size = NOT_GIVEN, max_batches = 0, scenes = 0;
+    int64_t synth_seed = NOT_GIVEN;
+    bool json = false, synthetic = false;
     char d_bs[32], d_ss[32];
-    snprintf(d_bs, sizeof(d_bs), "%" PRId64, batch_size);
-    snprintf(d_ss, sizeof(d_ss), "%" PRId64, synth_seed);
+    snprintf(d_bs, sizeof(d_bs), "%" PRId64, cfg.batch_size);
+    snprintf(d_ss, sizeof(d_ss), "%" PRId64, cfg.seed + 1);
     const struct qc_cli_opt opts[] = {
         {"data", QC_CLI_STRINGS, &data, "", "qcshard file(s) to evaluate on"},
         {"weights", QC_CLI_STRING, &weights, "",
-         "model weights (QCNet state_dict safetensors) or a checkpoint / run folder"},
+         "model weights (QCNet state_dict safetensors) or a checkpoint / run folder (whose "
+         "configuration is then used: no --preset needed)"},
         {"batch-size", QC_CLI_INT, &batch_size, d_bs, "scenes per batch"},
         {"max-batches", QC_CLI_INT, &max_batches, "0", "evaluate at most N batches (0: all)"},
         {"dump", QC_CLI_STRING, &dump, "", "write the first batch's outputs to this safetensors"},
+        {"predictions", QC_CLI_STRING, &predictions, "",
+         "write every focal agent's K trajectories (world frame) and probabilities to this "
+         "safetensors; tools/av2_submission turns it into the AV2 challenge parquet"},
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object"},
         {"scenes", QC_CLI_INT, &scenes, "data.synthetic_scenes",
          "synthetic scenes when no --data is given"},
+        {"synthetic", QC_CLI_FLAG, &synthetic, "",
+         "evaluate on generated scenes although --weights is a run trained on data files"},
         {"synthetic-seed", QC_CLI_INT, &synth_seed, d_ss,
          "seed of the synthetic scenes (train.seed + 1: held out from training)"},
         {"attention", QC_CLI_STRING, &attention,
@@ -61,7 +71,41 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
                         &npos, &help));
     if (help)
         return QC_OK;
-    QC_TRY(qc_train_cli_finish("eval", pos, npos, &data, attention, &cfg));
+    QC_TRY(qc_train_cli_finish("eval", pos, npos, &data, NULL, &cfg));
+    /* --weights RUN (a run or checkpoint folder): the run's configuration, with the user's
+     * presets and --set over it; a model.* option that contradicts it is refused */
+    struct stat sb;
+    if (weights && stat(weights, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char ckpt[4096], run[4096];
+        struct qc_train_state rs;
+        struct qc_config saved;
+        QC_TRY(qc_checkpoint_resolve(weights, ckpt, sizeof(ckpt)));
+        QC_TRY(qc_checkpoint_read_state(ckpt, &rs, &saved));
+        QC_TRY(qc_train_cli_rebase(cli, &saved, &cfg));
+        QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));
+        QC_TRY(qc_checkpoint_check_model_config(&saved, &cfg, ckpt));
+        /* a model trained on data files is not evaluated on generated scenes unasked */
+        snprintf(run, sizeof(run), "%s", ckpt);
+        char *slash = strrchr(run, '/');
+        if (slash && slash != run)
+            *slash = '\0';
+        struct qc_run_data rec = {0};
+        QC_TRY(qc_run_data_read(run, &rec));
+        const bool trained_on_files = rec.recorded && rec.n > 0;
+        qc_run_data_free(&rec);
+        if (trained_on_files && data.n == 0 && !synthetic)
+            return qc_errorf(QC_ERR_INVALID,
+                             "eval: the run of %s was trained on data files and no --data is "
+                             "given: eval would use generated scenes\nhint: give --data "
+                             "VAL.qcshard..., or --synthetic to evaluate on generated scenes",
+                             weights);
+    } else {
+        QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));
+    }
+    if (synthetic && data.n > 0)
+        return qc_errorf(QC_ERR_INVALID, "eval: --synthetic and --data are exclusive");
+    batch_size = batch_size != NOT_GIVEN ? batch_size : cfg.batch_size;
+    synth_seed = synth_seed != NOT_GIVEN ? synth_seed : cfg.seed + 1;
     if (batch_size < 1 || max_batches < 0 || scenes < 0)
         return qc_errorf(QC_ERR_INVALID, "eval: --batch-size must be >= 1, --max-batches and "
                                          "--scenes >= 0");
@@ -73,6 +117,7 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         .batch_size = batch_size,
         .max_batches = max_batches,
         .dump = dump,
+        .predictions = predictions,
         .synthetic_seed = (uint64_t)synth_seed,
         .synthetic_scenes = scenes,
         .quiet = cli->quiet,
@@ -109,5 +154,8 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     printf("cv_MR           %s\n", qc_eval_format_metric(r.cv.miss_rate, b[7], sizeof b[7]));
     if (dump)
         printf("dump: %s (outputs of the first batch)\n", dump);
+    if (predictions)
+        printf("predictions: %s (every focal agent; tools/av2_submission %s OUT.parquet)\n",
+               predictions, predictions);
     return QC_OK;
 }

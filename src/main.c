@@ -193,6 +193,10 @@ static enum qc_status build_config(const struct globals *gl, struct qc_cli *cli)
         cli->cfg.quiet = true;
     QC_TRY(qc_config_validate(&cli->cfg));
     cli->preset = gl->presets.n ? gl->presets.v[gl->presets.n - 1] : NULL;
+    cli->presets = &gl->presets;
+    cli->sets = &gl->sets;
+    cli->device = gl->device;
+    cli->log_level = gl->log_level;
     cli->quiet = cli->cfg.quiet;
     qc_log_set_level((enum qc_log_level)cli->cfg.log_level);
     return QC_OK;

@@ -189,7 +189,7 @@ static void test_lock(void)
         T_EXPECT(last >= 1 && ckpt_exists(run, last), "last step %" PRId64 ", checkpoint %s", last,
                  last >= 1 && ckpt_exists(run, last) ? "present" : "missing");
         /* the lock is free again */
-        const char *const more_d[] = {"--steps", "1", "--out", run, NULL};
+        const char *const more_d[] = {"--steps", "1", "--out", run, "--overwrite", NULL};
         const int std = train(more_d, log2, NULL);
         T_EXPECT(t_exited(std, 0), "a trainer after the first ended: %s",
                  t_status_str(std, sb, sizeof sb));

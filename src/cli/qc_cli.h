@@ -26,6 +26,11 @@ struct qc_cli {
     struct qc_config cfg; /* effective configuration (defaults < presets < --set < --device) */
     const char *preset;   /* last --preset given, or NULL */
     bool quiet;           /* --quiet */
+    /* What the user gave, for a command that builds the configuration on another base than
+     * the defaults (train --resume, eval --weights RUN: the saved run's configuration <
+     * presets < --set < --device / --log-level / --quiet; qc_train_cli_rebase). */
+    const struct qc_cli_strings *presets, *sets; /* in order; NULL: none */
+    const char *device, *log_level;              /* NULL: not given */
 };
 
 enum qc_cli_opt_type {

@@ -66,6 +66,9 @@
 static const char *const attention_names[] = {"fused", "unfused", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
 static const char *const balance_names[] = {"none", "cost", "auto", NULL};
+/* the eval metrics a checkpoint can be ranked by (metrics.jsonl "eval" keys; lower is better) */
+static const char *const keep_metric_names[] = {
+    "minFDE", "minADE", "MR", "brier_minFDE", "Brier", "loss", "minAHE", "minFHE", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL}; /* enum qc_precision */
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
@@ -152,6 +155,14 @@ static const struct qc_config_option options[] = {
     OPT_INT("train.seed", seed, "2023", 0, JSON_INT_MAX, "", "seed of every random draw"),
     OPT_INT("train.save_every", save_every, "0", 0, BIG_COUNT, "steps",
             "steps between checkpoints; 0 = only at the end"),
+    OPT_INT("train.keep_last", keep_last, "0", 0, BIG_COUNT, "checkpoints",
+            "keep only the newest N checkpoints (and the train.keep_best ones); 0 = keep all"),
+    OPT_INT("train.keep_best", keep_best, "0", 0, BIG_COUNT, "checkpoints",
+            "also keep the N checkpoints with the lowest train.keep_best_metric of the validation "
+            "at their step (--eval-every); 0 = none kept for their metric"),
+    OPT_CHOICE("train.keep_best_metric", keep_best_metric, "minFDE", keep_metric_names,
+               "the eval metric train.keep_best ranks by (lower is better; the official run "
+               "monitors val_minFDE)"),
     OPT_INT("train.log_every", log_every, "1", 1, BIG_COUNT, "steps",
             "steps between progress lines"),
     OPT_STRING("train.out_dir", out_dir, "runs/latest",

@@ -82,6 +82,9 @@ struct qc_config {
     int64_t global_batch;            /* scenes per optimizer step over all ranks; 0 = derived */
     int64_t seed;                    /* 2023 */
     int64_t save_every;              /* steps between checkpoints; 0 = only at the end */
+    int64_t keep_last;               /* newest checkpoints kept; 0 = all (docs/CHECKPOINTS.md) */
+    int64_t keep_best;               /* best checkpoints kept by keep_best_metric; 0 = none */
+    int keep_best_metric;            /* index into train.keep_best_metric's choices (minFDE...) */
     int64_t log_every;               /* steps between progress lines, 1 */
     char out_dir[QC_CONFIG_STR_MAX]; /* run directory */
     enum qc_nonfinite nonfinite;     /* stop | skip (docs/RELIABILITY.md) */

@@ -279,6 +279,28 @@ enum qc_status qc_qcnet_save(const struct qc_qcnet *m, const char *path);
  * checkpoint metadata. Writes at most n bytes (NUL included); returns the length needed. */
 size_t qc_qcnet_config_json(const struct qc_qcnet_config *cfg, char *buf, size_t n);
 
+/* The official QCNet's constructor arguments that are not the model's sizes (graph building,
+ * optimizer, schedule: QCNET.md §1); the run's configuration holds them (model.*, train.*). */
+struct qc_qcnet_official {
+    int64_t time_span;     /* steps, 10 */
+    int64_t num_t2m_steps; /* steps, 30 */
+    double pl2pl_radius;   /* m, 150 */
+    double pl2a_radius;    /* m, 50 */
+    double a2a_radius;     /* m, 50 */
+    double pl2m_radius;    /* m, 150 */
+    double a2m_radius;     /* m, 150 */
+    double lr;             /* 5e-4 */
+    double weight_decay;   /* 1e-4 */
+    int64_t t_max;         /* epochs, 64 */
+};
+/* The values of the official AV2 configuration (QCNET.md §1). */
+void qc_qcnet_official_default(struct qc_qcnet_official *o);
+/* qc_qcnet_config_json with every constructor argument of the official QCNet (dataset ...
+ * submission_file_name, docs/CHECKPOINTS.md), so QCNet(**cfg) builds the model;
+ * qc_qcnet_config_json writes o's defaults. */
+size_t qc_qcnet_config_json_official(const struct qc_qcnet_config *cfg,
+                                     const struct qc_qcnet_official *o, char *buf, size_t n);
+
 /* One AdamW step over the whole model (qc_adamw_step_segments with the two groups, on the
  * model's backend): params updated from grads; adam_m, adam_v (num_params each) the moments,
  * updated: memory of the model's backend (device buffers on device backends). */

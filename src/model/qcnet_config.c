@@ -88,19 +88,53 @@ enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *c)
     return QC_OK;
 }
 
+void qc_qcnet_official_default(struct qc_qcnet_official *o)
+{
+    o->time_span = 10;
+    o->num_t2m_steps = 30;
+    o->pl2pl_radius = 150.0;
+    o->pl2a_radius = 50.0;
+    o->a2a_radius = 50.0;
+    o->pl2m_radius = 150.0;
+    o->a2m_radius = 150.0;
+    o->lr = 5e-4;
+    o->weight_decay = 1e-4;
+    o->t_max = 64;
+}
+
 size_t qc_qcnet_config_json(const struct qc_qcnet_config *c, char *buf, size_t n)
+{
+    struct qc_qcnet_official o;
+    qc_qcnet_official_default(&o);
+    return qc_qcnet_config_json_official(c, &o, buf, n);
+}
+
+/* Every constructor argument of the official QCNet (predictors/qcnet.py, QCNET.md §1), in its
+ * order, so that QCNet(**json.loads(meta["qcnet_config"])) builds the model; "attention" is
+ * qctrain's own (the official __init__ takes it into **kwargs). */
+size_t qc_qcnet_config_json_official(const struct qc_qcnet_config *c,
+                                     const struct qc_qcnet_official *o, char *buf, size_t n)
 {
     int len = snprintf(
         buf, n,
-        "{\"input_dim\": 2, \"hidden_dim\": %lld, \"output_dim\": 2, \"output_head\": false, "
-        "\"num_historical_steps\": %lld, \"num_future_steps\": %lld, \"num_modes\": %lld, "
-        "\"num_recurrent_steps\": %lld, \"num_freq_bands\": %lld, \"num_map_layers\": %lld, "
-        "\"num_agent_layers\": %lld, \"num_dec_layers\": %lld, \"num_heads\": %lld, "
-        "\"head_dim\": %lld, \"dropout\": %s, \"attention\": \"%s\"}",
+        "{\"dataset\": \"argoverse_v2\", \"input_dim\": 2, \"hidden_dim\": %lld, "
+        "\"output_dim\": 2, \"output_head\": false, \"num_historical_steps\": %lld, "
+        "\"num_future_steps\": %lld, \"num_modes\": %lld, \"num_recurrent_steps\": %lld, "
+        "\"num_freq_bands\": %lld, \"num_map_layers\": %lld, \"num_agent_layers\": %lld, "
+        "\"num_dec_layers\": %lld, \"num_heads\": %lld, \"head_dim\": %lld, \"dropout\": %s, "
+        "\"pl2pl_radius\": %s, \"time_span\": %lld, \"pl2a_radius\": %s, \"a2a_radius\": %s, "
+        "\"num_t2m_steps\": %lld, \"pl2m_radius\": %s, \"a2m_radius\": %s, \"lr\": %s, "
+        "\"weight_decay\": %s, \"T_max\": %lld, \"submission_dir\": \"./\", "
+        "\"submission_file_name\": \"submission\", \"attention\": \"%s\"}",
         (long long)c->hidden_dim, (long long)c->num_historical_steps,
         (long long)c->num_future_steps, (long long)c->num_modes, (long long)c->num_recurrent_steps,
         (long long)c->num_freq_bands, (long long)c->num_map_layers, (long long)c->num_agent_layers,
         (long long)c->num_dec_layers, (long long)c->num_heads, (long long)c->head_dim,
-        QC_JSON_NUM("%.17g", c->dropout), c->attention == QC_ATTN_FUSED ? "fused" : "unfused");
+        QC_JSON_NUM("%.17g", c->dropout), QC_JSON_NUM("%.17g", o->pl2pl_radius),
+        (long long)o->time_span, QC_JSON_NUM("%.17g", o->pl2a_radius),
+        QC_JSON_NUM("%.17g", o->a2a_radius), (long long)o->num_t2m_steps,
+        QC_JSON_NUM("%.17g", o->pl2m_radius), QC_JSON_NUM("%.17g", o->a2m_radius),
+        QC_JSON_NUM("%.17g", o->lr), QC_JSON_NUM("%.17g", o->weight_decay), (long long)o->t_max,
+        c->attention == QC_ATTN_FUSED ? "fused" : "unfused");
     return len < 0 ? 0 : (size_t)len;
 }

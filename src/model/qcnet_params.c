@@ -710,7 +710,7 @@ enum qc_status qc_qcnet_save(const struct qc_qcnet *m, const char *path)
 {
     struct qc_st_writer *w;
     QC_TRY(qc_st_writer_create(&w));
-    char cfg[1024];
+    char cfg[2048];
     qc_qcnet_config_json(&m->cfg, cfg, sizeof cfg);
     enum qc_status s = qc_qcnet_add_to_writer(m, w, "", true);
     if (s == QC_OK)

@@ -31,6 +31,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "qc_config.h"
 #include "qc_exec.h"
 #include "qc_file.h"
@@ -193,13 +195,34 @@ static enum qc_status meta_i64(struct qc_st_writer *w, const char *key, int64_t 
     return qc_st_writer_set_metadata(w, key, buf);
 }
 
+/* The official constructor arguments beyond the model's sizes, from the run's configuration
+ * (the official values when there is none). */
+static void official_args(const struct qc_config *cfg, struct qc_qcnet_official *o)
+{
+    qc_qcnet_official_default(o);
+    if (!cfg)
+        return;
+    o->time_span = cfg->time_span;
+    o->num_t2m_steps = cfg->num_t2m_steps;
+    o->pl2pl_radius = cfg->pl2pl_radius;
+    o->pl2a_radius = cfg->pl2a_radius;
+    o->a2a_radius = cfg->a2a_radius;
+    o->pl2m_radius = cfg->pl2m_radius;
+    o->a2m_radius = cfg->a2m_radius;
+    o->lr = cfg->lr;
+    o->weight_decay = cfg->weight_decay;
+    o->t_max = cfg->t_max;
+}
+
 static enum qc_status write_model_file(const struct qc_qcnet *m, const struct qc_train_state *s,
-                                       const char *path)
+                                       const struct qc_config *cfg, const char *path)
 {
     struct qc_st_writer *w = NULL;
     QC_TRY(qc_st_writer_create(&w));
     char cfgjson[2048];
-    qc_qcnet_config_json(qc_qcnet_config(m), cfgjson, sizeof(cfgjson));
+    struct qc_qcnet_official off;
+    official_args(cfg, &off);
+    qc_qcnet_config_json_official(qc_qcnet_config(m), &off, cfgjson, sizeof(cfgjson));
     enum qc_status st = qc_qcnet_add_to_writer(m, w, NULL, true);
     if (st == QC_OK)
         st = qc_st_writer_set_metadata(w, "format", "pt");
@@ -331,7 +354,7 @@ enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *
     train_fault_delay();
     enum qc_status st = path_join(p, sizeof(p), tmp, CKPT_MODEL_FILE);
     if (st == QC_OK)
-        st = write_model_file(m, s, p);
+        st = write_model_file(m, s, cfg, p);
     if (st == QC_OK)
         train_fault_delay();
     if (st == QC_OK)
@@ -371,6 +394,141 @@ enum qc_status qc_checkpoint_save_moments(const char *run_dir, struct qc_qcnet *
     if (path_out && n)
         snprintf(path_out, n, "%s", final);
     return QC_OK;
+}
+
+// ---- retention: train.keep_last, train.keep_best ---------------------------------------------
+
+struct kept_ckpt {
+    int64_t step;
+    double metric; /* the keep_best metric of the validation at this step; NAN: none */
+    bool keep;
+};
+
+static int cmp_step(const void *a, const void *b)
+{
+    const int64_t x = ((const struct kept_ckpt *)a)->step, y = ((const struct kept_ckpt *)b)->step;
+    return x < y ? -1 : x > y;
+}
+
+/* Fills c[i].metric from the "eval" lines of RUN/metrics.jsonl (the last line of a step wins;
+ * a missing file or a torn line gives no value). */
+static void read_eval_metrics(const char *run_dir, const char *metric, struct kept_ckpt *c,
+                              int64_t n)
+{
+    char p[CKPT_PATH_MAX];
+    if (path_join(p, sizeof(p), run_dir, "metrics.jsonl") != QC_OK) {
+        qc_error_clear();
+        return;
+    }
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        if (!strstr(line, "\"eval\""))
+            continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "eval");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(ev, metric);
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(v))
+            for (int64_t i = 0; i < n; i++)
+                if (c[i].step == (int64_t)st->valuedouble)
+                    c[i].metric = v->valuedouble;
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+}
+
+enum qc_status qc_checkpoint_retain(const char *run_dir, const struct qc_config *cfg,
+                                    int64_t *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (cfg->keep_last <= 0 && cfg->keep_best <= 0)
+        return QC_OK;
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return qc_errorf(QC_ERR_IO, "run folder %s: cannot open: %s", run_dir, strerror(errno));
+    struct kept_ckpt *c = NULL;
+    int64_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const int64_t s = ckpt_name_step(de->d_name);
+        if (s < 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct kept_ckpt *g = realloc(c, (size_t)cap * sizeof(*c));
+            if (!g) {
+                free(c);
+                closedir(d);
+                return qc_errorf(QC_ERR_NOMEM, "checkpoint retention: out of memory");
+            }
+            c = g;
+        }
+        c[n++] = (struct kept_ckpt){.step = s, .metric = (double)NAN, .keep = false};
+    }
+    closedir(d);
+    if (n == 0) {
+        free(c);
+        return QC_OK;
+    }
+    qsort(c, (size_t)n, sizeof(*c), cmp_step);
+    /* the newest always (resume takes it), then the keep_last newest */
+    for (int64_t i = n - 1, k = 0; i >= 0; i--, k++)
+        if (k == 0 || k < cfg->keep_last)
+            c[i].keep = true;
+    if (cfg->keep_best > 0) {
+        const struct qc_config_option *opt = qc_config_option_find("train.keep_best_metric");
+        char metric[64] = "minFDE";
+        if (opt)
+            qc_config_format_value(cfg, opt, metric, sizeof(metric));
+        read_eval_metrics(run_dir, metric, c, n);
+        /* keep_best times the lowest value not yet taken (ties: the newer step) */
+        for (int64_t b = 0; b < cfg->keep_best; b++) {
+            int64_t best = -1;
+            for (int64_t i = 0; i < n; i++) {
+                if (isnan(c[i].metric) || c[i].metric == (double)INFINITY)
+                    continue;
+                if (best < 0 || c[i].metric <= c[best].metric)
+                    best = i;
+            }
+            if (best < 0)
+                break;
+            c[best].keep = true;
+            c[best].metric = (double)INFINITY; /* taken */
+        }
+    }
+    enum qc_status st = QC_OK;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n && st == QC_OK; i++) {
+        if (c[i].keep)
+            continue;
+        /* atomically out of sight (a resume never finds a half-removed checkpoint), then
+         * removed; a crash in between leaves ckpt-<step>.del/, which run_dir.c removes */
+        char name[64], from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
+        snprintf(name, sizeof(name), "ckpt-%06" PRId64, c[i].step);
+        st = path_join(from, sizeof(from), run_dir, name);
+        snprintf(name, sizeof(name), "ckpt-%06" PRId64 ".del", c[i].step);
+        if (st == QC_OK)
+            st = path_join(to, sizeof(to), run_dir, name);
+        if (st == QC_OK && rename(from, to) != 0)
+            st = qc_errorf(QC_ERR_IO, "checkpoint retention: cannot move %s aside: %s", from,
+                           strerror(errno));
+        if (st == QC_OK)
+            st = train_remove_tree(to);
+        if (st == QC_OK)
+            count++;
+    }
+    free(c);
+    if (st == QC_OK && count > 0)
+        st = fsync_dir(run_dir);
+    if (removed)
+        *removed = count;
+    return st;
 }
 
 // ---- load ------------------------------------------------------------------------------------
@@ -529,6 +687,31 @@ static const char *const resume_keys[] = {
     "data.shuffle",
 };
 
+/* The resume_keys that start with prefix must be equal in both configurations. */
+static enum qc_status check_keys(const struct qc_config *saved, const struct qc_config *now,
+                                 const char *ckpt_dir, const char *prefix)
+{
+    for (size_t i = 0; i < sizeof(resume_keys) / sizeof(resume_keys[0]); i++) {
+        if (strncmp(resume_keys[i], prefix, strlen(prefix)) != 0)
+            continue;
+        const struct qc_config_option *opt = qc_config_option_find(resume_keys[i]);
+        if (!opt)
+            continue; /* the option table does not have it (renamed): nothing to compare */
+        char a[256], b[256];
+        qc_config_format_value(saved, opt, a, sizeof(a));
+        qc_config_format_value(now, opt, b, sizeof(b));
+        if (strcmp(a, b) != 0)
+            return qc_errorf(QC_ERR_INVALID,
+                             "checkpoint %s was saved with %s = %s, this run has %s = %s\nhint: "
+                             "the run's configuration comes from the checkpoint: leave out the "
+                             "--preset/--set/option that changes %s (or set %s=%s), or use "
+                             "--init-from %s/%s to start a new run from its weights",
+                             ckpt_dir, opt->key, a, opt->key, b, opt->key, opt->key, a, ckpt_dir,
+                             CKPT_MODEL_FILE);
+    }
+    return QC_OK;
+}
+
 /* Groups of batch_size scenes per optimizer step over all ranks (a checkpoint of before ranks
  * were recorded has dist.world_size 0 or its preset's: 1 unless it says more). */
 static int64_t global_groups(const struct qc_config *c)
@@ -564,20 +747,11 @@ enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                          "data.balance = %s\nhint: resume with --set data.balance=%s (or auto)",
                          ckpt_dir, a, b, a);
     }
-    for (size_t i = 0; i < sizeof(resume_keys) / sizeof(resume_keys[0]); i++) {
-        const struct qc_config_option *opt = qc_config_option_find(resume_keys[i]);
-        if (!opt)
-            continue; /* the option table does not have it (renamed): nothing to compare */
-        char a[256], b[256];
-        qc_config_format_value(saved, opt, a, sizeof(a));
-        qc_config_format_value(now, opt, b, sizeof(b));
-        if (strcmp(a, b) != 0)
-            return qc_errorf(QC_ERR_INVALID,
-                             "checkpoint %s was saved with %s = %s, this run has %s = %s\nhint: "
-                             "resume with the saved run's --preset/--set (%s=%s), or use "
-                             "--init-from %s/%s to start a new run from its weights",
-                             ckpt_dir, opt->key, a, opt->key, b, opt->key, a, ckpt_dir,
-                             CKPT_MODEL_FILE);
-    }
-    return QC_OK;
+    return check_keys(saved, now, ckpt_dir, "");
+}
+
+enum qc_status qc_checkpoint_check_model_config(const struct qc_config *saved,
+                                                const struct qc_config *now, const char *ckpt_dir)
+{
+    return check_keys(saved, now, ckpt_dir, "model.");
 }

@@ -178,6 +178,170 @@ static enum qc_status eval_dump(const struct qc_qcnet *m, const struct qc_qcnet_
     return st;
 }
 
+// ---- predictions: the AV2 submission's content -------------------------------------------------
+
+/* Every focal agent's (agent_category 3) refined trajectories rotated back to the world frame
+ * and its mode probabilities, as the official test_step computes them (QCNET.md §6.2): p_world
+ * = p·Rᵀ + origin with the agent's position and heading at t = 49, probabilities softmax(pi). */
+struct eval_pred {
+    int64_t n, cap, K, S;
+    float *traj;                       /* (n,K,S,2) */
+    float *prob;                       /* (n,K) */
+    char (*scenario)[QC_SCENE_ID_MAX]; /* (n) */
+    char (*track)[QC_AGENT_ID_MAX];    /* (n) */
+};
+
+static void eval_pred_free(struct eval_pred *p)
+{
+    free(p->traj);
+    free(p->prob);
+    free(p->scenario);
+    free(p->track);
+    memset(p, 0, sizeof *p);
+}
+
+static enum qc_status eval_pred_add(struct eval_pred *p, const struct qc_qcnet *m,
+                                    const struct qc_qcnet_output *o, const struct qc_batch *b)
+{
+    const int64_t A = o->A, K = o->K, S = o->S;
+    if (A == 0)
+        return QC_OK;
+    if (!b->scenario_id || !b->agent_id)
+        return qc_errorf(QC_ERR_INVALID, "eval --predictions: the data has no scenario or track "
+                                         "ids (generated scenes cannot be submitted)");
+    if (p->n > 0 && (p->K != K || p->S != S))
+        return qc_errorf(QC_ERR_INVALID, "eval --predictions: K x S changed between batches");
+    p->K = K;
+    p->S = S;
+    /* the outputs in host memory (downloaded on a device backend) */
+    const struct qc_exec *ex = qc_qcnet_exec(m);
+    const float *loc = o->loc_refine_pos, *pi = o->pi;
+    float *h = NULL;
+    if (qc_exec_is_device(ex)) {
+        h = malloc((size_t)(A * K * S * 2 + A * K) * sizeof(float));
+        if (!h)
+            return qc_errorf(QC_ERR_NOMEM, "eval --predictions: out of memory");
+        enum qc_status st =
+            qc_op_download(ex, h, o->loc_refine_pos, (size_t)(A * K * S * 2) * sizeof(float));
+        if (st == QC_OK)
+            st = qc_op_download(ex, h + A * K * S * 2, o->pi, (size_t)(A * K) * sizeof(float));
+        if (st != QC_OK) {
+            free(h);
+            return st;
+        }
+        loc = h;
+        pi = h + A * K * S * 2;
+    }
+    enum qc_status st = QC_OK;
+    for (int64_t a = 0; a < A && st == QC_OK; a++) {
+        if (b->agent_category[a] != 3)
+            continue;
+        if (p->n == p->cap) {
+            const int64_t cap = p->cap ? 2 * p->cap : 64;
+            float *t = realloc(p->traj, (size_t)(cap * K * S * 2) * sizeof(float));
+            if (t)
+                p->traj = t;
+            float *q = t ? realloc(p->prob, (size_t)(cap * K) * sizeof(float)) : NULL;
+            if (q)
+                p->prob = q;
+            char(*sc)[QC_SCENE_ID_MAX] = q ? realloc(p->scenario, (size_t)cap * sizeof(*sc)) : NULL;
+            if (sc)
+                p->scenario = sc;
+            char(*tr)[QC_AGENT_ID_MAX] = sc ? realloc(p->track, (size_t)cap * sizeof(*tr)) : NULL;
+            if (tr)
+                p->track = tr;
+            if (!tr) {
+                st = qc_errorf(QC_ERR_NOMEM, "eval --predictions: out of memory");
+                break;
+            }
+            p->cap = cap;
+        }
+        const float *pos = b->position + a * EVAL_STEPS * 3 + (EVAL_T_HIST - 1) * 3;
+        const double th = (double)b->heading[a * EVAL_STEPS + EVAL_T_HIST - 1];
+        const double c = cos(th), sn = sin(th);
+        float *dst = p->traj + p->n * K * S * 2;
+        const float *src = loc + a * K * S * 2;
+        for (int64_t i = 0; i < K * S; i++) {
+            const double x = (double)src[2 * i], y = (double)src[2 * i + 1];
+            dst[2 * i] = (float)(x * c - y * sn + (double)pos[0]);
+            dst[2 * i + 1] = (float)(x * sn + y * c + (double)pos[1]);
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int64_t k = 0; k < K; k++)
+            mx = fmax(mx, (double)pi[a * K + k]);
+        for (int64_t k = 0; k < K; k++)
+            sum += exp((double)pi[a * K + k] - mx);
+        for (int64_t k = 0; k < K; k++)
+            p->prob[p->n * K + k] = (float)(exp((double)pi[a * K + k] - mx) / sum);
+        snprintf(p->scenario[p->n], QC_SCENE_ID_MAX, "%s", b->scenario_id[b->agent_batch[a]]);
+        snprintf(p->track[p->n], QC_AGENT_ID_MAX, "%s", b->agent_id[a]);
+        p->n++;
+    }
+    free(h);
+    return st;
+}
+
+/* "[\"a\",\"b\"]" of n ids of width w (JSON-escaped); NULL when out of memory. */
+static char *ids_json(const char *ids, int64_t n, size_t w)
+{
+    const size_t cap = 4 + (size_t)n * (6 * w + 3);
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    out[k++] = '[';
+    for (int64_t i = 0; i < n; i++) {
+        if (i)
+            out[k++] = ',';
+        out[k++] = '"';
+        for (const unsigned char *c = (const unsigned char *)(ids + (size_t)i * w); *c; c++) {
+            if (*c == '"' || *c == '\\') {
+                out[k++] = '\\';
+                out[k++] = (char)*c;
+            } else if (*c < 0x20) {
+                k += (size_t)snprintf(out + k, cap - k, "\\u%04x", *c);
+            } else {
+                out[k++] = (char)*c;
+            }
+        }
+        out[k++] = '"';
+    }
+    out[k++] = ']';
+    out[k] = '\0';
+    return out;
+}
+
+static enum qc_status eval_pred_write(const struct eval_pred *p, const char *path)
+{
+    if (p->n == 0)
+        return qc_errorf(QC_ERR_INVALID,
+                         "eval --predictions %s: no focal agent (agent_category "
+                         "3) in the data",
+                         path);
+    struct qc_st_writer *w = NULL;
+    QC_TRY(qc_st_writer_create(&w));
+    const int64_t ts[4] = {p->n, p->K, p->S, 2}, ps[2] = {p->n, p->K};
+    enum qc_status st = qc_st_writer_add(w, "trajectories", QC_ST_F32, 4, ts, p->traj);
+    if (st == QC_OK)
+        st = qc_st_writer_add(w, "probabilities", QC_ST_F32, 2, ps, p->prob);
+    char *sj = ids_json(&p->scenario[0][0], p->n, QC_SCENE_ID_MAX);
+    char *tj = ids_json(&p->track[0][0], p->n, QC_AGENT_ID_MAX);
+    if (st == QC_OK && (!sj || !tj))
+        st = qc_errorf(QC_ERR_NOMEM, "eval --predictions: out of memory");
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "scenario_ids", sj);
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "track_ids", tj);
+    if (st == QC_OK)
+        st = qc_st_writer_set_metadata(w, "format", "qctrain predictions v1");
+    if (st == QC_OK)
+        st = qc_st_writer_write(w, path);
+    free(sj);
+    free(tj);
+    qc_st_writer_destroy(w);
+    return st;
+}
+
 /* No focal agent was evaluated: the metrics are not available (NAN: null in JSON, "n/a" in
  * text), not a perfect 0. */
 static void eval_metrics_na(struct qc_qcnet_metric_values *v)
@@ -211,6 +375,7 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
     qc_qcnet_metrics_reset(&mt);
     qc_qcnet_metrics_reset(&cv);
     double sum_loss = 0, sum_rp = 0, sum_rr = 0, sum_cls = 0;
+    struct eval_pred pred = {0};
     const double t0 = eval_now_s();
     while (st == QC_OK && (opts->max_batches <= 0 || r.batches < opts->max_batches)) {
         struct qc_batch *b = NULL;
@@ -230,6 +395,8 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
             st = qc_eval_cv_update(&cv, b);
         if (st == QC_OK && r.batches == 0 && opts->dump)
             st = eval_dump(m, &o, &l, b, opts->dump);
+        if (st == QC_OK && opts->predictions)
+            st = eval_pred_add(&pred, m, &o, b);
         if (st == QC_OK) {
             sum_loss += (double)l.loss;
             sum_rp += (double)l.reg_loss_propose;
@@ -247,6 +414,9 @@ enum qc_status qc_eval_model(struct qc_qcnet *m, struct qc_alloc *a,
         r.peak_device_bytes = as.bytes_allocated_peak;
     }
     qc_loader_destroy(ld);
+    if (st == QC_OK && opts->predictions && r.batches > 0)
+        st = eval_pred_write(&pred, opts->predictions);
+    eval_pred_free(&pred);
     if (st != QC_OK)
         return st;
     if (r.batches == 0)

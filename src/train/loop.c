@@ -745,6 +745,8 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
     QC_TRY(train_dist_save(t->dist, t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
     if (t->rank == 0) /* the calibrated cost model rides along */
         QC_TRY(train_mem_save(t->mem, t->out_dir));
+    if (t->rank == 0) /* train.keep_last / keep_best */
+        QC_TRY(qc_checkpoint_retain(t->out_dir, &t->cfg, NULL));
     t->last_saved = t->st.step;
     return t->tb ? qc_tb_sync(t->tb) : QC_OK;
 }
@@ -795,6 +797,7 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
     /* {"eval":{...}} -> {"step":S,"eval":{...}} */
     snprintf(line, sizeof(line), "{\"step\":%" PRId64 ",%s", t->st.step, ev + 1);
     QC_TRY(qc_metrics_write_raw(t->log, line));
+    QC_TRY(qc_checkpoint_retain(t->out_dir, &t->cfg, NULL)); /* ranks by this line too */
     if (!t->quiet) {
         qc_progress_clear(t->prog);
         char b[6][16];

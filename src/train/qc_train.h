@@ -272,6 +272,17 @@ enum qc_status qc_checkpoint_load(const char *ckpt_dir, struct qc_qcnet *m, stru
  * hint. */
 enum qc_status qc_checkpoint_check_config(const struct qc_config *saved,
                                           const struct qc_config *now, const char *ckpt_dir);
+/* The model.* part of qc_checkpoint_check_config (eval --weights RUN). */
+enum qc_status qc_checkpoint_check_model_config(const struct qc_config *saved,
+                                                const struct qc_config *now, const char *ckpt_dir);
+/* Checkpoint retention (train.keep_last, train.keep_best, docs/CHECKPOINTS.md), rank 0 with
+ * RUN's lock held, after each save and each validation: keeps the newest checkpoint, the
+ * keep_last newest and the keep_best with the lowest train.keep_best_metric among the "eval"
+ * lines of RUN/metrics.jsonl at their step; each other ckpt-<step>/ is renamed to
+ * ckpt-<step>.del/ and removed. Both keys 0: nothing removed. *removed (may be NULL) counts
+ * them. QC_ERR_IO naming the folder. */
+enum qc_status qc_checkpoint_retain(const char *run_dir, const struct qc_config *cfg,
+                                    int64_t *removed);
 
 // ---- the run folder (run_dir.c) --------------------------------------------------------------
 
@@ -286,9 +297,44 @@ enum qc_status qc_run_lock_acquire(const char *run_dir, struct qc_run_lock **out
 /* Drops the lock; NULL is a no-op. */
 void qc_run_lock_release(struct qc_run_lock *l);
 /* With RUN's lock held: removes what an interrupted writer left (ckpt-<step>.tmp/ folders
- * whole, *.tmp and *.tmp.XXXXXX files) and puts back a ckpt-<step>.old/ whose replacement never
- * arrived. *recovered (may be NULL) counts the entries handled. QC_ERR_IO. */
+ * whole, ckpt-<step>.del/ folders of an interrupted retention, *.tmp and *.tmp.XXXXXX files) and
+ * puts back a ckpt-<step>.old/ whose replacement never arrived. *recovered (may be NULL) counts the
+ * entries handled. QC_ERR_IO. */
 enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered);
+/* QC_ERR_INVALID naming `what` and the byte offset when s is not valid UTF-8 (run folders and
+ * data paths are written into JSON: run.json, the checkpoint metadata). */
+enum qc_status qc_check_utf8(const char *what, const char *s);
+/* A new run into RUN: OK when RUN does not exist or holds nothing (a .lock aside);
+ * otherwise QC_ERR_INVALID naming it, with the hint --resume / another --out / --overwrite.
+ * overwrite: RUN is locked (a running trainer there is refused, naming its PID), renamed to
+ * RUN.overwritten-<pid> in one step and that removed; the caller then creates RUN anew. */
+enum qc_status qc_run_dir_check_new(const char *run_dir, bool overwrite);
+
+/* The data of a run (RUN/run.json "data", docs/CHECKPOINTS.md): each file's absolute path,
+ * size and XXH3-64 of its content; no file: generated scenes. */
+struct qc_run_data_file {
+    char path[4096]; /* realpath */
+    uint64_t bytes;
+    uint64_t xxh3; /* XXH3_64bits of the whole file */
+};
+struct qc_run_data {
+    int n;                      /* files; 0: generated scenes */
+    struct qc_run_data_file *f; /* (n), owned */
+    bool recorded;              /* false: run.json records no data (a run of an older qctrain) */
+};
+/* Hashes the files (read whole). QC_ERR_IO naming a missing or unreadable file; QC_ERR_INVALID
+ * for a path that is not UTF-8. */
+enum qc_status qc_run_data_describe(const char *const *paths, int n, struct qc_run_data *out);
+/* Reads RUN/run.json's record (out->recorded false when there is none). */
+enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out);
+/* Writes d into RUN/run.json (rewritten atomically; the rest kept). */
+enum qc_status qc_run_data_record(const char *run_dir, const struct qc_run_data *d);
+/* The data of a continued run against the run's record: other files, or a file whose size or
+ * hash changed, are refused (QC_ERR_INVALID naming the files, or the file and both hashes)
+ * unless change_data; nothing recorded: OK. */
+enum qc_status qc_run_data_check(const char *run_dir, const struct qc_run_data *rec,
+                                 const struct qc_run_data *now, bool change_data);
+void qc_run_data_free(struct qc_run_data *d);
 
 // ---- the training loop (loop.c) ---------------------------------------------------------------
 
@@ -518,6 +564,14 @@ int64_t qc_train_planner_scenes(const struct qc_train_planner *pl);
 // ---- command line (train_cli.c) -------------------------------------------------------------
 
 struct qc_cli_strings; /* qc_cli.h */
+struct qc_cli;
+
+/* The configuration of a command that continues a saved run (train --resume, eval --weights
+ * RUN): base (the saved run's) < the user's presets < --set < --device / --log-level / --quiet,
+ * validated, into out. device.kind and device.ordinal are this process's (the saved ones are
+ * the defaults). Errors of a preset or --set as main's. */
+enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_config *base,
+                                   struct qc_config *out);
 
 /* What `qctrain train` and `qctrain eval` do after qc_cli_parse: the data files after the first
  * --data arrive as positionals and are appended to data (a positional without --data is an
@@ -538,6 +592,9 @@ struct qc_eval_opts {
     int64_t batch_size;          /* scenes per batch; 0 = cfg->batch_size */
     int64_t max_batches;         /* 0 = every batch */
     const char *dump;            /* NULL, or a safetensors path for the first batch's outputs */
+    const char *predictions;     /* NULL, or a safetensors path for every focal agent's K
+                                    trajectories in the world frame and their probabilities
+                                    (the AV2 submission's content: tools/av2_submission) */
     uint64_t synthetic_seed;     /* scene stream when ndata == 0 */
     int64_t synthetic_scenes;    /* scenes when ndata == 0; 0 = cfg->synthetic_scenes */
     bool quiet;

@@ -12,6 +12,8 @@
  *   ckpt-<step>.tmp/        a checkpoint being assembled: removed whole, whatever it holds;
  *   ckpt-<step>.old/        a checkpoint moved aside to be replaced: put back when the new one
  *                           never arrived (ckpt-<step>/ missing), else removed;
+ *   ckpt-<step>.del/        a checkpoint that retention (train.keep_last / keep_best) was
+ *                           removing: removed whole;
  *   *.tmp, *.tmp.XXXXXX     temporary files of the atomic writers (metrics.jsonl.tmp,
  *                           memory.json.tmp, ...): removed.
  */
@@ -30,6 +32,11 @@
 #include <sys/stat.h>
 #include <time.h> /* nanosleep */
 #include <unistd.h>
+
+#include <cJSON.h>
+#include <xxhash.h> /* XXH3_64bits streaming */
+
+#include "qc_file.h"
 
 struct qc_run_lock {
     int fd;          /* RUN/.lock, flock(LOCK_EX) held */
@@ -174,7 +181,8 @@ enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered)
         struct stat sb;
         if (lstat(p, &sb) != 0)
             continue;
-        const bool tmp_dir = S_ISDIR(sb.st_mode) && ckpt_name(name, ".tmp");
+        const bool tmp_dir =
+            S_ISDIR(sb.st_mode) && (ckpt_name(name, ".tmp") || ckpt_name(name, ".del"));
         const bool old_dir = S_ISDIR(sb.st_mode) && ckpt_name(name, ".old");
         if (tmp_dir || old_dir || (S_ISREG(sb.st_mode) && tmp_file_name(name)))
             train_fault_delay();
@@ -206,5 +214,317 @@ enum qc_status qc_run_dir_recover(const char *run_dir, int64_t *recovered)
                count);
     if (recovered)
         *recovered = count;
+    return QC_OK;
+}
+
+// ---- what a run folder holds: new runs, --overwrite -------------------------------------------
+
+enum qc_status qc_check_utf8(const char *what, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        const unsigned c = *p;
+        int len = c < 0x80             ? 1
+                  : (c & 0xE0) == 0xC0 ? 2
+                  : (c & 0xF0) == 0xE0 ? 3
+                  : (c & 0xF8) == 0xF0 ? 4
+                                       : 0;
+        unsigned cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        for (int i = 1; i < len; i++) {
+            if ((p[i] & 0xC0) != 0x80) {
+                len = 0;
+                break;
+            }
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        /* overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either */
+        if (len == 0 || (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+            (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return qc_errorf(QC_ERR_INVALID,
+                             "%s: byte %td (0x%02x) is not valid UTF-8\nhint: run folders, "
+                             "checkpoints and data files are recorded in JSON (run.json, the "
+                             "checkpoint metadata): name them in UTF-8",
+                             what, (const char *)p - s, c);
+        p += len;
+    }
+    return QC_OK;
+}
+
+enum qc_status qc_run_dir_check_new(const char *run_dir, bool overwrite)
+{
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return errno == ENOENT ? QC_OK
+                               : qc_errorf(QC_ERR_IO, "run folder %s: cannot open: %s", run_dir,
+                                           strerror(errno));
+    int64_t entries = 0;
+    char first[256] = "";
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, ".lock"))
+            continue; /* .lock: an empty folder a failed start left locked once */
+        if (entries++ == 0)
+            snprintf(first, sizeof first, "%s", name);
+    }
+    closedir(d);
+    if (entries == 0)
+        return QC_OK;
+    /* a trainer running there is named first (its PID); --overwrite then holds the lock, so
+     * a run is never cleared from under its trainer */
+    struct qc_run_lock *lock = NULL;
+    QC_TRY(qc_run_lock_acquire(run_dir, &lock));
+    if (!overwrite) {
+        qc_run_lock_release(lock);
+        return qc_errorf(QC_ERR_INVALID,
+                         "run folder %s is not empty (%" PRId64 " entries, e.g. %s): it holds an "
+                         "earlier run\nhint: continue it with --resume %s, train into a new "
+                         "--out folder, or add --overwrite to clear it first",
+                         run_dir, entries, first, run_dir);
+    }
+    /* --overwrite: renamed away in one step, then removed; a crash in between leaves
+     * RUN.overwritten-<pid>/ beside it, never a mix of two runs */
+    char away[4200];
+    size_t len = strlen(run_dir);
+    while (len > 1 && run_dir[len - 1] == '/')
+        len--;
+    if ((size_t)snprintf(away, sizeof away, "%.*s.overwritten-%ld", (int)len, run_dir,
+                         (long)getpid()) >= sizeof away) {
+        qc_run_lock_release(lock);
+        return qc_errorf(QC_ERR_INVALID, "run folder path too long: %s", run_dir);
+    }
+    enum qc_status st = train_remove_tree(away);
+    if (st == QC_OK && rename(run_dir, away) != 0)
+        st = qc_errorf(QC_ERR_IO, "--overwrite: cannot move run folder %s aside to %s: %s", run_dir,
+                       away, strerror(errno));
+    qc_run_lock_release(lock);
+    if (st == QC_OK)
+        st = train_remove_tree(away);
+    if (st == QC_OK)
+        qc_log(QC_LOG_INFO,
+               "run folder %s: the earlier run (%" PRId64 " entries) removed "
+               "(--overwrite)",
+               run_dir, entries);
+    return st;
+}
+
+// ---- the run's data: RUN/run.json "data" --------------------------------------------------------
+
+void qc_run_data_free(struct qc_run_data *d)
+{
+    if (!d)
+        return;
+    free(d->f);
+    d->f = NULL;
+    d->n = 0;
+}
+
+static enum qc_status run_data_alloc(struct qc_run_data *d, int n)
+{
+    d->n = n;
+    d->f = calloc((size_t)(n > 0 ? n : 1), sizeof(*d->f));
+    return d->f ? QC_OK : qc_errorf(QC_ERR_NOMEM, "run data: out of memory");
+}
+
+/* Size and XXH3-64 of the file's content, read in 4 MiB pieces. */
+static enum qc_status hash_file(const char *path, uint64_t *bytes, uint64_t *hash)
+{
+    struct stat sb; /* never open() a FIFO: it would block */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qc_errorf(QC_ERR_INVALID, "data file %s: is %s, not a qcshard file", path,
+                         qc_file_kind(sb.st_mode));
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return qc_errorf(QC_ERR_IO, "data file %s: cannot open: %s", path, strerror(errno));
+    XXH3_state_t *xs = XXH3_createState();
+    const size_t cap = (size_t)4 << 20;
+    char *buf = malloc(cap);
+    enum qc_status st =
+        !xs || !buf ? qc_errorf(QC_ERR_NOMEM, "data file %s: out of memory", path) : QC_OK;
+    uint64_t total = 0;
+    if (st == QC_OK)
+        XXH3_64bits_reset(xs);
+    while (st == QC_OK) {
+        const ssize_t r = read(fd, buf, cap);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            st = qc_errorf(QC_ERR_IO, "data file %s: read failed: %s", path, strerror(errno));
+        if (r <= 0)
+            break;
+        XXH3_64bits_update(xs, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    if (st == QC_OK) {
+        *bytes = total;
+        *hash = XXH3_64bits_digest(xs);
+    }
+    free(buf);
+    if (xs)
+        XXH3_freeState(xs);
+    close(fd);
+    return st;
+}
+
+enum qc_status qc_run_data_describe(const char *const *paths, int n, struct qc_run_data *out)
+{
+    memset(out, 0, sizeof *out);
+    QC_TRY(run_data_alloc(out, n));
+    out->recorded = true;
+    enum qc_status st = QC_OK;
+    for (int i = 0; i < n && st == QC_OK; i++) {
+        struct qc_run_data_file *f = &out->f[i];
+        st = qc_check_utf8("data file path", paths[i]);
+        if (st == QC_OK && !realpath(paths[i], f->path))
+            st = qc_errorf(QC_ERR_IO, "data file %s: %s", paths[i], strerror(errno));
+        if (st == QC_OK)
+            st = hash_file(f->path, &f->bytes, &f->xxh3);
+    }
+    if (st != QC_OK)
+        qc_run_data_free(out);
+    return st;
+}
+
+enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out)
+{
+    memset(out, 0, sizeof *out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return errno == ENOENT ? QC_OK /* a run of before run.json: nothing recorded */
+                               : qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char buf[65536];
+    size_t r;
+    while (mem && (r = fread(buf, 1, sizeof buf, fp)) > 0)
+        fwrite(buf, 1, r, mem);
+    fclose(fp);
+    if (!mem)
+        return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
+    fclose(mem);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j)
+        return qc_errorf(QC_ERR_INVALID, "%s: not valid JSON", path);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(data, "files");
+    enum qc_status st = QC_OK;
+    if (data && !cJSON_IsArray(files))
+        st = qc_errorf(QC_ERR_INVALID, "%s: \"data\" has no \"files\" list", path);
+    else if (data) {
+        st = run_data_alloc(out, cJSON_GetArraySize(files));
+        out->recorded = st == QC_OK;
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, files)
+        {
+            if (st != QC_OK)
+                break;
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+            const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "xxh3_64");
+            char *end = NULL;
+            struct qc_run_data_file *f = &out->f[i++];
+            if (!cJSON_IsString(p) || !cJSON_IsNumber(b) || !cJSON_IsString(h) ||
+                strlen(p->valuestring) >= sizeof f->path || strlen(h->valuestring) != 16)
+                st = qc_errorf(QC_ERR_INVALID, "%s: data file %d: expected path, bytes, xxh3_64",
+                               path, i);
+            if (st == QC_OK) {
+                snprintf(f->path, sizeof f->path, "%s", p->valuestring);
+                f->bytes = (uint64_t)b->valuedouble;
+                f->xxh3 = strtoull(h->valuestring, &end, 16);
+                if (!end || *end)
+                    st = qc_errorf(QC_ERR_INVALID, "%s: data file %s: xxh3_64 \"%s\" is not hex",
+                                   path, f->path, h->valuestring);
+            }
+        }
+    }
+    cJSON_Delete(j);
+    if (st != QC_OK)
+        qc_run_data_free(out);
+    return st;
+}
+
+enum qc_status qc_run_data_record(const char *run_dir, const struct qc_run_data *d)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char buf[65536];
+    size_t r;
+    while (mem && (r = fread(buf, 1, sizeof buf, fp)) > 0)
+        fwrite(buf, 1, r, mem);
+    fclose(fp);
+    if (!mem)
+        return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
+    fclose(mem);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!j)
+        return qc_errorf(QC_ERR_INVALID, "%s: not valid JSON", path);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "data");
+    cJSON *data = cJSON_AddObjectToObject(j, "data");
+    cJSON *files = data ? cJSON_AddArrayToObject(data, "files") : NULL;
+    bool ok = files && cJSON_AddBoolToObject(data, "synthetic", d->n == 0);
+    for (int i = 0; ok && i < d->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, d->f[i].xxh3);
+        ok = e && cJSON_AddItemToArray(files, e) &&
+             cJSON_AddStringToObject(e, "path", d->f[i].path) &&
+             cJSON_AddNumberToObject(e, "bytes", (double)d->f[i].bytes) &&
+             cJSON_AddStringToObject(e, "xxh3_64", hex);
+    }
+    char *out = ok ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    if (!out)
+        return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
+    const size_t n = strlen(out);
+    out[n] = '\0';
+    const struct qc_file_part parts[2] = {{out, n}, {"\n", 1}};
+    const enum qc_status st = qc_file_write_atomic(path, parts, 2, "run description");
+    free(out);
+    return st;
+}
+
+enum qc_status qc_run_data_check(const char *run_dir, const struct qc_run_data *rec,
+                                 const struct qc_run_data *now, bool change_data)
+{
+    if (!rec->recorded || change_data)
+        return QC_OK;
+    bool same = rec->n == now->n;
+    for (int i = 0; same && i < rec->n; i++)
+        same = strcmp(rec->f[i].path, now->f[i].path) == 0;
+    if (!same) {
+        char a[1024] = "", b[1024] = "";
+        size_t la = 0, lb = 0;
+        for (int i = 0; i < rec->n && la < sizeof a; i++)
+            la += (size_t)snprintf(a + la, sizeof a - la, "%s%s", i ? " " : "", rec->f[i].path);
+        for (int i = 0; i < now->n && lb < sizeof b; i++)
+            lb += (size_t)snprintf(b + lb, sizeof b - lb, "%s%s", i ? " " : "", now->f[i].path);
+        return qc_errorf(QC_ERR_INVALID,
+                         "run %s was trained on data %s, this run has data %s\nhint: leave out "
+                         "--data to train on the run's own data, or add --change-data to "
+                         "continue on other data",
+                         run_dir, rec->n ? a : "(generated scenes)",
+                         now->n ? b : "(generated scenes)");
+    }
+    for (int i = 0; i < rec->n; i++)
+        if (rec->f[i].bytes != now->f[i].bytes || rec->f[i].xxh3 != now->f[i].xxh3)
+            return qc_errorf(QC_ERR_INVALID,
+                             "data file %s changed since run %s started: xxh3_64 %016" PRIx64
+                             " (%" PRIu64 " bytes) then, %016" PRIx64 " (%" PRIu64
+                             " bytes) now\nhint: restore the file, or add --change-data to "
+                             "continue on the file as it is",
+                             rec->f[i].path, run_dir, rec->f[i].xxh3, rec->f[i].bytes,
+                             now->f[i].xxh3, now->f[i].bytes);
     return QC_OK;
 }

@@ -37,3 +37,25 @@ enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int 
     }
     return QC_OK;
 }
+
+enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_config *base,
+                                   struct qc_config *out)
+{
+    struct qc_config c = *base;
+    for (int i = 0; cli->presets && i < cli->presets->n; i++)
+        QC_TRY(qc_config_apply_preset(&c, cli->presets->v[i]));
+    for (int i = 0; cli->sets && i < cli->sets->n; i++)
+        QC_TRY(qc_config_apply_set(&c, cli->sets->v[i]));
+    /* where the run executes is this process's: the saved configuration has the defaults
+     * (docs/CHECKPOINTS.md, Devices) */
+    c.device_kind = cli->cfg.device_kind;
+    c.device_ordinal = cli->cfg.device_ordinal;
+    if (cli->device)
+        QC_TRY(qc_config_set(&c, "device.kind", cli->device, "--device"));
+    if (cli->log_level)
+        QC_TRY(qc_config_set(&c, "log.level", cli->log_level, "--log-level"));
+    c.quiet = cli->cfg.quiet;
+    QC_TRY(qc_config_validate(&c));
+    *out = c;
+    return QC_OK;
+}
