@@ -220,6 +220,12 @@ def case_submission():
     dump = os.path.join(WORK, "dump.safetensors")
     run([QC, "eval", "--weights", "sub-run", "--data", shard, "--predictions", pred, "--dump",
          dump, "--batch-size", "1"])
+    # the emulated device (device memory, downloads) writes the same bytes as the CPU
+    pred_emu = os.path.join(WORK, "pred-emu.safetensors")
+    run([QC, "--device", "emu", "eval", "--weights", "sub-run", "--data", shard,
+         "--predictions", pred_emu, "--batch-size", "1"])
+    with open(pred, "rb") as a, open(pred_emu, "rb") as b:
+        check(a.read() == b.read(), "eval --device emu --predictions: the CPU's bytes")
     out = os.path.join(WORK, "submission.parquet")
     run([sys.executable, os.path.join(REPO, "tools", "av2_submission"), pred, out])
     table = pq.read_table(out)
