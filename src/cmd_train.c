@@ -191,7 +191,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         if (st == QC_OK && data.n == 0 && rec.recorded) {
             for (int i = 0; i < rec.n && i < QC_CLI_STRINGS_MAX; i++)
                 rec_paths[i] = rec.f[i].path;
-            if (rec.n > 0)
+            if (rec.n > 0 && rank0 && !cli->quiet)
                 qc_log(QC_LOG_INFO, "train: resuming on the run's data (%d file%s, %s%s)", rec.n,
                        rec.n == 1 ? "" : "s", rec.f[0].path, rec.n > 1 ? " ..." : "");
         } else if (st == QC_OK && !rec.recorded && data.n == 0 && !change_data) {
