@@ -40,6 +40,7 @@
 
 #include "qc_kernels.h"
 #include "qc_status.h"
+#include "qc_types.h" /* enum qc_precision */
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,9 +59,9 @@ struct qc_emu; /* qc_emu.h: the protected arena of the EMU backend */
 
 struct qc_exec {
     enum qc_exec_backend backend;
-    void *stream;       /* CUDA: the cudaStream_t of every op and copy; NULL = legacy */
-    struct qc_emu *emu; /* EMU: the arena (required) */
-    int precision;      /* enum qc_precision (qc_half.h): what the ops round their activation
+    void *stream;                /* CUDA: the cudaStream_t of every op and copy; NULL = legacy */
+    struct qc_emu *emu;          /* EMU: the arena (required) */
+    enum qc_precision precision; /* what the ops round their activation
                            outputs and GEMM inputs to; 0 = fp32 (docs/PRECISION.md) */
     enum qc_exec_backend target; /* DRY: the backend whose memory a plan describes (CPU, CUDA
                                     or EMU): what the ops would allocate there */
@@ -109,10 +110,10 @@ enum qc_status qc_op_download(const struct qc_exec *ex, void *dst, const void *s
 enum qc_status qc_op_sync(const struct qc_exec *x);
 
 // ---- mixed precision (qc_half.h) ------------------------------------------------------------
-/* The exec's precision (enum qc_precision); fp32 for ex NULL. */
-static inline int qc_exec_precision(const struct qc_exec *x)
+/* The exec's precision; fp32 for ex NULL. */
+static inline enum qc_precision qc_exec_precision(const struct qc_exec *x)
 {
-    return x ? x->precision : 0;
+    return x ? x->precision : QC_PREC_FP32;
 }
 /* out = inp rounded to precision prec (in place allowed); pack to / unpack from 16 bits. */
 void qc_op_round(const struct qc_exec *ex, float *out, const float *inp, int64_t n, int prec);

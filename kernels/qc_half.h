@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "qc_types.h" /* enum qc_precision, qc_precision_str, qc_precision_elem_bytes */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,30 +35,6 @@ extern "C" {
 #else
 #    define QC_HALF_FN static inline
 #endif
-
-/* The precision of a run's activations and stashes (train.precision). Master weights, gradients
- * and optimizer moments are fp32 in every precision. */
-enum qc_precision {
-    QC_PREC_FP32 = 0, /* no rounding */
-    QC_PREC_BF16,     /* activations and GEMM inputs rounded to bf16 */
-    QC_PREC_FP16,     /* ... to fp16, with dynamic loss scaling */
-    QC_PREC_COUNT
-};
-
-/* "fp32" / "bf16" / "fp16" ("?" out of range). */
-static inline const char *qc_precision_str(enum qc_precision p)
-{
-    return p == QC_PREC_FP32   ? "fp32"
-           : p == QC_PREC_BF16 ? "bf16"
-           : p == QC_PREC_FP16 ? "fp16"
-                               : "?";
-}
-
-/* Bytes of one stored activation element: 4 for fp32, 2 for the 16-bit formats. */
-static inline size_t qc_precision_elem_bytes(enum qc_precision p)
-{
-    return p == QC_PREC_FP32 ? 4 : 2;
-}
 
 QC_HALF_FN uint32_t qc_f32_bits(float x)
 {

@@ -25,12 +25,11 @@
 #include <stdint.h>
 
 #include "qc_status.h"
+#include "qc_types.h" /* enum qc_device_kind */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum qc_device_kind { QC_DEVICE_CPU = 0, QC_DEVICE_CUDA, QC_DEVICE_KIND_COUNT };
 
 enum qc_stream_kind {
     QC_STREAM_COMPUTE = 0, /* kernels; extra compute streams are workers on CPU */

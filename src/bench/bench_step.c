@@ -242,11 +242,11 @@ static double median(double *v, int n)
 
 /* One configuration of the sweep and what its rounds measured. */
 struct step_cfg {
-    int prof;        /* index into prof_names (-1: --data) */
-    int64_t batch;   /* scenes per step */
-    int attn;        /* enum qc_attention_impl */
-    int64_t threads; /* OpenMP / BLAS threads (0: as set) */
-    int prec;        /* enum qc_precision (train.precision) */
+    int prof;               /* index into prof_names (-1: --data) */
+    int64_t batch;          /* scenes per step */
+    int attn;               /* enum qc_attention_impl */
+    int64_t threads;        /* OpenMP / BLAS threads (0: as set) */
+    enum qc_precision prec; /* train.precision */
     struct step_result r;
     double step_s; /* median of r.timed */
 };
@@ -286,7 +286,7 @@ static void add_result_json(cJSON *arr, const struct step_cfg *c, const char *pn
 
 /* The configuration of (prof, batch, attn, threads, prec), or NULL. */
 static const struct step_cfg *find_cfg(const struct step_cfg *v, int n, int prof, int64_t batch,
-                                       int attn, int64_t threads, int prec)
+                                       int attn, int64_t threads, enum qc_precision prec)
 {
     for (int i = 0; i < n; i++)
         if (v[i].prof == prof && v[i].batch == batch && v[i].attn == attn &&

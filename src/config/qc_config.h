@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "qc_status.h"
+#include "qc_types.h" /* enum qc_precision */
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,7 +39,7 @@ const char *qc_config_plan_policy_str(enum qc_plan_policy p);
 enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST, QC_BALANCE_AUTO };
 /* train.nonfinite: what a step with a non-finite loss term or gradient does. */
 enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };
-/* device.kind: the device layer's kinds (qc_device.h: cpu = 0, cuda = 1) plus the emulated
+/* device.kind: the device layer's kinds (qc_types.h: cpu = 0, cuda = 1) plus the emulated
  * device of the tests (kernels/qc_exec.h backend EMU: CPU ops on protected host memory). */
 enum qc_config_device {
     QC_CONFIG_DEVICE_CPU = 0,
@@ -89,7 +90,7 @@ struct qc_config {
     char out_dir[QC_CONFIG_STR_MAX]; /* run directory */
     enum qc_nonfinite nonfinite;     /* stop | skip (docs/RELIABILITY.md) */
     int64_t max_skipped;             /* skip: steps skipped in a row before stopping, 10 */
-    int precision;                   /* enum qc_precision (kernels/qc_half.h): fp32 | bf16 | fp16 */
+    enum qc_precision precision;     /* fp32 | bf16 | fp16 */
     int64_t loss_scale_window;       /* fp16: good steps before the loss scale doubles, 2000 */
     int64_t cpu_threads;             /* host ops' OpenMP + OpenBLAS threads; 0 = the process's */
 
@@ -102,8 +103,8 @@ struct qc_config {
     enum qc_balance balance;  /* none | cost | auto (cost with several ranks) */
 
     /* device.* */
-    int64_t device_kind;    /* enum qc_config_device: cpu | cuda | emu */
-    int64_t device_ordinal; /* 0 */
+    enum qc_config_device device_kind; /* cpu | cuda | emu */
+    int64_t device_ordinal;            /* 0 */
     uint64_t device_budget; /* bytes; hard cap on reserved device memory; 0 = the device's */
     bool tf32;              /* TF32 GEMMs on CUDA, false (QCNet trained fp32 matmuls) */
 

@@ -44,6 +44,7 @@
 #include <stdio.h>
 
 #include "qc_status.h"
+#include "qc_types.h" /* enum qc_precision */
 
 struct qc_exec; /* qc_exec.h */
 
@@ -152,9 +153,9 @@ struct qc_stash {
     /* 16-bit storage: with precision bf16 or fp16 the table can be packed after forward (the
      * non-statistic F32 entries stored in 16 bits, the rest copied) and unpacked before
      * backward; rounding first (qc_stash_round) makes the round trip exact. */
-    int precision;             /* enum qc_precision; 0 (fp32) = never packed */
-    bool packed;               /* arena holds the packed layout (entries' data NULL) */
-    size_t packed_arena_bytes; /* Σ round_up(pbytes, 64) */
+    enum qc_precision precision; /* 0 (fp32) = never packed */
+    bool packed;                 /* arena holds the packed layout (entries' data NULL) */
+    size_t packed_arena_bytes;   /* Σ round_up(pbytes, 64) */
 };
 
 /* Empty table labelled `block`. */

@@ -43,6 +43,7 @@
 
 #include "qc_attention.h" /* enum qc_attn_impl */
 #include "qc_status.h"
+#include "qc_types.h" /* enum qc_precision */
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,9 +73,10 @@ struct qc_qcnet_config {
     int64_t num_dec_layers;       /* 2 */
     double dropout;               /* 0.1: attention weights and every FFN, train mode only */
     enum qc_attn_impl attention;  /* QC_ATTN_UNFUSED (reference) or QC_ATTN_FUSED */
-    int precision; /* enum qc_precision: the blocks' own stashes (FourierEmbedding, MLP, attention
-                      application) are rounded and packed to 16 bits after their forward and
-                      unpacked before their backward (docs/PRECISION.md); 0 = fp32 */
+    /* the blocks' own stashes (FourierEmbedding, MLP, attention application) are rounded and
+     * packed to 16 bits after their forward and unpacked before their backward
+     * (docs/PRECISION.md); fp32 = none */
+    enum qc_precision precision;
 };
 
 /* The official AV2 configuration (QCNET.md §1), unfused attention. */

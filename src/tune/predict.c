@@ -180,7 +180,7 @@ enum qc_status tune_min_budget(struct tune_predictor *p, uint64_t *out)
     uint64_t best = UINT64_MAX;
     for (int k = 0; k < 2 * QC_PREC_COUNT; k++) {
         const int a = k % 2, q = k / 2;
-        if (q != p->cfg.precision && !p->allow_precision)
+        if (q != (int)p->cfg.precision && !p->allow_precision)
             continue;
         struct qc_train_planner *pl = NULL;
         QC_TRY(session(p, (enum qc_attention_impl)a, q, &pl));

@@ -37,7 +37,7 @@ struct qc_tune_settings {
     enum qc_plan_policy policy;       /* plan.policy */
     uint64_t prefetch_window;         /* offload.prefetch_window */
     enum qc_attention_impl attention; /* model.attention */
-    int precision;                    /* train.precision (enum qc_precision); varies only with
+    enum qc_precision precision;      /* train.precision; varies only with
                                          qc_tune_opts.allow_precision */
     int64_t loader_threads;           /* data.loader_threads (measured only) */
     int64_t cpu_threads;              /* train.cpu_threads (measured only) */

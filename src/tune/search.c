@@ -53,7 +53,7 @@ static int64_t best_predicted_of(const struct qc_tune_candidate *c, int64_t n, i
 {
     int64_t best = -1;
     for (int64_t i = 0; i < n; i++)
-        if (c[i].state == QC_TUNE_FITS && (prec < 0 || c[i].set.precision == prec) &&
+        if (c[i].state == QC_TUNE_FITS && (prec < 0 || (int)c[i].set.precision == prec) &&
             (best < 0 || predicted_before(c, i, best)))
             best = i;
     return best;
@@ -195,7 +195,7 @@ static enum qc_status precision_runs(struct search *s, bool *stopped)
     for (int q = 0; q < QC_PREC_COUNT; q++) {
         bool measured = false;
         for (int64_t i = 0; i < s->n && !measured; i++)
-            measured = s->cand[i].state == QC_TUNE_MEASURED && s->cand[i].set.precision == q;
+            measured = s->cand[i].state == QC_TUNE_MEASURED && (int)s->cand[i].set.precision == q;
         const int64_t k = measured ? -1 : best_predicted_of(s->cand, s->n, q);
         if (k < 0)
             continue;
