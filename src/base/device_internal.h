@@ -69,7 +69,7 @@ struct qc_event {
     struct qc_device *dev;
 };
 
-/* Fills the common headers; backends call these from their create functions. */
+/* Fills the common headers (device_header.c); backends call these from their create functions. */
 void device_header_init(struct qc_device *dev, enum qc_device_kind kind, int ordinal,
                         const struct device_ops *ops);
 void device_header_deinit(struct qc_device *dev);
