@@ -704,6 +704,11 @@ static enum qc_status grow(struct qc_alloc *a, int pool, struct qc_stream *s, si
         size = p->large_segment;
     else
         size = align_up(rsize, p->small_segment);
+    /* near the budget: a request that fits what is left but not a whole segment of the usual
+     * size gets a segment of its own size (rsize is a multiple of the rounding) rather than
+     * failing on the segment size (issue 25) */
+    if (size > rsize && over_budget(a, size) && !over_budget(a, rsize))
+        size = rsize;
     struct alloc_block *b = NULL;
     QC_TRY(segment_new_fixed(a, pool, s, size, &b));
     treap_insert(a, b);

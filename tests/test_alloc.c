@@ -642,6 +642,37 @@ int main(void)
         qc_alloc_destroy(a);
     }
 
+    QC_TEST ("alloc: near the budget a request gets a segment of its own size") {
+        /* issue 25: 12 MiB live in a 30 MiB budget; a 6 MiB request would take a whole 20 MiB
+         * large segment (over budget), and a 100 KiB one a 2 MiB small segment once only
+         * 0.5 MiB is left: each gets a segment of its own (rounded) size instead of failing */
+        struct qc_alloc *a = make(false, 30 * MiB, 0);
+        void *big = must_alloc(a, 12 * MiB, "big");
+        void *mid = must_alloc(a, 6 * MiB, "scratch");
+        struct qc_alloc_stats s = stats(a);
+        T_EXPECT_EQ_U64(s.bytes_reserved, 18 * MiB, "an exact-size 6 MiB segment");
+        T_EXPECT_EQ_U64(s.n_ooms, 0, "no OOM");
+        void *fill = must_alloc(a, 9 * MiB + 512 * KiB, "fill");
+        void *fill2 = must_alloc(a, 1 * MiB + 512 * KiB, "fill2");
+        T_EXPECT_EQ_U64(stats(a).bytes_reserved, 29 * MiB, "exact-size 9.5 and 1.5 MiB segments");
+        void *small = must_alloc(a, 100 * KiB, "small");
+        s = stats(a);
+        T_EXPECT_EQ_U64(s.bytes_reserved, 29 * MiB + 100 * KiB, "an exact-size small segment");
+        T_EXPECT_EQ_U64(s.n_ooms, 0, "no OOM");
+        /* what does not fit the rest of the budget still fails */
+        void *x = NULL;
+        T_EXPECT(qc_alloc_malloc(a, 1 * MiB, NULL, "too/big", &x) == QC_ERR_NOMEM,
+                 "1 MiB with %zu bytes reserved of 30 MiB", stats(a).bytes_reserved);
+        check_inv(a, "exact-size segments");
+        qc_alloc_free(a, small, NULL);
+        qc_alloc_free(a, fill2, NULL);
+        qc_alloc_free(a, fill, NULL);
+        qc_alloc_free(a, mid, NULL);
+        qc_alloc_free(a, big, NULL);
+        check_inv(a, "exact-size segments freed");
+        qc_alloc_destroy(a);
+    }
+
     QC_TEST ("alloc: per-step peaks and statistics identities") {
         struct qc_alloc *a = make(true, 0, 0);
         void *p = must_alloc(a, 10 * MiB, "x");
