@@ -172,6 +172,10 @@ static const char *const required_keys[] = {"model.hidden_dim",
                                             "hw.pcie_gbps",
                                             "hw.nvme_gbps",
                                             "hw.gpus_per_node",
+                                            "hw.device_memory",
+                                            "hw.device_reserve",
+                                            "hw.tflops",
+                                            "hw.mem_gbps",
                                             "dist.world_size",
                                             "dist.zero_stage",
                                             "dist.bucket_bytes",
@@ -419,7 +423,10 @@ int main(void)
         qc_config_defaults(&c);
         T_EXPECT(qc_config_apply_preset(&c, "rtx3090x8") == QC_OK, "%s", qc_error_last());
         T_EXPECT_EQ_I64(c.world_size, 8, "rtx3090x8 ranks");
-        T_EXPECT_EQ_U64(c.device_budget, 25769803776ull, "rtx3090x8 budget");
+        T_EXPECT_EQ_U64(c.device_budget, 23ull << 30, "rtx3090x8 budget: 24 GiB less the reserve");
+        T_EXPECT_EQ_U64(c.hw_device_memory, 24ull << 30, "rtx3090x8 card");
+        T_EXPECT_EQ_U64(c.hw_device_reserve, 1ull << 30, "rtx3090x8 reserve");
+        T_EXPECT(c.hw_tflops > 0 && c.hw_mem_gbps > 0, "rtx3090x8 roofline figures");
         T_EXPECT_EQ_I64(c.device_kind, 1, "cuda");
         T_EXPECT_EQ_I64(c.hw_gpus_per_node, 8, "gpus per node");
         T_EXPECT(c.hw_pcie_gbps >= 20 && c.hw_pcie_gbps <= 32, "PCIe 4.0 x16: %g", c.hw_pcie_gbps);
@@ -430,12 +437,14 @@ int main(void)
         T_EXPECT(qc_config_apply_preset(&c, "rtx3090x1-b32") == QC_OK, "%s", qc_error_last());
         T_EXPECT_EQ_I64(c.batch_size * c.grad_accum * c.world_size, 32, "global batch");
         T_EXPECT_EQ_I64(c.world_size, 1, "one GPU");
-        T_EXPECT_EQ_U64(c.device_budget, 24ull << 30, "24 GiB");
+        T_EXPECT_EQ_U64(c.device_budget, 23ull << 30, "24 GiB less the reserve");
 
         qc_config_defaults(&c);
         T_EXPECT(qc_config_apply_preset(&c, "h200x1") == QC_OK, "%s", qc_error_last());
         T_EXPECT(c.device_kind == 1 && c.world_size == 1, "one H200");
-        T_EXPECT(c.device_budget == 0 || c.device_budget >= (100ull << 30), "budget");
+        T_EXPECT(c.device_budget >= (100ull << 30) &&
+                     c.device_budget + c.hw_device_reserve == c.hw_device_memory,
+                 "budget: the card less the reserve");
         T_EXPECT(c.hw_pcie_gbps > 25, "PCIe 5.0: %g", c.hw_pcie_gbps);
 
         qc_config_defaults(&c);

@@ -10,8 +10,15 @@
  *     the same transients) doubles the predicted time and keeps the bytes; the same batch is
  *     described once;
  *   - the largest batch: kept whole <= under the planner, each one fitting and the next not;
- *   - `qctrain plan --json`: the documented fields, a budget under one scene's smallest plan
- *     ("fits": false, largest 0), bad arguments refused with exit 2.
+ *   - a batch is described from its scenes' sizes, never collated (issue 25: the search is
+ *     incremental): the program, the counts and the staged bytes equal a collated batch's on
+ *     cpu and cuda, on typical, dense and mixed scenes;
+ *   - `qctrain plan --json`: the documented fields, the floor explained ("explain": its holders
+ *     sum to its peak, the fixed bytes by owner), a budget under one scene's smallest plan
+ *     (the budget one scene needs, exit 1; that budget then fits one), batch sizes bounded as
+ *     train.batch_size, bad arguments and missing files refused with exit 2;
+ *   - GPU presets (issue 30): the card's bytes less the reserve, roofline times (never the
+ *     CPU's), per-rank moments under ZeRO 1 and 0, no time without figures.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -25,7 +32,11 @@
 
 #include "config_testlib.h"
 #include "proc_testlib.h"
+#include "qc_batch.h"
 #include "qc_config.h"
+#include "qc_graph.h"
+#include "qc_qcnet.h"
+#include "qc_synth.h"
 #include "qc_plan.h"
 #include "qc_train.h"
 #include "testutil.h"
@@ -243,12 +254,130 @@ static void test_session(void)
     }
 }
 
+/* The program and staged bytes of a collated batch of generated scenes first .. first + B - 1
+ * against the session's, which sums the scenes' sizes. */
+static void compare_sized(const struct qc_config *cfg, int64_t first, int64_t B)
+{
+    struct qc_train_planner *pl = NULL;
+    T_EXPECT(qc_train_planner_create(cfg, NULL, 0, NULL, &pl) == QC_OK, "%s", qc_error_last());
+    struct qc_qcnet_config mc;
+    qc_train_model_config(cfg, &mc);
+    struct qc_qcnet *dry = NULL;
+    T_EXPECT(qc_qcnet_create_dry(&mc, &dry) == QC_OK, "%s", qc_error_last());
+    struct qc_graph_builder *gb = NULL;
+    T_EXPECT(qc_graph_builder_create(&gb) == QC_OK, "builder");
+    struct qc_scene *sc = calloc((size_t)B, sizeof *sc);
+    const struct qc_scene **ptr = calloc((size_t)B, sizeof *ptr);
+    if (!pl || !dry || !gb || !sc || !ptr)
+        goto out;
+    for (int64_t i = 0; i < B; i++) {
+        T_EXPECT(qc_synth_scene((uint64_t)cfg->seed, first + i,
+                                (enum qc_synth_profile)cfg->synthetic_profile, &sc[i]) == QC_OK,
+                 "scene");
+        ptr[i] = &sc[i];
+    }
+    struct qc_batch b;
+    T_EXPECT(qc_batch_collate(ptr, B, NULL, true, &b) == QC_OK, "%s", qc_error_last());
+    struct qc_graph_params gp;
+    qc_train_graph_params(cfg, &gp);
+    T_EXPECT(qc_batch_build_graph(&b, gb, &gp) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_program full;
+    qc_plan_program_init(&full);
+    T_EXPECT(qc_qcnet_describe(dry, &b, cfg->device_kind == QC_CONFIG_DEVICE_CUDA, &full) == QC_OK,
+             "%s", qc_error_last());
+    struct qc_plan_result r = {0};
+    const struct qc_plan_program *sized = NULL;
+    T_EXPECT(qc_train_planner_plan_at(pl, first, B, &r, &sized) == QC_OK, "%s", qc_error_last());
+    const struct qc_batch *sb = qc_train_planner_batch(pl);
+    if (sized && sb) {
+        T_EXPECT(sb->num_agents == b.num_agents && sb->num_polygons == b.num_polygons &&
+                     sb->num_points == b.num_points && sb->num_pl2pl == b.num_pl2pl,
+                 "B %" PRId64 ": counts", B);
+        for (int e = 0; e < QC_EDGE_SET_COUNT; e++)
+            T_EXPECT(sb->graph.e[e].num_edges == b.graph.e[e].num_edges &&
+                         sb->graph.e[e].num_src == b.graph.e[e].num_src &&
+                         sb->graph.e[e].num_dst == b.graph.e[e].num_dst,
+                     "B %" PRId64 ", %s: %" PRId64 " edges summed, %" PRId64 " built", B,
+                     qc_edge_set_name((enum qc_edge_set)e), sb->graph.e[e].num_edges,
+                     b.graph.e[e].num_edges);
+        T_EXPECT(sb->node_bytes == b.node_bytes && sb->graph_bytes == b.graph_bytes,
+                 "B %" PRId64 ": staged bytes %zu + %zu summed, %zu + %zu collated", B,
+                 sb->node_bytes, sb->graph_bytes, b.node_bytes, b.graph_bytes);
+        T_EXPECT(sized->nev == full.nev && sized->nblocks == full.nblocks &&
+                     memcmp(sized->ev, full.ev, (size_t)full.nev * sizeof *full.ev) == 0,
+                 "B %" PRId64 ": the program (%d / %d events)", B, sized->nev, full.nev);
+        for (int32_t i = 0; i < full.nev && i < sized->nev; i++) {
+            const struct qc_plan_event *x = &sized->ev[i], *y = &full.ev[i];
+            if (memcmp(x, y, sizeof *x) == 0)
+                continue;
+            T_EXPECT(false,
+                     "B %" PRId64 ": event %d (op %d, block %d, id %d): %" PRIu64
+                     " bytes summed, %" PRIu64 " collated (op %d, block %d, id %d, %s)",
+                     B, i, x->op, x->block, x->id, x->bytes, y->bytes, y->op, y->block, y->id,
+                     qc_plan_program_tag_of(&full, y->id));
+            break;
+        }
+        for (int32_t k = 0; k < full.nblocks && k < sized->nblocks; k++)
+            T_EXPECT(sized->blocks[k].rows == full.blocks[k].rows &&
+                         sized->blocks[k].edges == full.blocks[k].edges &&
+                         sized->blocks[k].srcs == full.blocks[k].srcs,
+                     "B %" PRId64 ", block %s: size drivers", B, full.blocks[k].name);
+    }
+    qc_plan_result_free(&r);
+    qc_plan_program_free(&full);
+    qc_batch_release(&b);
+out:
+    for (int64_t i = 0; sc && i < B; i++)
+        qc_scene_free(&sc[i]);
+    free(sc);
+    free(ptr);
+    qc_graph_builder_destroy(gb);
+    qc_qcnet_destroy(dry);
+    qc_train_planner_destroy(pl);
+}
+
+static void test_sizes(void)
+{
+    QC_TEST ("planner session: a batch described from its scenes' sizes is the collated batch "
+             "(program, counts, staged bytes; cpu and cuda; typical, dense, mixed)") {
+        struct qc_config cfg;
+        small_config(&cfg);
+        const int profiles[3] = {QC_SCENE_TYPICAL, QC_SCENE_DENSE, QC_SCENE_MIXED};
+        for (int k = 0; k < 3; k++) {
+            cfg.synthetic_profile = (enum qc_scene_profile)profiles[k];
+            for (int64_t B = 1; B <= 3; B++) {
+                cfg.device_kind = QC_CONFIG_DEVICE_CPU;
+                compare_sized(&cfg, 2 * k, B);
+                cfg.device_kind = QC_CONFIG_DEVICE_CUDA;
+                compare_sized(&cfg, 2 * k + 1, B);
+            }
+        }
+    }
+}
+
 /* Runs `qctrain plan` with args; returns the exit code and stdout (malloc'd). */
 static int plan_cli(const char *const *args, char **out)
 {
     char log[512];
     snprintf(log, sizeof log, "%s/plan.out", tmp_root);
     return t_run_output(qctrain, args, log, out);
+}
+
+/* The same for a command that must end at once (refused input): a 30 s watchdog, so that an
+ * unbounded batch (before issue 25's bound: 22 GB and minutes) fails the test, not the host. */
+static int plan_cli_quick(const char *const *args, char **out)
+{
+    char log[512];
+    snprintf(log, sizeof log, "%s/plan.out", tmp_root);
+    unlink(log);
+    struct t_args a = {{0}, 0};
+    t_args_add(&a, qctrain);
+    for (int i = 0; args[i]; i++)
+        t_args_add(&a, args[i]);
+    const pid_t pid = t_spawn(&a, log, NULL, 30);
+    const int st = pid < 0 ? -1 : t_wait(pid);
+    *out = t_read_file(log, NULL);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 static void test_cli(void)
@@ -299,30 +428,177 @@ static void test_cli(void)
         cJSON_Delete(j);
         free(out);
 
+        /* a budget under one scene's smallest plan: the budget one scene needs, exit 1 */
         static const char *const tiny[] = {"--preset", "cpu-smoke", "plan", "--budget",
                                            "1MiB",     "--json",    NULL};
         rc = plan_cli(tiny, &out);
-        j = out ? cJSON_Parse(out) : NULL;
-        T_EXPECT(rc == 0 && j, "exit %d: %s", rc, out ? out : "");
+        const char *brace = out ? strchr(out, '{') : NULL;
+        j = brace ? cJSON_Parse(brace) : NULL;
+        T_EXPECT(rc == 1 && j && strstr(out, "needs a budget of about"), "exit %d: %s", rc,
+                 out ? out : "");
         T_EXPECT(j && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "fits")) &&
                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "largest_batch")) ==
                          0,
                  "1 MiB: does not fit, largest 0");
+        const double need =
+            j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "budget_needed_bytes"))
+              : 0;
+        T_EXPECT(need > 1048576.0, "the budget one scene needs: %.0f", need);
         cJSON_Delete(j);
         free(out);
+        if (need > 0) { /* that budget fits one scene */
+            char b[64];
+            snprintf(b, sizeof b, "%.0f", need);
+            const char *const enough[] = {"--preset", "cpu-smoke",   "plan", "--budget", b,
+                                          "--json",   "--max-batch", "2",    NULL};
+            rc = plan_cli(enough, &out);
+            j = out ? cJSON_Parse(out) : NULL;
+            T_EXPECT(
+                rc == 0 && j &&
+                    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "largest_batch")) >= 1,
+                "--budget %s: exit %d: %s", b, rc, out ? out : "");
+            cJSON_Delete(j);
+            free(out);
+        }
 
+        /* bad input: exit 2 (usage and input errors), quickly */
         static const char *const bad[][7] = {
             {"plan", "--batch-size", "0", NULL},
+            {"plan", "--batch-size", "100000", NULL},
+            {"plan", "--batch-size", "4097", NULL},
+            {"plan", "--max-batch", "1000000", NULL},
+            {"plan", "--max-batch", "4097", NULL},
             {"plan", "--budget", "lots", NULL},
             {"plan", "--data", "/nonexistent.qcshard", NULL},
             {"plan", "--cost", "/nonexistent.json", NULL},
         };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-            rc = plan_cli(bad[k], &out);
-            T_EXPECT(rc != 0 && out && strstr(out, "error"), "%s %s: exit %d: %s", bad[k][1],
+            rc = plan_cli_quick(bad[k], &out);
+            T_EXPECT(rc == 2 && out && strstr(out, "error"), "%s %s: exit %d: %s", bad[k][1],
                      bad[k][2], rc, out ? out : "");
             free(out);
         }
+    }
+
+    QC_TEST ("qctrain plan: the floor explained (text and the JSON's \"explain\": holders sum "
+             "to its peak, fixed bytes by owner, a knob per kind)") {
+        static const char *const args[] = {"--preset", "cpu-smoke",   "plan", "--batch-size",
+                                           "2",        "--max-batch", "4",    "--json",
+                                           NULL};
+        char *out = NULL;
+        int rc = plan_cli(args, &out);
+        cJSON *j = out ? cJSON_Parse(out) : NULL;
+        T_EXPECT(rc == 0 && j, "exit %d: %s", rc, out ? out : "");
+        const cJSON *ex = j ? cJSON_GetObjectItemCaseSensitive(j, "explain") : NULL;
+        T_EXPECT(ex != NULL, "an explain object");
+        if (ex) {
+            const double peak =
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(ex, "peak_bytes"));
+            const double planned =
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "predicted_peak_bytes"));
+            T_EXPECT(peak > 0 && peak <= planned, "floor %.0f <= the plan's peak %.0f", peak,
+                     planned);
+            double kinds = 0, holders = 0, fixed = 0;
+            const cJSON *it;
+            cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(ex, "by_kind")) kinds +=
+                cJSON_GetNumberValue(it);
+            cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(ex, "fixed")) fixed +=
+                cJSON_GetNumberValue(it);
+            int tensors = 0;
+            cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(ex, "holders"))
+            {
+                holders += cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(it, "bytes"));
+                const char *kind =
+                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "kind"));
+                const char *name =
+                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "name"));
+                T_EXPECT(kind && name && name[0], "a holder has a kind and a name");
+                tensors +=
+                    kind && (strcmp(kind, "tensor") == 0 || strcmp(kind, "working_set") == 0 ||
+                             strcmp(kind, "stash_read") == 0);
+            }
+            T_EXPECT(kinds == peak && holders == peak, "by kind %.0f, holders %.0f, peak %.0f",
+                     kinds, holders, peak);
+            const double fx = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(ex, "by_kind"), "fixed"));
+            T_EXPECT(fixed == fx && fixed > 0, "fixed by owner %.0f, fixed held %.0f", fixed, fx);
+            T_EXPECT(tensors > 0, "unmovable tensors named at the floor");
+            const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(ex, "knobs");
+            T_EXPECT(cJSON_GetArraySize(knobs) == 6, "a knob per kind");
+        }
+        cJSON_Delete(j);
+        free(out);
+        static const char *const text[] = {"--preset",    "cpu-smoke", "plan",
+                                           "--max-batch", "2",         NULL};
+        rc = plan_cli(text, &out);
+        T_EXPECT(rc == 0 && out && strstr(out, "floor: the smallest plan") &&
+                     strstr(out, "what moves it:") && strstr(out, "fixed: parameters"),
+                 "exit %d: %s", rc, out ? out : "");
+        free(out);
+    }
+
+    QC_TEST ("qctrain plan for GPU presets: the card less its reserve, roofline times (never the "
+             "CPU's), per-rank AdamW moments under ZeRO 1, no time without figures") {
+        static const char *const z1[] = {"--preset", "rtx3090x8",   "plan", "--batch-size",
+                                         "1",        "--max-batch", "2",    "--json",
+                                         NULL};
+        static const char *const z0[] = {"--preset", "rtx3090x8",    "--set", "dist.zero_stage=0",
+                                         "plan",     "--batch-size", "1",     "--max-batch",
+                                         "2",        "--json",       NULL};
+        char *out = NULL;
+        double moments[2] = {0, 0}, params = 0;
+        for (int k = 0; k < 2; k++) {
+            int rc = plan_cli(k ? z0 : z1, &out);
+            cJSON *j = out ? cJSON_Parse(out) : NULL;
+            T_EXPECT(rc == 0 && j, "exit %d: %s", rc, out ? out : "");
+            const char *cost =
+                j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "cost_model")) : NULL;
+            T_EXPECT(cost && strstr(cost, "roofline") && !strstr(cost, "CPU"), "cost model %s",
+                     cost ? cost : "(none)");
+            T_EXPECT(j &&
+                         cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                             j, "budget_bytes")) == (double)(23ull << 30) &&
+                         cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+                             j, "device_memory_bytes")) == (double)(24ull << 30),
+                     "24 GiB card, 23 GiB budget");
+            const double step =
+                j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "predicted_step_s"))
+                  : 0;
+            T_EXPECT(step > 0 && step < 1.0, "a GPU's step of one AV2 scene: %g s", step);
+            const cJSON *rk = j ? cJSON_GetObjectItemCaseSensitive(j, "ranks") : NULL;
+            T_EXPECT(
+                rk && cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rk, "world_size")) == 8,
+                "8 ranks");
+            moments[k] =
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rk, "moments_bytes"));
+            params = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rk, "parameters_bytes"));
+            T_EXPECT(cJSON_GetNumberValue(
+                         cJSON_GetObjectItemCaseSensitive(rk, "comm_bytes_per_step")) > params,
+                     "the gradients' reduction sends more than the parameters' bytes");
+            cJSON_Delete(j);
+            free(out);
+        }
+        T_EXPECT(params > 0 && moments[1] >= 2 * params && moments[0] <= 2 * params / 8 + 4096,
+                 "moments: ZeRO 1 %.0f (a shard), ZeRO 0 %.0f (whole), parameters %.0f", moments[0],
+                 moments[1], params);
+        /* the text says where the times come from, never the CPU's coefficients */
+        static const char *const h200[] = {"--preset", "h200x1",      "plan", "--batch-size",
+                                           "1",        "--max-batch", "1",    NULL};
+        int rc = plan_cli(h200, &out);
+        T_EXPECT(rc == 0 && out && strstr(out, "roofline") && !strstr(out, "CPU backend") &&
+                     strstr(out, "device memory:") && !strstr(out, "budget           none"),
+                 "exit %d: %s", rc, out ? out : "");
+        free(out);
+        /* cuda without a calibration or figures: no time at all */
+        static const char *const bare[] = {"--preset",    "cpu-smoke", "--device", "cuda", "plan",
+                                           "--max-batch", "1",         "--json",   NULL};
+        rc = plan_cli(bare, &out);
+        cJSON *j = out ? cJSON_Parse(out) : NULL;
+        T_EXPECT(rc == 0 && j &&
+                     cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "predicted_step_s")),
+                 "no time for a GPU without figures: exit %d: %s", rc, out ? out : "");
+        cJSON_Delete(j);
+        free(out);
     }
 }
 
@@ -332,6 +608,7 @@ int main(void)
     t_rm_rf(tmp_root);
     mkdir(tmp_root, 0755);
     test_session();
+    test_sizes();
     test_cli();
     t_rm_rf(tmp_root);
     return qc_test_summary();

@@ -256,6 +256,16 @@ static const struct qc_config_option options[] = {
               "host<->device bandwidth, one direction (PCIe 3.0 x16 effective: 12)"),
     OPT_FLOAT("hw.nvme_gbps", hw_nvme_gbps, "2", 0.001, 10000.0, "GB/s", "NVMe bandwidth"),
     OPT_INT("hw.gpus_per_node", hw_gpus_per_node, "1", 1, 1024, "", "GPUs sharing one node"),
+    OPT_SIZE("hw.device_memory", hw_device_memory, "0", 0, 4 * PIB,
+             "the device's memory (a GPU preset's card); with device.budget 0, plan and tune "
+             "plan for it less hw.device_reserve; 0 = unknown"),
+    OPT_SIZE("hw.device_reserve", hw_device_reserve, "0", 0, 4 * PIB,
+             "device bytes outside the allocator: the CUDA context, cuBLAS / NCCL workspaces"),
+    OPT_FLOAT("hw.tflops", hw_tflops, "0", 0.0, 1e6, "TFLOP/s",
+              "the device's peak dense FP32 FLOP/s (a roofline for plan without a GPU "
+              "calibration); 0 = unknown"),
+    OPT_FLOAT("hw.mem_gbps", hw_mem_gbps, "0", 0.0, 1e6, "GB/s",
+              "the device's memory bandwidth (the roofline's other side); 0 = unknown"),
 
     /* dist.* */
     OPT_INT("dist.world_size", world_size, "0", 0, 65536, "ranks",

@@ -132,9 +132,13 @@ struct qc_config {
     uint64_t offload_prefetch_window;         /* bytes of reads kept in flight ahead of backward */
 
     /* hw.* — hardware figures for the planner */
-    double hw_pcie_gbps;      /* GB/s host<->device, one direction */
-    double hw_nvme_gbps;      /* GB/s NVMe */
-    int64_t hw_gpus_per_node; /* 1 */
+    double hw_pcie_gbps;        /* GB/s host<->device, one direction */
+    double hw_nvme_gbps;        /* GB/s NVMe */
+    int64_t hw_gpus_per_node;   /* 1 */
+    uint64_t hw_device_memory;  /* bytes of the device (GPU presets); 0 = unknown */
+    uint64_t hw_device_reserve; /* bytes outside the allocator (CUDA context, workspaces) */
+    double hw_tflops;           /* peak dense FP32 TFLOP/s; 0 = unknown */
+    double hw_mem_gbps;         /* device memory GB/s; 0 = unknown */
 
     /* dist.* */
     int64_t world_size;    /* ranks; 0 = the launcher's (1 without one) */

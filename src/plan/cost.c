@@ -7,6 +7,12 @@
  * the program states every allocation, transients included.) rf(b) is the block's own
  * coefficient once measured (EMA, α = 0.3), else the mean of its kind's measured blocks, else
  * the built-in coefficient of its kind.
+ *
+ * A roofline model (qc_plan_cost_create_roofline: a GPU the planner has no measurement of) gives
+ * each block max(FLOPs / peak FLOP/s, bytes / memory bandwidth) plus its kernels' launches,
+ * with FLOPs and bytes from the block's size drivers and the hidden size (roofline_time), and
+ * the optimizer's memory-bound sweep as the glue: a lower bound, said so by
+ * qc_plan_cost_source.
  */
 #include "qc_plan.h"
 #include "plan_internal.h"
@@ -52,6 +58,8 @@ struct qc_plan_cost {
     double step_factor; /* measured step / predicted block time (CUDA: the only calibration) */
     double glue_s;      /* step time outside the blocks (CPU, EMU) */
     int64_t steps;
+    bool roofline; /* times from roof (qc_plan_cost_create_roofline), not coefficients */
+    struct qc_plan_roofline roof;
 };
 
 double qc_plan_work(const struct qc_plan_block *b)
@@ -139,10 +147,77 @@ static double coef(const struct qc_plan_cost *c, const struct qc_plan_block *b, 
     return c->kind[b->kind][j];
 }
 
+enum qc_status qc_plan_cost_create_roofline(const struct qc_plan_roofline *r,
+                                            struct qc_plan_cost **out)
+{
+    if (!(r->flops > 0) || !(r->mem_bps > 0) || r->hidden_dim < 1)
+        return qc_errorf(QC_ERR_INVALID,
+                         "plan: a roofline needs the FLOP/s, the memory bandwidth and the "
+                         "hidden size (got %g FLOP/s, %g B/s, D %lld)",
+                         r->flops, r->mem_bps, (long long)r->hidden_dim);
+    QC_TRY(qc_plan_cost_create(out));
+    (*out)->roofline = true;
+    (*out)->roof = *r;
+    return QC_OK;
+}
+
+bool qc_plan_cost_is_roofline(const struct qc_plan_cost *c)
+{
+    return c->roofline;
+}
+
+/* The roofline time of block k (cost.c's module comment; README.md "The cost model"): its
+ * FLOPs over the peak FLOP/s or its bytes over the memory bandwidth, whichever is longer, plus
+ * its kernels' launch latency. Backward: twice the FLOPs and bytes, twice the launches. */
+static double roofline_time(const struct qc_plan_roofline *r, const struct qc_plan_block *k,
+                            int phase)
+{
+    const double D = (double)r->hidden_dim, F = (double)(r->freq_bands > 0 ? r->freq_bands : 1);
+    const double rows = (double)k->rows, edges = (double)k->edges, srcs = (double)k->srcs;
+    /* a Fourier embedding of one row: 3 inputs x (Linear(2F+1, D) + Linear(D, D)), the sum's
+     * Linear(D, D) */
+    const double fe_row = 3.0 * (2.0 * (2.0 * F + 1.0) * D + 2.0 * D * D) + 2.0 * D * D;
+    double flops = 0, elems = 0;
+    switch (k->kind) {
+    case QC_PLAN_FE:
+        flops = rows * fe_row;
+        elems = rows * D;
+        break;
+    case QC_PLAN_EDGES:
+        flops = (edges > 0 ? edges : rows) * fe_row;
+        elems = (edges > 0 ? edges : rows) * D;
+        break;
+    case QC_PLAN_KV: /* k, v of the sources; k_r, v_r of the edges */
+        flops = (srcs + edges) * 4.0 * D * D;
+        elems = (srcs + 2.0 * edges) * D;
+        break;
+    case QC_PLAN_ATTN: /* q, gate, out, the 4D feed-forward per row; scores and sums per edge */
+        flops = rows * 24.0 * D * D + edges * 8.0 * D + srcs * 4.0 * D * D;
+        elems = (rows * 6.0 + edges * 2.0 + srcs) * D;
+        break;
+    case QC_PLAN_MLP:
+        flops = rows * 4.0 * D * D;
+        elems = rows * 2.0 * D;
+        break;
+    case QC_PLAN_GRU: /* edges: the steps; 3 gates x 2 GEMMs of D x D per step */
+        flops = rows * (edges > 0 ? edges : 1.0) * 12.0 * D * D;
+        elems = rows * (edges > 0 ? edges : 1.0) * 4.0 * D;
+        break;
+    case QC_PLAN_KIND_COUNT:
+        break;
+    }
+    const double bytes = 3.0 * 4.0 * elems; /* read, written, read again: fp32 */
+    const double x = phase ? 2.0 : 1.0;
+    const double t = fmax(x * flops / r->flops, x * bytes / r->mem_bps);
+    return t + x * QC_PLAN_ROOFLINE_LAUNCHES * QC_PLAN_ROOFLINE_LAUNCH_S;
+}
+
 double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
                          int phase)
 {
     const struct qc_plan_block *k = &p->blocks[b];
+    if (c->roofline)
+        return c->step_factor * roofline_time(&c->roof, k, phase);
     return c->step_factor * coef(c, k, phase ? 1 : 0) * qc_plan_work(k);
 }
 
@@ -155,6 +230,8 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
                          const struct qc_plan_measure *m, double step_s, bool per_block)
 {
     double blocks_s = 0.0, predicted = 0.0;
+    if (c->roofline) /* a roofline calibrates its step factor only */
+        per_block = false;
     for (int32_t b = 0; b < p->nblocks; b++) {
         const struct qc_plan_block *k = &p->blocks[b];
         const double w = qc_plan_work(k);
@@ -168,7 +245,8 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
             }
         }
         blocks_s += m[b].t_fwd + m[b].t_bwd;
-        predicted += (coef(c, k, 0) + coef(c, k, 1)) * w;
+        predicted += c->roofline ? roofline_time(&c->roof, k, 0) + roofline_time(&c->roof, k, 1)
+                                 : (coef(c, k, 0) + coef(c, k, 1)) * w;
     }
     /* the kinds' means over their measured blocks */
     for (int kd = 0; kd < QC_PLAN_KIND_COUNT; kd++) {
@@ -203,7 +281,12 @@ int64_t qc_plan_cost_steps(const struct qc_plan_cost *c)
 
 const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t n)
 {
-    if (c->steps == 0)
+    if (c->roofline)
+        snprintf(buf, n,
+                 "a roofline of hw.tflops %.4g TFLOP/s and hw.mem_gbps %.4g GB/s (no GPU "
+                 "calibration yet: a lower bound)",
+                 c->roof.flops / 1e12, c->roof.mem_bps / 1e9);
+    else if (c->steps == 0)
         snprintf(buf, n, "built-in coefficients (CPU backend, AV2 size)");
     else
         snprintf(buf, n, "calibrated over %lld steps", (long long)c->steps);
@@ -212,6 +295,8 @@ const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t 
 
 double plan_cost_glue(const struct qc_plan_cost *c)
 {
+    if (c->roofline) /* AdamW: parameters, gradients and both moments read, three written */
+        return c->step_factor * 28.0 * (double)c->roof.nparams / c->roof.mem_bps;
     return c->glue_s;
 }
 

@@ -180,6 +180,25 @@ double qc_plan_work(const struct qc_plan_block *b);
 /* A cost model with the built-in coefficients. QC_ERR_NOMEM. */
 enum qc_status qc_plan_cost_create(struct qc_plan_cost **out);
 void qc_plan_cost_destroy(struct qc_plan_cost *c); /* NULL is a no-op */
+/* A device the planner has no measurement of (a GPU preset without a calibrated run): times
+ * from a roofline of its figures. Each block takes max(FLOPs / flops, bytes / mem_bps) plus
+ * QC_PLAN_ROOFLINE_LAUNCHES kernel launches of QC_PLAN_ROOFLINE_LAUNCH_S (backward: twice
+ * each), FLOPs and bytes estimated from its size drivers and the model's sizes; the glue is the
+ * optimizer's sweep over nparams (28 bytes each) at mem_bps. A lower bound on a real step. */
+struct qc_plan_roofline {
+    double flops;       /* peak FLOP/s (hw.tflops x 1e12) */
+    double mem_bps;     /* device memory bytes/s (hw.mem_gbps x 1e9) */
+    int64_t hidden_dim; /* model.hidden_dim */
+    int64_t freq_bands; /* model.num_freq_bands */
+    int64_t nparams;    /* parameters (the optimizer's sweep) */
+};
+#define QC_PLAN_ROOFLINE_LAUNCHES 10   /* kernels per block forward */
+#define QC_PLAN_ROOFLINE_LAUNCH_S 5e-6 /* s per kernel launch */
+/* QC_ERR_INVALID when a figure is missing (0), QC_ERR_NOMEM. */
+enum qc_status qc_plan_cost_create_roofline(const struct qc_plan_roofline *r,
+                                            struct qc_plan_cost **out);
+/* Whether c's times come from a roofline (qc_plan_cost_create_roofline). */
+bool qc_plan_cost_is_roofline(const struct qc_plan_cost *c);
 /* Reads a cost model saved by qc_plan_cost_save (the run folder's plan_cost.json) over c.
  * QC_ERR_IO (missing file), QC_ERR_INVALID (naming the file and what is wrong). */
 enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path);

@@ -507,16 +507,34 @@ uint64_t qc_train_host_tier_bytes(const struct qc_config *cfg);
 uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg);
 /* Device bytes a run of cfg holds through every step, as the allocator counts them:
  * parameters, gradients, AdamW moments; on device backends the AdamW segment arrays and the
- * staged batch b (may be NULL); on cuda the ops' workspace. */
+ * staged batch b (may be NULL); on cuda the ops' workspace. Per rank: under dist.zero_stage 1
+ * and 2 with several ranks (dist.world_size) the moments cover the rank's shard (the largest);
+ * parameters and gradients stay whole (the reduction runs in place). */
 uint64_t qc_train_fixed_bytes(const struct qc_config *cfg, int64_t nparams, int64_t ntensors,
                               const struct qc_batch *b);
+/* The same by owner (the sum is returned). */
+struct qc_train_fixed {
+    uint64_t params, grads, moments; /* the AdamW moments: both, this rank's shard of them */
+    uint64_t batch;                  /* the staged batch (device backends) */
+    uint64_t other;                  /* the AdamW segment arrays, the ops' workspace (cuda) */
+};
+uint64_t qc_train_fixed_parts(const struct qc_config *cfg, int64_t nparams, int64_t ntensors,
+                              const struct qc_batch *b, struct qc_train_fixed *out);
+/* The ranks a plan is for: dist.world_size, 1 when 0 (no launcher). */
+int64_t qc_train_plan_world(const struct qc_config *cfg);
+/* The budget planning without a run uses (qctrain plan, tune, the planner session):
+ * device.budget, or with device.budget 0 on cuda hw.device_memory less hw.device_reserve (a
+ * GPU preset's card); 0 = none. */
+uint64_t qc_train_plan_budget(const struct qc_config *cfg);
 
 /* A planning session that needs no run (qctrain plan, bench memory, qctrain tune; qc_plan.h,
  * "Planning without a run"): the dry model of cfg, a cost model (built-in coefficients, or the
  * file cost_path: a run folder's plan_cost.json) and the scenes of the data files (cycled when
  * a batch needs more) or, with ndata 0, generated ones (data.synthetic_profile, seeded by
  * train.seed). Nothing is allocated on a device; cfg's device.kind only decides what the
- * program holds (the CUDA blocks' allocations, the staged batch). */
+ * program holds (the CUDA blocks' allocations, the staged batch). The budget is
+ * qc_train_plan_budget's. Each scene is read (or generated) and its graph built once, alone:
+ * a batch is described from its scenes' summed sizes, never collated. */
 struct qc_train_planner;
 enum qc_status qc_train_planner_create(const struct qc_config *cfg, const char *const *data,
                                        int ndata, const char *cost_path,
@@ -560,6 +578,13 @@ enum qc_status qc_train_planner_largest_with(struct qc_train_planner *pl, int64_
 const struct qc_batch *qc_train_planner_batch(const struct qc_train_planner *pl);
 const struct qc_plan_cost *qc_train_planner_cost(const struct qc_train_planner *pl);
 int64_t qc_train_planner_scenes(const struct qc_train_planner *pl);
+/* The fixed bytes of the last batch planned, by owner (qc_train_fixed_parts; the sum). */
+uint64_t qc_train_planner_fixed(const struct qc_train_planner *pl, struct qc_train_fixed *out);
+/* Whether the session's times are for its device: always off cuda; on cuda a calibrated cost
+ * model (cost_path) or the roofline of hw.tflops and hw.mem_gbps, which the session uses on
+ * cuda without a cost_path when both are given (false: the CPU's built-in coefficients, which
+ * say nothing of a GPU). */
+bool qc_train_planner_times_known(const struct qc_train_planner *pl);
 
 // ---- command line (train_cli.c) -------------------------------------------------------------
 
