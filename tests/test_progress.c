@@ -136,6 +136,33 @@ static void test_format(void)
 
 static void test_eta(void)
 {
+    QC_TEST ("progress: a resumed run's rate counts from where it started (opts.start)") {
+        struct capture cap;
+        capture_open(&cap);
+        struct fake_clock clk = {50.0};
+        struct qc_progress_opts o;
+        qc_progress_opts_init(&o);
+        o.total = 6;
+        o.start = 4; /* resumed at step 4 of 6 */
+        o.out = cap.f;
+        o.tty = QC_PROGRESS_TTY_OFF;
+        o.clock = fake_now;
+        o.clock_user = &clk;
+        struct qc_progress *p = NULL;
+        T_EXPECT(qc_progress_create(&o, &p) == QC_OK, "%s", qc_error_last());
+        double rate = -1.0;
+        clk.now = 50.00001;
+        qc_progress_update(p, 4); /* the loop shows where it starts */
+        T_EXPECT(!qc_progress_rate(p, &rate) || rate < 1.0,
+                 "no step run yet: no rate, not 4 steps in 10 us (%g)", rate);
+        clk.now = 52.0;
+        qc_progress_update(p, 5);
+        T_EXPECT(qc_progress_rate(p, &rate), "a rate after one step");
+        T_EXPECT_NEAR(rate, 0.5, 1e-9, 0.0, "1 step in 2 s, not 5 steps in 2 s");
+        qc_progress_destroy(p);
+        capture_close(&cap);
+    }
+
     QC_TEST ("progress: rate and ETA math") {
         struct capture cap;
         capture_open(&cap);

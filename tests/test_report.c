@@ -357,6 +357,75 @@ static void test_steptrace(void)
     t_rm_rf(dir2);
 }
 
+/* Steps that ran out of memory keep their trace whatever alloc.trace_every says, and the
+ * report opens on the worst of them (then on the step a run failed at), listing the others. */
+static void test_steptrace_oom(void)
+{
+    char dir[512];
+    mkdir_fresh(dir, sizeof dir, "oom");
+    struct qc_alloc_params p;
+    qc_alloc_params_default(&p);
+    p.trace = true;
+    struct qc_alloc *a = NULL;
+    T_EXPECT(qc_alloc_create(NULL, &p, &a) == QC_OK, "allocator");
+    struct qc_steptrace *tr = NULL;
+    T_EXPECT(qc_steptrace_create(a, dir, 0, 64ull << 20, &tr) == QC_OK, "create");
+    /* steps 1..6, the peak at step 3; steps 4 and 5 re-planned 1 and 3 groups */
+    for (int s = 1; s <= 6; s++) {
+        qc_alloc_set_step(a, s);
+        qc_alloc_reset_peak(a);
+        qc_steptrace_begin(tr, s);
+        void *q = NULL;
+        T_EXPECT(qc_alloc_malloc(a, s == 3 ? 8 << 20 : 4096, NULL, "scratch/y", &q) == QC_OK,
+                 "alloc");
+        qc_alloc_free(a, q, NULL);
+        qc_steptrace_mark_replans(tr, s == 4 ? 1 : s == 5 ? 3 : 0);
+        struct qc_alloc_stats st;
+        qc_alloc_stats_get(a, &st);
+        T_EXPECT(qc_steptrace_end(tr, st.bytes_allocated_peak, st.bytes_reserved_peak) == QC_OK,
+                 "end: %s", qc_error_last());
+    }
+    for (int s = 1; s <= 6; s++)
+        T_EXPECT(has_file(dir, s) == (s != 6), "step %d %s (trace_every 0)", s,
+                 s != 6 ? "kept" : "not kept");
+    char mem[4096];
+    snprintf(mem, sizeof mem, "%s}\n", memory_json_head);
+    put(dir, "memory.json", mem);
+    struct qc_report_info info;
+    const struct qc_report_opts o = {.run_dir = dir, .step = -1};
+    T_EXPECT(qc_report_write(&o, &info) == QC_OK && info.timeline_step == 5,
+             "the page opens on step 5, the worst out-of-memory step, not the peak step 3 (%lld)",
+             (long long)info.timeline_step);
+    cJSON *d = page_data(info.path);
+    int ooms = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, at(at(d, "timeline"), "available"))
+    {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, at(e, "reasons")) ooms += strcmp(r->valuestring, "oom") == 0;
+    }
+    T_EXPECT(ooms == 2, "steps 4 and 5 listed as out of memory (%d)", ooms);
+    T_EXPECT(
+        at(cJSON_GetArrayItem(at(at(d, "timeline"), "available"), 4), "replans") &&
+            at(cJSON_GetArrayItem(at(at(d, "timeline"), "available"), 4), "replans")->valuedouble ==
+                3,
+        "step 5: 3 re-plans");
+    cJSON_Delete(d);
+    /* a step that fails: kept, and shown first */
+    qc_alloc_set_step(a, 7);
+    qc_alloc_reset_peak(a);
+    qc_steptrace_begin(tr, 7);
+    struct qc_alloc_stats st;
+    qc_alloc_stats_get(a, &st);
+    T_EXPECT(qc_steptrace_end_failed(tr, st.bytes_allocated_peak, st.bytes_reserved_peak) == QC_OK,
+             "end failed");
+    T_EXPECT(qc_report_write(&o, &info) == QC_OK && info.timeline_step == 7,
+             "the page opens on the failed step 7 (%lld)", (long long)info.timeline_step);
+    qc_steptrace_destroy(tr);
+    qc_alloc_destroy(a);
+    t_rm_rf(dir);
+}
+
 int main(void)
 {
     QC_TEST ("report: a 100,000-step run gives a page under 5 MB, data within its bounds")
@@ -367,5 +436,8 @@ int main(void)
         test_errors();
     QC_TEST ("report: step traces kept (first, peak, every N) within the bound")
         test_steptrace();
+    QC_TEST ("report: out-of-memory steps kept whatever trace_every; the page opens on the worst, "
+             "then on a failed step")
+        test_steptrace_oom();
     return qc_test_summary();
 }

@@ -61,7 +61,8 @@ def metrics_lines(run_dir):
 
 def setup(qctrain, run_dir):
     shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.rmtree(run_dir + "-plan", ignore_errors=True)
+    for suffix in ("-plan", "-one", "-stopped", "-ranks"):
+        shutil.rmtree(run_dir + suffix, ignore_errors=True)
     common = ["--preset", "cpu-smoke", "--batch-size", "1", "--eval-every", "2",
               "--val-scenes", "2", "--quiet"]
     run([qctrain, "train"] + common + ["--steps", "3", "--save-every", "2", "--out", run_dir])
@@ -93,6 +94,44 @@ def setup(qctrain, run_dir):
         json.dump(mem, f, indent=1)
     out = run([qctrain, "report", plan_dir])
     check("with the plan" in out, "report of the plan run: " + out.strip())
+    # a one-scene file: "1 batch/epoch of 1 scene", not "1 batches/epoch of 2 scenes"
+    d = run_dir + "-one"
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    one = os.path.join(d, "one.qcshard")
+    run([qctrain, "gen", "--scenes", "1", "--seed", "9", "--out", one])
+    out = run([qctrain, "train", "--preset", "cpu-smoke", "--steps", "1", "--data", one,
+               "--out", os.path.join(d, "run")])
+    check("1 batch/epoch of 1 scene x 1 group/step" in out,
+          "a one-scene file: %r" % [l for l in out.splitlines() if "epoch" in l])
+    # a run that stops: its one scene does not fit the budget; it still writes its reports
+    d = run_dir + "-stopped"
+    shutil.rmtree(d, ignore_errors=True)
+    r = subprocess.run([qctrain, "train", "--preset", "cpu-smoke", "--quiet", "--steps", "3",
+                        "--set", "device.budget=40MiB", "--out", d], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 1 and "does not fit the device budget" in r.stdout,
+          "a run whose scene fits no budget fails (exit %d)" % r.returncode)
+    check("qctrain: error: train: step 1, group 0: scene " in r.stdout,
+          "the fatal message says train: once: %r" % r.stdout[-600:])
+    for name in ("memory.json", "memory.txt", "report.html"):
+        check(os.path.exists(os.path.join(d, name)), "the stopped run wrote %s" % name)
+    # several ranks: a hand-made memory.json with a dist object (rank 1 peaks higher)
+    d = run_dir + "-ranks"
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for name in ("metrics.jsonl", "run.json"):
+        shutil.copy(os.path.join(run_dir, name), d)
+    with open(os.path.join(run_dir, "memory.json")) as f:
+        mem = json.load(f)
+    peak = mem["allocator"]["bytes_allocated_peak"]
+    mem["dist"] = {"world_size": 2, "zero_stage": 1, "ranks": [
+        {"rank": r, "params_bytes": 1000, "grads_bytes": 1000, "grads_reduced_bytes": 500,
+         "moments_bytes": 1000, "comm_bytes": 64, "peak_allocated_bytes": peak + r * 12345}
+        for r in range(2)]}
+    with open(os.path.join(d, "memory.json"), "w") as f:
+        json.dump(mem, f, indent=1)
+    run([qctrain, "report", d])
     # the memory system at work: every stash offloaded to the host tier, or recomputed (its
     # trace marks offload puts and fetches, or recomputes, on the timeline)
     for policy in ("offload", "recompute"):
@@ -333,6 +372,30 @@ def browser(qctrain, run_dir):
         check(len(rows) == len(mem["peak"]["by_block"]), "report.html: one row per block")
         check(not root.find(id="lib-missing-dygraphs"), "report.html: no missing-library notice")
         check(by_id(root, "config-table") is not None, "report.html: the configuration")
+        # plan versus measured: every planned row has its measured bytes (one naming of planned
+        # blocks and allocator tags), equal to the prediction when every stash is kept
+        plan = json.loads(by_id(root, "qc-data").all_text())["memory"]["plan"]
+        prow = by_id(root, "plan-table").find("tbody")[0].find("tr")
+        check(len(prow) == len(plan["blocks"]) > 50, "report.html: %d planned rows" % len(prow))
+        missing = [tr.find("td")[0].all_text() for tr in prow
+                   if tr.find("td")[3].attrs.get("data-sort") in (None, "-1")]
+        check(not missing, "report.html: every planned row has a measured figure (%s)" % missing[:5])
+        off = [(b["name"], b["bytes"], b["measured_bytes"]) for b in plan["blocks"]
+               if b["policy"] == "keep" and abs(b["measured_bytes"] - b["bytes"]) >
+               0.02 * b["bytes"] + 512]
+        check(not off, "report.html: kept stashes measured as planned, within 2 %% (%s)" % off[:5])
+        # axis ticks at round binary steps (64 MiB, not 47.7 MiB)
+        units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+        labels = [n.all_text() for n in by_id(root, "timeline-totals").walk()
+                  if "dygraph-axis-label-y" in n.attrs.get("class", "")]
+        vals = sorted(float(t.split()[0]) * units[t.split()[1]] for t in labels if t.strip())
+        steps = {round(b - a) for a, b in zip(vals, vals[1:])}
+        check(len(vals) >= 3 and len(steps) == 1 and (lambda x: x & (x - 1) == 0)(steps.pop()),
+              "report.html: y-axis ticks a power of two apart: %s" % labels)
+        # an all-zero chart says so instead of drawing an axis of "1 B"
+        none = by_id(root, "curve-offload-none")
+        check(none is not None and "Nothing offloaded" in none.all_text() and
+              by_id(root, "curve-offload") is None, "report.html: 'nothing offloaded', no chart")
         # 2. the hand-made plan
         with open(os.path.join(run_dir + "-plan", "memory.json")) as f:
             pmem = json.load(f)
@@ -355,6 +418,35 @@ def browser(qctrain, run_dir):
                   "plan report: measured bytes of %s beside it" % pb["name"])
         check(by_id(root, "fig-plan-predicted").attrs.get("data-bytes") ==
               str(plan["predicted_peak_bytes"]), "plan report: predicted peak figure")
+        # the run that stopped: its report says why (the error, the scene, the budget it needs)
+        d = run_dir + "-stopped"
+        with open(os.path.join(d, "memory.json")) as f:
+            sm = json.load(f)
+        stop = sm.get("stopped") or {}
+        check(stop.get("reason") == "error" and stop.get("step") == 1 and
+              "does not fit the device budget" in stop.get("message", "") and
+              "it needs a budget of about" in stop.get("message", ""),
+              "stopped run: memory.json says why: %s" % stop)
+        page = os.path.join(d, "report.html")
+        html, errors, urls = b.render(page)
+        root = check_page_common("stopped report", html, errors, urls, page, sm)
+        n = by_id(root, "stopped")
+        check(n is not None and n.attrs.get("data-step") == "1" and
+              "needs a budget of about" in n.all_text(), "stopped report: the notice says why")
+        # several ranks: the largest rank's peak is the headline, the per-rank table beside it
+        d = run_dir + "-ranks"
+        with open(os.path.join(d, "memory.json")) as f:
+            rm = json.load(f)
+        top = max(r["peak_allocated_bytes"] for r in rm["dist"]["ranks"])
+        shown = json.loads(json.dumps(rm))
+        shown["allocator"]["bytes_allocated_peak"] = top
+        page = os.path.join(d, "report.html")
+        html, errors, urls = b.render(page)
+        root = check_page_common("two-rank report", html, errors, urls, page, shown)
+        check(by_id(root, "fig-peak-allocated").attrs.get("data-rank") == "1",
+              "two-rank report: the headline is rank 1's peak")
+        rows = by_id(root, "ranks-table").find("tbody")[0].find("tr")
+        check(len(rows) == 2, "two-rank report: the per-rank table")
         # 3. without the libraries: tables, a clear notice, no broken page
         page = os.path.join(run_dir, "report-nolibs.html")
         html, errors, urls = b.render(page)

@@ -161,7 +161,8 @@ enum qc_status qc_progress_create(const struct qc_progress_opts *opts, struct qc
     p->t_start = p->clock(p->clock_user);
     p->t_now = p->t_start;
     p->t_printed = p->t_start;
-    p->samples[0] = (struct progress_sample){p->t_start, 0};
+    p->samples[0] = (struct progress_sample){p->t_start, opts->start};
+    p->done = opts->start;
     p->count = 1;
     *out = p;
     return QC_OK;

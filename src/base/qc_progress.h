@@ -47,6 +47,8 @@ struct qc_progress_opts {
     const char *label;           /* leading word, "train"; copied */
     const char *unit;            /* counted thing, plural: "steps" -> "steps/s"; copied */
     uint64_t total;              /* units of the whole job; 0 = unknown */
+    uint64_t start;              /* units done before this reporter (a resumed run's steps): the
+                                    rate counts from there, not from 0 */
     FILE *out;                   /* NULL = stderr; not owned */
     enum qc_progress_tty tty;    /* AUTO */
     bool quiet;                  /* print nothing at all */

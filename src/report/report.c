@@ -23,8 +23,7 @@
 
 #include "qc_file.h"
 
-/* Reads and parses a JSON file; *out NULL when it does not exist. */
-static enum qc_status load_json(const char *path, cJSON **out)
+enum qc_status report_load_json(const char *path, cJSON **out)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -102,7 +101,7 @@ enum qc_status qc_report_write(const struct qc_report_opts *opts, struct qc_repo
     char path[4200];
     snprintf(path, sizeof path, "%s/memory.json", dir);
     cJSON *mem = NULL;
-    QC_TRY(load_json(path, &mem));
+    QC_TRY(report_load_json(path, &mem));
     if (!mem)
         return qc_errorf(QC_ERR_INVALID,
                          "report: %s not found\nhint: give the folder `qctrain train --out` "
@@ -112,7 +111,7 @@ enum qc_status qc_report_write(const struct qc_report_opts *opts, struct qc_repo
     cJSON *run = NULL;
     if (st == QC_OK) {
         snprintf(path, sizeof path, "%s/run.json", dir);
-        st = load_json(path, &run);
+        st = report_load_json(path, &run);
     }
     if (st != QC_OK) {
         cJSON_Delete(mem);
@@ -123,6 +122,12 @@ enum qc_status qc_report_write(const struct qc_report_opts *opts, struct qc_repo
     cJSON_DeleteItemFromObjectCaseSensitive(mem, "steps"); /* per-step data: the curves */
 
     struct report_notes notes = {0};
+    st = report_plan_measure(dir, mem, &notes);
+    if (st != QC_OK) {
+        cJSON_Delete(run);
+        cJSON_Delete(mem);
+        return st;
+    }
     struct report_lib libs[2];
     report_libs_load(opts->js_dir, libs);
     inf.dygraphs = libs[0].text != NULL;

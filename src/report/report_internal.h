@@ -4,6 +4,7 @@
  *   report.c           qc_report_write: loads memory.json, builds the data document, writes
  *   report_curves.c    metrics.jsonl -> the "curves" object (downsampled)
  *   report_timeline.c  RUN/trace/ -> the "timeline" object (one step, stacked by block group)
+ *   report_plan.c      the plan table's measured bytes per planned block (from the trace)
  *   report_html.c      the page: template, CSS, the page script, inlined libraries, notices
  *   run_info.c         RUN/run.json (qc_report_write_run_info)
  *   metric_keys.c      the metrics.jsonl keys shown (qc_report_metrics)
@@ -19,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h> /* vsnprintf */
+
+#include <cJSON.h>
 
 #include "qc_report.h"
 #include "qc_strbuf.h"
@@ -68,6 +71,18 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
 const char *report_block_group(const char *block);
 /* The groups in stacking order; *n receives the count. */
 const char *const *report_block_groups(int *n);
+
+/* Reads and parses a JSON file (report.c); *out NULL when the file does not exist.
+ * QC_ERR_IO, QC_ERR_INVALID naming the file for text that is not JSON. */
+enum qc_status report_load_json(const char *path, cJSON **out);
+
+/* Gives every block of memory.json's "plan" its "measured_bytes" (the most its tensors held live
+ * at once in the plan step's trace; null without that trace, with a note) and the plan its
+ * "measured_from" (report_plan.c: the one naming of planned rows and allocator tags). No plan:
+ * nothing to do. QC_ERR_NOMEM; a missing or unreadable trace is a note, not an error. */
+enum qc_status report_plan_measure(const char *run_dir, cJSON *mem, struct report_notes *notes);
+/* The row of rows[nrows] (planned block names) an allocator tag belongs to, -1 for none. */
+int report_plan_row_of_tag(const char *tag, const char *const *rows, int nrows);
 
 /* The libraries the page draws with, as found at report time. */
 struct report_lib {

@@ -1,6 +1,8 @@
 /*
  * report_timeline.c — the "timeline" object of the report: allocated and reserved bytes over
- * one training step, from RUN/trace/index.json and the step's trace file (docs/TRACE.md).
+ * one training step, from RUN/trace/index.json and the step's trace file (docs/TRACE.md): by
+ * default the step the run failed at, else the step that ran out of memory worst (failed
+ * allocations + re-plans), else the peak step.
  *
  * Attribution: every allocator block (the tag's prefix, qc_alloc_tag_block) belongs to one
  * display group (report_block_group). The step starts with the index's live_at_begin bytes per
@@ -15,7 +17,8 @@
  * Points: one per alloc / free / map / unmap / oom event (and any later kind), x = ms since the
  * step began. Beyond QC_REPORT_TIMELINE_POINTS, consecutive events are merged into one point
  * per bucket: the event with the most allocated bytes (peaks stay visible). Output:
- *   "timeline": {"step": S, "reasons": [...], "available": [{"step","reasons"}...],
+ *   "timeline": {"step": S, "reasons": [...],
+ *     "available": [{"step", "oom_events", "replans", "bytes_allocated_peak", "reasons"}...],
  *     "budget": B, "events": E, "events_lost": L, "merged": M, "duration_ms": D,
  *     "groups": [...], "x": [ms...], "stack": [[bytes per group]...], "allocated": [...],
  *     "reserved": [...], "ev": [[kind, tag index, size]...], "tags": [...],
@@ -379,7 +382,9 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
         return QC_OK;
     }
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(index, "steps");
-    const cJSON *chosen = NULL, *e;
+    /* the default view explains the worst first: the step the run failed at, else the step
+     * with the most failed allocations (out of memory, re-planned), else the peak step */
+    const cJSON *chosen = NULL, *e, *failed = NULL, *oom = NULL;
     char avail[1024] = "";
     size_t alen = 0;
     cJSON_ArrayForEach(e, steps)
@@ -387,10 +392,20 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
         const int64_t s = (int64_t)num(e, "step");
         if (step >= 0 ? s == step : has_reason(e, "peak"))
             chosen = e;
+        if (has_reason(e, "failed"))
+            failed = e;
+        const double bad = num(e, "oom_events") + num(e, "replans");
+        const double worst = oom ? num(oom, "oom_events") + num(oom, "replans") : -1;
+        if (has_reason(e, "oom") &&
+            (bad > worst ||
+             (bad == worst && num(e, "bytes_allocated_peak") > num(oom, "bytes_allocated_peak"))))
+            oom = e;
         if (alen < sizeof avail - 24)
             alen += (size_t)snprintf(avail + alen, sizeof avail - alen, "%s%" PRId64,
                                      alen ? ", " : "", s);
     }
+    if (step < 0 && (failed || oom))
+        chosen = failed ? failed : oom;
     if (!chosen && step < 0)
         chosen = cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1);
     if (!chosen) {
@@ -434,8 +449,12 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
     int k = 0;
     cJSON_ArrayForEach(e, steps)
     {
-        qc_strbuf_printf(b, "%s{\"step\": %" PRId64 ", \"reasons\": ", k++ ? ", " : "",
-                         (int64_t)num(e, "step"));
+        qc_strbuf_printf(b,
+                         "%s{\"step\": %" PRId64 ", \"oom_events\": %" PRId64
+                         ", \"replans\": %" PRId64 ", \"bytes_allocated_peak\": %" PRIu64
+                         ", \"reasons\": ",
+                         k++ ? ", " : "", (int64_t)num(e, "step"), (int64_t)num(e, "oom_events"),
+                         (int64_t)num(e, "replans"), (uint64_t)num(e, "bytes_allocated_peak"));
         r = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, "reasons"));
         qc_strbuf_puts(b, r ? r : "[]");
         cJSON_free(r);

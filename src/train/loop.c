@@ -105,6 +105,7 @@ struct qc_trainer {
     int64_t total_steps;     /* the run ends at this step */
     int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
     int stop_sig, stop_rank; /* several ranks: the graceful stop agreed on, and whose signal */
+    const struct qc_memreport_stop *stopped; /* set while a stopped run writes its report */
     /* what the run writes and shows */
     struct qc_metrics_log *log; /* RUN/metrics.jsonl (rank 0); NULL on the others */
     struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
@@ -559,9 +560,13 @@ static enum qc_status run_group(struct qc_trainer *t, const struct step *s, int6
     if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
         t->local_in_epoch + g + 1 < s->nb_local)
         st = stage_next(t, &t->next);
-    if (st != QC_OK)
-        return qc_error_wrap(st, "train: step %" PRId64 ", group %" PRId64, t->st.step + 1,
-                             t->rank + g * t->world);
+    if (st != QC_OK) {  /* "train: step S, group G: <why>", the inner "train: " said once */
+        char why[4096]; /* qc_error_last holds at most 4095 bytes */
+        const char *e = qc_error_last();
+        snprintf(why, sizeof why, "%s", strncmp(e, "train: ", 7) == 0 ? e + 7 : e);
+        return qc_errorf(st, "train: step %" PRId64 ", group %" PRId64 ": %s", t->st.step + 1,
+                         t->rank + g * t->world, why);
+    }
     /* a split group's losses are the sums of its parts' (fp32 each, as one would be) */
     loss[0] = (double)(float)l.loss;
     loss[1] = (double)(float)l.reg_loss_propose;
@@ -686,9 +691,11 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
 {
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
-    if (t->trace)
-        QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
     train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
+    if (t->trace) { /* a step that ran out of memory and re-planned keeps its trace */
+        qc_steptrace_mark_replans(t->trace, train_mem_last_step(t->mem)->replans);
+        QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
+    }
     *m = (struct qc_step_metrics){
         .step = t->st.step,
         .epoch = s->epoch,
@@ -781,6 +788,7 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     r.ranks = ranks;
     r.zero_stage = t->cfg.zero_stage;
     r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
+    r.stopped = t->stopped;
     const enum qc_status st =
         t->rank == 0 ? qc_memreport_write(t->out_dir, &r, txt_path, n) : QC_OK;
     free(ranks);
@@ -830,13 +838,57 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
  * several ranks every rank comes here after the same step (the signal travelled in that step's
  * exchange); none leaves before rank 0 has written everything (a launcher may end the whole job
  * as soon as one rank exits non-zero), and every rank exits 128 + the same signal. */
+/* memory.json / memory.txt, then RUN/report.html (rank 0, log.report) of a run that stops,
+ * saying why (stop). */
+static enum qc_status stopped_report(struct qc_trainer *t, const struct qc_memreport_stop *stop)
+{
+    t->stopped = stop;
+    enum qc_status st = qc_trainer_memory_report(t, NULL, 0);
+    t->stopped = NULL;
+    if (st == QC_OK && t->cfg.log_report && t->rank == 0) {
+        const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
+        struct qc_report_info ri;
+        st = qc_report_write(&ro, &ri);
+        if (st == QC_OK)
+            qc_log(QC_LOG_INFO, "train: the memory report says why the run stopped: %s", ri.path);
+    }
+    return st;
+}
+
+/* A step failed (st, the message in qc_error_last): one rank alone keeps the failed step's
+ * trace and writes memory.json and report.html explaining why (the error names the scene and
+ * the budget it needs when one does not fit); several ranks write nothing more (the report is
+ * collective, and the others are not in this step any more). Returns st with its message. */
+static enum qc_status trainer_failed(struct qc_trainer *t, enum qc_status st)
+{
+    char msg[4096]; /* qc_error_last holds at most 4095 bytes */
+    snprintf(msg, sizeof msg, "%s", qc_error_last());
+    qc_progress_clear(t->prog);
+    if (t->world == 1) {
+        struct qc_alloc_stats as;
+        qc_alloc_stats_get(t->alloc, &as);
+        enum qc_status st2 = QC_OK;
+        if (t->trace)
+            st2 =
+                qc_steptrace_end_failed(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak);
+        const struct qc_memreport_stop stop = {"error", msg, t->st.step + 1};
+        if (st2 == QC_OK)
+            st2 = stopped_report(t, &stop);
+        if (st2 != QC_OK)
+            qc_log(QC_LOG_WARN, "train: the report of the failed run could not be written: %s",
+                   qc_error_last());
+    }
+    return qc_errorf(st, "%s", msg);
+}
+
 static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
 {
     qc_progress_clear(t->prog);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
+    const struct qc_memreport_stop stop = {sig == SIGINT ? "SIGINT" : "SIGTERM", "", t->st.step};
     if (t->mem_steps.n > 0)
-        QC_TRY(qc_trainer_memory_report(t, NULL, 0));
+        QC_TRY(stopped_report(t, &stop));
     if (t->log)
         QC_TRY(qc_metrics_sync(t->log));
     QC_TRY(train_dist_barrier(t->dist));
@@ -860,6 +912,7 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     po.label = "train";
     po.unit = "steps";
     po.total = (uint64_t)(t->total_steps > 0 ? t->total_steps : 0);
+    po.start = (uint64_t)(t->st.step > 0 ? t->st.step : 0); /* resumed: the rate from here */
     po.out = t->out;
     po.quiet = t->quiet;
     if (t->cfg.log_every <= 1)
@@ -868,11 +921,16 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     t->prog = NULL;
     QC_TRY(qc_progress_create(&po, &t->prog));
     if (!t->quiet) {
+        /* a batch holds at most the epoch's scenes (one scene of a one-scene file) */
+        const int64_t nsc = qc_loader_num_scenes(t->loader);
+        const int64_t per_batch =
+            t->nb == 1 && nsc > 0 && nsc < t->cfg.batch_size ? nsc : t->cfg.batch_size;
         fprintf(t->out,
-                "train: %" PRId64 " parameters, %" PRId64 " batches/epoch of %" PRId64
-                " scenes x %" PRId64 " groups/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
-                qc_qcnet_num_params(t->model), t->nb, t->cfg.batch_size, t->P, t->st.step,
-                t->total_steps, t->out_dir);
+                "train: %" PRId64 " parameters, %" PRId64 " batch%s/epoch of %" PRId64
+                " scene%s x %" PRId64 " group%s/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
+                qc_qcnet_num_params(t->model), t->nb, t->nb == 1 ? "" : "es", per_batch,
+                per_batch == 1 ? "" : "s", t->P, t->P == 1 ? "" : "s", t->st.step, t->total_steps,
+                t->out_dir);
         if (t->world > 1) /* (mpirun kills its ranks 1 s after a signal of its own) */
             fprintf(t->out,
                     "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
@@ -890,7 +948,9 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     int64_t sps_n = 0;
     while (t->st.step < t->total_steps) {
         struct qc_step_metrics m;
-        QC_TRY(qc_trainer_step(t, &m));
+        const enum qc_status sst = qc_trainer_step(t, &m);
+        if (sst != QC_OK)
+            return trainer_failed(t, sst);
         if (isnan(first_loss))
             first_loss = m.loss;
         last_loss = m.loss;

@@ -161,6 +161,13 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
         }
         sb_printf(&b, "%s]\n  }", pl->nblocks ? "\n    " : "");
     }
+    if (r->stopped) {
+        sb_printf(&b, ",\n  \"stopped\": {\"reason\": ");
+        sb_json_str(&b, r->stopped->reason ? r->stopped->reason : "error");
+        sb_printf(&b, ", \"step\": %" PRId64 ", \"message\": ", r->stopped->step);
+        sb_json_str(&b, r->stopped->message ? r->stopped->message : "");
+        sb_printf(&b, "}");
+    }
     if (r->nranks > 0) {
         sb_printf(&b,
                   ",\n  \"dist\": {\n    \"world_size\": %" PRId64 ",\n    \"zero_stage\": %" PRId64
@@ -229,8 +236,27 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
     char b1[32], b2[32], b3[32];
     sb_printf(&b, "qctrain memory report: step %" PRId64 " of %" PRId64 " (%s)\n\n", r->step,
               r->total_steps, r->device ? r->device : "cpu");
-    qc_format_bytes(s->bytes_allocated_peak, b1, sizeof b1);
-    sb_printf(&b, "peak allocated   %10s  at step %" PRId64 "\n", b1, p->step);
+    if (r->stopped)
+        sb_printf(&b, "STOPPED at step %" PRId64 " (%s)%s%s\n\n", r->stopped->step,
+                  r->stopped->reason ? r->stopped->reason : "error",
+                  r->stopped->message && r->stopped->message[0] ? ": " : "",
+                  r->stopped->message ? r->stopped->message : "");
+    /* several ranks: the largest rank's peak decides whether the job fits */
+    int64_t top = -1;
+    for (int64_t i = 0; i < r->nranks; i++)
+        if (top < 0 || r->ranks[i].peak_allocated_bytes > r->ranks[top].peak_allocated_bytes)
+            top = i;
+    if (r->nranks > 1) {
+        qc_format_bytes(r->ranks[top].peak_allocated_bytes, b1, sizeof b1);
+        qc_format_bytes(s->bytes_allocated_peak, b2, sizeof b2);
+        sb_printf(&b,
+                  "peak allocated   %10s  on rank %" PRId64 ", the largest of %" PRId64
+                  " ranks (rank 0: %s at step %" PRId64 "; the rest is rank 0's)\n",
+                  b1, r->ranks[top].rank, r->nranks, b2, p->step);
+    } else {
+        qc_format_bytes(s->bytes_allocated_peak, b1, sizeof b1);
+        sb_printf(&b, "peak allocated   %10s  at step %" PRId64 "\n", b1, p->step);
+    }
     qc_format_bytes(s->bytes_reserved_peak, b1, sizeof b1);
     sb_printf(&b, "peak reserved    %10s", b1);
     if (s->bytes_budget)

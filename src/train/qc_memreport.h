@@ -11,7 +11,9 @@
  * taken within 1 % below the true peak: qc_alloc.h), the planner's plan of the step with the
  * highest measured peak (policy, stash bytes and predicted time per block application), and for
  * a data-parallel run each rank's bytes of parameters, gradients, AdamW moments and
- * communication buffers (rank 0 writes the report; the rest of it is rank 0's own figures).
+ * communication buffers (rank 0 writes the report; the rest of it is rank 0's own figures; the
+ * text's headline is the largest rank's peak), and for a run that stopped early (an error, a
+ * signal) why: the error, the step. A run that fails writes it too (qc_trainer_run).
  */
 #ifndef QC_TRAIN_QC_MEMREPORT_H
 #define QC_TRAIN_QC_MEMREPORT_H
@@ -61,6 +63,14 @@ struct qc_memreport_rank {
     uint64_t peak_allocated_bytes; /* the rank's allocator peak over the run */
 };
 
+/* Why a run stopped before its last step (memory.json "stopped"). */
+struct qc_memreport_stop {
+    const char *reason;  /* "error", "SIGINT" or "SIGTERM" */
+    const char *message; /* the error as qctrain prints it (names the scene and the budget it
+                            needs when one does not fit); "" for a signal */
+    int64_t step;        /* the step it stopped in (error) or after (signal) */
+};
+
 /* Everything one report shows; the pointers are borrowed for the call. */
 struct qc_memreport {
     const char *device;                    /* "cpu" / "cuda" */
@@ -77,6 +87,7 @@ struct qc_memreport {
     int64_t zero_stage;
     const struct qc_memreport_rank *ranks; /* [nranks], in rank order */
     int64_t nranks;
+    const struct qc_memreport_stop *stopped; /* NULL: the run did not stop early */
 };
 
 /* The per-step series a run collects for the report (qc_memreport.steps / nsteps).

@@ -8,9 +8,13 @@
  *   first   the first QC_STEPTRACE_FIRST steps (warm-up: the cache is filled there);
  *   peak    the step with the largest allocated peak so far (replaced when a later step peaks
  *           higher; the previous one's file goes unless it is kept for another reason);
- *   every   steps that are multiples of alloc.trace_every (0 = none).
+ *   every   steps that are multiples of alloc.trace_every (0 = none);
+ *   oom     steps that ran out of memory (an allocation failed, or the trainer re-planned:
+ *           qc_steptrace_mark_replans), whatever alloc.trace_every says; index.json gives each
+ *           "oom_events" (failed allocations) and "replans";
+ *   failed  the step the run stopped at with an error (qc_steptrace_end_failed).
  * Bound: the files together stay within alloc.trace_max_bytes. When a new step would pass it,
- * the oldest "every" steps are dropped first; the first and peak steps are never dropped (a
+ * the oldest "every" steps are dropped first; the other steps are never dropped (a
  * step that still does not fit is skipped and logged once). A step with more events than the
  * allocator's trace ring (65536) keeps its newest events and says how many were lost.
  *
@@ -50,6 +54,16 @@ void qc_steptrace_begin(struct qc_steptrace *s, int64_t step);
  * kept. QC_ERR_IO naming the file (the run folder not writable, disk full). */
 enum qc_status qc_steptrace_end(struct qc_steptrace *s, uint64_t bytes_allocated_peak,
                                 uint64_t bytes_reserved_peak);
+
+/* Notes that the step in progress rolled back and re-planned `replans` groups after running
+ * out of memory (the trainer knows; an allocator failure is seen without it): such a step is
+ * kept with the reason "oom", and index.json gives its "replans". NULL is a no-op. */
+void qc_steptrace_mark_replans(struct qc_steptrace *s, int64_t replans);
+/* Ends the step begun last as the one the run stops at (an error in the step): kept, with the
+ * reason "failed" (and "oom" when an allocation failed), so the report can show it. No step
+ * begun: a no-op. Same errors. */
+enum qc_status qc_steptrace_end_failed(struct qc_steptrace *s, uint64_t bytes_allocated_peak,
+                                       uint64_t bytes_reserved_peak);
 
 #ifdef __cplusplus
 }

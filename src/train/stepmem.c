@@ -487,6 +487,9 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         /* rollback: nothing of this group stays; re-plan with a larger margin */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", qc_error_last());
+        char *hint = strstr(msg, "\nhint:"); /* recovered here: no advice for the user */
+        if (hint)
+            *hint = '\0';
         struct qc_alloc_stats as;
         qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
         st = keep_reduced(tm, model);

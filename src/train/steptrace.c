@@ -27,12 +27,17 @@
 #define REASON_FIRST 1u
 #define REASON_PEAK  2u
 #define REASON_EVERY 4u
+#define REASON_OOM   8u  /* the step ran out of memory (and was re-planned, or failed) */
+#define REASON_FAIL  16u /* the step failed: the run stopped there */
+#define NREASONS     5
 
 /* One kept step. */
 struct kept_step {
     int64_t step;
     unsigned reasons;        /* REASON_* */
     uint64_t events, lost;   /* events in the file; events of the step the ring had dropped */
+    uint64_t ooms;           /* allocations of the step that failed (QC_ERR_NOMEM) */
+    int64_t replans;         /* the step's groups rolled back and re-planned */
     uint64_t file_bytes;     /* size of the step's file */
     uint64_t t_begin_ns;     /* CLOCK_MONOTONIC at begin (the events' clock) */
     uint64_t t_end_ns;       /* CLOCK_MONOTONIC at end */
@@ -57,6 +62,9 @@ struct qc_steptrace {
     /* the step in progress */
     int64_t step;
     uint64_t count0, t0;
+    uint64_t ooms0;  /* the allocator's run-wide failed allocations when the step began */
+    bool failing;    /* qc_steptrace_end_failed: the step the run stops at */
+    int64_t replans; /* qc_steptrace_mark_replans of the step */
     struct qc_alloc_peak_snapshot start;
     /* kept steps, in step order */
     struct kept_step *kept;
@@ -106,6 +114,11 @@ void qc_steptrace_begin(struct qc_steptrace *s, int64_t step)
     s->step = step;
     s->count0 = qc_alloc_trace_read(s->a, NULL, 0, &n);
     s->t0 = mono_ns();
+    struct qc_alloc_stats as;
+    qc_alloc_stats_get_run(s->a, &as);
+    s->ooms0 = as.n_ooms;
+    s->failing = false;
+    s->replans = 0;
     qc_alloc_peak_snapshot_step(s->a, &s->start);
 }
 
@@ -114,7 +127,7 @@ static void step_path(const struct qc_steptrace *s, int64_t step, char *out, siz
     snprintf(out, n, "%s/step-%06" PRId64 ".qctrace", s->dir, step);
 }
 
-static const char *reason_names[] = {"first", "peak", "every"};
+static const char *reason_names[NREASONS] = {"first", "peak", "every", "oom", "failed"};
 
 /* Rewrites RUN/trace/index.json from the kept steps. */
 static enum qc_status write_index(const struct qc_steptrace *s)
@@ -132,18 +145,18 @@ static enum qc_status write_index(const struct qc_steptrace *s)
                          ".qctrace\", \"reasons\": [",
                          i ? "," : "", k->step, k->step);
         int nr = 0;
-        for (unsigned r = 0; r < 3; r++)
+        for (unsigned r = 0; r < NREASONS; r++)
             if (k->reasons & (1u << r))
                 qc_strbuf_printf(&b, "%s\"%s\"", nr++ ? ", " : "", reason_names[r]);
         qc_strbuf_printf(
             &b,
-            "], \"events\": %" PRIu64 ", \"events_lost\": %" PRIu64 ", \"file_bytes\": %" PRIu64
-            ", \"t_begin_ns\": %" PRIu64 ", \"t_end_ns\": %" PRIu64
-            ", \"bytes_allocated_peak\": %" PRIu64 ", \"bytes_reserved_peak\": %" PRIu64
-            ", \"bytes_allocated_at_begin\": %" PRIu64 ", \"bytes_reserved_at_begin\": %" PRIu64
-            ",\n     \"live_at_begin\": [",
-            k->events, k->lost, k->file_bytes, k->t_begin_ns, k->t_end_ns, k->allocated_peak,
-            k->reserved_peak, k->live_at_begin, k->reserved_at_begin);
+            "], \"events\": %" PRIu64 ", \"events_lost\": %" PRIu64 ", \"oom_events\": %" PRIu64
+            ", \"replans\": %" PRId64 ", \"file_bytes\": %" PRIu64 ", \"t_begin_ns\": %" PRIu64
+            ", \"t_end_ns\": %" PRIu64 ", \"bytes_allocated_peak\": %" PRIu64
+            ", \"bytes_reserved_peak\": %" PRIu64 ", \"bytes_allocated_at_begin\": %" PRIu64
+            ", \"bytes_reserved_at_begin\": %" PRIu64 ",\n     \"live_at_begin\": [",
+            k->events, k->lost, k->ooms, k->replans, k->file_bytes, k->t_begin_ns, k->t_end_ns,
+            k->allocated_peak, k->reserved_peak, k->live_at_begin, k->reserved_at_begin);
         for (uint32_t j = 0; j < k->nblocks; j++) {
             qc_strbuf_puts(&b, j ? ", {\"name\": " : "{\"name\": ");
             qc_strbuf_json_str(&b, k->blocks[j].name);
@@ -229,6 +242,21 @@ static bool make_room(struct qc_steptrace *s, uint64_t need, enum qc_status *st)
     return true;
 }
 
+void qc_steptrace_mark_replans(struct qc_steptrace *s, int64_t replans)
+{
+    if (s && s->step >= 0 && replans > 0)
+        s->replans += replans;
+}
+
+enum qc_status qc_steptrace_end_failed(struct qc_steptrace *s, uint64_t bytes_allocated_peak,
+                                       uint64_t bytes_reserved_peak)
+{
+    if (s->step < 0)
+        return QC_OK;
+    s->failing = true;
+    return qc_steptrace_end(s, bytes_allocated_peak, bytes_reserved_peak);
+}
+
 enum qc_status qc_steptrace_end(struct qc_steptrace *s, uint64_t bytes_allocated_peak,
                                 uint64_t bytes_reserved_peak)
 {
@@ -243,6 +271,15 @@ enum qc_status qc_steptrace_end(struct qc_steptrace *s, uint64_t bytes_allocated
         reasons |= REASON_PEAK;
     if (s->every > 0 && step % s->every == 0)
         reasons |= REASON_EVERY;
+    /* a step that ran out of memory is kept whatever alloc.trace_every says: it is what the
+     * report explains first */
+    struct qc_alloc_stats as;
+    qc_alloc_stats_get_run(s->a, &as);
+    const uint64_t ooms = as.n_ooms - s->ooms0;
+    if (ooms > 0 || s->replans > 0)
+        reasons |= REASON_OOM;
+    if (s->failing)
+        reasons |= REASON_FAIL;
     s->nsteps_run++;
     if (bytes_allocated_peak > s->best_peak)
         s->best_peak = bytes_allocated_peak;
@@ -310,6 +347,8 @@ enum qc_status qc_steptrace_end(struct qc_steptrace *s, uint64_t bytes_allocated
     k->reasons = reasons;
     k->events = n;
     k->lost = in_step - n;
+    k->ooms = ooms;
+    k->replans = s->replans;
     k->file_bytes = file_bytes;
     k->t_begin_ns = s->t0;
     k->t_end_ns = mono_ns();

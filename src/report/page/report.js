@@ -35,6 +35,29 @@
     var s = i === 0 ? String(Math.round(v)) : v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0);
     return (b < 0 ? '-' : '') + s + ' ' + units[i];
   }
+  /* Axis ticks at round binary steps (1, 2, 4, 8 ... x 1024^k bytes: 64 MiB, not 47.7 MiB),
+   * 4 to 10 of them over [lo, hi]. */
+  function binaryTicks(lo, hi) {
+    lo = Math.min(0, lo);
+    if (!(hi > lo)) return [{ v: 0, label: '0 B' }];
+    var step = 1;
+    while ((hi - lo) / step > 8) step *= 2;
+    var out = [];
+    for (var v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) {
+      out.push({ v: v, label: fmtBytes(v) });
+    }
+    return out;
+  }
+  function dygraphBinaryTicker(min, max) { return binaryTicks(min, max); }
+  /* True when every value of the series is 0 or missing (the chart would draw a flat line on an
+   * axis of "1 B"). A value may be [lo, mean, hi]. */
+  function allZero(values) {
+    return values.every(function (v) {
+      if (v === null || v === undefined) return true;
+      if (Array.isArray(v)) return v.every(function (x) { return !x; });
+      return !v;
+    });
+  }
   function fmtInt(n) {
     return Number(n).toLocaleString('en-US');
   }
@@ -174,6 +197,15 @@
             ' (tools/install-deps) and run qctrain report again for charts.').id = 'lib-missing-' + l[0];
         }
       });
+    /* a run that stopped early says why, first */
+    var stop = get(D, 'memory.stopped', null);
+    if (stop) {
+      var n = note(box, 'The run stopped at step ' + stop.step + ' (' + stop.reason + '): ' +
+        stop.message, 'error');
+      n.id = 'stopped';
+      n.setAttribute('data-reason', String(stop.reason));
+      n.setAttribute('data-step', String(stop.step));
+    }
     (D.notes || []).forEach(function (t) { note(box, t); });
   }
 
@@ -196,6 +228,19 @@
         ' events and shows the one with the most allocated bytes' : '') +
       (T.events_lost ? '; the ring had dropped the step\'s first ' + fmtInt(T.events_lost) +
         ' events' : '') + '.'));
+    var ooms = (T.available || []).filter(function (a) { return a.reasons.indexOf('oom') >= 0; });
+    if (ooms.length) {
+      var p = add(b, el('p', { 'class': 'notice error', id: 'timeline-ooms',
+        'data-steps': ooms.map(function (a) { return a.step; }).join(','),
+        'data-shown': String(T.step) }, 'Steps that ran out of memory and were re-planned: ' +
+        ooms.map(function (a) {
+          return a.step + ' (' + (a.oom_events || 0) + ' failed allocations, ' +
+            (a.replans || 0) + ' re-plans)';
+        }).join(', ') + '. ' + (T.reasons.indexOf('oom') >= 0 ? 'This is step ' + T.step +
+          ', the worst of them (the most failed allocations and re-plans).' :
+          'qctrain report RUN --step N shows one.')));
+      p.setAttribute('data-count', String(ooms.length));
+    }
     add(b, el('p', { 'class': 'muted' }, 'Steps with a trace: ' + avail +
       '. Another one: qctrain report RUN --step N. Hover for the event (tensor tag, bytes, ' +
       'time); drag to zoom, double-click to reset.'));
@@ -204,6 +249,11 @@
     T.groups.forEach(function (g, k) {
       if (T.stack.some(function (row) { return row[k] !== 0; })) used.push(k);
     });
+    if (!T.x.length) { /* e.g. a step that failed before it allocated */
+      add(b, el('p', { 'class': 'muted', id: 'timeline-empty' },
+        'The allocator recorded no event in this step.'));
+      return;
+    }
     if (!HAVE_DYGRAPHS) {
       timelineTables(b, T, used);
       return;
@@ -240,7 +290,8 @@
       });
       canvas.setLineDash([]);
     }
-    var yAxis = { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, axisLabelWidth: 70 };
+    var yAxis = { valueFormatter: fmtBytes, axisLabelFormatter: fmtBytes, axisLabelWidth: 70,
+      ticker: dygraphBinaryTicker };
     var g1 = new window.Dygraph(div1, rows1, {
       labels: ['time (ms)'].concat(order.map(function (k) { return T.groups[k]; })),
       stackedGraph: true, fillGraph: true, fillAlpha: 0.6, strokeWidth: 0.8,
@@ -317,8 +368,22 @@
     var b = body('blocks');
     var m = D.memory, a = m.allocator || {}, p = m.peak || {};
     var figs = add(b, el('div', { 'class': 'figs' }));
-    fig(figs, 'peak allocated', 'fig-peak-allocated', fmtBytes(a.bytes_allocated_peak) + ' (' +
-      fmtInt(a.bytes_allocated_peak) + ' bytes)', { 'data-bytes': String(a.bytes_allocated_peak) });
+    /* several ranks: the headline is the largest rank's peak (what decides whether the job
+     * fits), the per-rank table beside it; the other figures are rank 0's */
+    var ranks = get(m, 'dist.ranks', []) || [];
+    if (ranks.length > 1) {
+      var top = ranks[0];
+      ranks.forEach(function (r) { if (r.peak_allocated_bytes > top.peak_allocated_bytes) top = r; });
+      fig(figs, 'peak allocated (largest of ' + ranks.length + ' ranks: rank ' + top.rank + ')',
+        'fig-peak-allocated', fmtBytes(top.peak_allocated_bytes) + ' (' +
+        fmtInt(top.peak_allocated_bytes) + ' bytes)', { 'data-bytes': String(top.peak_allocated_bytes),
+        'data-rank': String(top.rank) });
+      fig(figs, 'rank 0 peak allocated', 'fig-peak-allocated-rank0', fmtBytes(a.bytes_allocated_peak),
+        { 'data-bytes': String(a.bytes_allocated_peak) });
+    } else {
+      fig(figs, 'peak allocated', 'fig-peak-allocated', fmtBytes(a.bytes_allocated_peak) + ' (' +
+        fmtInt(a.bytes_allocated_peak) + ' bytes)', { 'data-bytes': String(a.bytes_allocated_peak) });
+    }
     fig(figs, 'peak reserved', 'fig-peak-reserved', fmtBytes(a.bytes_reserved_peak),
       { 'data-bytes': String(a.bytes_reserved_peak) });
     fig(figs, 'fragmentation', 'fig-fragmentation',
@@ -332,6 +397,19 @@
       fmtBytes(p.snapshot_bytes_allocated) + ' live in ' + fmtInt(p.blocks) + ' blocks and ' +
       fmtInt(p.tags) + ' tags (the snapshot is within 1 % below the true peak, ' +
       'docs/MEMORY_REPORT.md). Click a column to sort.'));
+    if (ranks.length > 1) {
+      add(b, el('h3', null, 'Per rank (' + ranks.length + ' ranks, ZeRO stage ' +
+        get(m, 'dist.zero_stage', '?') + '); the breakdown below is rank 0\'s'));
+      table(b, [{ label: 'rank', num: true, sort: true }, { label: 'peak allocated', num: true, sort: true },
+        { label: 'params', num: true, sort: true }, { label: 'grads (reduced)', num: true, sort: true },
+        { label: 'AdamW moments', num: true, sort: true }, { label: 'comm buffers', num: true, sort: true }],
+      ranks.map(function (r) {
+        return [{ text: String(r.rank), sort: r.rank }, bytesCell(r.peak_allocated_bytes),
+          bytesCell(r.params_bytes), { text: fmtBytes(r.grads_bytes) + ' (' +
+            fmtBytes(r.grads_reduced_bytes) + ')', sort: r.grads_bytes },
+          bytesCell(r.moments_bytes), bytesCell(r.comm_bytes)];
+      }), 'ranks-table');
+    }
     var plan = m.plan || null;
     var planBy = {};
     if (plan) renderPlan(b, plan, p, planBy);
@@ -385,7 +463,10 @@
         plugins: { legend: { display: !!plan }, tooltip: { callbacks: {
           label: function (c) { return c.dataset.label + ': ' + fmtBytes(c.raw) + ' (' + fmtInt(c.raw) + ' B)'; }
         } } },
-        scales: { x: { ticks: { callback: function (v) { return fmtBytes(v); } } },
+        scales: { x: { ticks: { callback: function (v) { return fmtBytes(v); } },
+          afterBuildTicks: function (axis) {
+            axis.ticks = binaryTicks(axis.min, axis.max).map(function (t) { return { value: t.v }; });
+          } },
           y: { ticks: { autoSkip: false, font: { size: 10 } } } }
       }
     });
@@ -404,12 +485,29 @@
     var measured = {};
     (peak.by_block || []).forEach(function (e) { measured[e.name] = e.bytes; });
     (plan.blocks || []).forEach(function (pb) { planBy[pb.name] = pb; });
+    /* each planned row's own measured bytes (report_plan.c: its tensors' most live bytes in the
+     * plan step's trace); a memory.json without them falls back to the block of that name */
+    var sumP = 0, sumM = 0, nM = 0;
+    (plan.blocks || []).forEach(function (pb) {
+      if (typeof pb.measured_bytes === 'number') { sumP += pb.bytes; sumM += pb.measured_bytes; nM++; }
+    });
+    if (nM) {
+      fig(figs, 'stash measured / planned', 'fig-plan-stash', fmtBytes(sumM) + ' / ' +
+        fmtBytes(sumP) + ' over ' + nM + ' rows', { 'data-measured': String(sumM),
+        'data-planned': String(sumP), 'data-rows': String(nM) });
+      add(b, el('p', { 'class': 'muted' }, 'Measured bytes: what each planned block\'s tensors ' +
+        'held live at most, from the ' + (plan.measured_from || 'trace') + ' (allocator tags ' +
+        'read as planned names: "edges/pl2a.r" is edges.pl2a, ".../app4.stash" is .../app4).'));
+    } else if ((plan.blocks || []).length) {
+      add(b, el('p', { 'class': 'muted' }, 'The plan\'s step has no trace in this run folder: ' +
+        'only blocks whose name is an allocator block show a measured figure.'));
+    }
     table(b, [{ label: 'block', sort: true }, { label: 'policy', sort: true },
       { label: 'predicted bytes', num: true, sort: true },
       { label: 'measured bytes', num: true, sort: true },
       { label: 'predicted time (s)', num: true, sort: true }],
     (plan.blocks || []).map(function (pb) {
-      var mb = measured[pb.name];
+      var mb = typeof pb.measured_bytes === 'number' ? pb.measured_bytes : measured[pb.name];
       return [pb.name, pb.policy, bytesCell(pb.bytes),
         mb === undefined ? { text: '—', sort: -1 } : bytesCell(mb),
         { text: fmtNum(pb.predicted_time_s), sort: pb.predicted_time_s }];
@@ -426,6 +524,13 @@
     ['eval_loss', 'validation loss'], ['eval_dist', 'validation displacement errors (m)'],
     ['eval_rate', 'validation miss rate and Brier'], ['eval_heading', 'validation heading errors (rad)']
   ];
+
+  /* What a chart whose every value is zero says instead. */
+  var ZERO_TEXT = {
+    offload: 'Nothing offloaded or recomputed in any step: every stash was kept on the device.',
+    stall: 'No prefetch stall in any step.',
+    plan: 'No re-plan, split or skipped scene in any step.'
+  };
 
   function renderCurves() {
     var b = body('curves');
@@ -450,6 +555,12 @@
       if (!ms.length) return;
       var unit = ms[0].unit;
       add(b, el('h3', null, ch[1]));
+      if (ms.every(function (m) { return allZero(src.series[m.key]); })) {
+        /* nothing to draw: say so instead of a flat line on an axis of "1 B" */
+        add(b, el('p', { 'class': 'muted', id: 'curve-' + ch[0] + '-none' },
+          ZERO_TEXT[ch[0]] || 'Zero in every step.'));
+        return;
+      }
       if (!HAVE_DYGRAPHS) {
         curveTable(b, src, ms, ch[0]);
         return;
@@ -466,8 +577,10 @@
         labelsDiv: legend, legend: 'always', xlabel: 'step', strokeWidth: 1.4,
         drawPoints: src.x.length < 60, connectSeparatedPoints: true,
         colors: COLORS.slice(0, ms.length),
-        axes: { y: { valueFormatter: fmt, axisLabelFormatter: axisFmt, axisLabelWidth: 70 },
-          x: { axisLabelFormatter: stepLabel } }
+        axes: { y: unit === 'bytes' ? { valueFormatter: fmt, axisLabelFormatter: axisFmt,
+          axisLabelWidth: 70, ticker: dygraphBinaryTicker } :
+          { valueFormatter: fmt, axisLabelFormatter: axisFmt, axisLabelWidth: 70 },
+        x: { axisLabelFormatter: stepLabel } }
       });
       if (!isEval) graphs.push(g);
     });
