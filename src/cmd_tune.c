@@ -1,19 +1,23 @@
 /*
  * cmd_tune.c — `qctrain tune`: writes the fastest preset that fits a memory budget, measured,
  * not guessed (src/tune/README.md). Prints the candidates predicted against measured (text, or
- * one JSON object with --json), writes the preset atomically, shows a progress bar over the time
- * limit, and on Ctrl-C writes the best so far and exits 130.
+ * one JSON object with --json) and then writes the preset atomically (the output path is
+ * checked before the search), shows a progress bar over the candidates measured, and on Ctrl-C
+ * writes the best so far and exits 130.
  */
 #include "qc_cli.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "qc_cleanup.h"
 #include "qc_file.h"
@@ -70,22 +74,59 @@ static const char *state_str(enum qc_tune_state s)
 
 struct bar {
     struct qc_progress *p;
-    double limit;
 };
 
-static void on_progress(void *user, const char *what, double fraction)
+/* The bar counts candidates measured of those the search means to measure. */
+static void on_progress(void *user, const char *what, int64_t done, int64_t total)
 {
     struct bar *b = user;
     if (!b->p)
         return;
     qc_progress_set(b->p, "now", "%s", what);
-    qc_progress_update(b->p, (uint64_t)(fmin(fraction, 1.0) * b->limit));
+    qc_progress_set_total(b->p, (uint64_t)(total > 0 ? total : 0));
+    qc_progress_update(b->p, (uint64_t)(done > 0 ? done : 0));
+}
+
+/* Refuses an --out the preset could not be written to, before the search runs: a folder, or a
+ * file in a folder that does not exist or is not writable. */
+static enum qc_status check_out_path(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return qc_errorf(QC_ERR_INVALID,
+                         "tune: --out %s is a folder; the preset is one .json file\nhint: --out "
+                         "%s/tuned.json",
+                         path, path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_errorf(QC_ERR_INVALID,
+                         "tune: --out %s: the folder %s does not exist\nhint: mkdir -p %s, or "
+                         "give a path in an existing folder",
+                         path, dir, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return qc_errorf(QC_ERR_INVALID, "tune: --out %s: the folder %s is not writable (%s)", path,
+                         dir, strerror(errno));
+    return QC_OK;
 }
 
 static bool on_stop(void *user)
 {
     (void)user;
     return qc_cleanup_stop_signal() != 0;
+}
+
+/* The measured step times' spread: (slowest - fastest) / median, in %. */
+static double spread_pct(const struct qc_tune_candidate *c)
+{
+    return c->m.step_s > 0 ? 100.0 * (c->m.step_s_max - c->m.step_s_min) / c->m.step_s : 0.0;
 }
 
 /* The rows of the text table: measured candidates in run order, then the best predicted
@@ -105,15 +146,14 @@ static void print_row(FILE *out, const struct qc_tune_result *r, int64_t i)
             c->set.cpu_threads, pk, c->samples_per_s);
     if (c->state == QC_TUNE_MEASURED) {
         qc_format_bytes(c->m.peak_bytes, mp, sizeof mp);
-        fprintf(out, " %9.4f %10s %7" PRId64 "%s%s\n", c->measured_sps, mp, c->m.replans,
-                c->m.failed ? "  FAILED: " : "", c->m.failed ? c->m.note : "");
+        fprintf(out, " %9.4f %6.1f%% %10s %7" PRId64 "%s%s\n", c->measured_sps, spread_pct(c), mp,
+                c->m.replans, c->m.failed ? "  FAILED: " : "", c->m.failed ? c->m.note : "");
     } else {
-        fprintf(out, " %9s %10s %7s  %s\n", "-", "-", "-", state_str(c->state));
+        fprintf(out, " %9s %7s %10s %7s  %s\n", "-", "-", "-", "-", state_str(c->state));
     }
 }
 
-static void print_text(FILE *out, const struct qc_tune_result *r, const char *desc,
-                       const char *path)
+static void print_text(FILE *out, const struct qc_tune_result *r, const char *desc)
 {
     int64_t pruned = 0;
     for (int64_t i = 0; i < r->ncand; i++)
@@ -124,9 +164,9 @@ static void print_text(FILE *out, const struct qc_tune_result *r, const char *de
             "%" PRId64 " candidates: %" PRId64 " predicted over the budget (never run), %" PRId64
             " measured, in %s%s\n\n",
             r->ncand, pruned, r->runs, el, r->stopped ? " (stopped early)" : "");
-    fprintf(out, "%5s %5s %5s %-8s %-4s %-9s %5s %-10s %7s %7s %10s %9s %9s %10s %7s\n", "#",
+    fprintf(out, "%5s %5s %5s %-8s %-4s %-9s %5s %-10s %7s %7s %10s %9s %9s %7s %10s %7s\n", "#",
             "batch", "accum", "attn", "prec", "policy", "margn", "window", "loaders", "threads",
-            "pred peak", "pred sps", "meas sps", "meas peak", "replans");
+            "pred peak", "pred sps", "meas sps", "spread", "meas peak", "replans");
     for (int64_t k = 1; k <= r->runs; k++)
         for (int64_t i = 0; i < r->ncand; i++)
             if (r->cand[i].state == QC_TUNE_MEASURED && r->cand[i].order == k)
@@ -152,7 +192,15 @@ static void print_text(FILE *out, const struct qc_tune_result *r, const char *de
         shown++;
     }
     free(done);
-    fprintf(out, "\nchosen (*): %s\nwrote %s\n", desc, path);
+    fprintf(out, "\nchosen (*): %s\n", desc);
+    if (r->within_noise_of >= 0) {
+        const struct qc_tune_candidate *b = &r->cand[r->best], *o = &r->cand[r->within_noise_of];
+        fprintf(out,
+                "not a clear winner: #%" PRId64 " measured %.4g samples/s against %.4g, within "
+                "the noise of the step times (spread %.1f %% and %.1f %%); more "
+                "--measure-steps would tell them apart\n",
+                r->within_noise_of, o->measured_sps, b->measured_sps, spread_pct(o), spread_pct(b));
+    }
 }
 
 static cJSON *candidate_json(const struct qc_tune_result *r, int64_t i)
@@ -183,6 +231,8 @@ static cJSON *candidate_json(const struct qc_tune_result *r, int64_t i)
         cJSON_AddNumberToObject(o, "run", (double)c->order);
         cJSON_AddNumberToObject(o, "predicted_step_s_at_run", c->predicted_at_run_s);
         cJSON_AddNumberToObject(o, "measured_step_s", c->m.step_s);
+        cJSON_AddNumberToObject(o, "measured_step_s_min", c->m.step_s_min);
+        cJSON_AddNumberToObject(o, "measured_step_s_max", c->m.step_s_max);
         cJSON_AddNumberToObject(o, "measured_samples_per_s", c->measured_sps);
         cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)c->m.peak_bytes);
         cJSON_AddNumberToObject(o, "measured_steps", (double)c->m.steps);
@@ -223,6 +273,10 @@ static enum qc_status print_json(FILE *out, const struct qc_tune_result *r, uint
         heavy = NULL;
         cJSON_AddNumberToObject(o, "chosen", (double)r->best);
         cJSON_AddBoolToObject(o, "chosen_measured", r->best_measured);
+        if (r->within_noise_of >= 0)
+            cJSON_AddNumberToObject(o, "within_noise_of", (double)r->within_noise_of);
+        else
+            cJSON_AddNullToObject(o, "within_noise_of");
         cJSON_AddItemToObject(o, "candidates", cands);
         cands = NULL;
         cJSON_AddItemToObject(o, "preset", p);
@@ -272,9 +326,12 @@ static void describe(char *buf, size_t n, const struct qc_tune_result *r,
         qc_format_bytes(c->m.peak_bytes, mp, sizeof mp);
         snprintf(buf + w, n - (size_t)w,
                  "measured %.4g samples/s, peak %s (predicted %.4g samples/s, heavy-tail peak "
-                 "%s); %" PRId64 " of %" PRId64 " candidates run%s.",
+                 "%s); %" PRId64 " of %" PRId64 " candidates run%s%s.",
                  c->measured_sps, mp, c->samples_per_s, pk, r->runs, r->ncand,
-                 r->stopped ? ", stopped early" : "");
+                 r->stopped ? ", stopped early" : "",
+                 r->within_noise_of >= 0 ? "; not a clear winner: another candidate measured "
+                                           "within the noise of the step times"
+                                         : "");
     } else {
         snprintf(buf + w, n - (size_t)w,
                  "predicted only (%s), not measured: %.4g samples/s, heavy-tail peak %s.",
@@ -290,13 +347,16 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     bool json = false, dry = false, allow_precision = false;
     uint64_t budget = cfg.device_budget;
     const char *limit_s = "10m", *out_path = "tuned.json";
-    int64_t steps = 3, runs = 3, tail = 32, G = cfg.global_batch;
+    int64_t steps = 4, runs = 3, tail = 32, G = cfg.global_batch;
     const int64_t ranks = cfg.world_size > 0 ? cfg.world_size : 1;
     if (G == 0)
         G = cfg.batch_size * cfg.grad_accum * ranks;
-    char d_budget[32], d_g[32];
+    char d_budget[32], d_g[96];
     snprintf(d_budget, sizeof d_budget, "%" PRIu64, budget);
-    snprintf(d_g, sizeof d_g, "%" PRId64, G);
+    if (cfg.global_batch > 0)
+        snprintf(d_g, sizeof d_g, "%" PRId64 ", the base's train.global_batch", G);
+    else
+        snprintf(d_g, sizeof d_g, "%" PRId64 ", the base's batch_size x grad_accum x ranks", G);
     const struct qc_cli_opt opts[] = {
         {"data", QC_CLI_STRINGS, &data, "",
          "qcshard file(s) to tune on; none: generated mixed scenes"},
@@ -305,10 +365,10 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
          "no measurement starts past it: 90s, 10m, 1h"},
         {"out", QC_CLI_STRING, &out_path, "tuned.json", "the preset written"},
         {"global-batch", QC_CLI_INT, &G, d_g,
-         "scenes per optimizer step over all ranks (train.global_batch; default the base's "
-         "batch_size x grad_accum x ranks)"},
-        {"measure-steps", QC_CLI_INT, &steps, "3",
-         "optimizer steps per measured candidate (the first is a warm-up)"},
+         "scenes per optimizer step over all ranks (train.global_batch)"},
+        {"measure-steps", QC_CLI_INT, &steps, "4",
+         "optimizer steps per measured candidate: the first is a warm-up, the others are timed "
+         "(at least 2, for the spread that tells two candidates apart)"},
         {"max-runs", QC_CLI_INT, &runs, "3",
          "best predicted candidates measured (then loader-thread variants of the fastest)"},
         {"tail-scenes", QC_CLI_INT, &tail, "32", "scenes weighed to find the heaviest"},
@@ -327,10 +387,15 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     QC_TRY(qc_train_cli_finish("tune", pos, npos, &data, NULL, &cfg));
     double limit = 0;
     QC_TRY(parse_duration(limit_s, &limit));
-    if (steps < 1 || runs < 1 || tail < 1 || G < 1)
+    if (runs < 1 || tail < 1 || G < 1)
         return qc_errorf(QC_ERR_INVALID,
-                         "tune: --measure-steps, --max-runs, --tail-scenes and --global-batch "
-                         "must be >= 1");
+                         "tune: --max-runs, --tail-scenes and --global-batch must be >= 1");
+    if (steps < 3)
+        return qc_errorf(QC_ERR_INVALID,
+                         "tune: --measure-steps %" PRId64 ": at least 3 (a warm-up step, then two "
+                         "timed ones: one timed step has no spread, and without a spread two "
+                         "candidates cannot be told apart)",
+                         steps);
     if (G % ranks != 0)
         return qc_errorf(QC_ERR_INVALID,
                          "tune: --global-batch %" PRId64 " does not split over %" PRId64
@@ -345,28 +410,29 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
                          ranks, G / ranks);
     if (!out_path[0])
         return qc_errorf(QC_ERR_INVALID, "tune: --out: empty path");
+    QC_TRY(check_out_path(out_path));
     QC_TRY(qc_config_validate(&cfg));
     if (data.n == 0)
         cfg.synthetic_profile = QC_SCENE_MIXED; /* the heavy tail without data */
 
-    /* the base the preset inherits, alone */
+    /* the base the preset inherits, alone, by the absolute path of its file: a name resolves
+     * only where the same profiles/ folder is searched, a path works wherever the file is */
     const char *base_name = cli->preset ? cli->preset : "qcnet-av2";
-    char inherits[PATH_MAX];
-    snprintf(inherits, sizeof inherits, "%s", base_name);
-    if (strchr(base_name, '/') || strstr(base_name, ".json")) {
-        if (!realpath(base_name, inherits))
-            return qc_errorf(QC_ERR_INVALID, "tune: --preset %s: not found", base_name);
-    }
+    char found[PATH_MAX], inherits[PATH_MAX];
+    QC_TRY(qc_config_preset_path(base_name, found, sizeof found));
+    if (!realpath(found, inherits))
+        return qc_errorf(QC_ERR_INVALID, "tune: --preset %s: %s: %s", base_name, found,
+                         strerror(errno));
     struct qc_config base;
     qc_config_defaults(&base);
     QC_TRY(qc_config_apply_preset(&base, base_name));
 
-    struct bar bar = {.limit = limit};
+    struct bar bar = {0};
     struct qc_progress_opts po;
     qc_progress_opts_init(&po);
     po.label = "tune";
-    po.unit = "s";
-    po.total = (uint64_t)ceil(limit);
+    po.unit = "candidates";
+    po.total = dry ? 0 : (uint64_t)runs;
     po.quiet = cli->quiet || cfg.quiet;
     QC_TRY(qc_progress_create(&po, &bar.p));
 
@@ -390,8 +456,10 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     struct qc_tune_result r;
     enum qc_status st = qc_tune_run(&to, &r);
     qc_cleanup_stop_end();
-    if (st == QC_OK)
-        qc_progress_update(bar.p, (uint64_t)ceil(fmin(r.seconds, limit)));
+    if (st == QC_OK && bar.p) {
+        qc_progress_set_total(bar.p, (uint64_t)r.runs);
+        qc_progress_update(bar.p, (uint64_t)r.runs);
+    }
     qc_progress_finish(bar.p);
     qc_progress_destroy(bar.p);
     if (st != QC_OK) {
@@ -409,16 +477,20 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
     describe(desc, sizeof desc, &r, &cfg, budget, G, &data, dry);
     char *preset = NULL;
     st = qc_tune_preset_json(&base, inherits, &tuned, desc, &preset);
-    if (st == QC_OK) {
-        const struct qc_file_part parts[2] = {{preset, strlen(preset)}, {"\n", 1}};
-        st = qc_file_write_atomic(out_path, parts, 2, "tuned preset");
-    }
+    /* the table first: a search's result is shown even when the file cannot be written */
     if (st == QC_OK) {
         if (json)
             st = print_json(stdout, &r, budget, G, inherits, out_path, dry, preset);
         else
-            print_text(stdout, &r, desc, out_path);
+            print_text(stdout, &r, desc);
+        fflush(stdout);
     }
+    if (st == QC_OK) {
+        const struct qc_file_part parts[2] = {{preset, strlen(preset)}, {"\n", 1}};
+        st = qc_file_write_atomic(out_path, parts, 2, "tuned preset");
+    }
+    if (st == QC_OK && !json)
+        printf("wrote %s\n", out_path);
     free(preset);
     qc_tune_result_free(&r);
     return st;

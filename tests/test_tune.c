@@ -127,7 +127,7 @@ static void test_preset(void)
     QC_TEST ("tune writes a preset that loads, inherits its base and changes only tuned keys") {
         const char *args[] = {"--quiet",         "--preset", base_path,       "tune",
                               "--budget",        budget_s,   "--max-runs",    "1",
-                              "--measure-steps", "1",        "--tail-scenes", "8",
+                              "--measure-steps", "3",        "--tail-scenes", "8",
                               "--out",           out_path,   "--json",        NULL};
         char *out = NULL;
         const int rc = cli(args, &out);
@@ -224,6 +224,7 @@ struct fake {
     int favour; /* 0: larger micro-batches are faster; 1: smaller ones; 2: as 0, bf16 2x faster;
                    3: as 0, bf16 and fp16 2x slower (as on a CPU) */
     const struct qc_tune_settings *over; /* these settings measure over the budget */
+    double noise; /* the step times' spread: fastest step_s (1 - noise), slowest (1 + noise) */
 };
 
 /* step time a pure function of the settings: no clock */
@@ -248,6 +249,8 @@ static enum qc_status fake_measure(void *user, const struct qc_config *cfg, cons
         out->step_s *= 0.5;
     if (f->favour == 3 && s.precision != QC_PREC_FP32)
         out->step_s *= 2.0;
+    out->step_s_min = out->step_s * (1.0 - f->noise);
+    out->step_s_max = out->step_s * (1.0 + f->noise);
     out->steps = 3;
     out->peak_bytes = f->over && memcmp(f->over, &s, sizeof s) == 0 ? budget + 1 : budget / 2;
     *cost_written = false;
@@ -472,6 +475,26 @@ static void test_search(void)
         qc_tune_result_free(&r4);
     }
 
+    QC_TEST ("a winner within the measurement noise is named as such") {
+        struct fake quiet = {0}, noisy = {.noise = 0.9};
+        struct qc_tune_result r1, r2;
+        T_EXPECT(run_fake(&quiet, budget, false, &r1) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(run_fake(&noisy, budget, false, &r2) == QC_OK, "%s", qc_error_last());
+        /* without noise, a tie is only an equal speed (the compute-thread variants of the fake
+         * measure the same) */
+        T_EXPECT(r1.within_noise_of < 0 ||
+                     r1.cand[r1.within_noise_of].measured_sps == r1.cand[r1.best].measured_sps,
+                 "noise-free: no tie or an exact one (%" PRId64 ")", r1.within_noise_of);
+        T_EXPECT(r2.best == r1.best, "the same choice with noise");
+        T_EXPECT(r2.within_noise_of >= 0 &&
+                     r2.cand[r2.within_noise_of].measured_sps < r2.cand[r2.best].measured_sps,
+                 "+-90 %% spread: the winner is within the noise of a slower candidate (%" PRId64
+                 ")",
+                 r2.within_noise_of);
+        qc_tune_result_free(&r1);
+        qc_tune_result_free(&r2);
+    }
+
     QC_TEST ("--allow-precision: precision varies only then, 16-bit plans keep fewer bytes, and "
              "the measurements choose it") {
         struct fake f1 = {.favour = 2}, f2 = {.favour = 2};
@@ -612,6 +635,15 @@ static void test_cli(void)
                          32,
                  "no run, global batch 32");
         cJSON_Delete(j);
+        /* a base named by name is written as the absolute path of its file: the preset works
+         * wherever it is copied, not only where the same profiles/ folder is searched */
+        char *text = t_read_file(out_path, NULL);
+        cJSON *p = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        const char *inh = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "inherits"));
+        T_EXPECT(inh && inh[0] == '/' && strstr(inh, "/profiles/rtx3090x8.json") && t_exists(inh),
+                 "inherits the resolved path of rtx3090x8: %s", inh ? inh : "(none)");
+        cJSON_Delete(p);
         cJSON *d = config_dump(out_path);
         T_EXPECT(d && cJSON_GetNumberValue(dumped(d, "train.batch_size")) *
                               cJSON_GetNumberValue(dumped(d, "train.grad_accum")) * 8 ==
@@ -657,6 +689,7 @@ static void test_cli(void)
             {"tune", "--budget", "1GiB", "--global-batch", "0", "--dry-run", NULL},
             {"tune", "--set", "dist.world_size=2", "--budget", "1GiB", NULL},
             {"tune", "--data", "/nonexistent.qcshard", "--budget", "1GiB", NULL},
+            {"tune", "--budget", "1GiB", "--measure-steps", "2", NULL},
         };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
             const char *args[12];
@@ -674,6 +707,25 @@ static void test_cli(void)
                      "%s %s: exit %d: %s", bad[k][1], bad[k][2] ? bad[k][2] : "", rc,
                      out ? out : "");
             T_EXPECT(!t_exists(out_path), "nothing written");
+            free(out);
+        }
+    }
+
+    QC_TEST ("tune --out into a missing folder or onto a folder fails at once, before the "
+             "search, exit 2") {
+        char missing[512];
+        snprintf(missing, sizeof missing, "%s/no-such-folder/tuned.json", tmp_root);
+        const char *const outs[2] = {missing, tmp_root};
+        for (int k = 0; k < 2; k++) {
+            /* no --dry-run: a search would measure for minutes; the check comes first */
+            const char *args[] = {"--preset", base_path, "tune",  "--budget",
+                                  "1GiB",     "--out",   outs[k], NULL};
+            char *out = NULL;
+            const int rc = cli(args, &out);
+            T_EXPECT(rc == 2 && out &&
+                         strstr(out, k ? "is a folder" : "no-such-folder does not exist") &&
+                         !strstr(out, "candidates"),
+                     "--out %s: exit %d: %s", outs[k], rc, out ? out : "");
             free(out);
         }
     }

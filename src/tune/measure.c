@@ -109,6 +109,8 @@ enum qc_status qc_tune_measure_train(void *user, const struct qc_config *cfg,
         const int64_t n = out->steps - from;
         out->step_s =
             n % 2 ? times[from + n / 2] : 0.5 * (times[from + n / 2 - 1] + times[from + n / 2]);
+        out->step_s_min = times[from];
+        out->step_s_max = times[out->steps - 1];
     }
     if (st == QC_OK && t && out->steps > 0 && !out->failed && cost_path) {
         st = qc_plan_cost_save(qc_trainer_plan_cost(t), cost_path);

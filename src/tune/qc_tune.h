@@ -13,8 +13,10 @@
  *             cost model refines every prediction before the next choice
  *   choose    the highest measured samples/s whose measured peak is under the budget
  *
- * Nothing predicted over the budget is ever measured. The choice is a pure function of the
- * configuration, the data and the measurements (qc_tune_opts.measure injects them in tests).
+ * Nothing predicted over the budget is ever measured. A choice within the measurement noise
+ * of another candidate is named as such (qc_tune_result.within_noise_of). The choice is a pure
+ * function of the configuration, the data and the measurements (qc_tune_opts.measure injects them
+ * in tests).
  */
 #ifndef QC_TUNE_QC_TUNE_H
 #define QC_TUNE_QC_TUNE_H
@@ -52,6 +54,8 @@ void qc_tune_settings_apply(const struct qc_tune_settings *s, struct qc_config *
 /* What a short training run measured. */
 struct qc_tune_measure {
     double step_s;       /* median seconds of an optimizer step after the first */
+    double step_s_min;   /* the fastest and the slowest of those steps: the spread that says */
+    double step_s_max;   /* how far two candidates' speeds must differ to tell them apart */
     uint64_t peak_bytes; /* highest allocator peak over the steps */
     int64_t steps;       /* optimizer steps run */
     int64_t replans;     /* groups rolled back and re-planned */
@@ -116,8 +120,9 @@ struct qc_tune_opts {
     void *measure_user;
     double (*clock)(void *user); /* monotonic seconds (NULL: CLOCK_MONOTONIC) */
     void *clock_user;
-    /* progress (may be NULL): what runs now, fraction of the time limit used */
-    void (*progress)(void *user, const char *what, double fraction);
+    /* progress (may be NULL): what runs now, candidates measured so far (done) of those the
+     * search means to measure (total, which grows when variants of the fastest are added) */
+    void (*progress)(void *user, const char *what, int64_t done, int64_t total);
     void *progress_user;
     bool (*stop)(void *user); /* polled between runs: true = stop, keep the best so far */
     void *stop_user;
@@ -129,6 +134,9 @@ struct qc_tune_result {
     int64_t ncand;
     int64_t best;            /* the chosen candidate, -1 when none */
     bool best_measured;      /* false: chosen on prediction (dry run, or stopped before a run) */
+    int64_t within_noise_of; /* the fastest other measured candidate whose samples/s range (from
+                                its step-time spread) overlaps the chosen one's: no clear winner
+                                between them; -1: the choice is clear (or not measured) */
     int64_t runs;            /* candidates measured */
     int64_t fitting;         /* candidates predicted to fit */
     int64_t heavy_scenes[8]; /* indices of the heaviest scenes (up to 8), heaviest first */

@@ -28,6 +28,7 @@ void qc_tune_result_free(struct qc_tune_result *r)
     free(r->cand);
     memset(r, 0, sizeof *r);
     r->best = -1;
+    r->within_noise_of = -1;
 }
 
 static double monotonic(void *user)
@@ -79,6 +80,35 @@ static int64_t best_measured(const struct qc_tune_candidate *c, int64_t n, uint6
     return best;
 }
 
+/* A measured candidate's samples/s range from its fastest and slowest timed step. */
+static void sps_range(const struct qc_tune_candidate *c, int64_t ranks, double *lo, double *hi)
+{
+    const double g = (double)(c->set.batch_size * c->set.grad_accum * ranks);
+    const double fast = c->m.step_s_min > 0 ? c->m.step_s_min : c->m.step_s;
+    const double slow = c->m.step_s_max > 0 ? c->m.step_s_max : c->m.step_s;
+    *lo = slow > 0 ? g / slow : 0.0;
+    *hi = fast > 0 ? g / fast : 0.0;
+}
+
+/* The fastest other usable measured candidate whose samples/s range overlaps best's, or -1. */
+static int64_t within_noise(const struct qc_tune_candidate *c, int64_t n, int64_t best,
+                            uint64_t budget, int64_t ranks)
+{
+    double blo, bhi;
+    sps_range(&c[best], ranks, &blo, &bhi);
+    int64_t tie = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == best || c[i].state != QC_TUNE_MEASURED || c[i].m.failed || c[i].m.steps < 1 ||
+            c[i].m.peak_bytes > budget)
+            continue;
+        double lo, hi;
+        sps_range(&c[i], ranks, &lo, &hi);
+        if (lo <= bhi && blo <= hi && (tie < 0 || c[i].measured_sps > c[tie].measured_sps))
+            tie = i;
+    }
+    return tie;
+}
+
 struct search {
     const struct qc_tune_opts *o;
     struct tune_predictor pred;
@@ -88,6 +118,7 @@ struct search {
     int64_t n, cap;
     double t0;
     int64_t runs;
+    int64_t planned; /* candidates the search means to measure (the progress bar's total) */
 };
 
 static double elapsed(const struct search *s)
@@ -98,7 +129,8 @@ static double elapsed(const struct search *s)
 static void progress(const struct search *s, const char *what)
 {
     if (s->o->progress)
-        s->o->progress(s->o->progress_user, what, elapsed(s) / s->o->time_limit_s);
+        s->o->progress(s->o->progress_user, what, s->runs,
+                       s->planned > s->runs ? s->planned : s->runs);
 }
 
 static enum qc_status predict_all(struct search *s)
@@ -201,6 +233,8 @@ static enum qc_status precision_runs(struct search *s, bool *stopped)
             continue;
         if (!may_run(s, &s->cand[k], stopped))
             break;
+        if (s->planned <= s->runs)
+            s->planned = s->runs + 1;
         QC_TRY(measure(s, k));
     }
     return QC_OK;
@@ -238,11 +272,14 @@ static enum qc_status variants(struct search *s, uint64_t budget, bool *stopped)
                 ns++;
             }
     }
+    s->planned = s->runs + ns;
     for (int i = 0; i < ns; i++) {
         int64_t k;
         QC_TRY(add_variant(s, best, &sets[i], &k));
-        if (k < 0)
+        if (k < 0) { /* already measured: one fewer to go */
+            s->planned--;
             continue;
+        }
         if (!may_run(s, &s->cand[k], stopped))
             break;
         QC_TRY(measure(s, k));
@@ -278,6 +315,7 @@ static enum qc_status search_run(struct search *s, struct qc_tune_result *r)
                          b1, b2, (unsigned long long)(r->min_budget >> 20));
     }
     if (!o->dry_run) {
+        s->planned = o->max_measured < r->fitting ? o->max_measured : r->fitting;
         /* the best predicted few; a candidate with the same plan as one measured is not run */
         for (int64_t done = 0; done < o->max_measured;) {
             const int64_t k = best_predicted(s->cand, s->n);
@@ -316,6 +354,8 @@ static enum qc_status search_run(struct search *s, struct qc_tune_result *r)
     }
     if (r->best < 0)
         r->best = best_predicted(s->cand, s->n);
+    else
+        r->within_noise_of = within_noise(s->cand, s->n, r->best, o->budget, s->pred.ranks);
     return QC_OK;
 }
 
@@ -323,6 +363,7 @@ enum qc_status qc_tune_run(const struct qc_tune_opts *o, struct qc_tune_result *
 {
     memset(r, 0, sizeof *r);
     r->best = -1;
+    r->within_noise_of = -1;
     if (o->budget == 0)
         return qc_errorf(QC_ERR_INVALID,
                          "tune: no memory budget\nhint: --budget SIZE (e.g. --budget 1GiB), or "
