@@ -34,7 +34,10 @@ extern "C" {
 
 struct qc_alloc; /* caching device allocator (opaque) */
 
-#define QC_ALLOC_TAG_MAX 48 /* bytes kept of a tag, NUL included; longer tags are truncated */
+#define QC_ALLOC_TAG_MAX                                                                           \
+    64 /* bytes kept of a tag, NUL included (= struct qc_alloc_event.tag:                          \
+          the statistics and the trace keep the same 63 bytes); longer tags                        \
+          are truncated */
 
 /* Every block starts at a multiple of QC_ALLOC_ALIGN bytes (the stash lays its entries out at
  * 64-byte offsets from a block's start, src/mem/qc_stash.h; vector loads need at least 16). A

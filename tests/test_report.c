@@ -357,6 +357,51 @@ static void test_steptrace(void)
     t_rm_rf(dir2);
 }
 
+/* A tensor tag of 60 bytes (QCNet's longest are about that) is kept whole by the statistics
+ * and by the trace (it was cut at 47). */
+static void test_long_tag(void)
+{
+    char dir[512];
+    mkdir_fresh(dir, sizeof dir, "tag");
+    struct qc_alloc_params p;
+    qc_alloc_params_default(&p);
+    p.trace = true;
+    struct qc_alloc *a = NULL;
+    T_EXPECT(qc_alloc_create(NULL, &p, &a) == QC_OK, "allocator");
+    static const char tag[] = "encoder.agent_encoder.pl2a_attn_layers.0/backward_post.scratch";
+    T_EXPECT(strlen(tag) == 62, "a 62-byte tag (%zu)", strlen(tag));
+    struct qc_steptrace *tr = NULL;
+    T_EXPECT(qc_steptrace_create(a, dir, 0, 64ull << 20, &tr) == QC_OK, "create");
+    qc_alloc_set_step(a, 1);
+    qc_alloc_reset_peak(a);
+    qc_steptrace_begin(tr, 1);
+    void *q = NULL;
+    T_EXPECT(qc_alloc_malloc(a, 1 << 20, NULL, tag, &q) == QC_OK, "alloc");
+    struct qc_alloc_peak_snapshot snap;
+    qc_alloc_peak_snapshot(a, &snap);
+    bool found = false;
+    for (uint32_t i = 0; i < snap.ntop_tags; i++)
+        found |= strcmp(snap.tags[i].name, tag) == 0;
+    T_EXPECT(found, "the peak snapshot names the whole tag");
+    qc_alloc_free(a, q, NULL);
+    struct qc_alloc_stats st;
+    qc_alloc_stats_get(a, &st);
+    T_EXPECT(qc_steptrace_end(tr, st.bytes_allocated_peak, st.bytes_reserved_peak) == QC_OK, "end");
+    char path[600];
+    snprintf(path, sizeof path, "%s/trace/step-000001.qctrace", dir);
+    struct qc_alloc_event *ev = NULL;
+    size_t n = 0;
+    T_EXPECT(qc_alloc_trace_load(path, &ev, &n) == QC_OK, "load: %s", qc_error_last());
+    int whole = 0;
+    for (size_t i = 0; i < n; i++)
+        whole += ev[i].kind == QC_ALLOC_EV_ALLOC && strcmp(ev[i].tag, tag) == 0;
+    T_EXPECT(whole == 1, "the trace's alloc event holds the whole tag (%d)", whole);
+    free(ev);
+    qc_steptrace_destroy(tr);
+    qc_alloc_destroy(a);
+    t_rm_rf(dir);
+}
+
 /* Steps that ran out of memory keep their trace whatever alloc.trace_every says, and the
  * report opens on the worst of them (then on the step a run failed at), listing the others. */
 static void test_steptrace_oom(void)
@@ -439,5 +484,7 @@ int main(void)
     QC_TEST ("report: out-of-memory steps kept whatever trace_every; the page opens on the worst, "
              "then on a failed step")
         test_steptrace_oom();
+    QC_TEST ("report: tensor tags up to 63 bytes are kept whole (statistics and trace)")
+        test_long_tag();
     return qc_test_summary();
 }
