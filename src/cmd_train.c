@@ -175,13 +175,29 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
                          "validation, and this run does not validate\nhint: add --eval-every N "
                          "(a checkpoint is ranked by the validation at its step)",
                          cfg.keep_best);
-    if (resume) /* a contradiction names the key and both values */
-        QC_TRY(qc_checkpoint_check_config(&saved, &cfg, ckpt));
+    struct qc_dist_launch launch;
+    qc_dist_launch_detect(&launch);
+    if (resume && grad_accum == NOT_GIVEN && cfg.grad_accum == saved.grad_accum) {
+        /* on another number of ranks the run keeps its groups per step (ranks x grad_accum,
+         * docs/CHECKPOINTS.md): the accumulation follows unless it was given */
+        const int64_t w_now = cfg.world_size > 0  ? cfg.world_size
+                              : launch.size_known ? launch.size
+                                                  : 0;
+        const int64_t w_saved = saved.world_size > 0 ? saved.world_size : 1;
+        const int64_t groups = saved.grad_accum * w_saved;
+        if (w_now > 0 && w_now != w_saved && groups % w_now == 0)
+            cfg.grad_accum = groups / w_now;
+    }
+    if (resume && (cfg.world_size > 0 || launch.size_known)) {
+        /* a contradiction names the key and both values (the trainer checks again once the
+         * world is joined) */
+        struct qc_config now = cfg;
+        now.world_size = cfg.world_size > 0 ? cfg.world_size : launch.size;
+        QC_TRY(qc_checkpoint_check_config(&saved, &now, ckpt));
+    }
 
     /* the data: a resumed run's own unless --change-data; rank 0 checks it and the run folder
      * (the others read what they are given) */
-    struct qc_dist_launch launch;
-    qc_dist_launch_detect(&launch);
     const bool rank0 = launch.rank == 0;
     struct qc_run_data rec = {0}, now = {0};
     const char *rec_paths[QC_CLI_STRINGS_MAX];

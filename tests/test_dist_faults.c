@@ -433,8 +433,11 @@ static void test_recovery(void)
         char src[600];
         snprintf(src, sizeof src, "%s/ckpt-000002", ref);
         copy_tree(src, ref1);
-        res1[7] = ref1;
-        job_args(&a, 0, res1);
+        /* a checkpoint folder alone, without its run folder's run.json: which data it
+         * trained on is not recorded, so generated scenes are asked for (--change-data) */
+        const char *res1r[] = {"--steps",  "6",  "--save-every",  "1", "--grad-accum", "2",
+                               "--resume", ref1, "--change-data", NULL};
+        job_args(&a, 0, res1r);
         T_EXPECT(t_exited(run_job(&a, "rec-ref1", NULL), 0), "1-rank resume of the reference");
         T_EXPECT(same_ckpt(ref1, run1, 6), "1 rank x 2 groups after the kill vs from the "
                                            "uninterrupted run's ckpt-000002");

@@ -34,7 +34,7 @@ static char tmp_root[256];
 static char run[512];
 static const char qctrain[] = QC_BINARY_DIR "/qctrain";
 
-/* qctrain train on the small settings; `resume`: --resume RUN, else --out RUN. */
+/* qctrain train on the small settings; `resume`: --resume RUN, else --out RUN --overwrite. */
 static void args(struct t_args *a, bool resume)
 {
     static const char *const base[] = {"--steps", STR(STEPS), "--save-every", "1"};
@@ -47,6 +47,8 @@ static void args(struct t_args *a, bool resume)
         t_args_add(a, base[i]);
     t_args_add(a, resume ? "--resume" : "--out");
     t_args_add(a, run);
+    if (!resume) /* a run killed before its first checkpoint left files there */
+        t_args_add(a, "--overwrite");
 }
 
 /* The highest step with a complete checkpoint (optim.safetensors is written last), or 0. */

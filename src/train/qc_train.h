@@ -593,8 +593,9 @@ struct qc_cli;
 
 /* The configuration of a command that continues a saved run (train --resume, eval --weights
  * RUN): base (the saved run's) < the user's presets < --set < --device / --log-level / --quiet,
- * validated, into out. device.kind and device.ordinal are this process's (the saved ones are
- * the defaults). Errors of a preset or --set as main's. */
+ * validated, into out. device.kind, device.ordinal and dist.world_size are this process's
+ * (where and on how many ranks the run executes is not part of what it computes). Errors of a
+ * preset or --set as main's. */
 enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_config *base,
                                    struct qc_config *out);
 

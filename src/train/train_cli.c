@@ -50,6 +50,9 @@ enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_con
      * (docs/CHECKPOINTS.md, Devices) */
     c.device_kind = cli->cfg.device_kind;
     c.device_ordinal = cli->cfg.device_ordinal;
+    /* so are the ranks: the saved dist.world_size is the one the run had (resolved), and a
+     * checkpoint resumes on another world size (docs/CHECKPOINTS.md) */
+    c.world_size = cli->cfg.world_size;
     if (cli->device)
         QC_TRY(qc_config_set(&c, "device.kind", cli->device, "--device"));
     if (cli->log_level)
