@@ -104,6 +104,7 @@ struct qc_trainer {
     bool epoch_started;      /* the loader is planned for st.epoch */
     int64_t total_steps;     /* the run ends at this step */
     int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
+    int64_t empty_steps;     /* steps in which every scene was skipped as oversized */
     int stop_sig, stop_rank; /* several ranks: the graceful stop agreed on, and whose signal */
     const struct qc_memreport_stop *stopped; /* set while a stopped run writes its report */
     /* what the run writes and shows */
@@ -490,6 +491,7 @@ struct step {
                                     over every rank: the same on every rank */
     double loss_scale;           /* fp16: the scale it ran with (0: none) */
     bool skipped;                /* parameters left as they were (non-finite, fp16 overflow) */
+    bool empty; /* no scene ran (all skipped as oversized): no step for the optimizer */
 };
 
 /* Starts a step: the epoch planned (the next one when this one is used up), the step's groups,
@@ -626,6 +628,19 @@ static enum qc_status step_decide(struct qc_trainer *t, struct step *s)
     int64_t lo, hi;
     train_dist_reduced_range(t->dist, qc_qcnet_num_params(t->model), &lo, &hi);
     s->loss_scale = t->st.loss_scale;
+    if (s->sums.scenes == 0) {
+        /* every scene was skipped as oversized: a step without a sample is no step (no AdamW
+         * update, no weight decay, no loss-scale change); logged with a null loss, counted */
+        s->empty = true;
+        t->empty_steps++;
+        qc_log(QC_LOG_WARN,
+               "train: step %" PRId64 ": every scene was skipped as oversized: no update "
+               "(%" PRId64 " such steps so far)",
+               t->st.step + 1, t->empty_steps);
+        QC_TRY(train_dist_sync(t->dist, t->be, "its device: the step's backward"));
+        train_dist_step_end(t->dist);
+        return QC_OK;
+    }
     const bool overflow = train_loss_scale_check(
         &t->cfg, &t->st, &s->sums, qc_train_backend_exec(t->be), qc_qcnet_grads(t->model), lo, hi);
     char bad[160] = "";
@@ -675,6 +690,7 @@ static void metrics_memory(struct qc_step_metrics *m, const struct qc_alloc_stat
     m->replans = ms->replans;
     m->splits = ms->splits;
     m->skipped_scenes = ms->skipped;
+    m->rolled_back = ms->rolled_back;
     m->plan_ms = 1e3 * ms->plan_s;
 }
 
@@ -706,8 +722,11 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
         .cls_loss = mean_f32(s->sums.cls_loss, s->groups),
         .lr = s->lr,
         .skipped = s->skipped,
+        .empty = s->empty,
         .loss_scale = s->loss_scale,
     };
+    if (s->empty) /* no sample, no loss: null in metrics.jsonl */
+        m->loss = m->reg_loss_propose = m->reg_loss_refine = m->cls_loss = (double)NAN;
     m->step_s = now_s() - s->t0;
     m->samples_per_s = m->step_s > 0 ? (double)s->sums.scenes / m->step_s : 0.0;
     train_dist_step_figures(t->dist, &s->sums, m);
@@ -945,15 +964,18 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     double first_loss = (double)NAN, last_loss = (double)NAN;
     uint64_t run_peak = 0;
     double sps_sum = 0;
-    int64_t sps_n = 0;
+    int64_t sps_n = 0, empty_n = 0;
     while (t->st.step < t->total_steps) {
         struct qc_step_metrics m;
         const enum qc_status sst = qc_trainer_step(t, &m);
         if (sst != QC_OK)
             return trainer_failed(t, sst);
-        if (isnan(first_loss))
+        if (m.empty)
+            empty_n++;
+        else if (isnan(first_loss))
             first_loss = m.loss;
-        last_loss = m.loss;
+        if (!m.empty)
+            last_loss = m.loss;
         run_peak = m.peak_device_bytes > run_peak ? m.peak_device_bytes : run_peak;
         sps_sum += m.samples_per_s;
         sps_n++;
@@ -984,6 +1006,12 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
             return trainer_stop(t, sig);
     }
     qc_progress_finish(t->prog);
+    if (sps_n > 0 && empty_n == sps_n)
+        return qc_errorf(QC_ERR_INVALID,
+                         "train: every one of the %" PRId64 " steps run had no scene that fits the "
+                         "device budget (all skipped as oversized): nothing was trained\nhint: "
+                         "raise device.budget, or give scenes that fit it",
+                         sps_n);
     if (!t->quiet && sps_n == 0)
         fprintf(t->out, "train: already at step %" PRId64 " of %" PRId64 ": nothing to do\n",
                 t->st.step, t->total_steps);
@@ -1005,7 +1033,10 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         qc_alloc_stats_get(t->alloc, &as);
         struct qc_qcnet_mem mm;
         qc_qcnet_mem_get(t->model, &mm);
-        char b1[32], b2[32], b3[32], b4[32], b5[32] = "none";
+        char b1[32], b2[32], b3[32], b4[32], b5[32] = "none", empty_txt[64] = "";
+        if (empty_n > 0)
+            snprintf(empty_txt, sizeof empty_txt, " (%" PRId64 " empty: every scene skipped)",
+                     empty_n);
         qc_format_bytes(run_peak, b1, sizeof(b1));
         qc_format_bytes(as.bytes_reserved_peak, b2, sizeof(b2));
         qc_format_bytes(mm.bytes_params, b3, sizeof(b3));
@@ -1013,13 +1044,13 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         if (as.bytes_budget)
             qc_format_bytes(as.bytes_budget, b5, sizeof(b5));
         fprintf(t->out,
-                "train: loss %.4f -> %.4f over %" PRId64 " steps, %.2f samples/s\n"
+                "train: loss %.4f -> %.4f over %" PRId64 " steps%s, %.2f samples/s\n"
                 "memory: device peak %s allocated, %s reserved (budget %s); params+grads %s; "
                 "peak RSS %s\n"
                 "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl%s%s%s\n"
                 "memory report: %s\n",
-                first_loss, last_loss, sps_n, sps_sum / (double)sps_n, b1, b2, b5, b3, b4,
-                t->out_dir, t->st.step, t->out_dir, t->tb ? ", TensorBoard in " : "",
+                first_loss, last_loss, sps_n, empty_txt, sps_sum / (double)sps_n, b1, b2, b5, b3,
+                b4, t->out_dir, t->st.step, t->out_dir, t->tb ? ", TensorBoard in " : "",
                 t->tb ? t->out_dir : "", t->tb ? "/tb/" : "", mem_txt);
         if (ri.path[0])
             fprintf(t->out, "open %s\n", ri.path);

@@ -67,6 +67,10 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
            s->replans, s->splits, s->skipped_scenes, QC_JSON_NUM("%.6g", s->plan_ms));
     if (s->skipped)
         append(buf, cap, &len, ",\"skipped\":true");
+    if (s->rolled_back)
+        append(buf, cap, &len, ",\"rolled_back\":true");
+    if (s->empty)
+        append(buf, cap, &len, ",\"empty\":true");
     if (s->loss_scale > 0)
         append(buf, cap, &len, ",\"loss_scale\":%s", QC_JSON_NUM("%.17g", s->loss_scale));
     if (s->ranks > 1) /* data-parallel runs only */

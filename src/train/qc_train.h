@@ -175,6 +175,11 @@ struct qc_step_metrics {
     int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
     double plan_ms;                /* describing and planning the step's batches */
     bool skipped;      /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
+    bool rolled_back;  /* a group ran out of device memory and was re-run ("rolled_back":true):
+                          peak_active_bytes holds the failed attempt's allocations, so the step
+                          is no measure of the planner's error */
+    bool empty;        /* every scene of the step was skipped as oversized: no update, loss
+                          null ("empty":true) */
     double loss_scale; /* train.precision=fp16: the scale this step ran with ("loss_scale");
                           0 = not written */
     /* data-parallel runs (ranks > 1; the keys are left out of the line otherwise) */

@@ -6,24 +6,33 @@
  *      (qc_qcnet_describe), the allocator's allocated bytes now are the program's fixed bytes,
  *      and the planner (src/plan) chooses the stash policies under device.budget minus the
  *      margin; the planning time is measured;
- *   2. admitted: when even the smallest peak the planner finds is over the target, the group is
- *      split into two halves of its scenes (recursively), built by the loader and run one after
- *      the other with the whole group's loss denominators (qc_qcnet_ctx.loss_norm) and the
- *      group's weight, so their losses and gradients add up to the group's (within fp32
- *      rounding; with dropout on, the moved scenes draw other, equally valid masks). A scene
- *      that does not fit alone is an error naming it, its sizes and the bytes it needs, or,
- *      with skip_oversized, skipped with a warning;
- *   3. run with its plan (qc_qcnet_set_plan); when the allocator still runs out (a
- *      misprediction, fragmentation), the group is rolled back (its activations released, the
- *      gradients restored from a host copy, or zeroed when the step had none yet: parameters and
- *      optimizer state are untouched until the step's end), the margin is raised and the group
- *      re-planned and re-run, up to 3 times before it is split. Dropout is keyed, so the re-run
- *      gives the bits of a run that never ran out.
- *   with several ranks (train_dist.c), the rank's last group of the step is armed: the
- *      gradient ranges its backward reports start reducing at once. The parts of a split group
- *      before the last run held (their gradients are not final); a rollback after ranges were
- *      reported waits for their reduction and keeps the reduced values aside (they belong to the
- *      reduction; the re-run's reports of them are dropped), restored when the group is done.
+ *   2. admitted: the group runs whole when its admission plan fits under device.budget minus
+ *      the configured margin; the admission plan is made with the built-in cost coefficients
+ *      and the configured hw.* figures, so that this decision (a split changes the bits) is a
+ *      function of the data, the configuration and the step only, never of timing, of the
+ *      calibration or of the allocator's cache. Otherwise the group is split into two halves
+ *      of its scenes (recursively), built by the loader and run one after the other with the
+ *      loss denominators (qc_qcnet_ctx.loss_norm) of the scenes that run and the group's
+ *      weight, so their losses and gradients add up to the group's (within fp32 rounding;
+ *      with dropout on, the moved scenes draw other, equally valid masks). A scene that does
+ *      not fit alone is an error naming it, its sizes and the budget it needs at the
+ *      configured margin, or, with skip_oversized, skipped with a warning: it keeps no share of
+ *      the denominators (a group of skipped scenes only runs nothing: loop.c makes a step
+ *      without a scene no step);
+ *   3. run with its plan (qc_qcnet_set_plan): the calibrated plan at the margin in force (else
+ *      at the configured margin, else the admission plan from an empty cache). When the allocator
+ * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
+ * released, the gradients restored from a host copy, or zeroed when the step had none yet:
+ * parameters and optimizer state are untouched until the step's end), the cache emptied, the margin
+ * in force raised, and the group re-run whole under built-in plans of larger margins (run_batch),
+ * up to 3 times (8 for one scene) before it is split. Dropout is keyed, so the re-run gives the
+ * bits of a run that never ran out. A step with a rollback is flagged (rolled_back) and its
+ * measured peak is kept out of the margin's misprediction figure. with several ranks
+ * (train_dist.c), the rank's last group of the step is armed: the gradient ranges its backward
+ * reports start reducing at once. The parts of a split group before the last run held (their
+ * gradients are not final); a rollback after ranges were reported waits for their reduction and
+ * keeps the reduced values aside (they belong to the reduction; the re-run's reports of them are
+ * dropped), restored when the group is done.
  *   4. measured: per block times and transients calibrate the cost model (RUN/plan_cost.json);
  *      the step's predicted peak, offloaded and recomputed bytes, stall, re-plans and splits go
  *      to metrics.jsonl; the plan of the step with the highest measured peak goes to
@@ -61,8 +70,18 @@ struct train_mem {
     struct qc_plan_cost *cost;
     struct qc_plan_params par;
     struct qc_plan_hw hw;
-    double margin;    /* in force: par.margin raised by failures and misses, decaying back */
-    bool step_missed; /* this step ran out or peaked over its prediction */
+    /* admission (which scenes run together, which are skipped) is decided by these alone, so
+     * that it is a function of the data, the configuration and the step, never of timing or
+     * of the allocator's cache: the built-in cost coefficients (never calibrated) and the
+     * configured hardware figures (never measured), at the configured margin par.margin */
+    struct qc_plan_cost *cost0;
+    struct qc_plan_hw hw0;
+    int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
+    int64_t fault_k;
+    int64_t step_no;    /* the step running (1-based) */
+    uint64_t frag_seen; /* the batch's runs: the most reserved-but-unallocated bytes at a failure */
+    double margin;      /* in force: par.margin raised by failures and misses, decaying back */
+    bool step_missed;   /* this step ran out or peaked over its prediction */
     bool cuda;
     bool skip_oversized;
     struct qc_plan_measure *meas;
@@ -107,6 +126,7 @@ void train_mem_destroy(struct train_mem *tm)
     qc_qcnet_destroy(tm->dry);
     qc_plan_program_free(&tm->prog);
     qc_plan_cost_destroy(tm->cost);
+    qc_plan_cost_destroy(tm->cost0);
     free(tm->meas);
     free(tm->grads_host);
     free(tm->aside);
@@ -167,6 +187,27 @@ static void probe(struct train_mem *tm)
            tm->cfg.hw_pcie_gbps, tm->cfg.hw_nvme_gbps);
 }
 
+/* QC_FAULT_OOM_STEP=S[:K] (tests, docs/RELIABILITY.md): in step S the first group's first
+ * attempt runs out of device memory at its K-th allocation (default 50), once, as the cache's
+ * history or the timing of stream-ordered frees can make it: the group is rolled back and
+ * re-run. Unset or invalid: off. */
+static void fault_from_env(struct train_mem *tm)
+{
+    const char *e = getenv("QC_FAULT_OOM_STEP");
+    char *end = NULL;
+    const long long v = e ? strtoll(e, &end, 10) : 0;
+    long long k = 50;
+    if (e && end != e && *end == ':') {
+        char *end2 = NULL;
+        k = strtoll(end + 1, &end2, 10);
+        end = end2 != end + 1 ? end2 : end;
+    }
+    if (e && end != e && *end == '\0' && v > 0 && k > 0) {
+        tm->fault_step = (int64_t)v;
+        tm->fault_k = (int64_t)k;
+    }
+}
+
 enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_backend *be,
                                 const struct qc_qcnet *model, const char *run_dir,
                                 bool skip_oversized, struct train_mem **out)
@@ -188,6 +229,10 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
     enum qc_status st = qc_qcnet_create_dry(&mc, &tm->dry);
     if (st == QC_OK)
         st = qc_plan_cost_create(&tm->cost);
+    if (st == QC_OK)
+        st = qc_plan_cost_create(&tm->cost0);
+    tm->hw0 = tm->hw; /* before the probe measures the copies */
+    fault_from_env(tm);
     char path[4200];
     snprintf(path, sizeof path, "%s/plan_cost.json", run_dir ? run_dir : ".");
     struct stat sb;
@@ -207,6 +252,8 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
         tm->hw.host_capacity = 0;
         tm->hw.nvme_capacity = 0;
     }
+    tm->hw0.host_capacity = tm->hw.host_capacity;
+    tm->hw0.nvme_capacity = tm->hw.nvme_capacity;
     /* what an out-of-memory hint may advise (qc_oom.h) */
     qc_oom_set_planner(cfg->plan_policy != QC_PLAN_AUTO ? QC_OOM_PLANNER_FORCED
                        : cfg->device_budget > 0         ? QC_OOM_PLANNER_AUTO
@@ -289,20 +336,44 @@ static enum qc_status keep_plan(struct train_mem *tm, const struct qc_plan_resul
     return QC_OK;
 }
 
-/* Plans the batch (host) with the margin in force; the result in r. */
-static enum qc_status plan(struct train_mem *tm, const struct qc_batch *host,
-                           struct qc_plan_result *r)
+/* Describes the batch (host) into tm->prog: its program, and the allocator's allocated bytes
+ * now as its fixed bytes. */
+static enum qc_status describe(struct train_mem *tm, const struct qc_batch *host)
 {
     const double t0 = now_s();
-    QC_TRY(qc_qcnet_describe(tm->dry, host, tm->cuda, &tm->prog));
+    const enum qc_status st = qc_qcnet_describe(tm->dry, host, tm->cuda, &tm->prog);
     struct qc_alloc_stats as;
     qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
     tm->prog.fixed_bytes = as.bytes_allocated;
-    struct qc_plan_params par = tm->par;
-    par.margin = tm->margin;
-    enum qc_status st = qc_plan_make(&tm->prog, tm->cost, &tm->hw, &par, r);
     tm->step.plan_s += now_s() - t0;
     return st;
+}
+
+/* Plans tm->prog (described) with cost and hw at margin; the result in r. */
+static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, double margin,
+                                struct qc_plan_result *r)
+{
+    const double t0 = now_s();
+    struct qc_plan_params par = tm->par;
+    par.margin = margin;
+    const enum qc_status st = qc_plan_make(&tm->prog, cost, hw, &par, r);
+    tm->step.plan_s += now_s() - t0;
+    if (st == QC_OK)
+        qc_log(QC_LOG_DEBUG,
+               "plan: step %" PRId64 ", %s cost model, %.1f %% margin: peak %" PRIu64
+               ", target %" PRIu64 "%s",
+               tm->step_no, cost == tm->cost0 ? "built-in" : "calibrated", 100.0 * margin, r->peak,
+               r->target, r->fits ? "" : ": does not fit");
+    return st;
+}
+
+/* The admission plan of tm->prog (described): the built-in coefficients, the configured
+ * hardware figures, the configured margin. Whether it fits decides whether the batch runs
+ * whole: a function of the batch and the configuration only (struct train_mem). */
+static enum qc_status plan_admit(struct train_mem *tm, struct qc_plan_result *r)
+{
+    return plan_with(tm, tm->cost0, &tm->hw0, tm->par.margin, r);
 }
 
 /* Measures the group's blocks into the cost model (before release). */
@@ -445,131 +516,62 @@ static enum qc_status keep_reduced(struct train_mem *tm, struct qc_qcnet *model)
     return QC_OK;
 }
 
-static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
-                                struct qc_loader *loader, const struct qc_batch *host,
-                                const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
-                                const float *norm, float weight, bool last,
-                                struct train_group_out *out)
+/* A scene (batch host, one scene) that does not fit the budget alone: the error naming it, its
+ * sizes and the budget it needs at the configured margin, or with skip_oversized a warning and
+ * QC_OK (*skipped set). need: its smallest plan's peak; ran_out: it ran out of memory `tries`
+ * times under plans that fit instead. */
+static enum qc_status scene_too_big(struct train_mem *tm, const struct qc_batch *host,
+                                    uint64_t need, bool ran_out, int tries, bool *skipped)
 {
-    struct qc_plan_result r = {0};
-    enum qc_status st = QC_OK;
-    uint64_t need = 0;    /* the last plan's peak */
-    bool ran_out = false; /* the attempts ran out under plans that fit */
-    const int attempts = host->num_scenes == 1 ? MAX_ATTEMPTS_1 : MAX_ATTEMPTS;
-    int a = 0;
-    for (; a < attempts; a++) {
-        st = plan(tm, host, &r);
-        if (st != QC_OK)
-            return st;
-        need = r.peak;
-        ran_out = r.fits;
-        if (!r.fits)
-            break;
-        if (tm->hook)
-            tm->hook(tm->hook_user, &tm->prog, r.policy);
-        st = keep_plan(tm, &r);
-        if (st == QC_OK)
-            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window);
-        /* the rollback copy, when earlier groups of the step accumulated gradients */
-        const bool dirty = tm->grads_dirty;
-        if (st == QC_OK && dirty && tm->par.budget > 0)
-            st = qc_qcnet_grads_download(model, tm->grads_host);
-        if (st == QC_OK)
-            st = attempt(tm, model, host, dev, ctx, norm, weight, last, out);
-        /* the plans that ran to the end (a rolled-back attempt's allocations are in the step's
-         * measured peak too, up to where it failed: such a step's two peaks do not compare) */
-        if (st == QC_OK && r.peak > tm->step.predicted_peak)
-            tm->step.predicted_peak = r.peak;
-        if (st != QC_ERR_NOMEM || tm->par.budget == 0) {
-            qc_plan_result_free(&r);
-            return st;
-        }
-        /* rollback: nothing of this group stays; re-plan with a larger margin */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", qc_error_last());
-        char *hint = strstr(msg, "\nhint:"); /* recovered here: no advice for the user */
-        if (hint)
-            *hint = '\0';
-        struct qc_alloc_stats as;
-        qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
-        st = keep_reduced(tm, model);
-        if (st == QC_OK && dirty)
-            st = qc_qcnet_grads_upload(model, tm->grads_host);
-        else if (st == QC_OK)
-            qc_qcnet_zero_grad(model);
-        /* the re-run starts from an empty cache: what this attempt's pattern left reserved
-         * (partly used segments, free blocks between granules) goes back */
-        if (st == QC_OK)
-            st = qc_alloc_empty_cache(qc_train_backend_alloc(tm->be));
-        if (st != QC_OK) {
-            qc_plan_result_free(&r);
-            return st;
-        }
-        /* the new margin covers what the prediction missed (an active peak over it) or what
-         * fragmentation held when the allocator ran out (reserved − allocated, after its cache
-         * release), whichever is larger, by 3 to 10 points more per failure: the fragmentation
-         * at a failure belongs to that attempt's allocation pattern, which a new plan changes,
-         * so it is approached in steps rather than taken whole */
-        const double budget = (double)tm->par.budget;
-        const double seen =
-            as.bytes_active_peak > r.peak ? (double)(as.bytes_active_peak - r.peak) / budget : 0.0;
-        struct qc_memctx_stats ms;
-        qc_memctx_stats_get(qc_train_backend_memctx(tm->be), &ms);
-        const double frag = ms.fail_reserved > ms.fail_allocated
-                                ? (double)(ms.fail_reserved - ms.fail_allocated) / budget
-                                : 0.0;
-        double up = seen > frag ? seen : frag;
-        up = up < MARGIN_STEP ? MARGIN_STEP : up > MARGIN_JUMP ? MARGIN_JUMP : up;
-        const double m = tm->margin + up;
-        tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
-        tm->step.replans++;
-        tm->step_missed = true;
+    *skipped = false;
+    /* the budget whose target at the configured margin (budget × (1 − margin)) holds the plan's
+     * peak: a margin raised by this run's failures is not the user's to give; a scene that ran
+     * out under plans that fit needs at least the budget plus the fragmentation it met */
+    uint64_t budget_needed = (uint64_t)((double)need / (1.0 - tm->par.margin)) + 1;
+    if (ran_out && budget_needed < tm->par.budget + tm->frag_seen)
+        budget_needed = tm->par.budget + tm->frag_seen;
+    char sizes[512], why[200], b1[32], b2[32], b3[32];
+    scene_sizes(host, sizes, sizeof sizes);
+    qc_format_bytes(need, b1, sizeof b1);
+    qc_format_bytes(budget_needed, b2, sizeof b2);
+    qc_format_bytes(tm->par.budget, b3, sizeof b3);
+    if (ran_out)
+        snprintf(why, sizeof why,
+                 "it ran out of device memory %d times under plans peaking at %s "
+                 "(fragmentation)",
+                 tries, b1);
+    else
+        snprintf(why, sizeof why, "its smallest plan peaks at %s", b1);
+    if (tm->skip_oversized) {
         qc_log(QC_LOG_WARN,
-               "train: out of device memory under the plan (predicted peak %" PRIu64
-               " bytes; at the failure %zu bytes allocated, %zu reserved of which %zu small): "
-               "rolled back and re-planned with a %.1f %% margin (%s)",
-               r.peak, ms.fail_allocated, ms.fail_reserved, ms.fail_reserved_small,
-               100.0 * tm->margin, msg);
-        qc_plan_result_free(&r);
+               "train: scene %s (dataset index %" PRId64
+               ") does not fit the device budget alone (%s; %s, budget %s): skipped",
+               host->scenario_id[0], host->scene_index[0], sizes, why, b3);
+        tm->step.skipped++;
+        *skipped = true;
+        return QC_OK;
     }
-    /* admission control: even the smallest plan does not fit (or kept running out) */
-    qc_plan_result_free(&r);
-    if (host->num_scenes == 1) {
-        /* the budget whose target (budget × (1 − margin)) holds the plan's peak */
-        const uint64_t budget_needed = (uint64_t)((double)need / (1.0 - tm->margin)) + 1;
-        char sizes[512], why[160], b1[32], b2[32], b3[32];
-        scene_sizes(host, sizes, sizeof sizes);
-        qc_format_bytes(need, b1, sizeof b1);
-        qc_format_bytes(budget_needed, b2, sizeof b2);
-        qc_format_bytes(tm->par.budget, b3, sizeof b3);
-        if (ran_out)
-            snprintf(why, sizeof why,
-                     "it ran out of device memory %d times under plans peaking at %s "
-                     "(fragmentation)",
-                     a, b1);
-        else
-            snprintf(why, sizeof why, "its smallest plan peaks at %s", b1);
-        if (tm->skip_oversized) {
-            qc_log(QC_LOG_WARN,
-                   "train: scene %s (dataset index %" PRId64
-                   ") does not fit the device budget alone (%s; %s, budget %s): skipped",
-                   host->scenario_id[0], host->scene_index[0], sizes, why, b3);
-            tm->step.skipped++;
-            return QC_OK;
-        }
-        struct qc_oom_facts f = {.one_scene = true,
-                                 .attention = tm->cfg.attention == QC_ATTENTION_FUSED
-                                                  ? QC_OOM_ATTENTION_FUSED
-                                                  : QC_OOM_ATTENTION_UNFUSED};
-        qc_oom_planner_facts(&f);
-        char hint[512];
-        return qc_errorf(QC_ERR_NOMEM,
-                         "train: scene %s (dataset index %" PRId64
-                         ") does not fit the device budget even alone: %s; %s: it needs a "
-                         "budget of about %s (%" PRIu64 " bytes), the budget is %s\n%s",
-                         host->scenario_id[0], host->scene_index[0], sizes, why, b2, budget_needed,
-                         b3, qc_oom_hint(&f, hint, sizeof hint));
-    }
+    struct qc_oom_facts f = {.one_scene = true,
+                             .attention = tm->cfg.attention == QC_ATTENTION_FUSED
+                                              ? QC_OOM_ATTENTION_FUSED
+                                              : QC_OOM_ATTENTION_UNFUSED};
+    qc_oom_planner_facts(&f);
+    char hint[512];
+    return qc_errorf(QC_ERR_NOMEM,
+                     "train: scene %s (dataset index %" PRId64
+                     ") does not fit the device budget even alone: %s; %s: it needs a "
+                     "budget of about %s (%" PRIu64 " bytes), the budget is %s\n%s",
+                     host->scenario_id[0], host->scene_index[0], sizes, why, b2, budget_needed, b3,
+                     qc_oom_hint(&f, hint, sizeof hint));
+}
+
+/* Runs the scenes of host in two halves (run_part), each with the denominators norm (NULL:
+ * host's own). */
+static enum qc_status run_halves(struct train_mem *tm, struct qc_qcnet *model,
+                                 struct qc_loader *loader, const struct qc_batch *host,
+                                 const struct qc_qcnet_ctx *ctx, const float *norm, float weight,
+                                 bool last, struct train_group_out *out)
+{
     float group_norm[QC_QCNET_LOSS_NORM];
     if (!norm) { /* the whole group's denominators for every part */
         qc_qcnet_loss_norm(host, group_norm);
@@ -585,9 +587,279 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
     if (!idx)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     memcpy(idx, host->scene_index, (size_t)n * sizeof *idx);
-    st = run_part(tm, model, loader, idx, h, ctx, norm, weight, false, out);
+    enum qc_status st = run_part(tm, model, loader, idx, h, ctx, norm, weight, false, out);
     if (st == QC_OK)
         st = run_part(tm, model, loader, idx + h, n - h, ctx, norm, weight, last, out);
+    free(idx);
+    return st;
+}
+
+/* Rolls back a group whose attempt ran out of device memory (msg: the allocator's error):
+ * nothing of it stays (the gradients restored from the host copy when dirty, else zeroed), the
+ * allocator's cache is emptied (the re-run starts from a cold cache, as a resumed process
+ * would), and the margin in force is raised by what the failure suggests. */
+static enum qc_status rollback(struct train_mem *tm, struct qc_qcnet *model, bool dirty,
+                               uint64_t planned_peak, const char *msg)
+{
+    struct qc_alloc_stats as;
+    qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
+    QC_TRY(keep_reduced(tm, model));
+    if (dirty)
+        QC_TRY(qc_qcnet_grads_upload(model, tm->grads_host));
+    else
+        qc_qcnet_zero_grad(model);
+    /* what this attempt's pattern left reserved (partly used segments, free blocks between
+     * granules) goes back */
+    QC_TRY(qc_alloc_empty_cache(qc_train_backend_alloc(tm->be)));
+    /* the new margin covers what the prediction missed (an active peak over it) or what
+     * fragmentation held when the allocator ran out (reserved − allocated, after its cache
+     * release), whichever is larger, by 3 to 10 points more per failure: the fragmentation at a
+     * failure belongs to that attempt's allocation pattern, which a new plan changes, so it is
+     * approached in steps rather than taken whole. It only steers the policies of later plans
+     * (which give the same bits): whether a batch runs whole is decided at the configured
+     * margin */
+    const double budget = (double)tm->par.budget;
+    const double seen = as.bytes_active_peak > planned_peak
+                            ? (double)(as.bytes_active_peak - planned_peak) / budget
+                            : 0.0;
+    struct qc_memctx_stats ms;
+    qc_memctx_stats_get(qc_train_backend_memctx(tm->be), &ms);
+    if (ms.fail_reserved > ms.fail_allocated &&
+        ms.fail_reserved - ms.fail_allocated > tm->frag_seen)
+        tm->frag_seen = ms.fail_reserved - ms.fail_allocated;
+    const double frag = ms.fail_reserved > ms.fail_allocated
+                            ? (double)(ms.fail_reserved - ms.fail_allocated) / budget
+                            : 0.0;
+    double up = seen > frag ? seen : frag;
+    up = up < MARGIN_STEP ? MARGIN_STEP : up > MARGIN_JUMP ? MARGIN_JUMP : up;
+    const double m = tm->margin + up;
+    tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
+    tm->step.replans++;
+    tm->step.rolled_back = true;
+    tm->step_missed = true;
+    qc_log(QC_LOG_WARN,
+           "train: out of device memory under the plan (predicted peak %" PRIu64
+           " bytes; at the failure %zu bytes allocated, %zu reserved of which %zu small): "
+           "rolled back with the cache emptied, re-planned with a %.1f %% margin (%s)",
+           planned_peak, ms.fail_allocated, ms.fail_reserved, ms.fail_reserved_small,
+           100.0 * tm->margin, msg);
+    return QC_OK;
+}
+
+/* Runs batch (host, dev) whole when its admission plan (plan_admit) fits, else in halves; a
+ * scene that does not fit alone is too big (scene_too_big). Which of these happens must be a
+ * function of the batch and the configuration (a split changes the bits: the parts' gradients
+ * add up in another order), never of timing or of the allocator's cache:
+ *   - a batch runs first under the calibrated plan at the margin in force (else at the
+ *     configured margin, else the admission plan from an empty cache: every policy gives the
+ *     same bits);
+ *   - when a run runs out of memory the batch is rolled back, the cache emptied, and the batch
+ *     re-run whole under built-in plans of ever larger margins (never one over the configured
+ *     target), MAX_ATTEMPTS runs in all (MAX_ATTEMPTS_1 for one scene); only then is a batch
+ *     split, or a scene too big. */
+static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
+                                struct qc_loader *loader, const struct qc_batch *host,
+                                const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
+                                const float *norm, float weight, bool last,
+                                struct train_group_out *out)
+{
+    struct qc_plan_result r = {0};
+    enum qc_status st = QC_OK;
+    uint64_t need = 0;    /* the smallest plan's peak, or the last plan's that ran out */
+    bool ran_out = false; /* the attempts ran out under plans that fit */
+    const int attempts = host->num_scenes == 1 ? MAX_ATTEMPTS_1 : MAX_ATTEMPTS;
+    tm->frag_seen = 0;
+    int a = 0;
+    for (; a < attempts; a++) {
+        QC_TRY(describe(tm, host));
+        bool admit_plan = false; /* this attempt runs the admission plan */
+        if (tm->par.budget > 0) {
+            /* admission: from the batch and the configuration alone */
+            struct qc_plan_result r0 = {0};
+            QC_TRY(plan_admit(tm, &r0));
+            if (!r0.fits) {
+                need = r0.peak;
+                ran_out = false;
+                qc_plan_result_free(&r0);
+                break;
+            }
+            bool cold = false; /* empty the cache first */
+            if (a == 0) {
+                /* the calibrated plan at the margin in force, else at the configured margin,
+                 * else the admission plan (all give the same bits) */
+                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
+                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
+                    qc_plan_result_free(&r);
+                    st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
+                }
+                admit_plan = st == QC_OK && !r.fits;
+            } else {
+                /* after a rollback (the cache emptied): the built-in plan at a margin raised
+                 * by MARGIN_JUMP per run, or, when none fits there, the smallest peak its
+                 * search found if that is under the configured target, else the admission
+                 * plan: more room for fragmentation each time, and a function of the batch */
+                double m = tm->par.margin + MARGIN_JUMP * (double)a;
+                m = m < MARGIN_MAX ? m : MARGIN_MAX;
+                st = plan_with(tm, tm->cost0, &tm->hw0, m, &r);
+                admit_plan = st == QC_OK && !r.fits && r.peak > r0.target;
+            }
+            if (admit_plan) {
+                qc_plan_result_free(&r);
+                r = r0;
+                r0 = (struct qc_plan_result){0};
+                cold = a == 0; /* (a re-run starts from the emptied cache) */
+            }
+            qc_plan_result_free(&r0);
+            if (st == QC_OK && cold)
+                st = qc_alloc_empty_cache(qc_train_backend_alloc(tm->be));
+        } else {
+            st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
+        }
+        if (st != QC_OK)
+            return st;
+        need = r.peak;
+        ran_out = true;
+        if (tm->hook)
+            tm->hook(tm->hook_user, &tm->prog, r.policy);
+        st = keep_plan(tm, &r);
+        if (st == QC_OK)
+            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window);
+        /* the rollback copy, when earlier groups of the step accumulated gradients */
+        const bool dirty = tm->grads_dirty;
+        if (st == QC_OK && dirty && tm->par.budget > 0)
+            st = qc_qcnet_grads_download(model, tm->grads_host);
+        if (st == QC_OK && tm->fault_step > 0 && tm->fault_step == tm->step_no) {
+            tm->fault_step = 0; /* the test hook (fault_from_env): once */
+            qc_memctx_fail_at(qc_train_backend_memctx(tm->be), tm->fault_k, 1);
+        }
+        if (st == QC_OK)
+            st = attempt(tm, model, host, dev, ctx, norm, weight, last, out);
+        qc_memctx_fail_at(qc_train_backend_memctx(tm->be), 0, 0); /* disarm an unused fault */
+        /* the plans that ran to the end (a rolled-back attempt's allocations are in the step's
+         * measured peak too, up to where it failed: such a step's two peaks do not compare) */
+        if (st == QC_OK && r.peak > tm->step.predicted_peak)
+            tm->step.predicted_peak = r.peak;
+        if (st != QC_ERR_NOMEM || tm->par.budget == 0) {
+            qc_plan_result_free(&r);
+            return st;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", qc_error_last());
+        char *hint = strstr(msg, "\nhint:"); /* recovered here: no advice for the user */
+        if (hint)
+            *hint = '\0';
+        st = rollback(tm, model, dirty, r.peak, msg);
+        qc_plan_result_free(&r);
+        if (st != QC_OK)
+            return st;
+    }
+    qc_plan_result_free(&r);
+    if (host->num_scenes == 1) {
+        bool skipped = false;
+        return scene_too_big(tm, host, need, ran_out, a, &skipped);
+    }
+    return run_halves(tm, model, loader, host, ctx, norm, weight, last, out);
+}
+
+// ---- admission of a group: which scenes run together, which are skipped ---------------------
+
+/* A run of consecutive scenes of the group: [off, off + n) of its scene indices. */
+struct part {
+    int64_t off, n;
+    bool skip; /* one scene that does not fit alone (skip_oversized) */
+};
+
+/* Admits the scenes idx[off .. off + n) of the group (batch b when already built, else built
+ * here): whole when their admission plan fits, else in halves (recursively); a scene that does
+ * not fit alone is skipped (skip_oversized) or the error. The parts appended to parts[*np]
+ * (room for 2 × the group's scenes). */
+static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader,
+                                  const struct qc_batch *b, const int64_t *idx, int64_t off,
+                                  int64_t n, struct part *parts, int64_t *np)
+{
+    struct qc_batch *own = NULL;
+    if (!b) {
+        QC_TRY(qc_loader_build(loader, idx + off, n, &own));
+        b = own;
+    }
+    struct qc_plan_result r = {0};
+    enum qc_status st = describe(tm, b);
+    if (st == QC_OK)
+        st = plan_admit(tm, &r);
+    const bool fits = st == QC_OK && r.fits;
+    const uint64_t peak = r.peak;
+    qc_plan_result_free(&r);
+    if (st == QC_OK && fits) {
+        parts[(*np)++] = (struct part){.off = off, .n = n};
+    } else if (st == QC_OK && n == 1) {
+        bool skipped = false;
+        st = scene_too_big(tm, b, peak, false, 0, &skipped);
+        if (st == QC_OK)
+            parts[(*np)++] = (struct part){.off = off, .n = 1, .skip = true};
+    } else if (st == QC_OK) {
+        const int64_t h = n / 2;
+        tm->step.splits++;
+        qc_log(QC_LOG_INFO,
+               "train: a batch of %" PRId64 " scenes does not fit the budget; running "
+               "it as %" PRId64 " + %" PRId64 " scenes",
+               n, h, n - h);
+        st = admit_parts(tm, loader, NULL, idx, off, h, parts, np);
+        if (st == QC_OK)
+            st = admit_parts(tm, loader, NULL, idx, off + h, n - h, parts, np);
+    }
+    if (own)
+        qc_loader_release(loader, own);
+    return st;
+}
+
+/* The group (host, dev) split into parts by admission: each part run with the denominators of
+ * the scenes that run (a skipped scene keeps no share of them: the losses and gradients are
+ * those of the other scenes alone). */
+static enum qc_status run_admitted(struct train_mem *tm, struct qc_qcnet *model,
+                                   struct qc_loader *loader, const struct qc_batch *host,
+                                   const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
+                                   float weight, bool last, struct train_group_out *out)
+{
+    const int64_t n = host->num_scenes;
+    struct part *parts = malloc((size_t)(2 * n + 1) * sizeof *parts);
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    if (!parts || !idx) {
+        free(parts);
+        free(idx);
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    }
+    memcpy(idx, host->scene_index, (size_t)n * sizeof *idx);
+    int64_t np = 0;
+    enum qc_status st = admit_parts(tm, loader, host, idx, 0, n, parts, &np);
+    int64_t kept = 0, last_run = -1;
+    for (int64_t i = 0; st == QC_OK && i < np; i++)
+        if (!parts[i].skip) {
+            for (int64_t j = 0; j < parts[i].n; j++) /* the running scenes, in order */
+                idx[kept + j] = host->scene_index[parts[i].off + j];
+            parts[i].off = kept;
+            kept += parts[i].n;
+            last_run = i;
+        }
+    if (st == QC_OK && np == 1 && !parts[0].skip) { /* whole: as it came */
+        st = run_batch(tm, model, loader, host, dev, ctx, NULL, weight, last, out);
+    } else if (st == QC_OK && kept > 0) {
+        float norm[QC_QCNET_LOSS_NORM];
+        if (kept == n) {
+            qc_qcnet_loss_norm(host, norm);
+        } else { /* the denominators of the scenes that run */
+            struct qc_batch *k = NULL;
+            st = qc_loader_build(loader, idx, kept, &k);
+            if (st == QC_OK) {
+                qc_qcnet_loss_norm(k, norm);
+                qc_loader_release(loader, k);
+            }
+        }
+        for (int64_t i = 0; st == QC_OK && i <= last_run; i++)
+            if (!parts[i].skip)
+                st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, ctx, norm, weight,
+                              last && i == last_run, out);
+    }
+    free(parts);
     free(idx);
     return st;
 }
@@ -602,8 +874,11 @@ enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
     QC_TRY(train_stage_use(tm->be, stage, &dev));
     tm->td = td;
     tm->owned_from = tm->nparams;
+    tm->step_no = (int64_t)ctx->step + 1;
     enum qc_status st =
-        run_batch(tm, model, loader, stage->host, dev, ctx, NULL, weight, true, out);
+        tm->par.budget > 0
+            ? run_admitted(tm, model, loader, stage->host, dev, ctx, weight, true, out)
+            : run_batch(tm, model, loader, stage->host, dev, ctx, NULL, weight, true, out);
     /* the reduced values of ranges reported before a rollback, over the re-run's own */
     if (st == QC_OK && tm->owned_from < tm->nparams)
         st = qc_op_upload(qc_train_backend_exec(tm->be), qc_qcnet_grads(model) + tm->owned_from,
@@ -631,10 +906,13 @@ void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t m
     struct qc_qcnet_mem mm;
     qc_qcnet_mem_get(model, &mm);
     s->recompute_bytes = mm.recompute_bytes - tm->recompute0;
-    /* a peak over the prediction raises the margin by the misprediction; a step without a
+    /* a peak over the prediction raises the margin by the misprediction (not after a rollback:
+     * the measured peak then holds the failed attempt's allocations, which the rollback's own
+     * raise already answered); a step without a
      * failure or a miss gives a little back, down to the planner's 2 %, so that one odd scene does
      * not make every later plan conservative */
-    if (tm->par.budget > 0 && measured_peak > s->predicted_peak && s->predicted_peak > 0) {
+    if (tm->par.budget > 0 && measured_peak > s->predicted_peak && s->predicted_peak > 0 &&
+        !s->rolled_back) {
         tm->margin += (double)(measured_peak - s->predicted_peak) / (double)tm->par.budget;
         if (tm->margin > MARGIN_MAX)
             tm->margin = MARGIN_MAX;

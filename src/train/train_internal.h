@@ -94,6 +94,8 @@ struct train_mem_step {
     int64_t replans;          /* groups rolled back after running out and re-planned */
     int64_t splits;           /* batches split into sub-groups */
     int64_t skipped;          /* scenes skipped as oversized (skip_oversized) */
+    bool rolled_back;         /* a group ran out and was rolled back: the measured peak holds
+                                 the failed attempt's allocations (no planner error figure) */
 };
 
 /* The plan kept for memory.json (qc_memreport.h's plan, with its storage). */

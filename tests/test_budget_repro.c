@@ -1,0 +1,358 @@
+/*
+ * test_budget_repro.c — budgets that keep their promises (issue 25, docs/RELIABILITY.md), on the
+ * qctrain binary with cpu-smoke's model at the small settings of proc_testlib.h:
+ *   - an out-of-memory inside a step (QC_FAULT_OOM_STEP: what the cache's history or timing can
+ *     cause) changes no bits: the group is rolled back and re-run whole, never split on it, and
+ *     the step is logged "rolled_back":true;
+ *   - --skip-oversized: a skipped scene keeps no share of the loss denominators (the logged loss
+ *     and the weights equal those of the other scene trained alone);
+ *   - a step whose every scene is skipped is no step ("loss":null, "empty":true, no update) and
+ *     a run of only such steps fails, naming why;
+ *   - the budget the trainer names for a scene that does not fit is enough: 20 steps train
+ *     under exactly it;
+ *   - the emu backend at fp16 under 120 MiB (the issue's repro) trains 3 steps.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proc_testlib.h"
+#include "testutil.h"
+
+static char tmp_root[256];
+static const char qctrain[] = QC_BINARY_DIR "/qctrain";
+
+/* tmp_root/name into out (removed first). */
+static void tpath(char *out, size_t n, const char *name)
+{
+    if ((size_t)snprintf(out, n, "%s/%s", tmp_root, name) >= n)
+        T_FATAL("path too long: %s/%s", tmp_root, name);
+    t_rm_rf(out);
+}
+
+/* qctrain train with the small settings, then extra (NULL-terminated); env may be NULL. The
+ * exit code (-1: died) and the output in *out (malloc'd) when out is not NULL. */
+static int train(const char *const *extra, const char *env, const char *log, char **out)
+{
+    struct t_args a = {{0}, 0};
+    t_args_add(&a, qctrain);
+    t_args_add(&a, "train");
+    for (int i = 0; i < T_TINY_TRAIN_NARGS; i++)
+        t_args_add(&a, t_tiny_train_args[i]);
+    for (int i = 0; extra[i]; i++)
+        t_args_add(&a, extra[i]);
+    unlink(log);
+    const int st = t_run(&a, log, env);
+    if (out)
+        *out = t_read_file(log, NULL);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Whether two safetensors files hold the same tensor bytes (their headers differ: the metadata
+ * records the step and the run's configuration, --out included). */
+static bool same_tensors(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+    char *x = t_read_file(a, &na), *y = t_read_file(b, &nb);
+    bool same = x && y && na >= 8 && nb >= 8;
+    if (same) {
+        uint64_t ha = 0, hb = 0;
+        memcpy(&ha, x, 8); /* little-endian u64 header length */
+        memcpy(&hb, y, 8);
+        same = ha + 8 <= na && hb + 8 <= nb && na - ha == nb - hb &&
+               memcmp(x + 8 + ha, y + 8 + hb, na - 8 - ha) == 0;
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+/* The line of step `step` of RUN/metrics.jsonl (malloc'd), or NULL. */
+static char *metrics_line(const char *run, int step)
+{
+    char p[600], key[32];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+    snprintf(key, sizeof key, "{\"step\":%d,", step);
+    char *text = t_read_file(p, NULL);
+    char *line = text ? strstr(text, key) : NULL;
+    char *r = NULL;
+    if (line) {
+        const size_t n = strcspn(line, "\n");
+        r = malloc(n + 1);
+        memcpy(r, line, n);
+        r[n] = '\0';
+    }
+    free(text);
+    return r;
+}
+
+/* The text of "key":VALUE in line, up to the next ',' or '}' (into out). */
+static const char *field(const char *line, const char *key, char *out, size_t n)
+{
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = line ? strstr(line, k) : NULL;
+    if (!p) {
+        snprintf(out, n, "(none)");
+        return out;
+    }
+    p += strlen(k);
+    const size_t len = strcspn(p, ",}");
+    snprintf(out, n, "%.*s", (int)len, p);
+    return out;
+}
+
+static void gen(const char *path, const char *scenes, const char *profile, const char *seed)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/gen.log", tmp_root);
+    const char *args[] = {"gen",    "--scenes", scenes,  "--profile", profile,
+                          "--seed", seed,       "--out", path,        NULL};
+    char *out = NULL;
+    const int rc = t_run_output(qctrain, args, log, &out);
+    if (rc != 0)
+        T_FATAL("qctrain gen %s: exit %d\n%s", path, rc, out ? out : "");
+    free(out);
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-budget-XXXXXX");
+    if (!mkdtemp(tmp_root)) {
+        printf("cannot create a temporary folder\n");
+        return 1;
+    }
+    char log[300], one[300], d1[300];
+    snprintf(log, sizeof log, "%s/log", tmp_root);
+    snprintf(one, sizeof one, "%s/one.qcs", tmp_root);
+    snprintf(d1, sizeof d1, "%s/d1.qcs", tmp_root);
+    gen(one, "1", "mixed", "9"); /* 49 agents: fits 80 MiB */
+    gen(d1, "1", "dense", "4");  /* 192 agents: does not fit 80 MiB even alone */
+
+    QC_TEST ("budget: an out-of-memory inside a step is rolled back and re-run whole, the "
+             "same bits") {
+        /* two scenes a group under 100 MiB: the groups run whole; the injected failure in
+         * step 2 must not split it (a split adds the parts' gradients in another order) */
+        char ref[300], hit[300], a[400], b[400];
+        tpath(ref, sizeof ref, "oom-ref");
+        tpath(hit, sizeof hit, "oom-hit");
+        const char *base[] = {"--set",   "train.batch_size=2",
+                              "--set",   "device.budget=100MiB",
+                              "--steps", "2",
+                              "--out",   ref,
+                              NULL};
+        char *out = NULL;
+        int rc = train(base, NULL, log, &out);
+        T_EXPECT(rc == 0, "reference run: exit %d\n%s", rc, out ? out : "");
+        free(out);
+        base[7] = hit;
+        rc = train(base, "QC_FAULT_OOM_STEP=2", log, &out);
+        T_EXPECT(rc == 0, "run with an OOM in step 2: exit %d\n%s", rc, out ? out : "");
+        free(out);
+        char *l1 = metrics_line(ref, 2), *l2 = metrics_line(hit, 2);
+        char f1[64], f2[64], f3[64];
+        T_EXPECT(l2 && strstr(l2, "\"rolled_back\":true"),
+                 "step 2 of the run with the OOM is not flagged rolled_back: %s", l2 ? l2 : "-");
+        T_EXPECT(strcmp(field(l1, "splits", f1, sizeof f1), field(l2, "splits", f2, sizeof f2)) ==
+                     0,
+                 "splits %s without the OOM, %s with it", f1, f2);
+        T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f3, sizeof f3)) == 0,
+                 "step 2 loss %s without the OOM, %s with it", f1, f3);
+        free(l1);
+        free(l2);
+        for (int i = 0; i < 2; i++) {
+            const char *f = i ? "optim.safetensors" : "model.safetensors";
+            snprintf(a, sizeof a, "%s/ckpt-000002/%s", ref, f);
+            snprintf(b, sizeof b, "%s/ckpt-000002/%s", hit, f);
+            T_EXPECT(same_tensors(a, b), "%s differs from the run without the OOM", b);
+        }
+    }
+
+    QC_TEST ("skip-oversized: a skipped scene keeps no share of the loss") {
+        char both[300], alone[300], a[400], b[400];
+        tpath(both, sizeof both, "skip-both");
+        tpath(alone, sizeof alone, "skip-alone");
+        const char *s1[] = {"--set",
+                            "train.batch_size=2",
+                            "--set",
+                            "data.shuffle=false",
+                            "--set",
+                            "model.dropout=0",
+                            "--set",
+                            "device.budget=80MiB",
+                            "--data",
+                            one,
+                            "--data",
+                            d1,
+                            "--skip-oversized",
+                            "--steps",
+                            "1",
+                            "--out",
+                            both,
+                            NULL};
+        char *out = NULL;
+        int rc = train(s1, NULL, log, &out);
+        T_EXPECT(rc == 0, "one + dense with --skip-oversized: exit %d\n%s", rc, out ? out : "");
+        T_EXPECT(out && strstr(out, "skipped"), "no scene was skipped:\n%s", out ? out : "");
+        free(out);
+        const char *s2[] = {"--set",   "train.batch_size=2",
+                            "--set",   "data.shuffle=false",
+                            "--set",   "model.dropout=0",
+                            "--set",   "device.budget=80MiB",
+                            "--data",  one,
+                            "--steps", "1",
+                            "--out",   alone,
+                            NULL};
+        rc = train(s2, NULL, log, &out);
+        T_EXPECT(rc == 0, "one alone: exit %d\n%s", rc, out ? out : "");
+        free(out);
+        char *l1 = metrics_line(both, 1), *l2 = metrics_line(alone, 1);
+        char f1[64], f2[64];
+        T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f2, sizeof f2)) == 0,
+                 "loss %s with the dense scene skipped, %s for the other scene alone", f1, f2);
+        T_EXPECT(strcmp(field(l1, "skipped_scenes", f1, sizeof f1), "1") == 0 &&
+                     strcmp(field(l1, "samples", f2, sizeof f2), "1") == 0,
+                 "skipped_scenes %s, samples %s: 1 and 1 expected", f1, f2);
+        free(l1);
+        free(l2);
+        snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", both);
+        snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
+        T_EXPECT(same_tensors(a, b), "the weights differ from the other scene's alone: the skipped "
+                                     "scene still weighs on the gradients");
+    }
+
+    QC_TEST ("skip-oversized: a step without a scene is no step; a run of only such steps "
+             "fails") {
+        char run[300];
+        tpath(run, sizeof run, "skip-all");
+        const char *s[] = {"--set",
+                           "train.batch_size=2",
+                           "--set",
+                           "device.budget=80MiB",
+                           "--data",
+                           d1,
+                           "--steps",
+                           "2",
+                           "--skip-oversized",
+                           "--out",
+                           run,
+                           NULL};
+        char *out = NULL;
+        const int rc = train(s, NULL, log, &out);
+        T_EXPECT(rc != 0 && rc != -1, "every scene skipped: exit %d, non-zero expected\n%s", rc,
+                 out ? out : "");
+        T_EXPECT(out && strstr(out, "nothing was trained"), "no clear message:\n%s",
+                 out ? out : "");
+        free(out);
+        for (int step = 1; step <= 2; step++) {
+            char *l = metrics_line(run, step);
+            T_EXPECT(l && strstr(l, "\"loss\":null") && strstr(l, "\"empty\":true") &&
+                         strstr(l, "\"samples\":0"),
+                     "step %d: %s", step, l ? l : "(no line)");
+            free(l);
+        }
+        /* one scene that fits, then the one that does not: step 2 changes no weight (no AdamW
+         * weight decay on zero gradients) */
+        char mixed[300], a[400], b[400];
+        tpath(mixed, sizeof mixed, "skip-mixed");
+        const char *m[] = {"--set",
+                           "train.batch_size=1",
+                           "--set",
+                           "data.shuffle=false",
+                           "--set",
+                           "device.budget=80MiB",
+                           "--data",
+                           one,
+                           "--data",
+                           d1,
+                           "--skip-oversized",
+                           "--steps",
+                           "2",
+                           "--save-every",
+                           "1",
+                           "--out",
+                           mixed,
+                           NULL};
+        const int rc2 = train(m, NULL, log, &out);
+        T_EXPECT(rc2 == 0, "one step of each: exit %d\n%s", rc2, out ? out : "");
+        free(out);
+        char *l = metrics_line(mixed, 2);
+        T_EXPECT(l && strstr(l, "\"empty\":true"), "step 2: %s", l ? l : "(no line)");
+        free(l);
+        snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", mixed);
+        snprintf(b, sizeof b, "%s/ckpt-000002/model.safetensors", mixed);
+        T_EXPECT(same_tensors(a, b), "the empty step 2 changed the weights");
+    }
+
+    QC_TEST ("budget: a run given exactly the budget the trainer said a scene needs trains 20 "
+             "steps") {
+        char run[300];
+        tpath(run, sizeof run, "need");
+        const char *small[] = {"--set",   "train.batch_size=1",
+                               "--set",   "device.budget=30MiB",
+                               "--data",  one,
+                               "--steps", "1",
+                               "--out",   run,
+                               NULL};
+        char *out = NULL;
+        int rc = train(small, NULL, log, &out);
+        const char *k = out ? strstr(out, "it needs a budget of about ") : NULL;
+        const char *open = k ? strchr(k, '(') : NULL;
+        char bytes[32] = "";
+        if (open)
+            snprintf(bytes, sizeof bytes, "%.*s", (int)strspn(open + 1, "0123456789"), open + 1);
+        T_EXPECT(rc != 0 && bytes[0], "30 MiB: exit %d, no needed budget named:\n%s", rc,
+                 out ? out : "");
+        free(out);
+        if (!bytes[0])
+            continue;
+        char set[64];
+        snprintf(set, sizeof set, "device.budget=%s", bytes);
+        tpath(run, sizeof run, "need");
+        const char *exact[] = {"--set",   "train.batch_size=1",
+                               "--set",   set,
+                               "--data",  one,
+                               "--steps", "20",
+                               "--out",   run,
+                               NULL};
+        rc = train(exact, NULL, log, &out);
+        T_EXPECT(rc == 0, "%s bytes, the budget the trainer named: exit %d\n%s", bytes, rc,
+                 out ? out : "");
+        free(out);
+    }
+
+    QC_TEST ("budget: emu, fp16, 120 MiB trains (an exact-size segment near the budget, the "
+             "retry at the configured margin)") {
+        char run[300];
+        tpath(run, sizeof run, "emu120");
+        struct t_args a = {{0}, 0};
+        const char *v[] = {qctrain,
+                           "train",
+                           "--preset",
+                           "cpu-smoke",
+                           "--quiet",
+                           "--device",
+                           "emu",
+                           "--steps",
+                           "3",
+                           "--set",
+                           "train.precision=fp16",
+                           "--set",
+                           "device.budget=120MiB",
+                           "--set",
+                           "data.loader_threads=1",
+                           "--out",
+                           run};
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+            t_args_add(&a, v[i]);
+        unlink(log);
+        const int st = t_run(&a, log, NULL);
+        char *out = t_read_file(log, NULL);
+        char sb[64];
+        T_EXPECT(t_exited(st, 0), "%s\n%s", t_status_str(st, sb, sizeof sb), out ? out : "");
+        free(out);
+    }
+    t_rm_rf(tmp_root);
+    return qc_test_summary();
+}
