@@ -174,6 +174,7 @@ struct scene_size {
         uint32_t *deg; /* [dst] edges per destination (owned): the blocks' tiles follow them */
     } e[QC_EDGE_SET_COUNT];
     int64_t modes;
+    int64_t scene; /* which scene (the cache's key) */
 };
 
 /* The scene's nodes a set's destinations number: polygons (pt2pl, pl2pl) or agents. A batch
@@ -200,7 +201,7 @@ struct qc_train_planner {
     int nreaders;
     int64_t nscenes; /* in the files; 0: generated */
     struct qc_graph_builder *gb;
-    struct scene_size *sizes; /* [nsized] of the session's scenes 0, 1, ... (cached) */
+    struct scene_size *sizes; /* [nsized] the scenes sized so far, by scene (cached) */
     int64_t nsized, cap_sized;
     int64_t *dst_ptr[QC_EDGE_SET_COUNT]; /* batch's sets' dst_ptr (size_batch) */
     int64_t cap_ptr[QC_EDGE_SET_COUNT];
@@ -317,7 +318,21 @@ static enum qc_status scene_size_of(struct qc_train_planner *pl, int64_t i,
                                     const struct scene_size **out)
 {
     const int64_t k = pl->nscenes > 0 ? i % pl->nscenes : i;
-    while (pl->nsized <= k) {
+    /* the cache is sorted by scene: only the scenes asked for are sized (a tuner weighs a few
+     * spread over thousands) */
+    int64_t lo = 0, hi = pl->nsized;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (pl->sizes[mid].scene < k)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < pl->nsized && pl->sizes[lo].scene == k) {
+        *out = &pl->sizes[lo];
+        return QC_OK;
+    }
+    {
         if (pl->nsized == pl->cap_sized) {
             const int64_t c = pl->cap_sized ? 2 * pl->cap_sized : 64;
             struct scene_size *n = realloc(pl->sizes, (size_t)c * sizeof *n);
@@ -327,7 +342,7 @@ static enum qc_status scene_size_of(struct qc_train_planner *pl, int64_t i,
             pl->cap_sized = c;
         }
         struct qc_scene sc;
-        QC_TRY(scene_at(pl, pl->nsized, &sc));
+        QC_TRY(scene_at(pl, k, &sc));
         const struct qc_scene *ptr = &sc;
         struct qc_batch b;
         enum qc_status st = qc_batch_collate(&ptr, 1, NULL, true, &b);
@@ -339,8 +354,9 @@ static enum qc_status scene_size_of(struct qc_train_planner *pl, int64_t i,
         struct qc_graph g;
         st = qc_graph_build(pl->gb, &gp, &b, &g); /* arrays in the builder's scratch */
         if (st == QC_OK) {
-            struct scene_size *z = &pl->sizes[pl->nsized];
+            struct scene_size tmp, *z = &tmp;
             memset(z, 0, sizeof *z);
+            z->scene = k;
             z->agents = b.num_agents;
             z->polygons = b.num_polygons;
             z->points = b.num_points;
@@ -352,7 +368,7 @@ static enum qc_status scene_size_of(struct qc_train_planner *pl, int64_t i,
                     st = qc_errorf(QC_ERR_INVALID,
                                    "plan: edge set %s of scene %lld: %lld destinations for "
                                    "%lld nodes",
-                                   qc_edge_set_name((enum qc_edge_set)e), (long long)pl->nsized,
+                                   qc_edge_set_name((enum qc_edge_set)e), (long long)k,
                                    (long long)nd, (long long)n);
                     break;
                 }
@@ -371,16 +387,19 @@ static enum qc_status scene_size_of(struct qc_train_planner *pl, int64_t i,
                 z->e[e].attr = g.e[e].attr != NULL;
                 z->e[e].type = g.e[e].type != NULL;
             }
-            if (st == QC_OK)
+            if (st == QC_OK) { /* inserted at lo, the order kept */
+                memmove(&pl->sizes[lo + 1], &pl->sizes[lo],
+                        (size_t)(pl->nsized - lo) * sizeof *pl->sizes);
+                pl->sizes[lo] = tmp;
                 pl->nsized++;
-            else
+            } else
                 for (int e = 0; e < QC_EDGE_SET_COUNT; e++)
                     free(z->e[e].deg);
         }
         qc_batch_release(&b);
         QC_TRY(st);
     }
-    *out = &pl->sizes[k];
+    *out = &pl->sizes[lo];
     return QC_OK;
 }
 
