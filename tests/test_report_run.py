@@ -61,7 +61,7 @@ def metrics_lines(run_dir):
 
 def setup(qctrain, run_dir):
     shutil.rmtree(run_dir, ignore_errors=True)
-    for suffix in ("-plan", "-one", "-stopped", "-ranks"):
+    for suffix in ("-plan", "-oom", "-one", "-stopped", "-ranks"):
         shutil.rmtree(run_dir + suffix, ignore_errors=True)
     common = ["--preset", "cpu-smoke", "--batch-size", "1", "--eval-every", "2",
               "--val-scenes", "2", "--quiet"]
@@ -94,6 +94,15 @@ def setup(qctrain, run_dir):
         json.dump(mem, f, indent=1)
     out = run([qctrain, "report", plan_dir])
     check("with the plan" in out, "report of the plan run: " + out.strip())
+    # a step that ran out of memory and was re-planned (step 3 of 4: neither one of the first
+    # steps nor, necessarily, the peak; alloc.trace_every=0): its trace is kept
+    d = run_dir + "-oom"
+    shutil.rmtree(d, ignore_errors=True)
+    env = dict(os.environ, QC_FAULT_OOM_STEP="3")
+    out = run([qctrain, "train", "--preset", "cpu-smoke", "--batch-size", "1", "--quiet",
+               "--steps", "4", "--set", "device.budget=1GiB", "--set", "alloc.trace_every=0",
+               "--out", d], env)
+    check("re-planned" in out, "the injected out-of-memory was rolled back and re-planned")
     # a one-scene file: "1 batch/epoch of 1 scene", not "1 batches/epoch of 2 scenes"
     d = run_dir + "-one"
     shutil.rmtree(d, ignore_errors=True)
@@ -418,6 +427,24 @@ def browser(qctrain, run_dir):
                   "plan report: measured bytes of %s beside it" % pb["name"])
         check(by_id(root, "fig-plan-predicted").attrs.get("data-bytes") ==
               str(plan["predicted_peak_bytes"]), "plan report: predicted peak figure")
+        # the step that ran out of memory: kept whatever alloc.trace_every says, shown first
+        d = run_dir + "-oom"
+        with open(os.path.join(d, "memory.json")) as f:
+            om = json.load(f)
+        with open(os.path.join(d, "trace", "index.json")) as f:
+            idx = json.load(f)
+        oom_steps = [e["step"] for e in idx["steps"] if "oom" in e["reasons"]]
+        check(oom_steps == [3], "the re-planned step 3 kept with reason oom: %s" %
+              [(e["step"], e["reasons"]) for e in idx["steps"]])
+        page = os.path.join(d, "report.html")
+        html, errors, urls = b.render(page)
+        root = check_page_common("out-of-memory report", html, errors, urls, page, om)
+        data = json.loads(by_id(root, "qc-data").all_text())
+        check(data["timeline"]["step"] == 3 and "oom" in data["timeline"]["reasons"],
+              "out-of-memory report: opens on step 3 (%s)" % data["timeline"]["step"])
+        n = by_id(root, "timeline-ooms")
+        check(n is not None and n.attrs.get("data-steps") == "3" and "re-planned" in n.all_text(),
+              "out-of-memory report: the steps that ran out of memory are listed")
         # the run that stopped: its report says why (the error, the scene, the budget it needs)
         d = run_dir + "-stopped"
         with open(os.path.join(d, "memory.json")) as f:
