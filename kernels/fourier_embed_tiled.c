@@ -23,7 +23,8 @@ static struct fet_seq fet_seq_make(const struct qc_fe *fe, const struct qc_fe_ro
                                    bool backward)
 {
     struct fet_seq q;
-    q.cap = qc_fe_rows_cap(rows);
+    const int64_t tile = rows->tile > 0 ? rows->tile : 1;
+    q.cap = rows->N < tile ? rows->N : tile;
     q.saved_n = qc_fe_saved_numel(fe, q.cap);
     const int64_t nf = qc_fe_scratch_numel(fe, q.cap, false);
     const int64_t nb = backward ? qc_fe_scratch_numel(fe, q.cap, true) : 0;
@@ -63,9 +64,8 @@ static void fet_forward(const struct qc_exec *ex, const struct qc_fe *fe, float 
         return;
     }
     const struct fet_seq q = fet_seq_make(fe, rows, false);
-    for (int64_t t = 0; t < qc_fe_rows_ntile(rows); t++) {
-        int64_t r0, n;
-        qc_fe_rows_tile(rows, t, &r0, &n);
+    for (int64_t r0 = 0; r0 < rows->N; r0 += q.cap) {
+        const int64_t n = rows->N - r0 < q.cap ? rows->N - r0 : q.cap;
         struct qc_fe_saved sv;
         fet_seq_tile(ex, fe, out + r0 * fe->D, rows, &q, scratch, r0, n, &sv);
     }
@@ -84,9 +84,8 @@ static void fet_backward(const struct qc_exec *ex, const struct qc_fe *fe, const
     const int64_t D = fe->D;
     float *dcat = scratch + q.saved_n + q.ws_n + q.cap * D;
     const bool want_dcat = rows->cat_table && rows->dcat_table;
-    for (int64_t t = 0; t < qc_fe_rows_ntile(rows); t++) {
-        int64_t r0, n;
-        qc_fe_rows_tile(rows, t, &r0, &n);
+    for (int64_t r0 = 0; r0 < rows->N; r0 += q.cap) {
+        const int64_t n = rows->N - r0 < q.cap ? rows->N - r0 : q.cap;
         struct qc_fe_saved sv;
         fet_seq_tile(ex, fe, NULL, rows, &q, scratch, r0, n, &sv);
         qc_op_fe_backward(ex, fe, NULL, want_dcat ? dcat : NULL, dout + r0 * D, &sv,

@@ -74,53 +74,13 @@ void qc_op_fe_backward(const struct qc_exec *ex, const struct qc_fe *fe, float *
  * (cat_table[cat_idx[n]], or none). */
 struct qc_fe_rows {
     int64_t N;              /* rows */
-    int64_t tile;           /* rows per tile (>= 1), when starts is NULL */
-    const int64_t *starts;  /* host (ntile+1) or NULL: tile t is rows [starts[t], starts[t+1]),
-                               starts[0] = 0, starts[ntile] = N, ascending (the fused attention's
-                               edge tiles, so that a materialised r has the bits a tiled one
-                               computes over the same rows) */
-    int64_t ntile;          /* tiles of starts */
+    int64_t tile;           /* rows per tile (>= 1) */
     const float *c;         /* (N,d) continuous inputs; NULL when d = 0 */
     const float *cat_table; /* (ncat,D) or NULL */
     const int64_t *cat_idx; /* (N) categories in [0,ncat) */
     int64_t ncat;
     float *dcat_table; /* (ncat,D) ACCUM (backward), may be NULL */
 };
-
-/* Tiles of rows, and tile t's first row and row count. */
-static inline int64_t qc_fe_rows_ntile(const struct qc_fe_rows *rows)
-{
-    const int64_t tile = rows->tile > 0 ? rows->tile : 1;
-    if (rows->starts)
-        return rows->ntile;
-    return rows->N > 0 ? (rows->N + tile - 1) / tile : 0;
-}
-static inline void qc_fe_rows_tile(const struct qc_fe_rows *rows, int64_t t, int64_t *r0,
-                                   int64_t *n)
-{
-    const int64_t tile = rows->tile > 0 ? rows->tile : 1;
-    if (rows->starts) {
-        *r0 = rows->starts[t];
-        *n = rows->starts[t + 1] - rows->starts[t];
-        return;
-    }
-    *r0 = t * tile;
-    *n = rows->N - *r0 < tile ? rows->N - *r0 : tile;
-}
-/* Rows of the largest tile. */
-static inline int64_t qc_fe_rows_cap(const struct qc_fe_rows *rows)
-{
-    if (!rows->starts) {
-        const int64_t tile = rows->tile > 0 ? rows->tile : 1;
-        return rows->N < tile ? rows->N : tile;
-    }
-    int64_t cap = 0;
-    for (int64_t t = 0; t < rows->ntile; t++) {
-        const int64_t n = rows->starts[t + 1] - rows->starts[t];
-        cap = n > cap ? n : cap;
-    }
-    return cap;
-}
 
 /* Floats of scratch a tiled forward or backward on ex needs. */
 int64_t qc_fe_tiled_scratch_numel(const struct qc_exec *ex, const struct qc_fe *fe,

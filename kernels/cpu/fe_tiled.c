@@ -3,11 +3,10 @@
  * attention's edge embeddings r = FE(feat [+ cat]), computed once per edge set with no FE
  * tensor kept, and their backward (each tile recomputed, then differentiated).
  *
- * Tiles (rows.tile rows each, or the row ranges of rows.starts) go to OpenMP threads; inside a tile
- * the ops run on the tile's thread (ex = NULL; OpenBLAS set to one thread for the call). Forward
- * tiles write disjoint rows. Backward tile t goes to lane t mod threads (cpu_internal.h): the FE
- * parameter gradients and the categorical table gradient of a lane are summed in lane order at the
- * end.
+ * Tiles of rows.tile rows go to OpenMP threads; inside a tile the ops run on the tile's thread
+ * (ex = NULL; OpenBLAS set to one thread for the call). Forward tiles write disjoint rows.
+ * Backward tile t goes to lane t mod threads (cpu_internal.h): the FE parameter gradients and the
+ * categorical table gradient of a lane are summed in lane order at the end.
  *
  * Scratch, per thread: the FE tensors of one tile (saved), the FE scratch, the tile's
  * categorical rows and, in backward, the categorical gradient rows (the recompute stops before
@@ -40,10 +39,10 @@ static struct fet_layout fet_layout_make(const struct qc_fe *fe, const struct qc
 {
     struct fet_layout y;
     memset(&y, 0, sizeof y);
-    const int64_t D = fe->D;
-    const int64_t cap = qc_fe_rows_cap(rows);
+    const int64_t tile = rows->tile > 0 ? rows->tile : 1, D = fe->D;
+    const int64_t cap = rows->N < tile ? rows->N : tile;
     y.cap = cap;
-    y.ntile = qc_fe_rows_ntile(rows);
+    y.ntile = rows->N > 0 ? (rows->N + tile - 1) / tile : 0;
     y.nthreads = omp_get_max_threads();
     if (y.nthreads > y.ntile)
         y.nthreads = y.ntile > 0 ? (int)y.ntile : 1;
@@ -85,7 +84,7 @@ void qc_fe_forward_tiled_cpu(const struct qc_fe *fe, float *out, const struct qc
                              float *scratch)
 {
     const struct fet_layout y = fet_layout_make(fe, rows, false);
-    const int64_t D = fe->D;
+    const int64_t tile = rows->tile > 0 ? rows->tile : 1, D = fe->D;
     if (y.ntile == 0)
         return;
     const struct cpu_team tm = cpu_team_begin(y.nthreads);
@@ -93,8 +92,7 @@ void qc_fe_forward_tiled_cpu(const struct qc_fe *fe, float *out, const struct qc
 #pragma omp parallel for schedule(dynamic, 1) num_threads(y.nthreads)
     for (int64_t t = 0; t < y.ntile; t++) {
         float *w = scratch + (int64_t)omp_get_thread_num() * y.thread_n;
-        int64_t r0, n;
-        qc_fe_rows_tile(rows, t, &r0, &n);
+        const int64_t r0 = t * tile, n = rows->N - r0 < tile ? rows->N - r0 : tile;
         struct qc_fe_saved sv;
         fet_tile_forward(fe, out + r0 * D, rows, r0, n, &sv, w, w + y.saved_n,
                          w + y.saved_n + y.ws_n);
@@ -106,7 +104,7 @@ void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
                               const struct qc_fe_rows *rows, float *scratch)
 {
     const struct fet_layout y = fet_layout_make(fe, rows, true);
-    const int64_t D = fe->D;
+    const int64_t tile = rows->tile > 0 ? rows->tile : 1, D = fe->D;
     if (y.ntile == 0)
         return;
     float *lanes0 = scratch + (int64_t)y.nthreads * y.thread_n;
@@ -119,8 +117,7 @@ void qc_fe_backward_tiled_cpu(const struct qc_fe *fe, const float *dout,
         float *w = scratch + (int64_t)tid * y.thread_n, *lane = lanes0 + (int64_t)tid * y.lane_n;
         float *saved = w, *ws = w + y.saved_n, *cat = ws + y.ws_n;
         float *dcat = cat + y.cap * D;
-        int64_t r0, n;
-        qc_fe_rows_tile(rows, t, &r0, &n);
+        const int64_t r0 = t * tile, n = rows->N - r0 < tile ? rows->N - r0 : tile;
         struct qc_fe_saved sv;
         fet_tile_forward(fe, NULL, rows, r0, n, &sv, saved, ws, cat); /* no output: sv only */
         struct qc_fe lfe = *fe; /* this lane's gradient buffer */

@@ -196,44 +196,23 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
 
 // ---- the shared edge embeddings r (attn_edges_shares_r) ---------------------------------------
 
-/* The tiled FE's rows over the edge set: the tiles of the layers' default tile plan (whole CSR
- * rows, QC_ATTN_FUSED_TILE_EDGES_CPU edges), so that r has the bits a TILED layer's tile
- * computes over the same rows (the same op sequence on the same rows). The plan is made once
- * per context (host memory). */
-static enum qc_status edges_rows(struct qc_attn_edges *ed, struct qc_fe_rows *rows)
+/* The tiled FE's rows over the edge set. */
+static struct qc_fe_rows edges_rows(const struct qc_attn_edges *ed)
 {
-    if (!ed->fe_tiles) {
-        struct qc_attn_fused_tiles *t = calloc(1, sizeof *t);
-        if (!t)
-            return qc_errorf(QC_ERR_NOMEM, "attention: FE tile plan of %s",
-                             ed->mem.name[0] ? ed->mem.name : "an edge set");
-        const enum qc_status st = qc_attn_fused_tiles_init(
-            t, attn_row_ptr_host(ed->g), ed->g->n_bdst, QC_ATTN_FUSED_TILE_EDGES_CPU);
-        if (st != QC_OK) {
-            free(t);
-            return st;
-        }
-        ed->fe_tiles = t;
-    }
-    *rows = (struct qc_fe_rows){.N = ed->g->n_edge,
-                                .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
-                                .starts = ed->fe_tiles->e0,
-                                .ntile = ed->fe_tiles->ntile,
-                                .c = ed->fe->d > 0 ? ed->feat : NULL,
-                                .cat_table = ed->cat_table,
-                                .cat_idx = ed->cat_idx,
-                                .ncat = ed->ncat,
-                                .dcat_table = ed->dcat_table};
-    return QC_OK;
+    return (struct qc_fe_rows){.N = ed->g->n_edge,
+                               .tile = QC_ATTN_FUSED_TILE_EDGES_CPU,
+                               .c = ed->fe->d > 0 ? ed->feat : NULL,
+                               .cat_table = ed->cat_table,
+                               .cat_idx = ed->cat_idx,
+                               .ncat = ed->ncat,
+                               .dcat_table = ed->dcat_table};
 }
 
-int64_t attn_fused_fe_tiles_numel(struct qc_attn_edges *ed, bool backward)
+int64_t attn_fused_fe_tiles_numel(const struct qc_attn_edges *ed, bool backward)
 {
     struct qc_fe fe;
     fourier_desc(ed->fe, &fe);
-    struct qc_fe_rows rows;
-    if (edges_rows(ed, &rows) != QC_OK)
-        return 0; /* the real call reports the error */
+    const struct qc_fe_rows rows = edges_rows(ed);
     return qc_fe_tiled_scratch_numel(qc_block_exec(&ed->mem), &fe, &rows, backward);
 }
 
@@ -242,8 +221,7 @@ enum qc_status attn_fused_edges_forward(struct qc_attn_edges *ed, struct qc_mems
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     struct qc_fe fe;
     fourier_desc(ed->fe, &fe);
-    struct qc_fe_rows rows;
-    QC_TRY(edges_rows(ed, &rows));
+    const struct qc_fe_rows rows = edges_rows(ed);
     float *ws;
     QC_TRY(qc_memspec_take_f32(ms, AMS_FE_TILES, &ws));
     qc_op_fe_forward_tiled(ex, &fe, qc_stash_f32(&ed->stash, 0), &rows, ws);
@@ -256,8 +234,7 @@ enum qc_status attn_fused_edges_backward(struct qc_attn_edges *ed, struct qc_mem
     const struct qc_exec *ex = qc_block_exec(&ed->mem);
     struct qc_fe fe;
     fourier_desc(ed->fe, &fe);
-    struct qc_fe_rows rows;
-    QC_TRY(edges_rows(ed, &rows));
+    const struct qc_fe_rows rows = edges_rows(ed);
     float *ws;
     QC_TRY(qc_memspec_take_f32(ms, AMS_FE_TILES, &ws));
     qc_op_fe_backward_tiled(ex, &fe, ed->dr, &rows, ws);

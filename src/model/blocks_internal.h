@@ -161,7 +161,7 @@ void attn_edge_backward_spec(struct qc_attn_kv *kv, struct qc_memspec *s);
  * edge context); 0 when the tile plan cannot be made (its error is then the real call's). */
 int64_t attn_fused_scratch_numel(const struct qc_attn_kv *kv, bool backward);
 /* FUSED with shared r: floats of the tiled FE's scratch over the edge set. */
-int64_t attn_fused_fe_tiles_numel(struct qc_attn_edges *ed, bool backward);
+int64_t attn_fused_fe_tiles_numel(const struct qc_attn_edges *ed, bool backward);
 
 /* Index array id of spec s (int64, home-held): *host is where the host code writes it (the
  * memory itself on the CPU backend; a malloc'ed staging copy on a device backend). Fill it, then
