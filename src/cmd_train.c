@@ -135,7 +135,11 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         else
             snprintf(probe, sizeof probe, "%s", resume);
         struct qc_run_lock *lock = NULL;
-        if (stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        /* rank 0 only: the job's other ranks would find rank 0's own lock (the trainer takes
+         * it on rank 0 while they are still here) and stop the job as "in use" */
+        struct qc_dist_launch launch;
+        qc_dist_launch_detect(&launch);
+        if (launch.rank == 0 && stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) {
             const enum qc_status ls = qc_run_lock_acquire(probe, &lock);
             if (ls == QC_ERR_INVALID) /* in use: the error names the holder's PID */
                 return ls;
