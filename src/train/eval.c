@@ -266,7 +266,7 @@ static enum qc_status eval_pred_add(struct eval_pred *p, const struct qc_qcnet *
             dst[2 * i] = (float)(x * c - y * sn + (double)pos[0]);
             dst[2 * i + 1] = (float)(x * sn + y * c + (double)pos[1]);
         }
-        double mx = -INFINITY, sum = 0;
+        double mx = -(double)INFINITY, sum = 0;
         for (int64_t k = 0; k < K; k++)
             mx = fmax(mx, (double)pi[a * K + k]);
         for (int64_t k = 0; k < K; k++)
