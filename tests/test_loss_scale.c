@@ -160,7 +160,7 @@ int main(void)
         for (int which = 0; which < 3; which++) {
             struct train_dist_sums sums = finite_sums();
             double *term[] = {&sums.reg_loss_propose, &sums.reg_loss_refine, &sums.cls_loss};
-            *term[which] = which == 1 ? NAN : INFINITY;
+            *term[which] = which == 1 ? (double)NAN : (double)INFINITY;
             sums.bad_grad = 0; /* the gradients are non-finite too, as they would be */
             float g[N_GRADS], want[N_GRADS];
             fill_grads(g, N_GRADS);
