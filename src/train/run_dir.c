@@ -385,15 +385,9 @@ enum qc_status qc_run_data_describe(const char *const *paths, int n, struct qc_r
     return st;
 }
 
-enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out)
+/* Reads the open file fp (closed here) as JSON into *out; path names it in errors. */
+static enum qc_status read_json(FILE *fp, const char *path, cJSON **out)
 {
-    memset(out, 0, sizeof *out);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/run.json", run_dir);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return errno == ENOENT ? QC_OK /* a run of before run.json: nothing recorded */
-                               : qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *text = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
@@ -409,6 +403,21 @@ enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out)
     free(text);
     if (!j)
         return qc_errorf(QC_ERR_INVALID, "%s: not valid JSON", path);
+    *out = j;
+    return QC_OK;
+}
+
+enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out)
+{
+    memset(out, 0, sizeof *out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.json", run_dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return errno == ENOENT ? QC_OK /* a run of before run.json: nothing recorded */
+                               : qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    cJSON *j = NULL;
+    QC_TRY(read_json(fp, path, &j));
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(data, "files");
     enum qc_status st = QC_OK;
@@ -455,21 +464,8 @@ enum qc_status qc_run_data_record(const char *run_dir, const struct qc_run_data 
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return qc_errorf(QC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    char buf[65536];
-    size_t r;
-    while (mem && (r = fread(buf, 1, sizeof buf, fp)) > 0)
-        fwrite(buf, 1, r, mem);
-    fclose(fp);
-    if (!mem)
-        return qc_errorf(QC_ERR_NOMEM, "%s: out of memory", path);
-    fclose(mem);
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!j)
-        return qc_errorf(QC_ERR_INVALID, "%s: not valid JSON", path);
+    cJSON *j = NULL;
+    QC_TRY(read_json(fp, path, &j));
     cJSON_DeleteItemFromObjectCaseSensitive(j, "data");
     cJSON *data = cJSON_AddObjectToObject(j, "data");
     cJSON *files = data ? cJSON_AddArrayToObject(data, "files") : NULL;
