@@ -46,13 +46,6 @@
 
 static const int ping_token = 1; /* never written: safe for freed sends */
 
-double dist_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_us(long us)
 {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};

@@ -12,6 +12,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The NCCL backend: rank 0's communicator id broadcast over MPI, then every rank joins. */
+static enum qc_status nccl_start(struct qc_dist *d)
+{
+    unsigned char id[DIST_NCCL_ID_BYTES];
+    memset(id, 0, sizeof(id));
+    QC_TRY(dist_nccl_create(d, id));
+    QC_TRY(qc_dist_bcast(d, id, sizeof(id), 0));
+    return dist_nccl_join(d, id);
+}
+
 enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **out)
 {
     int mpi_up = 0;
@@ -100,7 +110,7 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
         st = qc_dist_check_same(d, opts->agreement_what ? opts->agreement_what : "the set-up",
                                 opts->agreement);
     if (st == QC_OK && opts->backend == QC_DIST_NCCL)
-        st = dist_nccl_create(d);
+        st = nccl_start(d);
     if (st != QC_OK) {
         qc_dist_destroy(d);
         return st;

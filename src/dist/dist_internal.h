@@ -5,7 +5,8 @@
  * Files: launch.c (launch, world, the start-up barrier), shard.c (shards, pieces, rank-order sum),
  * comm.c (the communication thread: job queue, collectives, heartbeats, the watchdog), dist.c (the
  * public API on the main thread), nccl.c (the NCCL backend, CUDA builds), dist_stub.c (builds
- * without MPI).
+ * without MPI). Calls go one way, down: dist.c -> comm.c -> nccl.c -> launch.c, shard.c (a
+ * helper two of them need lives in the lower one; tests/file_cycles.py fails on a cycle).
  *
  * Threads. The main thread (the trainer's) posts jobs and waits for their sequence numbers;
  * the communication thread runs them in order and is the only thread that calls MPI after
@@ -155,6 +156,8 @@ struct qc_dist {
 /* QC_OK, or QC_ERR_IO "dist: <call> failed: <MPI's error string>" for a return code not
  * MPI_SUCCESS (calls made on the main thread). */
 enum qc_status dist_mpi_check(int rc, const char *call);
+/* Seconds on the monotonic clock. */
+double dist_now(void);
 
 // ---- comm.c ----
 
@@ -169,12 +172,18 @@ void dist_run(struct qc_dist *d, struct dist_job *j);
 /* Prints "qctrain: error: rank R of W: <message>" and ends the job (MPI_Abort). */
 _Noreturn void dist_fail(struct qc_dist *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Seconds on the monotonic clock. */
-double dist_now(void);
 
 // ---- nccl.c (CUDA builds; stubs that fail elsewhere) ----
 
-enum qc_status dist_nccl_create(struct qc_dist *d);
+/* ncclUniqueId's size (NCCL_UNIQUE_ID_BYTES; nccl.c checks it): dist.c broadcasts rank 0's id
+ * as plain bytes, so nccl.c calls nothing of the files above it. */
+#define DIST_NCCL_ID_BYTES 128
+/* The backend's state; on rank 0 also a new communicator id, written to id (DIST_NCCL_ID_BYTES
+ * bytes; untouched on the other ranks). */
+enum qc_status dist_nccl_create(struct qc_dist *d, void *id);
+/* Joins the NCCL communicator of id (rank 0's, broadcast by the caller); blocks until every rank
+ * joined, watched like a collective. */
+enum qc_status dist_nccl_join(struct qc_dist *d, const void *id);
 /* abort: ncclCommAbort (a peer is gone or the run failed) instead of ncclCommDestroy. */
 void dist_nccl_destroy(struct qc_dist *d, bool abort);
 /* Enqueues pieces [first, last) of the layout after the compute stream's work so far. */

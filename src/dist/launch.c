@@ -214,6 +214,13 @@ enum qc_status dist_mpi_check(int rc, const char *call)
     return qc_errorf(QC_ERR_IO, "dist: %s failed: %s", call, es);
 }
 
+double dist_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Polls the n requests until all are done (*late = -1), or until timeout_s has passed (*late:
  * the first one not done). */
 static enum qc_status wait_all_until(MPI_Request *reqs, int n, double timeout_s, int *late)

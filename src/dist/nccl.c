@@ -66,7 +66,9 @@ static void stamp(void *p)
     *(double *)p = dist_now();
 }
 
-enum qc_status dist_nccl_create(struct qc_dist *d)
+_Static_assert(sizeof(ncclUniqueId) == DIST_NCCL_ID_BYTES, "DIST_NCCL_ID_BYTES is not nccl.h's");
+
+enum qc_status dist_nccl_create(struct qc_dist *d, void *id)
 {
     struct dist_nccl *n = calloc(1, sizeof(*n));
     if (!n)
@@ -75,16 +77,25 @@ enum qc_status dist_nccl_create(struct qc_dist *d)
     if (!d->o.dev || !d->o.compute)
         return qc_errorf(QC_ERR_INVALID, "dist: the NCCL backend needs the device and its "
                                          "compute stream");
-    ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    if (d->rank == 0)
-        NCCL_TRY(n, ncclGetUniqueId(&id));
-    QC_TRY(qc_dist_bcast(d, &id, sizeof(id), 0));
+    if (d->rank == 0) {
+        ncclUniqueId uid;
+        memset(&uid, 0, sizeof(uid));
+        NCCL_TRY(n, ncclGetUniqueId(&uid));
+        memcpy(id, &uid, sizeof(uid));
+    }
+    return QC_OK;
+}
+
+enum qc_status dist_nccl_join(struct qc_dist *d, const void *id)
+{
+    struct dist_nccl *n = d->nccl;
+    ncclUniqueId uid;
+    memcpy(&uid, id, sizeof(uid));
     /* ncclCommInitRank blocks until every rank joined: watched like a collective */
     pthread_mutex_lock(&d->mu);
     d->watch = true;
     pthread_mutex_unlock(&d->mu);
-    const ncclResult_t r = ncclCommInitRank(&n->comm, d->size, id, d->rank);
+    const ncclResult_t r = ncclCommInitRank(&n->comm, d->size, uid, d->rank);
     pthread_mutex_lock(&d->mu);
     d->watch = false;
     pthread_mutex_unlock(&d->mu);
@@ -259,11 +270,19 @@ void dist_nccl_abort(struct qc_dist *d)
 
 #else /* no CUDA: the backend does not exist in this build */
 
-enum qc_status dist_nccl_create(struct qc_dist *d)
+enum qc_status dist_nccl_create(struct qc_dist *d, void *id)
 {
     (void)d;
+    (void)id;
     return qc_errorf(QC_ERR_UNSUPPORTED, "dist: NCCL needs a CUDA build\nhint: device.kind cpu "
                                          "uses the MPI backend");
+}
+
+enum qc_status dist_nccl_join(struct qc_dist *d, const void *id)
+{
+    (void)d;
+    (void)id;
+    return qc_errorf(QC_ERR_UNSUPPORTED, "dist: NCCL needs a CUDA build");
 }
 
 void dist_nccl_destroy(struct qc_dist *d, bool abort)

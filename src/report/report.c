@@ -23,33 +23,6 @@
 
 #include "qc_file.h"
 
-enum qc_status report_load_json(const char *path, cJSON **out)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return errno == ENOENT ? QC_OK
-                               : qc_errorf(QC_ERR_IO, "report: %s: %s", path, strerror(errno));
-    struct qc_strbuf b = {0};
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        qc_strbuf_add(&b, chunk, got);
-    const bool bad = ferror(f) != 0;
-    fclose(f);
-    enum qc_status st = qc_strbuf_status(&b, "report");
-    if (st == QC_OK && bad)
-        st = qc_errorf(QC_ERR_IO, "report: reading %s failed", path);
-    if (st == QC_OK) {
-        *out = b.p ? cJSON_ParseWithLength(b.p, b.len) : NULL;
-        if (!*out)
-            st = qc_errorf(QC_ERR_INVALID, "report: %s is not valid JSON (near byte %zu)", path,
-                           b.p && cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - b.p) : 0);
-    }
-    qc_strbuf_free(&b);
-    return st;
-}
-
 /* Appends cJSON's text of item (or null). */
 static void put_json(struct qc_strbuf *b, const cJSON *item)
 {
