@@ -2,7 +2,7 @@
  * qc_types.h — the enums that structs of several layers store: a run's precision and the
  * device layer's kinds. Here, at the bottom, so that a struct of any library (the configuration,
  * the model's config, the stash, the exec, the tuner's settings) holds the enum itself rather
- * than an int with a comment naming it. Only enums and their names: no functions to link.
+ * than an int with a comment naming it. Only enums and their names (the name tables in types.c).
  */
 #ifndef QC_BASE_QC_TYPES_H
 #define QC_BASE_QC_TYPES_H
@@ -23,13 +23,15 @@ enum qc_precision {
     QC_PREC_COUNT
 };
 
+/* "fp32", "bf16", "fp16", indexed by enum qc_precision and NULL-terminated (types.c): the one
+ * list of these names, read by train.precision's choices (config_options.c), qc_precision_str
+ * and bench step's --precision. */
+extern const char *const qc_precision_names[QC_PREC_COUNT + 1];
+
 /* "fp32" / "bf16" / "fp16" ("?" out of range). */
 static inline const char *qc_precision_str(enum qc_precision p)
 {
-    return p == QC_PREC_FP32   ? "fp32"
-           : p == QC_PREC_BF16 ? "bf16"
-           : p == QC_PREC_FP16 ? "fp16"
-                               : "?";
+    return (unsigned)p < QC_PREC_COUNT ? qc_precision_names[p] : "?";
 }
 
 /* Bytes of one stored activation element: 4 for fp32, 2 for the 16-bit formats. */

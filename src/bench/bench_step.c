@@ -125,10 +125,22 @@ static enum qc_status parse_ints(const char *s, const char *opt, int64_t *v, int
     return QC_OK;
 }
 
-/* Parses a comma-separated list of names (each of names[0..nnames)) into their indices. */
-static enum qc_status parse_names(const char *s, const char *opt, const char *const *names,
-                                  int nnames, int *v, int *n)
+/* The choices of the configuration's option `key` (NULL-terminated, index = the enum's value). */
+static const char *const *config_choices(const char *key)
 {
+    const struct qc_config_option *o = qc_config_option_find(key);
+    QC_ASSERT(o && o->choices, "bench step: %s is not a choice of the configuration", key);
+    return o->choices;
+}
+
+/* Parses a comma-separated list of names of `names` (NULL-terminated, index = the enum's value)
+ * into v[cap] (their indices, at most cap of them). */
+static enum qc_status parse_names(const char *s, const char *opt, const char *const *names, int cap,
+                                  int *v, int *n)
+{
+    int nnames = 0;
+    while (names[nnames])
+        nnames++;
     *n = 0;
     const char *p = s;
     while (*p) {
@@ -138,7 +150,7 @@ static enum qc_status parse_names(const char *s, const char *opt, const char *co
         for (int i = 0; i < nnames; i++)
             if (strlen(names[i]) == len && strncmp(p, names[i], len) == 0)
                 found = i;
-        if (found < 0 || *n >= nnames)
+        if (found < 0 || *n >= cap)
             return qc_errorf(QC_ERR_INVALID, "bench step: --%s '%s': unknown or repeated entry",
                              opt, s);
         v[(*n)++] = found;
@@ -355,12 +367,12 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
             return qc_errorf(QC_ERR_INVALID, "bench step: --threads is for the CPU backends");
         QC_TRY(parse_ints(thr_list, "threads", thr, 8, &nthr));
     }
-    static const char *const prof_names[] = {"typical", "dense", "mixed"};
-    static const char *const attn_names[] = {"fused", "unfused"};     /* enum qc_attention_impl */
-    static const char *const prec_names[] = {"fp32", "bf16", "fp16"}; /* enum qc_precision */
-    int profs[3], attns[2], precs[3];
+    /* the configuration's names: train.precision, data.synthetic_profile, model.attention */
+    const char *const *prof_names = config_choices("data.synthetic_profile");
+    const char *const *attn_names = config_choices("model.attention");
+    int profs[3], attns[2], precs[QC_PREC_COUNT];
     int nprof = 0, nattn = 0, nprec = 0;
-    QC_TRY(parse_names(prec_list, "precision", prec_names, 3, precs, &nprec));
+    QC_TRY(parse_names(prec_list, "precision", qc_precision_names, QC_PREC_COUNT, precs, &nprec));
     QC_TRY(parse_names(prof_list, "profiles", prof_names, 3, profs, &nprof));
     QC_TRY(parse_names(attn_list, "attention", attn_names, 2, attns, &nattn));
     const struct step_data sd = {data.v, data.n};

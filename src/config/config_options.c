@@ -70,7 +70,6 @@ static const char *const balance_names[] = {"none", "cost", "auto", NULL};
 static const char *const keep_metric_names[] = {
     "minFDE", "minADE", "MR", "brier_minFDE", "Brier", "loss", "minAHE", "minFHE", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
-static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL}; /* enum qc_precision */
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
@@ -174,7 +173,7 @@ static const struct qc_config_option options[] = {
     OPT_INT("train.max_skipped", max_skipped, "10", 1, BIG_COUNT, "steps",
             "train.nonfinite=skip: stop after this many skipped steps in a row"),
     /* train.* mixed precision (docs/PRECISION.md) */
-    OPT_CHOICE("train.precision", precision, "fp32", precision_names,
+    OPT_CHOICE("train.precision", precision, "fp32", qc_precision_names,
                "activations, GEMM inputs and stashes: fp32, bf16, or fp16 with dynamic loss "
                "scaling; weights, gradients and AdamW moments stay fp32"),
     OPT_INT("train.loss_scale_window", loss_scale_window, "2000", 1, BIG_COUNT, "steps",
