@@ -25,6 +25,9 @@
 #include "qc_plan.h"
 #include "qc_progress.h" /* qc_format_bytes */
 #include "qc_train.h"
+#include "qc_train_calib.h"
+
+#include <time.h>
 
 static const char plan_usage[] =
     "[--data FILE...] [--batch-size N] [--budget SIZE] [--max-batch N] [--cost FILE] [--json]";
@@ -116,6 +119,11 @@ struct plan_view {
     struct qc_train_fixed fixed;
     struct rank_figures rk;
     uint64_t need_one; /* the budget one scene needs (no scene fits), else 0 */
+    /* the calibration the times come from: "builtin", "probe", "run", "file", "roofline" */
+    const char *calib_source;
+    const struct qc_plan_calib *cal; /* probe / run: its record, else NULL */
+    const char *calib_text;          /* one line (qc_plan_calib_describe, or why not) */
+    const char *calib_cache;         /* probe / run: the cache file, else NULL */
 };
 
 static void print_text(FILE *out, const struct plan_view *v)
@@ -145,7 +153,9 @@ static void print_text(FILE *out, const struct plan_view *v)
                 s2);
     }
     if (v->times)
-        fprintf(out, "times from the cost model: %s\n\n", v->cost);
+        fprintf(out, "times from the cost model: %s\ncalibration: %s%s%s\n\n", v->cost,
+                v->calib_text, v->calib_cache ? "; cache " : "",
+                v->calib_cache ? v->calib_cache : "");
     else
         fprintf(out, "times: unknown for a GPU without a calibration (plan --cost RUN/"
                      "plan_cost.json) or its roofline figures (hw.tflops, hw.mem_gbps)\n\n");
@@ -324,6 +334,24 @@ static enum qc_status print_json(FILE *out, const struct plan_view *v)
         cJSON_AddNumberToObject(o, "budget_needed_bytes", (double)v->need_one);
     cJSON_AddNumberToObject(o, "plan_ms", 1e3 * r->plan_s);
     cJSON_AddStringToObject(o, "cost_model", v->times ? v->cost : "none for this GPU");
+    /* where the times' coefficients come from and how old they are */
+    cJSON *cal = cJSON_AddObjectToObject(o, "calibration");
+    cJSON_AddStringToObject(cal, "source", v->calib_source);
+    cJSON_AddStringToObject(cal, "text", v->calib_text);
+    if (v->cal) {
+        char date[40] = "?";
+        const time_t t = (time_t)v->cal->date;
+        struct tm tm;
+        if (gmtime_r(&t, &tm))
+            strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        cJSON_AddStringToObject(cal, "date", date);
+        cJSON_AddNumberToObject(cal, "age_s", (double)((int64_t)time(NULL) - v->cal->date));
+        cJSON_AddStringToObject(cal, "cache", v->calib_cache);
+    } else {
+        cJSON_AddNullToObject(cal, "date");
+        cJSON_AddNullToObject(cal, "age_s");
+        cJSON_AddNullToObject(cal, "cache");
+    }
     cJSON *rk = cJSON_AddObjectToObject(o, "ranks");
     cJSON_AddNumberToObject(rk, "world_size", (double)v->rk.world);
     cJSON_AddNumberToObject(rk, "zero_stage", (double)cfg->zero_stage);
@@ -403,8 +431,9 @@ enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv)
          "hw.device_reserve on cuda, else none)"},
         {"max-batch", QC_CLI_INT, &max_b, "256", h_max},
         {"cost", QC_CLI_STRING, &cost_path, "",
-         "a run's plan_cost.json (calibrated times); default: built-in coefficients (cpu, emu), "
-         "the roofline of hw.tflops and hw.mem_gbps (cuda)"},
+         "a run's plan_cost.json (calibrated times); default: this machine's calibration "
+         "(cpu, emu; built-in coefficients under plan.calibration=builtin), the roofline of "
+         "hw.tflops and hw.mem_gbps (cuda)"},
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object"},
     };
     const char *pos[QC_CLI_STRINGS_MAX];
@@ -438,8 +467,40 @@ enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv)
     QC_TRY(qc_train_planner_create(&cfg, data.v, data.n,
                                    cost_path && cost_path[0] ? cost_path : NULL, &pl));
     struct plan_view v = {.cfg = &cfg, .B = batch_size, .max_b = max_b};
+    /* this machine's calibration (cpu, emu; not with --cost nor plan.calibration=builtin) */
+    struct qc_plan_cost *calib = NULL;
+    char calib_text[256], calib_cache[4200];
+    enum qc_status st = QC_OK;
+    if (!(cost_path && cost_path[0])) {
+        struct qc_train_fixed fx;
+        qc_train_planner_fixed(pl, &fx);
+        st = qc_train_calib_get(&cfg, (int64_t)(fx.params / sizeof(float)), &calib);
+        if (st == QC_OK && calib)
+            qc_train_planner_use_cost(pl, calib);
+    }
+    v.calib_text = calib_text;
+    if (cost_path && cost_path[0]) {
+        v.calib_source = "file";
+        snprintf(calib_text, sizeof calib_text, "the cost model of %s", cost_path);
+    } else if (calib) {
+        v.cal = qc_plan_cost_calib(calib);
+        v.calib_source = qc_plan_calib_source_str(v.cal->source);
+        qc_plan_calib_describe(v.cal, (int64_t)time(NULL), calib_text, sizeof calib_text);
+        if (qc_plan_calib_path(v.cal, calib_cache, sizeof calib_cache) == QC_OK)
+            v.calib_cache = calib_cache;
+    } else if (qc_plan_cost_is_roofline(qc_train_planner_cost(pl))) {
+        v.calib_source = "roofline";
+        snprintf(calib_text, sizeof calib_text, "none: the roofline of the hw.* figures");
+    } else {
+        v.calib_source = "builtin";
+        snprintf(calib_text, sizeof calib_text, "built-in coefficients (%s)",
+                 cfg.plan_calibration == QC_CALIBRATION_BUILTIN
+                     ? "plan.calibration=builtin"
+                     : "no calibration for a CUDA device: plan --cost RUN/plan_cost.json");
+    }
     /* the largest batch under the planner, and kept whole (nothing offloaded or recomputed) */
-    enum qc_status st = qc_train_planner_largest(pl, max_b, &v.largest[0]);
+    if (st == QC_OK)
+        st = qc_train_planner_largest(pl, max_b, &v.largest[0]);
     struct qc_plan_params keep, par;
     qc_train_plan_params(&cfg, &keep);
     keep.mode = QC_PLAN_MODE_KEEP;
@@ -509,5 +570,6 @@ enum qc_status qc_cmd_plan(struct qc_cli *cli, int argc, char **argv)
     qc_plan_result_free(&low);
     qc_plan_result_free(&r);
     qc_train_planner_destroy(pl);
+    qc_plan_cost_destroy(calib);
     return st;
 }

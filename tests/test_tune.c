@@ -40,7 +40,9 @@ static const char qctrain[] = QC_BINARY_DIR "/qctrain";
 static const uint64_t budget = 160 * MIB; /* batch 1 fits (offloading), a dense pair does not */
 static const int64_t scenes = 8;          /* the base's data.synthetic_scenes */
 
-/* The base preset: cpu-smoke with small radii, 8 generated mixed scenes, batch 2. */
+/* The base preset: cpu-smoke with small radii, 8 generated mixed scenes, batch 2; the built-in
+ * cost coefficients (plan.calibration=builtin): the predictions this test pins do not change
+ * with the machine. */
 static void write_base(void)
 {
     snprintf(base_path, sizeof base_path, "%s/base.json", tmp_root);
@@ -54,7 +56,8 @@ static void write_base(void)
             " \"model.num_t2m_steps\": 6, \"data.synthetic_scenes\": %d,\n"
             " \"data.synthetic_profile\": \"mixed\", \"data.loader_threads\": 1,\n"
             " \"data.shuffle\": false, \"alloc.trace\": false, \"log.report\": false,\n"
-            " \"log.tensorboard\": false, \"train.batch_size\": 2, \"train.grad_accum\": 1}\n",
+            " \"log.tensorboard\": false, \"train.batch_size\": 2, \"train.grad_accum\": 1,\n"
+            " \"plan.calibration\": \"builtin\"}\n",
             (int)scenes);
     fclose(f);
 }

@@ -73,6 +73,7 @@ static const char *const nonfinite_names[] = {"stop", "skip", NULL};
 static const char *const device_kind_names[] = {"cpu", "cuda", "emu", NULL};
 static const char *const placement_names[] = {"auto", "host", "nvme", NULL};
 static const char *const plan_policy_names[] = {"auto", "keep", "offload", "recompute", NULL};
+static const char *const calibration_names[] = {"auto", "builtin", NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
 
 _Static_assert(QC_ATTENTION_FUSED == 0 && QC_ATTENTION_UNFUSED == 1, "attention_names order");
@@ -89,6 +90,7 @@ _Static_assert(QC_PLACE_AUTO == 0 && QC_PLACE_HOST == 1 && QC_PLACE_NVME == 2,
 _Static_assert(QC_PLAN_AUTO == 0 && QC_PLAN_KEEP == 1 && QC_PLAN_OFFLOAD == 2 &&
                    QC_PLAN_RECOMPUTE == 3,
                "plan_policy_names order");
+_Static_assert(QC_CALIBRATION_AUTO == 0 && QC_CALIBRATION_BUILTIN == 1, "calibration_names order");
 _Static_assert(QC_LOG_ERROR == 0 && QC_LOG_WARN == 1 && QC_LOG_INFO == 2 && QC_LOG_DEBUG == 3,
                "log_level_names order");
 
@@ -287,6 +289,10 @@ static const struct qc_config_option options[] = {
     OPT_FLOAT("plan.margin", plan_margin, "0.02", 0.0, 0.5, "",
               "fraction of device.budget the planner keeps free (raised for a while after a "
               "rollback)"),
+    OPT_CHOICE("plan.calibration", plan_calibration, "auto", calibration_names,
+               "the cost model's times on cpu/emu: auto (this machine's calibration: probed once "
+               "per machine and build, cached, refreshed by every training run) or builtin (the "
+               "built-in coefficients: reproducible figures)"),
 
     /* log.* */
     OPT_CHOICE("log.level", log_level, "info", log_level_names, "log level"),

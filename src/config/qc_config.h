@@ -37,6 +37,10 @@ enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_R
  * names (config_options.c); "?" for another value. */
 const char *qc_config_plan_policy_str(enum qc_plan_policy p);
 enum qc_balance { QC_BALANCE_NONE = 0, QC_BALANCE_COST, QC_BALANCE_AUTO };
+/* plan.calibration: the cost model's coefficients on cpu / emu without --cost: this machine's
+ * calibration (probed once, cached, refreshed by training runs: src/plan/qc_plan_calib.h) or
+ * the built-in ones (reproducible figures: tests). */
+enum qc_calibration { QC_CALIBRATION_AUTO = 0, QC_CALIBRATION_BUILTIN };
 /* train.nonfinite: what a step with a non-finite loss term or gradient does. */
 enum qc_nonfinite { QC_NONFINITE_STOP = 0, QC_NONFINITE_SKIP };
 /* device.kind: the device layer's kinds (qc_types.h: cpu = 0, cuda = 1) plus the emulated
@@ -147,8 +151,9 @@ struct qc_config {
     double dist_timeout;   /* s, silence after which a rank has gone away, 60 */
 
     /* plan.* */
-    enum qc_plan_policy plan_policy; /* auto | keep | offload | recompute */
-    double plan_margin;              /* fraction of the budget kept free, 0.02 */
+    enum qc_plan_policy plan_policy;      /* auto | keep | offload | recompute */
+    double plan_margin;                   /* fraction of the budget kept free, 0.02 */
+    enum qc_calibration plan_calibration; /* auto | builtin */
 
     /* log.* */
     int64_t log_level; /* enum qc_log_level */

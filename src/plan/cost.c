@@ -16,6 +16,7 @@
  */
 #include "qc_plan.h"
 #include "plan_internal.h"
+#include "qc_plan_calib.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -58,7 +59,8 @@ struct qc_plan_cost {
     double step_factor; /* measured step / predicted block time (CUDA: the only calibration) */
     double glue_s;      /* step time outside the blocks (CPU, EMU) */
     int64_t steps;
-    bool roofline; /* times from roof (qc_plan_cost_create_roofline), not coefficients */
+    struct qc_plan_calib cal; /* where the figures come from (qc_plan_calib.h) */
+    bool roofline;            /* times from roof (qc_plan_cost_create_roofline), not coefficients */
     struct qc_plan_roofline roof;
 };
 
@@ -138,13 +140,40 @@ static struct cost_block *find_or_add(struct qc_plan_cost *c, const char *name, 
     return e;
 }
 
-/* Coefficient j of block b: its own, its kind's mean, or the built-in one. */
-static double coef(const struct qc_plan_cost *c, const struct qc_plan_block *b, int j)
+static double roofline_flops(const struct qc_plan_roofline *r, const struct qc_plan_block *k,
+                             double *bytes);
+
+/* The probe's time of block k (qc_plan_calib.h): its FLOPs (roofline_flops) at the measured
+ * GEMM rate plus its bytes at the measured memory-bound rate, one after the other as the CPU
+ * runs them. Backward: twice the FLOPs at the backward's GEMM rate, twice the bytes. 0 without
+ * rates. */
+static double probe_time(const struct qc_plan_cost *c, const struct qc_plan_block *k, int phase)
+{
+    const struct qc_plan_calib *cal = &c->cal;
+    if (!(cal->gemm_fwd_flops > 0) || !(cal->gemm_bwd_flops > 0) || !(cal->mem_bps > 0) ||
+        cal->hidden_dim < 1)
+        return 0.0;
+    const struct qc_plan_roofline r = {.hidden_dim = cal->hidden_dim,
+                                       .freq_bands = cal->freq_bands};
+    double bytes = 0;
+    const double flops = roofline_flops(&r, k, &bytes);
+    return phase ? 2.0 * flops / cal->gemm_bwd_flops + 2.0 * bytes / cal->mem_bps
+                 : flops / cal->gemm_fwd_flops + bytes / cal->mem_bps;
+}
+
+/* Seconds of block b's phase j before the step factor: its own coefficient, its kind's mean of
+ * measured blocks, the probe's time, or the built-in coefficient. */
+static double block_time(const struct qc_plan_cost *c, const struct qc_plan_block *b, int j)
 {
     const struct cost_block *e = find(c, b->name);
     if (e && e->n > 0)
-        return e->c[j];
-    return c->kind[b->kind][j];
+        return e->c[j] * qc_plan_work(b);
+    if (!c->kind_measured[b->kind]) {
+        const double t = probe_time(c, b, j);
+        if (t > 0)
+            return t;
+    }
+    return c->kind[b->kind][j] * qc_plan_work(b);
 }
 
 enum qc_status qc_plan_cost_create_roofline(const struct qc_plan_roofline *r,
@@ -169,8 +198,8 @@ bool qc_plan_cost_is_roofline(const struct qc_plan_cost *c)
 /* The roofline time of block k (cost.c's module comment; README.md "The cost model"): its
  * FLOPs over the peak FLOP/s or its bytes over the memory bandwidth, whichever is longer, plus
  * its kernels' launch latency. Backward: twice the FLOPs and bytes, twice the launches. */
-static double roofline_time(const struct qc_plan_roofline *r, const struct qc_plan_block *k,
-                            int phase)
+static double roofline_flops(const struct qc_plan_roofline *r, const struct qc_plan_block *k,
+                             double *bytes)
 {
     const double D = (double)r->hidden_dim, F = (double)(r->freq_bands > 0 ? r->freq_bands : 1);
     const double rows = (double)k->rows, edges = (double)k->edges, srcs = (double)k->srcs;
@@ -206,7 +235,15 @@ static double roofline_time(const struct qc_plan_roofline *r, const struct qc_pl
     case QC_PLAN_KIND_COUNT:
         break;
     }
-    const double bytes = 3.0 * 4.0 * elems; /* read, written, read again: fp32 */
+    *bytes = 3.0 * 4.0 * elems; /* read, written, read again: fp32 */
+    return flops;
+}
+
+static double roofline_time(const struct qc_plan_roofline *r, const struct qc_plan_block *k,
+                            int phase)
+{
+    double bytes = 0;
+    const double flops = roofline_flops(r, k, &bytes);
     const double x = phase ? 2.0 : 1.0;
     const double t = fmax(x * flops / r->flops, x * bytes / r->mem_bps);
     return t + x * QC_PLAN_ROOFLINE_LAUNCHES * QC_PLAN_ROOFLINE_LAUNCH_S;
@@ -218,7 +255,7 @@ double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_prog
     const struct qc_plan_block *k = &p->blocks[b];
     if (c->roofline)
         return c->step_factor * roofline_time(&c->roof, k, phase);
-    return c->step_factor * coef(c, k, phase ? 1 : 0) * qc_plan_work(k);
+    return c->step_factor * block_time(c, k, phase ? 1 : 0);
 }
 
 static void fold(double *x, double v, int64_t n)
@@ -246,7 +283,7 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
         }
         blocks_s += m[b].t_fwd + m[b].t_bwd;
         predicted += c->roofline ? roofline_time(&c->roof, k, 0) + roofline_time(&c->roof, k, 1)
-                                 : (coef(c, k, 0) + coef(c, k, 1)) * w;
+                                 : block_time(c, k, 0) + block_time(c, k, 1);
     }
     /* the kinds' means over their measured blocks */
     for (int kd = 0; kd < QC_PLAN_KIND_COUNT; kd++) {
@@ -279,6 +316,34 @@ int64_t qc_plan_cost_steps(const struct qc_plan_cost *c)
     return c->steps;
 }
 
+const struct qc_plan_calib *qc_plan_cost_calib(const struct qc_plan_cost *c)
+{
+    return &c->cal;
+}
+
+void qc_plan_cost_set_calib(struct qc_plan_cost *c, const struct qc_plan_calib *cal)
+{
+    c->cal = *cal;
+}
+
+enum qc_status qc_plan_cost_clone(const struct qc_plan_cost *src, struct qc_plan_cost **out)
+{
+    struct qc_plan_cost *c = malloc(sizeof *c);
+    struct cost_block *b = src->nb > 0 ? malloc((size_t)src->nb * sizeof *b) : NULL;
+    if (!c || (src->nb > 0 && !b)) {
+        free(c);
+        free(b);
+        return qc_errorf(QC_ERR_NOMEM, "plan: cost model copy");
+    }
+    *c = *src;
+    if (b)
+        memcpy(b, src->b, (size_t)src->nb * sizeof *b);
+    c->b = b;
+    c->cap = src->nb;
+    *out = c;
+    return QC_OK;
+}
+
 const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t n)
 {
     if (c->roofline)
@@ -286,6 +351,15 @@ const char *qc_plan_cost_source(const struct qc_plan_cost *c, char *buf, size_t 
                  "a roofline of hw.tflops %.4g TFLOP/s and hw.mem_gbps %.4g GB/s (no GPU "
                  "calibration yet: a lower bound)",
                  c->roof.flops / 1e12, c->roof.mem_bps / 1e9);
+    else if (c->cal.source == QC_PLAN_CALIB_RUN)
+        snprintf(buf, n,
+                 "this machine's calibration: a training run's per-block times (%lld steps)",
+                 (long long)c->steps);
+    else if (c->cal.source == QC_PLAN_CALIB_PROBE)
+        snprintf(buf, n,
+                 "this machine's calibration: probed GEMM %.3g / %.3g GFLOP/s (forward / "
+                 "backward), memory-bound ops %.3g GB/s",
+                 c->cal.gemm_fwd_flops / 1e9, c->cal.gemm_bwd_flops / 1e9, c->cal.mem_bps / 1e9);
     else if (c->steps == 0)
         snprintf(buf, n, "built-in coefficients (CPU backend, AV2 size)");
     else
@@ -297,6 +371,8 @@ double plan_cost_glue(const struct qc_plan_cost *c)
 {
     if (c->roofline) /* AdamW: parameters, gradients and both moments read, three written */
         return c->step_factor * 28.0 * (double)c->roof.nparams / c->roof.mem_bps;
+    if (c->steps == 0 && c->cal.mem_bps > 0) /* probed, no step measured: AdamW's sweep */
+        return 28.0 * (double)c->cal.nparams / c->cal.mem_bps;
     return c->glue_s;
 }
 
@@ -341,6 +417,26 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
         cJSON_AddItemToArray(blocks, o);
     }
     cJSON_AddItemToObject(root, "blocks", blocks);
+    if (c->cal.source != QC_PLAN_CALIB_BUILTIN) {
+        const struct qc_plan_calib *k = &c->cal;
+        cJSON *o = cJSON_AddObjectToObject(root, "calibration");
+        if (o) {
+            cJSON_AddStringToObject(o, "source", qc_plan_calib_source_str(k->source));
+            cJSON_AddNumberToObject(o, "date", (double)k->date);
+            cJSON_AddNumberToObject(o, "probe_date", (double)k->probe_date);
+            cJSON_AddNumberToObject(o, "gemm_fwd_flops", k->gemm_fwd_flops);
+            cJSON_AddNumberToObject(o, "gemm_bwd_flops", k->gemm_bwd_flops);
+            cJSON_AddNumberToObject(o, "mem_bps", k->mem_bps);
+            cJSON_AddNumberToObject(o, "copy_bps", k->copy_bps);
+            cJSON_AddNumberToObject(o, "probe_s", k->probe_s);
+            cJSON_AddNumberToObject(o, "hidden_dim", (double)k->hidden_dim);
+            cJSON_AddNumberToObject(o, "freq_bands", (double)k->freq_bands);
+            cJSON_AddNumberToObject(o, "nparams", (double)k->nparams);
+            cJSON_AddStringToObject(o, "machine", k->machine);
+            cJSON_AddStringToObject(o, "build", k->build);
+            cJSON_AddStringToObject(o, "model", k->model);
+        }
+    }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text)
@@ -452,6 +548,44 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
         }
         memcpy(e->c, v, sizeof v);
         e->n = (int64_t)n;
+    }
+    const cJSON *cal = cJSON_GetObjectItemCaseSensitive(root, "calibration");
+    if (cal) { /* optional: a cost model of this machine (qc_plan_calib.h) */
+        struct qc_plan_calib k = {0};
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(cal, "source");
+        const char *sv = cJSON_GetStringValue(src);
+        double v[10] = {0};
+        static const char *const nk[10] = {
+            "date",     "probe_date", "gemm_fwd_flops", "gemm_bwd_flops", "mem_bps",
+            "copy_bps", "probe_s",    "hidden_dim",     "freq_bands",     "nparams"};
+        bool ok = sv && (strcmp(sv, "probe") == 0 || strcmp(sv, "run") == 0);
+        for (int i = 0; i < 10 && ok; i++)
+            ok = num(cal, nk[i], &v[i]);
+        const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cal, "machine"));
+        const char *b = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cal, "build"));
+        const char *md = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cal, "model"));
+        if (!ok || !m || !b || !md) {
+            st = qc_errorf(QC_ERR_INVALID,
+                           "plan cost %s: its calibration record lacks the source (probe or "
+                           "run), a rate, the shape or the keys",
+                           path);
+            goto out;
+        }
+        k.source = strcmp(sv, "probe") == 0 ? QC_PLAN_CALIB_PROBE : QC_PLAN_CALIB_RUN;
+        k.date = (int64_t)v[0];
+        k.probe_date = (int64_t)v[1];
+        k.gemm_fwd_flops = v[2];
+        k.gemm_bwd_flops = v[3];
+        k.mem_bps = v[4];
+        k.copy_bps = v[5];
+        k.probe_s = v[6];
+        k.hidden_dim = (int64_t)v[7];
+        k.freq_bands = (int64_t)v[8];
+        k.nparams = (int64_t)v[9];
+        snprintf(k.machine, sizeof k.machine, "%s", m);
+        snprintf(k.build, sizeof k.build, "%s", b);
+        snprintf(k.model, sizeof k.model, "%s", md);
+        c->cal = k;
     }
     c->steps = (int64_t)steps;
     c->step_factor = factor > 0 ? factor : 1.0;

@@ -45,6 +45,7 @@
  * checkpoint and at the end of the run.
  */
 #include "qc_train.h"
+#include "qc_train_calib.h"
 #include "loss_scale.h"
 #include "nonfinite.h"
 #include "qc_trainer_test.h"
@@ -769,8 +770,10 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
                          t->st.step, bad, last_ckpt_str(t));
     /* every rank (the ZeRO moments are gathered); rank 0 writes */
     QC_TRY(train_dist_save(t->dist, t->out_dir, t->model, t->optim, &t->st, &t->cfg, path_out, n));
-    if (t->rank == 0) /* the calibrated cost model rides along */
+    if (t->rank == 0) { /* the calibrated cost model rides along, and refreshes this machine's */
         QC_TRY(train_mem_save(t->mem, t->out_dir));
+        qc_train_calib_refresh(&t->cfg, train_mem_cost(t->mem));
+    }
     if (t->rank == 0) /* train.keep_last / keep_best */
         QC_TRY(qc_checkpoint_retain(t->out_dir, &t->cfg, NULL));
     t->last_saved = t->st.step;

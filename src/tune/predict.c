@@ -9,6 +9,7 @@
 
 #include "qc_plan.h"
 #include "qc_train.h"
+#include "qc_train_calib.h"
 
 #define MIB ((uint64_t)1 << 20)
 
@@ -36,6 +37,12 @@ static enum qc_status session(struct tune_predictor *p, enum qc_attention_impl a
         c.attention = a;
         c.precision = q;
         QC_TRY(qc_train_planner_create(&c, p->data, p->ndata, NULL, &p->session[a][q]));
+        /* this machine's calibration of the session's model (plan.calibration) */
+        struct qc_train_fixed fx;
+        qc_train_planner_fixed(p->session[a][q], &fx);
+        QC_TRY(qc_train_calib_get(&c, (int64_t)(fx.params / sizeof(float)), &p->calib[a][q]));
+        if (p->calib[a][q])
+            qc_train_planner_use_cost(p->session[a][q], p->calib[a][q]);
     }
     *out = p->session[a][q];
     return QC_OK;
@@ -90,8 +97,10 @@ enum qc_status tune_predictor_init(struct tune_predictor *p, const struct qc_con
 void tune_predictor_deinit(struct tune_predictor *p)
 {
     for (int a = 0; a < 2; a++)
-        for (int q = 0; q < QC_PREC_COUNT; q++)
+        for (int q = 0; q < QC_PREC_COUNT; q++) {
             qc_train_planner_destroy(p->session[a][q]);
+            qc_plan_cost_destroy(p->calib[a][q]);
+        }
     free(p->order);
     memset(p, 0, sizeof *p);
 }
@@ -101,7 +110,7 @@ void tune_predictor_use_cost(struct tune_predictor *p, const struct qc_plan_cost
     for (int a = 0; a < 2; a++)
         for (int q = 0; q < QC_PREC_COUNT; q++)
             if (p->session[a][q])
-                qc_train_planner_use_cost(p->session[a][q], c);
+                qc_train_planner_use_cost(p->session[a][q], c ? c : p->calib[a][q]);
     p->cost = c;
 }
 

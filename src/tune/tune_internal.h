@@ -26,6 +26,9 @@ struct tune_predictor {
     uint64_t budget;
     int64_t ranks;                   /* dist.world_size, 1 when 0 */
     const struct qc_plan_cost *cost; /* in force (NULL: built-in), borrowed */
+    /* each session's calibration of this machine (qc_train_calib_get; NULL: built-in), owned:
+     * in force while cost is NULL */
+    struct qc_plan_cost *calib[2][QC_PREC_COUNT];
 };
 
 /* Opens the session of cfg's attention and precision and weighs up to tail_scenes scenes (each
@@ -34,7 +37,8 @@ enum qc_status tune_predictor_init(struct tune_predictor *p, const struct qc_con
                                    const char *const *data, int ndata, uint64_t budget,
                                    int64_t tail_scenes);
 void tune_predictor_deinit(struct tune_predictor *p);
-/* Plans with cost model c from now on (NULL: built-in), in every session. */
+/* Plans with cost model c from now on (NULL: each session's calibration of this machine, or the
+ * built-in coefficients under plan.calibration=builtin), in every session. */
 void tune_predictor_use_cost(struct tune_predictor *p, const struct qc_plan_cost *c);
 /* Predicts c->set: the heavy tail's peak and policies (fits: peak within the budget's target),
  * a typical micro-batch's step time. Sets c's predicted fields and state (PRUNED or FITS;

@@ -8,3 +8,9 @@ qc_add_test(test_planner SOURCES test_planner.c
     LIBS qctrainer qcplan qcmodel qcdata qcconfig PkgConfig::CJSON LABELS cpu TIMEOUT 300
     ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 add_dependencies(test_planner qctrain)
+# The cost model's calibration of this machine (src/plan/qc_plan_calib.h, src/train/calib.c):
+# the cache (round trip, corrupt and foreign files refused and probed again), the prediction
+# with a calibration's rates, what `qctrain plan` says of its calibration and a run's refresh.
+qc_add_test(test_calib SOURCES test_calib.c
+    LIBS qcplan qcbase PkgConfig::CJSON m LABELS cpu TIMEOUT 300)
+add_dependencies(test_calib qctrain)
