@@ -11,7 +11,17 @@
  * and atexit() hook unlink it. If the program has a handler of its own (a graceful stop), that
  * handler runs instead and the file is removed by destroy.
  *
- * Extents are 4096-aligned and first fit on an offset-sorted, coalesced free list.
+ * Size. The file does not take its whole capacity up front: it starts at `initial` bytes (the
+ * engine's nvme_initial; the trainer gives the plan's NVMe bytes through qc_offload_nvme_reserve
+ * as soon as a plan exists) and grows in grow_step steps when an allocation finds no free extent,
+ * up to capacity. A growth that the disk refuses (ENOSPC, EFBIG, ...) leaves the file and every
+ * extent in it as they were, lowers the capacity to the size the file has and fails the
+ * allocation with QC_ERR_NOMEM naming the file, the sizes and the errno: the caller's
+ * out-of-memory path (the trainer re-plans without the missing NVMe bytes) takes over. The file
+ * is removed at the end (close, below).
+ *
+ * Extents are 4096-aligned and first fit on an offset-sorted, coalesced free list that covers
+ * [0, size).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -54,32 +64,100 @@ static void fs_name_of(long type, char *out, size_t cap)
     snprintf(out, cap, "fs 0x%lx", (unsigned long)type);
 }
 
-/* ftruncate + zero writes, for filesystems without fallocate. */
-static enum qc_status nvme_fill_zeros(struct offload_nvme *n, int fd, uint64_t capacity)
+/* ftruncate + zero writes of [from, to), for filesystems without fallocate. On failure the file
+ * is cut back to `from`. */
+static enum qc_status nvme_fill_zeros(int fd, uint64_t from, uint64_t to)
 {
-    if (ftruncate(fd, (off_t)capacity) != 0)
-        return qc_errorf(QC_ERR_IO, "spill file %s: ftruncate(%llu): %s", n->path,
-                         (unsigned long long)capacity, strerror(errno));
+    if (ftruncate(fd, (off_t)to) != 0) {
+        const int err = errno;
+        if (ftruncate(fd, (off_t)from) != 0) { /* best effort: the size it had */
+        }
+        errno = err;
+        return QC_ERR_IO;
+    }
     const size_t chunk = (size_t)1 << 20;
     void *zeros = NULL;
-    if (posix_memalign(&zeros, OFFLOAD_ALIGN, chunk) != 0)
-        return qc_errorf(QC_ERR_NOMEM, "spill file %s: out of memory", n->path);
+    if (posix_memalign(&zeros, OFFLOAD_ALIGN, chunk) != 0) {
+        errno = ENOMEM;
+        return QC_ERR_NOMEM;
+    }
     memset(zeros, 0, chunk);
     enum qc_status st = QC_OK;
-    for (uint64_t off = 0; off < capacity && st == QC_OK;) {
-        size_t len = capacity - off < chunk ? (size_t)(capacity - off) : chunk;
+    for (uint64_t off = from; off < to && st == QC_OK;) {
+        size_t len = to - off < chunk ? (size_t)(to - off) : chunk;
         ssize_t w = pwrite(fd, zeros, len, (off_t)off);
-        if (w <= 0)
-            st = qc_errorf(QC_ERR_IO,
-                           "spill file %s: preallocating by writes at offset %llu: %s\n"
-                           "hint: free space in the spill directory or lower "
-                           "offload.nvme_capacity",
-                           n->path, (unsigned long long)off, w < 0 ? strerror(errno) : "0 bytes");
-        else
+        if (w <= 0) {
+            const int err = w < 0 ? errno : ENOSPC;
+            if (ftruncate(fd, (off_t)from) != 0) { /* best effort */
+            }
+            errno = err;
+            st = QC_ERR_IO;
+        } else {
             off += (uint64_t)w;
+        }
     }
     free(zeros);
     return st;
+}
+
+/* Gives the file the bytes [n->size, to): fallocate, or zero writes where the filesystem has
+ * none (n->prealloc says which). Returns 0, or an errno with the file's size unchanged. */
+static int nvme_extend(struct offload_nvme *n, int fd, uint64_t to, int sim_errno)
+{
+    const uint64_t from = n->size;
+    if (strcmp(n->prealloc, "fallocate") == 0) {
+        int ret = -1;
+        if (sim_errno)
+            errno = sim_errno;
+        else
+            ret = fallocate(fd, 0, (off_t)from, (off_t)(to - from));
+        if (ret == 0)
+            return 0;
+        const int err = errno;
+        if (err != EOPNOTSUPP && err != ENOSYS) {
+            if (!sim_errno && ftruncate(fd, (off_t)from) != 0) { /* a partial allocation */
+            }
+            return err;
+        }
+        n->prealloc = "ftruncate+writes";
+    }
+    if (sim_errno && sim_errno != EOPNOTSUPP)
+        return sim_errno;
+    return nvme_fill_zeros(fd, from, to) == QC_OK ? 0 : (errno ? errno : EIO);
+}
+
+/* Adds [off, off + len) to the free list, coalescing with its neighbours. */
+static void extent_insert(struct offload_nvme *n, uint64_t off, uint64_t len);
+
+/* Grows the file to hold `need` bytes: rounded up to grow_step, at most capacity. */
+static enum qc_status nvme_grow(struct offload_nvme *n, uint64_t need)
+{
+    if (need <= n->size)
+        return QC_OK;
+    uint64_t to = offload_round_up(need, n->grow_step);
+    to = to < n->capacity ? to : n->capacity;
+    if (to < need)
+        return QC_ERR_NOMEM; /* the caller says "full" */
+    const int err = nvme_extend(n, n->fd, to, n->sim_grow_errno);
+    if (err) {
+        const uint64_t cap = n->capacity;
+        n->capacity = n->size; /* the disk is full: no growth from now on */
+        snprintf(n->grow_why, sizeof n->grow_why, "growing to %llu bytes failed: %s",
+                 (unsigned long long)to, strerror(err));
+        return qc_errorf(QC_ERR_NOMEM,
+                         "offload: spill file %s: growing from %llu to %llu bytes (limit %llu) "
+                         "failed: %s; the file keeps its %llu bytes and its data\nhint: free "
+                         "space in %s or lower offload.nvme_capacity",
+                         n->path, (unsigned long long)n->size, (unsigned long long)to,
+                         (unsigned long long)cap, strerror(err), (unsigned long long)n->size,
+                         n->dir);
+    }
+    extent_insert(n, n->size, to - n->size);
+    n->size = to;
+    n->grows++;
+    if (n->size > n->size_peak)
+        n->size_peak = n->size;
+    return QC_OK;
 }
 
 /* Writes and reads back one aligned block under O_DIRECT; EINVAL means the filesystem accepts
@@ -111,8 +189,8 @@ static enum qc_status nvme_probe_direct(struct offload_nvme *n, int fd)
 }
 
 enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64_t capacity,
-                                 bool want_direct, bool visible, int sim_direct_errno,
-                                 int sim_fallocate_errno)
+                                 uint64_t initial, uint64_t grow_step, bool want_direct,
+                                 bool visible, int sim_direct_errno, int sim_fallocate_errno)
 {
     static atomic_uint seq;
     memset(n, 0, sizeof *n);
@@ -120,6 +198,10 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
     n->spill_slot = -1;
     n->visible = visible;
     capacity = offload_round_up(capacity, OFFLOAD_ALIGN);
+    grow_step = offload_round_up(grow_step ? grow_step : OFFLOAD_ALIGN, OFFLOAD_ALIGN);
+    initial = offload_round_up(initial > OFFLOAD_ALIGN ? initial : OFFLOAD_ALIGN, OFFLOAD_ALIGN);
+    initial = initial < capacity ? initial : capacity;
+    snprintf(n->dir, sizeof n->dir, "%s", dir);
     if (capacity == 0)
         return qc_errorf(QC_ERR_INVALID, "offload: nvme_capacity is 0\nhint: set "
                                          "offload.nvme_capacity (e.g. 16G) or no nvme_dir");
@@ -172,22 +254,17 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
     }
 
     enum qc_status st = QC_OK;
-    int ret = -1;
-    if (sim_fallocate_errno)
-        errno = sim_fallocate_errno;
-    else
-        ret = fallocate(fd, 0, 0, (off_t)capacity);
-    if (ret == 0) {
-        n->prealloc = "fallocate";
-    } else if (errno == ENOSPC || errno == EFBIG) {
+    n->prealloc = "fallocate";
+    n->size = 0;
+    const int err = nvme_extend(n, fd, initial, sim_fallocate_errno);
+    if (err == ENOSPC || err == EFBIG)
         st = qc_errorf(QC_ERR_IO,
-                       "spill file %s: cannot preallocate %llu bytes: %s\nhint: free "
-                       "space in %s or lower offload.nvme_capacity",
-                       n->path, (unsigned long long)capacity, strerror(errno), dir);
-    } else {
-        n->prealloc = "ftruncate+writes";
-        st = nvme_fill_zeros(n, fd, capacity);
-    }
+                       "spill file %s: cannot allocate its first %llu bytes: %s\nhint: free "
+                       "space in %s",
+                       n->path, (unsigned long long)initial, strerror(err), dir);
+    else if (err)
+        st = qc_errorf(QC_ERR_IO, "spill file %s: allocating %llu bytes (%s): %s", n->path,
+                       (unsigned long long)initial, n->prealloc, strerror(err));
     if (st == QC_OK && n->direct)
         st = nvme_probe_direct(n, fd);
     if (st == QC_OK) {
@@ -205,9 +282,11 @@ enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64
         return st;
     }
     n->free_list->off = 0;
-    n->free_list->len = capacity;
+    n->free_list->len = initial;
     n->free_list->next = NULL;
     n->capacity = capacity;
+    n->size = n->size_peak = initial;
+    n->grow_step = grow_step;
     n->fd = fd;
     return QC_OK;
 }
@@ -231,9 +310,9 @@ void offload_nvme_close(struct offload_nvme *n)
 
 // ---- extents -------------------------------------------------------------------------------
 
-enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t *off)
+/* First fit in the free list; false when no extent holds len bytes. */
+static bool first_fit(struct offload_nvme *n, uint64_t len, uint64_t *off)
 {
-    len = offload_round_up(len, OFFLOAD_ALIGN);
     struct offload_extent **pp = &n->free_list;
     for (; *pp; pp = &(*pp)->next) {
         struct offload_extent *e = *pp;
@@ -249,8 +328,33 @@ enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t
         n->used += len;
         if (n->used > n->peak)
             n->peak = n->used;
-        return QC_OK;
+        return true;
     }
+    return false;
+}
+
+enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t *off)
+{
+    len = offload_round_up(len, OFFLOAD_ALIGN);
+    if (first_fit(n, len, off))
+        return QC_OK;
+    /* grow: a free extent at the end of the file counts towards len */
+    uint64_t tail = 0;
+    for (const struct offload_extent *e = n->free_list; e; e = e->next)
+        if (!e->next && e->off + e->len == n->size)
+            tail = e->len;
+    const uint64_t need = n->size - tail + len;
+    if (need <= n->capacity) {
+        QC_TRY(nvme_grow(n, need));
+        if (first_fit(n, len, off))
+            return QC_OK;
+    }
+    if (n->grow_why[0])
+        return qc_errorf(QC_ERR_NOMEM,
+                         "offload: spill file full: %llu bytes wanted, %llu of %llu in use; "
+                         "it cannot grow (%s)\nhint: free space in %s",
+                         (unsigned long long)len, (unsigned long long)n->used,
+                         (unsigned long long)n->capacity, n->grow_why, n->dir);
     return qc_errorf(QC_ERR_NOMEM,
                      "offload: spill file full: %llu bytes wanted, %llu of %llu in use "
                      "(or fragmented)\nhint: raise offload.nvme_capacity",
@@ -258,10 +362,25 @@ enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t
                      (unsigned long long)n->capacity);
 }
 
+enum qc_status offload_nvme_reserve(struct offload_nvme *n, uint64_t bytes)
+{
+    bytes = offload_round_up(bytes, OFFLOAD_ALIGN);
+    if (bytes <= n->size)
+        return QC_OK;
+    if (bytes > n->capacity)
+        bytes = n->capacity; /* as much as it may take: allocations past it fail as "full" */
+    return nvme_grow(n, bytes);
+}
+
 void offload_nvme_free(struct offload_nvme *n, uint64_t off, uint64_t len)
 {
     len = offload_round_up(len, OFFLOAD_ALIGN);
     n->used -= len;
+    extent_insert(n, off, len);
+}
+
+static void extent_insert(struct offload_nvme *n, uint64_t off, uint64_t len)
+{
     struct offload_extent *prev = NULL, *next = n->free_list;
     while (next && next->off < off) {
         prev = next;

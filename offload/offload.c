@@ -41,6 +41,8 @@ void qc_offload_params_default(struct qc_offload_params *p)
     p->host_capacity = GIB;
     p->nvme_dir = NULL;
     p->nvme_capacity = 4 * GIB;
+    p->nvme_initial = 0;
+    p->nvme_grow_step = 64 * MIB;
     p->queue_depth = 16;
     p->block_size = MIB;
     p->max_inflight = 64 * MIB;
@@ -74,6 +76,26 @@ const char *qc_offload_rung_str(enum qc_offload_rung rung)
 enum qc_offload_rung qc_offload_rung_active(const struct qc_offload *o)
 {
     return o->rung;
+}
+
+enum qc_status qc_offload_nvme_reserve(struct qc_offload *o, uint64_t bytes)
+{
+    if (!o || o->nvme.fd < 0 || !o->io)
+        return QC_OK;
+    pthread_mutex_lock(&o->mu);
+    const enum qc_status st = offload_nvme_reserve(&o->nvme, bytes);
+    pthread_mutex_unlock(&o->mu);
+    return st;
+}
+
+uint64_t qc_offload_nvme_limit(struct qc_offload *o)
+{
+    if (!o || o->nvme.fd < 0 || !o->io)
+        return 0;
+    pthread_mutex_lock(&o->mu);
+    const uint64_t cap = o->nvme.capacity;
+    pthread_mutex_unlock(&o->mu);
+    return cap;
 }
 
 const char *qc_offload_nvme_unusable(const struct qc_offload *o)
@@ -217,9 +239,10 @@ static enum qc_status nvme_tier_open(struct qc_offload *o, const char *dir, char
     bool forced = f != QC_OFFLOAD_RUNG_AUTO;
     bool want_direct = f == QC_OFFLOAD_RUNG_URING_DIRECT ||
                        ((f == QC_OFFLOAD_RUNG_AUTO || f == QC_OFFLOAD_RUNG_THREADS) && o->p.direct);
-    enum qc_status st =
-        offload_nvme_open(&o->nvme, dir, o->p.nvme_capacity, want_direct, o->p.spill_visible,
-                          o->p.sim_direct_errno, o->p.sim_fallocate_errno);
+    enum qc_status st = offload_nvme_open(&o->nvme, dir, o->p.nvme_capacity, o->p.nvme_initial,
+                                          o->p.nvme_grow_step, want_direct, o->p.spill_visible,
+                                          o->p.sim_direct_errno, o->p.sim_fallocate_errno);
+    o->nvme.sim_grow_errno = o->p.sim_grow_errno;
     if (st != QC_OK) {
         if (forced)
             return st;
@@ -262,6 +285,16 @@ static enum qc_status nvme_tier_open(struct qc_offload *o, const char *dir, char
     return QC_OK;
 }
 
+/* n bytes as "4 KiB" below 1 MiB, else "12.5 MiB". */
+static const char *mib_str(uint64_t n, char *buf, size_t cap)
+{
+    if (n < MIB)
+        snprintf(buf, cap, "%.0f KiB", (double)n / KIB);
+    else
+        snprintf(buf, cap, "%.1f MiB", (double)n / MIB);
+    return buf;
+}
+
 static void log_probe(const struct qc_offload *o, const char *nvme_why, const char *uring_why)
 {
     if (o->rung == QC_OFFLOAD_RUNG_HOST_ONLY) {
@@ -272,18 +305,21 @@ static void log_probe(const struct qc_offload *o, const char *nvme_why, const ch
         return;
     }
     const char *uring = o->rung == QC_OFFLOAD_RUNG_THREADS ? uring_why : "";
+    char sz[32];
     bool tried_direct = o->nvme.direct || o->nvme.direct_why[0];
     qc_log(QC_LOG_INFO,
            "offload: probe: io_uring %s%s%s; O_DIRECT %s%s%s; registered buffers+file %s; "
-           "spill file on %s, %zu MiB preallocated by %s%s",
+           "spill file on %s: %s allocated by %s, growing in %.0f MiB steps up to "
+           "%.0f MiB as needed%s",
            o->rung == QC_OFFLOAD_RUNG_THREADS ? (uring[0] ? "no (" : "not used") : "yes", uring,
            uring[0] ? ")" : "",
            o->nvme.direct ? "yes"
            : tried_direct ? "no ("
                           : "off",
            o->nvme.direct ? "" : o->nvme.direct_why, !o->nvme.direct && tried_direct ? ")" : "",
-           o->io->registered ? "yes" : "no", o->nvme.fs_name, (size_t)o->nvme.capacity / MIB,
-           o->nvme.prealloc, o->p.spill_visible ? " (visible)" : " (unlinked)");
+           o->io->registered ? "yes" : "no", o->nvme.fs_name, mib_str(o->nvme.size, sz, sizeof sz),
+           o->nvme.prealloc, (double)o->nvme.grow_step / MIB, (double)o->nvme.capacity / MIB,
+           o->p.spill_visible ? " (visible)" : " (unlinked)");
     qc_log(QC_LOG_INFO,
            "offload: rung: %s (queue depth %d, block %zu KiB, %u staging slots, host tier "
            "%zu MiB)",
@@ -377,6 +413,13 @@ void qc_offload_destroy(struct qc_offload *o)
               o->nslots - o->nfree, o->nslots);
     if (o->io)
         o->io->destroy(o->io);
+    char took[32], peak[32];
+    if (o->nvme.fd >= 0)
+        qc_log(QC_LOG_INFO,
+               "offload: spill file took %s at most (%llu growths, limit %.0f MiB) for a "
+               "peak of %s in use; removed",
+               mib_str(o->nvme.size_peak, took, sizeof took), (unsigned long long)o->nvme.grows,
+               (double)o->nvme.capacity / MIB, mib_str(o->nvme.peak, peak, sizeof peak));
     offload_nvme_close(&o->nvme);
     if (o->ring)
         qc_pinned_free(o->pinned, o->ring);
@@ -812,6 +855,9 @@ void qc_offload_stats_get(struct qc_offload *o, struct qc_offload_stats *out)
     out->bytes_host_peak = o->host_peak;
     out->bytes_nvme_used = o->nvme.used;
     out->bytes_nvme_peak = o->nvme.peak;
+    out->bytes_nvme_file = o->nvme.fd >= 0 ? o->nvme.size : 0;
+    out->bytes_nvme_file_peak = o->nvme.fd >= 0 ? o->nvme.size_peak : 0;
+    out->nvme_grows = o->nvme.grows;
     pthread_mutex_unlock(&o->mu);
     out->ios_submitted = atomic_load(&o->ctr.ios_submitted);
     out->short_ios = atomic_load(&o->ctr.short_ios);

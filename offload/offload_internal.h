@@ -132,21 +132,35 @@ struct offload_nvme {
     char fs_name[32];     /* "ext4", "tmpfs", ... */
     char direct_why[160]; /* why O_DIRECT is off ("" when on or not asked) */
     const char *prealloc; /* "fallocate" or "ftruncate+writes" */
-    uint64_t capacity;    /* bytes, 4096-multiple */
+    char dir[PATH_MAX];   /* the spill directory, for messages */
+    uint64_t capacity;    /* the most bytes the file may grow to, 4096-multiple; lowered to
+                             size when a growth fails (the disk is full) */
+    uint64_t size;        /* bytes the file holds now (allocated), 4096-multiple */
+    uint64_t size_peak;   /* the largest size it reached */
+    uint64_t grow_step;   /* growth granularity, 4096-multiple */
+    uint64_t grows;       /* growths after the first allocation */
+    int sim_grow_errno;   /* testing: growth fails with this errno (0 = off) */
+    char grow_why[160];   /* why the last growth failed ("" when none did) */
     uint64_t used;        /* bytes in live extents */
     uint64_t peak;
-    struct offload_extent *free_list;
+    struct offload_extent *free_list; /* within [0, size) */
 };
 
-/* Creates, preallocates and opens the spill file in dir (unlinking the name at once unless
- * visible) and probes O_DIRECT when want_direct. On failure n->fd == -1 and the message says
- * why. sim_* simulate failures (testing; 0 = off). */
+/* Creates the spill file in dir (unlinking the name at once unless visible), allocates its first
+ * `initial` bytes (at least 4096, at most capacity) and probes O_DIRECT when want_direct. The file
+ * then grows in steps of grow_step (offload_nvme_alloc, offload_nvme_reserve) up to capacity.
+ * On failure n->fd == -1 and the message says why. sim_* simulate failures (testing; 0 = off). */
 enum qc_status offload_nvme_open(struct offload_nvme *n, const char *dir, uint64_t capacity,
-                                 bool want_direct, bool visible, int sim_direct_errno,
-                                 int sim_fallocate_errno);
+                                 uint64_t initial, uint64_t grow_step, bool want_direct,
+                                 bool visible, int sim_direct_errno, int sim_fallocate_errno);
 void offload_nvme_close(struct offload_nvme *n);
-/* First fit; QC_ERR_NOMEM (message set) when no extent of len bytes is free. */
+/* First fit, growing the file when no free extent is large enough; QC_ERR_NOMEM (message set)
+ * when the file is at its capacity or cannot grow (the disk is full: the capacity is then
+ * lowered to the size the file has, so that later allocations fail at once). */
 enum qc_status offload_nvme_alloc(struct offload_nvme *n, uint64_t len, uint64_t *off);
+/* Grows the file to hold `bytes` (rounded up to grow_step, at most capacity). QC_ERR_NOMEM as
+ * offload_nvme_alloc when it cannot. */
+enum qc_status offload_nvme_reserve(struct offload_nvme *n, uint64_t bytes);
 void offload_nvme_free(struct offload_nvme *n, uint64_t off, uint64_t len);
 uint64_t offload_checksum(const void *p, size_t n);
 

@@ -8,7 +8,8 @@
  *   release(handle)                                       frees host memory / the spill extent
  *
  * Tiers: pinned host memory (bounded by host_capacity, from the pinned allocator) and NVMe (one
- * preallocated spill file in a user-given directory with its own extent allocator). The NVMe path
+ * spill file in a user-given directory with its own extent allocator; it starts small and grows
+ * in steps up to nvme_capacity as puts need it, see nvme_store.c). The NVMe path
  * is device -> staging ring (pinned, registered with io_uring) -> file, in blocks of block_size;
  * every block carries an xxh3 checksum verified on read. The I/O engine is chosen by a
  * capability probe at create time and printed (qc_log info), down a fallback ladder:
@@ -59,7 +60,10 @@ enum qc_offload_place {
 struct qc_offload_params {
     size_t host_capacity;   /* bytes of the pinned host tier; 0 = no host tier */
     const char *nvme_dir;   /* spill directory; NULL or "" = no NVMe tier */
-    size_t nvme_capacity;   /* bytes preallocated for the spill file (rounded up to 4 KiB) */
+    size_t nvme_capacity;   /* the most bytes the spill file may grow to (rounded up to 4 KiB) */
+    size_t nvme_initial;    /* bytes the spill file starts with (at least 4 KiB, at most
+                               nvme_capacity); it grows when a put needs more */
+    size_t nvme_grow_step;  /* the file grows in steps of this many bytes (rounded up to 4 KiB) */
     int queue_depth;        /* I/Os in flight (io_uring entries, or pool threads <= 16) */
     size_t block_size;      /* bytes per I/O and per checksum; multiple of 4096 */
     size_t max_inflight;    /* staging ring bytes = max bytes in flight; >= 2 blocks */
@@ -74,13 +78,15 @@ struct qc_offload_params {
     int sim_uring_errno;     /* io_uring_queue_init fails with this (EPERM, ENOSYS) */
     int sim_direct_errno;    /* open(O_DIRECT) fails with this (EINVAL, as on tmpfs) */
     int sim_fallocate_errno; /* fallocate fails with this (EOPNOTSUPP) */
+    int sim_grow_errno;      /* every growth of the spill file fails with this (ENOSPC) */
 };
 
-/* Defaults: host 1 GiB, no NVMe dir, NVMe 4 GiB, queue depth 16, 1 MiB blocks, 64 MiB in
- * flight, prefetch window 64 MiB, O_DIRECT and registered buffers on, rung AUTO. */
+/* Defaults: host 1 GiB, no NVMe dir, NVMe up to 4 GiB starting at 4 KiB and growing in 64 MiB
+ * steps, queue depth 16, 1 MiB blocks, 64 MiB in flight, prefetch window 64 MiB, O_DIRECT and
+ * registered buffers on, rung AUTO. */
 void qc_offload_params_default(struct qc_offload_params *p);
 
-/* Creates the engine on dev: probes the machine, opens and preallocates the spill file, sets up
+/* Creates the engine on dev: probes the machine, opens the spill file (nvme_initial bytes), sets up
  * the staging ring and the I/O engine, and logs the capabilities and the chosen rung.
  * Errors: QC_ERR_INVALID (bad params), QC_ERR_UNSUPPORTED (a forced rung that this machine or
  * filesystem cannot do, with the reason; or no tier at all), QC_ERR_IO (spill file), NOMEM. */
@@ -91,6 +97,15 @@ void qc_offload_destroy(struct qc_offload *o);
 
 enum qc_offload_rung qc_offload_rung_active(const struct qc_offload *o);
 const char *qc_offload_rung_str(enum qc_offload_rung rung);
+/* Grows the spill file to hold `bytes` now (rounded up to nvme_grow_step, at most
+ * nvme_capacity), ahead of the puts that need them: the trainer passes its plan's NVMe bytes plus
+ * a margin. QC_OK without an NVMe tier. QC_ERR_NOMEM when the disk refuses (the message names the
+ * file, the sizes and the errno); the file keeps its size and data, and the tier's limit drops to
+ * that size (qc_offload_nvme_limit). */
+enum qc_status qc_offload_nvme_reserve(struct qc_offload *o, uint64_t bytes);
+/* The most bytes the NVMe tier can hold now: nvme_capacity, or less once the disk refused a
+ * growth; 0 without an NVMe tier. */
+uint64_t qc_offload_nvme_limit(struct qc_offload *o);
 /* Why the NVMe tier that nvme_dir asked for is not there (the folder is missing, not writable,
  * ...), for messages; "" when it works or no nvme_dir was given. */
 const char *qc_offload_nvme_unusable(const struct qc_offload *o);
@@ -152,14 +167,17 @@ struct qc_offload_stats {
     uint64_t bytes_host_peak;
     uint64_t bytes_nvme_used; /* live spill-file bytes (4 KiB granules) */
     uint64_t bytes_nvme_peak;
-    uint64_t bytes_written;   /* to the spill file */
-    uint64_t bytes_read;      /* from the spill file */
-    uint64_t ios_submitted;   /* I/O requests handed to the engine (resubmissions included) */
-    uint64_t short_ios;       /* short completions that were completed by resubmitting */
-    uint64_t retries;         /* EAGAIN/EINTR resubmissions */
-    uint64_t stall_count;     /* gets that had to wait for NVMe data */
-    uint64_t stall_ns;        /* total time gets waited */
-    uint64_t put_stall_count; /* puts that waited for a staging slot */
+    uint64_t bytes_nvme_file;      /* bytes the spill file holds now (allocated on disk) */
+    uint64_t bytes_nvme_file_peak; /* the most it held */
+    uint64_t nvme_grows;           /* times it grew after create */
+    uint64_t bytes_written;        /* to the spill file */
+    uint64_t bytes_read;           /* from the spill file */
+    uint64_t ios_submitted;        /* I/O requests handed to the engine (resubmissions included) */
+    uint64_t short_ios;            /* short completions that were completed by resubmitting */
+    uint64_t retries;              /* EAGAIN/EINTR resubmissions */
+    uint64_t stall_count;          /* gets that had to wait for NVMe data */
+    uint64_t stall_ns;             /* total time gets waited */
+    uint64_t put_stall_count;      /* puts that waited for a staging slot */
     uint64_t put_stall_ns;
     uint64_t prefetch_reads;      /* blocks read ahead by prefetch */
     uint64_t prefetch_bytes_peak; /* most staging bytes held by prefetch at once */

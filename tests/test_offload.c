@@ -375,12 +375,13 @@ static void test_ladder_simulated(void)
         qc_offload_destroy(o);
     }
 
-    QC_TEST ("offload: spill preallocation falls back to ftruncate + writes") {
+    QC_TEST ("offload: spill file allocation falls back to ftruncate + writes, growth too") {
         struct qc_offload_params p;
         ot_params(&p, QC_OFFLOAD_RUNG_AUTO, 4, true);
         p.sim_fallocate_errno = EOPNOTSUPP;
         p.spill_visible = true;
-        p.nvme_capacity = 8 * OT_MIB + 100; /* rounded up to 4 KiB */
+        p.nvme_initial = 8 * OT_MIB + 100; /* rounded up to 4 KiB */
+        p.nvme_grow_step = OT_MIB;
         struct qc_offload *o = NULL;
         ot_log_start();
         enum qc_status st = qc_offload_create(dev, &p, &o);
@@ -388,7 +389,7 @@ static void test_ladder_simulated(void)
         T_EXPECT(st == QC_OK, "create: %s", qc_error_last());
         if (st != QC_OK)
             continue; /* ends the QC_TEST */
-        T_EXPECT_STR_CONTAINS(log, "preallocated by ftruncate+writes");
+        T_EXPECT_STR_CONTAINS(log, "8.0 MiB allocated by ftruncate+writes");
         struct stat sb;
         T_EXPECT(stat(qc_offload_spill_path(o), &sb) == 0, "visible spill file %s: %s",
                  qc_offload_spill_path(o), strerror(errno));
@@ -396,7 +397,154 @@ static void test_ladder_simulated(void)
         T_EXPECT((uint64_t)sb.st_blocks * 512 >= 8 * OT_MIB + 4096,
                  "spill file not allocated: %llu blocks", (unsigned long long)sb.st_blocks);
         check_rung_roundtrip(o, "after ftruncate+writes");
+        /* 10 MiB on NVMe: the free 8 MiB + 4 KiB count, the file grows by writes to 10 MiB */
+        size_t diff = 0;
+        T_EXPECT(ot_roundtrip(o, dev, 10 * OT_MIB, QC_OFFLOAD_PLACE_NVME, 77, true, &diff) ==
+                         QC_OK &&
+                     diff == 10 * OT_MIB,
+                 "10 MiB round trip after growth by writes: %s (first difference at %zu)",
+                 qc_error_last(), diff);
+        T_EXPECT(stat(qc_offload_spill_path(o), &sb) == 0, "stat: %s", strerror(errno));
+        T_EXPECT_EQ_U64(sb.st_size, 10 * OT_MIB, "spill file size after growth by writes");
+        T_EXPECT((uint64_t)sb.st_blocks * 512 >= 10 * OT_MIB,
+                 "grown spill file not allocated: %llu blocks", (unsigned long long)sb.st_blocks);
         qc_offload_destroy(o);
+    }
+}
+
+/* Bytes the visible spill file of o holds (st_size), or 0 when stat fails. */
+static uint64_t spill_size(struct qc_offload *o)
+{
+    struct stat sb;
+    if (stat(qc_offload_spill_path(o), &sb) != 0)
+        return 0;
+    return (uint64_t)sb.st_size;
+}
+
+/* A put of n seeded bytes on NVMe; the source in *src (freed by the caller). */
+static enum qc_status put_nvme(struct qc_offload *o, size_t n, uint64_t seed, unsigned char **src,
+                               uint64_t *h)
+{
+    *src = malloc(n);
+    ot_fill(*src, n, seed);
+    enum qc_status st =
+        qc_offload_put(o, *src, n, qc_device_compute_stream(dev), QC_OFFLOAD_PLACE_NVME, "grow", h);
+    if (st == QC_OK)
+        st = qc_offload_quiesce(o);
+    return st;
+}
+
+/* Whether handle h reads back as src (n bytes). */
+static bool reads_back(struct qc_offload *o, uint64_t h, const unsigned char *src, size_t n)
+{
+    unsigned char *dst = malloc(n);
+    memset(dst, 0x5a, n);
+    struct qc_stream *cs = qc_device_compute_stream(dev);
+    bool ok = qc_offload_get(o, h, dst, cs) == QC_OK && qc_stream_synchronize(cs) == QC_OK &&
+              memcmp(dst, src, n) == 0;
+    free(dst);
+    return ok;
+}
+
+static void test_spill_size(void)
+{
+    QC_TEST ("offload: the spill file takes what is spilled (grown in steps), not its capacity") {
+        struct qc_offload_params p;
+        ot_params(&p, QC_OFFLOAD_RUNG_AUTO, 4, true);
+        p.spill_visible = true;
+        p.nvme_capacity = 256 * OT_MIB;
+        p.nvme_grow_step = OT_MIB;
+        struct qc_offload *o = NULL;
+        ot_log_start();
+        enum qc_status st = qc_offload_create(dev, &p, &o);
+        const char *log = ot_log_stop();
+        T_EXPECT(st == QC_OK, "create: %s", qc_error_last());
+        if (st != QC_OK)
+            continue; /* ends the QC_TEST */
+        T_EXPECT_STR_CONTAINS(log, "growing in 1 MiB steps up to 256 MiB as needed");
+        T_EXPECT_STR_CONTAINS(log, "4 KiB allocated by fallocate");
+        T_EXPECT_EQ_U64(spill_size(o), 4096, "spill file size at create (no put yet)");
+        /* X = 3 MiB + 100 bytes spilled: the file holds X rounded up to the step, 4 MiB */
+        unsigned char *a = NULL, *b = NULL, *c = NULL;
+        uint64_t ha = 0, hb = 0, hc = 0;
+        const size_t na = 3 * OT_MIB + 100, nb = 2 * OT_MIB, nc = 3 * OT_MIB;
+        T_EXPECT(put_nvme(o, na, 1, &a, &ha) == QC_OK, "put a: %s", qc_error_last());
+        T_EXPECT_EQ_U64(spill_size(o), 4 * OT_MIB, "after 3 MiB + 100 bytes spilled");
+        struct qc_offload_stats s;
+        qc_offload_stats_get(o, &s);
+        T_EXPECT_EQ_U64(s.bytes_nvme_file, 4 * OT_MIB, "stats.bytes_nvme_file");
+        T_EXPECT_EQ_U64(s.nvme_grows, 1, "growths");
+        /* 2 MiB more: the free tail (1 MiB - 4 KiB) is used and the file grows to 6 MiB */
+        T_EXPECT(put_nvme(o, nb, 2, &b, &hb) == QC_OK, "put b: %s", qc_error_last());
+        T_EXPECT_EQ_U64(spill_size(o), 6 * OT_MIB, "after a growth");
+        T_EXPECT(reads_back(o, ha, a, na) && reads_back(o, hb, b, nb),
+                 "data across the growth does not read back: %s", qc_error_last());
+        /* a freed extent is reused: no growth */
+        T_EXPECT(qc_offload_release(o, ha) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(put_nvme(o, nc, 3, &c, &hc) == QC_OK, "put c: %s", qc_error_last());
+        T_EXPECT(reads_back(o, hc, c, nc), "c does not read back: %s", qc_error_last());
+        qc_offload_stats_get(o, &s);
+        T_EXPECT_EQ_U64(s.nvme_grows, 2, "growths after reuse");
+        T_EXPECT_EQ_U64(spill_size(o), 6 * OT_MIB, "after reuse");
+        /* the plan's need ahead of the puts */
+        T_EXPECT(qc_offload_nvme_reserve(o, 20 * OT_MIB + 1) == QC_OK, "reserve: %s",
+                 qc_error_last());
+        T_EXPECT_EQ_U64(spill_size(o), 21 * OT_MIB, "after reserving 20 MiB + 1 byte");
+        T_EXPECT_EQ_U64(qc_offload_nvme_limit(o), 256 * OT_MIB, "limit");
+        qc_offload_release(o, hb);
+        qc_offload_release(o, hc);
+        ot_log_start();
+        qc_offload_destroy(o);
+        log = ot_log_stop();
+        T_EXPECT_STR_CONTAINS(log, "spill file took 21.0 MiB at most (3 growths, limit 256 MiB)");
+        T_EXPECT(ot_dir_entries(ot_dir, NULL, 0) == 0, "spill file left behind");
+        free(a);
+        free(b);
+        free(c);
+    }
+
+    QC_TEST ("offload: a spill file the disk will not grow: QC_ERR_NOMEM, data intact") {
+        struct qc_offload_params p;
+        ot_params(&p, QC_OFFLOAD_RUNG_AUTO, 4, true);
+        p.spill_visible = true;
+        p.nvme_capacity = 64 * OT_MIB;
+        p.nvme_initial = 2 * OT_MIB;
+        p.nvme_grow_step = OT_MIB;
+        p.sim_grow_errno = ENOSPC;
+        struct qc_offload *o = NULL;
+        enum qc_status st = qc_offload_create(dev, &p, &o);
+        T_EXPECT(st == QC_OK, "create: %s", qc_error_last());
+        if (st != QC_OK)
+            continue; /* ends the QC_TEST */
+        unsigned char *a = NULL, *b = NULL;
+        uint64_t ha = 0, hb = 0;
+        T_EXPECT(put_nvme(o, OT_MIB, 5, &a, &ha) == QC_OK, "put within the file: %s",
+                 qc_error_last());
+        st = put_nvme(o, 2 * OT_MIB, 6, &b, &hb);
+        T_EXPECT(st == QC_ERR_NOMEM, "put past a full disk: %s", qc_status_str(st));
+        T_EXPECT_STR_CONTAINS(qc_error_last(), qc_offload_spill_path(o));
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "growing from 2097152 to 3145728 bytes");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), strerror(ENOSPC));
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "'grow'");
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "hint: free space in");
+        T_EXPECT_EQ_U64(spill_size(o), 2 * OT_MIB, "file size after the refused growth");
+        T_EXPECT_EQ_U64(qc_offload_nvme_limit(o), 2 * OT_MIB, "limit after the refused growth");
+        T_EXPECT(reads_back(o, ha, a, OT_MIB), "data before the refused growth: %s",
+                 qc_error_last());
+        /* later puts fail at once, saying why; one that fits still works */
+        free(b);
+        st = put_nvme(o, 2 * OT_MIB, 7, &b, &hb);
+        T_EXPECT(st == QC_ERR_NOMEM, "second put past a full disk: %s", qc_status_str(st));
+        T_EXPECT_STR_CONTAINS(qc_error_last(), "it cannot grow");
+        free(b);
+        T_EXPECT(put_nvme(o, 512 * OT_KIB, 8, &b, &hb) == QC_OK, "put in the rest: %s",
+                 qc_error_last());
+        T_EXPECT(reads_back(o, hb, b, 512 * OT_KIB), "%s", qc_error_last());
+        qc_offload_release(o, ha);
+        qc_offload_release(o, hb);
+        qc_offload_destroy(o);
+        free(a);
+        free(b);
     }
 }
 
@@ -708,6 +856,7 @@ int main(void)
     for (int r = QC_OFFLOAD_RUNG_URING_DIRECT; r < QC_OFFLOAD_RUNG_COUNT; r++)
         test_ladder_forced((enum qc_offload_rung)r);
     test_ladder_simulated();
+    test_spill_size();
     test_prefetch();
     test_concurrency();
     qc_device_destroy(dev);

@@ -241,8 +241,9 @@ static const struct qc_config_option options[] = {
     OPT_STRING("offload.nvme_dir", offload_nvme_dir, "",
                "folder of the NVMe spill file; empty = no NVMe tier"),
     OPT_SIZE("offload.nvme_capacity", offload_nvme_capacity, "0", 0, 4 * PIB,
-             "bytes of the spill file; 0 = half the folder's free space, at most 64 GiB, "
-             "divided among the node's ranks"),
+             "most bytes the spill file may grow to (it starts at the plan's NVMe need plus "
+             "1/8 and grows in 64 MiB steps); 0 = half the folder's free space, at most "
+             "64 GiB, divided among the node's ranks"),
     OPT_INT("offload.queue_depth", offload_queue_depth, "16", 1, 4096, "", "io_uring queue depth"),
     OPT_SIZE("offload.block_size", offload_block_size, "1MiB", 4 * KIB, 1 * GIB,
              "bytes per NVMe I/O; a multiple of 4096"),

@@ -504,9 +504,9 @@ struct qc_batch;
 void qc_train_plan_params(const struct qc_config *cfg, struct qc_plan_params *p);
 /* The hardware figures of cfg: hw.pcie_gbps both ways, hw.nvme_gbps both ways, the host tier
  * (offload.host_capacity; 0: half the host's available memory; none with placement nvme) and
- * the NVMe tier (offload.nvme_capacity with offload.nvme_dir; 0: half the folder's free space,
- * at most 64 GiB; none without a folder). A default (0) is divided among the ranks of this
- * node (qc_dist_world_local_size); a value given is per rank. */
+ * the NVMe tier (offload.nvme_capacity with offload.nvme_dir: the most the spill file may grow
+ * to; 0: half the folder's free space, at most 64 GiB; none without a folder). A default (0) is
+ * divided among the ranks of this node (qc_dist_world_local_size); a value given is per rank. */
 void qc_train_plan_hw(const struct qc_config *cfg, struct qc_plan_hw *hw);
 uint64_t qc_train_host_tier_bytes(const struct qc_config *cfg);
 uint64_t qc_train_nvme_tier_bytes(const struct qc_config *cfg);

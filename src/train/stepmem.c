@@ -646,6 +646,31 @@ static enum qc_status rollback(struct train_mem *tm, struct qc_qcnet *model, boo
     return QC_OK;
 }
 
+/* The spill file grows to the plan's NVMe bytes plus 1/8 (qc_offload_nvme_reserve rounds up to
+ * its 64 MiB growth step) before the attempt's puts need them. A disk that refuses is no error
+ * here: the tier's limit drops to the file's size (nvme_limit), a put past it runs out of memory
+ * and the re-plan after the rollback keeps to the lower limit. */
+static void nvme_reserve(struct train_mem *tm, uint64_t plan_nvme_bytes)
+{
+    struct qc_offload *o = qc_train_backend_offload_engine(tm->be);
+    if (!o || plan_nvme_bytes == 0)
+        return;
+    if (qc_offload_nvme_reserve(o, plan_nvme_bytes + plan_nvme_bytes / 8) != QC_OK)
+        qc_log(QC_LOG_WARN, "train: %s", qc_error_last());
+}
+
+/* The planners' NVMe tier no larger than the spill file can still become (a full disk lowers
+ * it). */
+static void nvme_limit(struct train_mem *tm)
+{
+    struct qc_offload *o = qc_train_backend_offload_engine(tm->be);
+    const uint64_t lim = o ? qc_offload_nvme_limit(o) : 0;
+    if (o && tm->hw.nvme_capacity > lim)
+        tm->hw.nvme_capacity = lim;
+    if (o && tm->hw0.nvme_capacity > lim)
+        tm->hw0.nvme_capacity = lim;
+}
+
 /* Runs batch (host, dev) whole when its admission plan (plan_admit) fits, else in halves; a
  * scene that does not fit alone is too big (scene_too_big). Which of these happens must be a
  * function of the batch and the configuration (a split changes the bits: the parts' gradients
@@ -672,6 +697,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
     int a = 0;
     for (; a < attempts; a++) {
         QC_TRY(describe(tm, host));
+        nvme_limit(tm);
         bool admit_plan = false; /* this attempt runs the admission plan */
         if (tm->par.budget > 0) {
             /* admission: from the batch and the configuration alone */
@@ -717,6 +743,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         }
         if (st != QC_OK)
             return st;
+        nvme_reserve(tm, r.nvme_bytes);
         need = r.peak;
         ran_out = true;
         if (tm->hook)
