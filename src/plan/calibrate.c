@@ -18,19 +18,6 @@
 #    define QC_VERSION "unknown"
 #endif
 
-const char *qc_plan_calib_source_str(enum qc_plan_calib_source s)
-{
-    switch (s) {
-    case QC_PLAN_CALIB_PROBE:
-        return "probe";
-    case QC_PLAN_CALIB_RUN:
-        return "run";
-    case QC_PLAN_CALIB_BUILTIN:
-        break;
-    }
-    return "builtin";
-}
-
 enum qc_status qc_plan_calib_dir(char *buf, size_t n)
 {
     const char *e = getenv("QC_CACHE_DIR");

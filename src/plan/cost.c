@@ -594,3 +594,18 @@ out:
     cJSON_Delete(root);
     return st;
 }
+
+/* Here, not in calibrate.c: the cost model's JSON names its calibration's source, and
+ * calibrate.c calls the cost model (files of a folder call one way: test_file_cycles). */
+const char *qc_plan_calib_source_str(enum qc_plan_calib_source s)
+{
+    switch (s) {
+    case QC_PLAN_CALIB_PROBE:
+        return "probe";
+    case QC_PLAN_CALIB_RUN:
+        return "run";
+    case QC_PLAN_CALIB_BUILTIN:
+        break;
+    }
+    return "builtin";
+}
