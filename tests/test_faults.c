@@ -5,6 +5,9 @@
  *     64-byte aligned (the stash's alignment), and the bits equal the default rounding's;
  *   - a file size limit (ulimit -f, SIGXFSZ at its default) is a "File too large" error naming
  *     the file, exit 1, nothing half-written, never a death by SIGXFSZ;
+ *   - qctrain gen under a file size limit names the file it was asked for (not its .tmp) and
+ *     leaves neither;
+ *   - train / eval with a --data file that does not exist: bad input (exit 2) naming it;
  *   - byte sizes: surrounding whitespace ignored, one optional space before the unit;
  *   - report --step: 0 and negatives refused alike, naming the value;
  *   - messages: --weights / --init-from on a folder without a checkpoint says so (not --resume);
@@ -176,6 +179,56 @@ static void test_file_size_limit(void)
             T_EXPECT(!t_exists(ck), "%s: %s exists", prefix, ck);
             free(out);
         }
+    }
+}
+
+static void test_gen_file_size_limit(void)
+{
+    QC_TEST ("gen under ulimit -f: 'File too large' naming the output, not its .tmp; nothing "
+             "left") {
+        char dir[400], g[500], log[400];
+        tpath(dir, sizeof dir, "gen-fsize");
+        tpath(log, sizeof log, "gen-fsize.log");
+        T_EXPECT(mkdir(dir, 0755) == 0, "mkdir %s", dir);
+        snprintf(g, sizeof g, "%s/big.qcshard", dir);
+        const char *const args[] = {"gen",    "--scenes", "64",    "--profile", "mixed",
+                                    "--seed", "1",        "--out", g,           NULL};
+        char *out = NULL;
+        const int rc = run_sh("ulimit -f 100", args, log, &out);
+        char named[600];
+        snprintf(named, sizeof named, "%s: write failed: File too large", g);
+        T_EXPECT(rc == 1, "exit %d (153: killed by SIGXFSZ)\n%s", rc, out ? out : "");
+        T_EXPECT(out && strstr(out, named), "the error starts with '%s':\n%s", named,
+                 out ? out : "");
+        T_EXPECT(count_tmp(dir) == 0 && !t_exists(g), "%d half-written files, output %s",
+                 count_tmp(dir), t_exists(g) ? "exists" : "absent");
+        free(out);
+    }
+}
+
+// ---- a data file that does not exist -----------------------------------------------------------
+
+static void test_missing_data(void)
+{
+    QC_TEST ("train / eval --data MISSING: exit 2 (bad input), naming the path") {
+        char r[400], log[400], missing[400];
+        tpath(r, sizeof r, "nodata-run");
+        tpath(log, sizeof log, "nodata.log");
+        tpath(missing, sizeof missing, "no-such.qcshard");
+        const char *const train[] = {"train", "--preset", "cpu-smoke", "--quiet", "--data", shard,
+                                     missing, "--steps",  "1",         "--out",   r,        NULL};
+        const char *const eval[] = {"eval",   "--preset", "cpu-smoke", "--quiet",
+                                    "--data", missing,    NULL};
+        const char *const *cmds[] = {train, eval};
+        for (int i = 0; i < 2; i++) {
+            char *out = NULL;
+            const int rc = run(cmds[i], log, &out);
+            T_EXPECT(rc == 2 && out && strstr(out, missing) && strstr(out, "No such file"),
+                     "%s: exit %d (2: bad input), the message names %s:\n%s", cmds[i][0], rc,
+                     missing, out ? out : "");
+            free(out);
+        }
+        T_EXPECT(!t_exists(r), "train left a run folder %s", r);
     }
 }
 
@@ -430,6 +483,8 @@ int main(void)
     free(out);
     test_alloc_round();
     test_file_size_limit();
+    test_gen_file_size_limit();
+    test_missing_data();
     test_sizes();
     test_report_step();
     test_messages();

@@ -4,7 +4,8 @@
  * Records stream into PATH.tmp through a 1 MiB buffer as scenes are appended; the index goes at
  * the end and the real header replaces the placeholder at offset 0. finish() fsyncs, renames
  * PATH.tmp to PATH and fsyncs the directory, so PATH is either the old file (or absent) or the
- * complete new one. Every failed write names the file and errno; the writer is then poisoned and
+ * complete new one. Every failed write names the file (PATH, the name the caller gave; its
+ * temporary name in parentheses) and errno; the writer is then poisoned and
  * its temporary file removed.
  */
 #include "qc_qcshard.h"
@@ -44,8 +45,9 @@ struct qc_qcshard_writer {
 static enum qc_status writer_io_error(struct qc_qcshard_writer *w, const char *what, int err)
 {
     w->failed = 1;
-    return qc_errorf(QC_ERR_IO, "%s: %s failed: %s%s", w->tmp_path, what, strerror(err),
-                     data_io_hint(err));
+    /* the output's name, which the user gave: the temporary file is removed with the writer */
+    return qc_errorf(QC_ERR_IO, "%s: %s failed: %s (writing its temporary file %s)%s", w->path,
+                     what, strerror(err), w->tmp_path, data_io_hint(err));
 }
 
 static enum qc_status write_all(struct qc_qcshard_writer *w, const void *data, size_t n)
@@ -126,8 +128,8 @@ enum qc_status qc_qcshard_writer_create(const char *path, struct qc_qcshard_writ
         const int err = errno;
         qc_cleanup_unregister(w->cleanup_slot);
         w->cleanup_slot = -1;
-        enum qc_status st = qc_errorf(QC_ERR_IO, "%s: cannot create: %s%s", w->tmp_path,
-                                      strerror(err), data_io_hint(err));
+        enum qc_status st = qc_errorf(QC_ERR_IO, "%s: cannot create: %s (its temporary file %s)%s",
+                                      w->path, strerror(err), w->tmp_path, data_io_hint(err));
         free(w->tmp_path);
         w->tmp_path = NULL; /* nothing to remove */
         qc_qcshard_writer_destroy(w);

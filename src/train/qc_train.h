@@ -326,13 +326,31 @@ struct qc_run_data {
     int n;                      /* files; 0: generated scenes */
     struct qc_run_data_file *f; /* (n), owned */
     bool recorded;              /* false: run.json records no data (a run of an older qctrain) */
+    /* the validation (RUN/run.json "validation"): train's --eval-every, --val-scenes and
+     * --val-data */
+    bool val_recorded;  /* false: run.json records none (a run of an older qctrain) */
+    int64_t eval_every; /* 0: never */
+    int64_t val_scenes; /* generated validation scenes (without files) */
+    int nval;           /* validation files; 0: generated scenes */
+    char (*val)[4096];  /* (nval) realpaths, owned */
 };
 /* Hashes the files (read whole). QC_ERR_IO naming a missing or unreadable file; QC_ERR_INVALID
  * for a path that is not UTF-8. */
 enum qc_status qc_run_data_describe(const char *const *paths, int n, struct qc_run_data *out);
 /* Reads RUN/run.json's record (out->recorded false when there is none). */
 enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out);
-/* Writes d into RUN/run.json (rewritten atomically; the rest kept). */
+/* Sets d's validation: eval_every, val_scenes and the files' realpaths (QC_ERR_IO naming a file
+ * that does not resolve). */
+enum qc_status qc_run_data_set_val(struct qc_run_data *d, int64_t eval_every, int64_t val_scenes,
+                                   const char *const *paths, int n);
+/* The validation options of a continued run against the run's record: a value given (eval_every
+ * or val_scenes >= 0, n > 0 files) that differs from the record is refused (QC_ERR_INVALID naming
+ * the option and both values) unless change_data; nothing recorded: OK. */
+enum qc_status qc_run_val_check(const char *run_dir, const struct qc_run_data *rec,
+                                int64_t eval_every, int64_t val_scenes, const char *const *paths,
+                                int n, bool change_data);
+/* Writes d (its data and, when val_recorded, its validation) into RUN/run.json (rewritten
+ * atomically; the rest kept). */
 enum qc_status qc_run_data_record(const char *run_dir, const struct qc_run_data *d);
 /* The data of a continued run against the run's record: other files, or a file whose size or
  * hash changed, are refused (QC_ERR_INVALID naming the files, or the file and both hashes)
@@ -606,8 +624,9 @@ enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_con
 
 /* What `qctrain train` and `qctrain eval` do after qc_cli_parse: the data files after the first
  * --data arrive as positionals and are appended to data (a positional without --data is an
- * error); attention ("fused" | "unfused", NULL = unchanged) sets cfg->attention. QC_ERR_INVALID
- * naming cmd, with a hint. */
+ * error); each data file must open for reading (else QC_ERR_INVALID naming cmd and the path: bad
+ * input, exit 2); attention ("fused" | "unfused", NULL = unchanged) sets cfg->attention.
+ * QC_ERR_INVALID naming cmd, with a hint. */
 enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int npos,
                                    struct qc_cli_strings *data, const char *attention,
                                    struct qc_config *cfg);

@@ -1,12 +1,16 @@
 /*
  * train_cli.c — the option handling `qctrain train` and `qctrain eval` share after
  * qc_cli_parse (src/cmd_train.c, src/cmd_eval.c): data files given after the first --data, and
- * --attention. The device is the global --device (device.kind), set up by the trainer and by
- * qc_eval_run through qc_train_backend_create.
+ * --attention; a data file that cannot be opened is bad input (QC_ERR_INVALID: exit 2), named
+ * before anything runs. The device is the global --device (device.kind), set up by the trainer and
+ * by qc_eval_run through qc_train_backend_create.
  */
 #include "qc_train.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qc_cli.h"
 #include "qc_config.h"
@@ -25,6 +29,15 @@ enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int 
             return qc_errorf(QC_ERR_INVALID, "%s: more than %d data files", cmd,
                              QC_CLI_STRINGS_MAX);
         data->v[data->n++] = pos[i];
+    }
+    for (int i = 0; i < data->n; i++) {
+        /* O_NONBLOCK: a FIFO given as data must not block here (it is refused later as not a
+         * qcshard file) */
+        const int fd = open(data->v[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+            return qc_errorf(QC_ERR_INVALID, "%s: --data %s: cannot open: %s", cmd, data->v[i],
+                             strerror(errno));
+        close(fd);
     }
     if (attention) {
         if (strcmp(attention, "fused") == 0)
