@@ -12,8 +12,8 @@
  *
  * Pure: this file and calibrate.c run no kernel; the probe is the caller's (src/train/calib.c).
  */
-#ifndef QC_PLAN_CALIB_H
-#define QC_PLAN_CALIB_H
+#ifndef QC_PLAN_QC_PLAN_CALIB_H
+#define QC_PLAN_QC_PLAN_CALIB_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,6 +41,8 @@ struct qc_plan_calib {
     double probe_s;        /* how long the probe took */
     /* the shape the rates price (roofline_time's formulas, cost.c) */
     int64_t hidden_dim, freq_bands, nparams;
+    bool shared_r; /* fused attention off CUDA: the KV context projects its sources only, the
+                      attention tiles their edges' k_r, v_r */
     /* what it was made for */
     char machine[QC_PLAN_CALIB_KEY_MAX]; /* host name, CPU model, online CPUs */
     char build[QC_PLAN_CALIB_KEY_MAX];   /* version, compiler, the executable's size and time */
