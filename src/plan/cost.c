@@ -156,7 +156,18 @@ static double probe_time(const struct qc_plan_cost *c, const struct qc_plan_bloc
     const struct qc_plan_roofline r = {.hidden_dim = cal->hidden_dim,
                                        .freq_bands = cal->freq_bands};
     double bytes = 0;
-    const double flops = roofline_flops(&r, k, &bytes);
+    double flops = roofline_flops(&r, k, &bytes);
+    if (cal->shared_r) { /* the fused path's KV context projects its sources only; each
+                            attention tile projects its edges' k_r, v_r itself */
+        const double D = (double)cal->hidden_dim, e = (double)k->edges;
+        if (k->kind == QC_PLAN_KV) {
+            flops -= e * 4.0 * D * D;
+            bytes -= 3.0 * 4.0 * 2.0 * e * D;
+        } else if (k->kind == QC_PLAN_ATTN) {
+            flops += e * 4.0 * D * D;
+            bytes += 3.0 * 4.0 * 2.0 * e * D;
+        }
+    }
     return phase ? 2.0 * flops / cal->gemm_bwd_flops + 2.0 * bytes / cal->mem_bps
                  : flops / cal->gemm_fwd_flops + bytes / cal->mem_bps;
 }
@@ -432,6 +443,7 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
             cJSON_AddNumberToObject(o, "hidden_dim", (double)k->hidden_dim);
             cJSON_AddNumberToObject(o, "freq_bands", (double)k->freq_bands);
             cJSON_AddNumberToObject(o, "nparams", (double)k->nparams);
+            cJSON_AddBoolToObject(o, "shared_r", k->shared_r);
             cJSON_AddStringToObject(o, "machine", k->machine);
             cJSON_AddStringToObject(o, "build", k->build);
             cJSON_AddStringToObject(o, "model", k->model);
@@ -582,6 +594,7 @@ enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
         k.hidden_dim = (int64_t)v[7];
         k.freq_bands = (int64_t)v[8];
         k.nparams = (int64_t)v[9];
+        k.shared_r = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cal, "shared_r"));
         snprintf(k.machine, sizeof k.machine, "%s", m);
         snprintf(k.build, sizeof k.build, "%s", b);
         snprintf(k.model, sizeof k.model, "%s", md);

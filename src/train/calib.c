@@ -7,7 +7,7 @@
  * The probe (well under a second on a 2-core VM at D 128): for N = 2048 rows of D = hidden_dim,
  * the GEMM out = x·Wᵀ (forward) and its backward (dx and dW), LayerNorm forward + backward
  * (memory-bound), a 16 MiB host copy (the CPU's offload tier); each timed over repeats of at
- * least 40 ms after a warm run, the best of 2 rounds counted (the machine is shared).
+ * least 30 ms after a warm run, the best of 3 rounds counted (the machine is shared).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qc_train.h"
@@ -42,6 +42,8 @@ void qc_train_calib_key(const struct qc_config *cfg, struct qc_plan_calib *key)
              cfg->attention == QC_ATTENTION_FUSED ? "fused" : "unfused", threads);
     key->hidden_dim = cfg->hidden_dim;
     key->freq_bands = cfg->num_freq_bands;
+    key->shared_r =
+        cfg->attention == QC_ATTENTION_FUSED && cfg->device_kind != QC_CONFIG_DEVICE_CUDA;
 }
 
 struct probe_buf {
@@ -49,12 +51,13 @@ struct probe_buf {
     int64_t N, D;
 };
 
-/* Seconds of one run of op k (the best of 2 rounds of repeats >= 40 ms each, after a warm run). */
+/* Seconds of one run of op k (the best of 3 rounds of repeats >= 30 ms each, after a warm run:
+ * the machine may be shared, the best round is the closest to its own speed). */
 static double time_op(const struct probe_buf *p, int k)
 {
     const int64_t N = p->N, D = p->D;
     double best = 0;
-    for (int round = -1; round < 2; round++) {
+    for (int round = -1; round < 3; round++) {
         int reps = 0;
         const double t0 = now_s();
         double t = 0;
@@ -77,7 +80,7 @@ static double time_op(const struct probe_buf *p, int k)
             }
             reps++;
             t = now_s() - t0;
-        } while (round >= 0 && t < 0.04);
+        } while (round >= 0 && t < 0.03);
         if (round >= 0 && (best == 0 || t / reps < best))
             best = t / reps;
     }
