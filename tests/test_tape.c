@@ -5,7 +5,8 @@
  *   dry == real   the program of a dry run (qc_qcnet_describe on the DRY backend, nothing
  *                 computed: every block call's memory spec replayed, qc_memspec.h) equals the
  *                 program recorded from a real training step on the CPU and on the emulated
- *                 device, fused and unfused, fp32 and bf16: the same block applications with the
+ *                 device, fused (with r materialised or tiled, qc_attention.h) and unfused,
+ *                 fp32 and bf16: the same block applications with the
  *                 same size drivers, stash arenas and uses, and the same allocations and frees
  *                 in the same order, event for event, transients included. The specs are the one
  *                 source both read; this test guards that the real code takes its memory from
@@ -179,7 +180,22 @@ static bool record_real(struct qc_test_backend *be, const struct qc_qcnet_config
 
 enum tape_backend { TAPE_CPU = 0, TAPE_EMU, TAPE_CUDA };
 
-static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind, int precision)
+/* Tiled edge mode (qc_attention.h): no edge context keeps r (no stash), nobody allocates dL/dr;
+ * materialised on CPU/EMU: the positional edge contexts keep r. The program must say so. */
+static void check_edge_mode(const struct qc_plan_program *p, enum qc_attn_edge_mode mode,
+                            const char *what)
+{
+    int with_r = 0;
+    for (int32_t b = 0; b < p->nblocks; b++) /* an empty stash table is a 1-byte arena */
+        with_r += p->blocks[b].kind == QC_PLAN_EDGES && p->blocks[b].stash_bytes > 64;
+    if (mode == QC_ATTN_EDGE_TILED)
+        T_EXPECT(with_r == 0, "%s: %d edge contexts keep r in the tiled mode", what, with_r);
+    else
+        T_EXPECT(with_r > 0, "%s: no edge context keeps r in the materialised mode", what);
+}
+
+static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind, int precision,
+                                 enum qc_attn_edge_mode mode)
 {
     if (!make_batch()) {
         T_FAIL_AT("batch");
@@ -188,6 +204,7 @@ static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind,
     struct qc_qcnet_config cfg;
     small_config(&cfg, impl);
     cfg.precision = precision;
+    cfg.edge_mode = mode;
     struct qc_test_backend be;
     if (kind == TAPE_EMU) {
         if (!qc_test_backend_emu(&be, EMU_RESERVE)) {
@@ -213,9 +230,12 @@ static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind,
         T_EXPECT(qc_qcnet_describe(dm, &g_batch, kind == TAPE_CUDA, &dry) == QC_OK, "describe: %s",
                  qc_error_last());
         char what[64];
-        snprintf(what, sizeof what, "%s %s %s", be.name,
-                 impl == QC_ATTN_FUSED ? "fused" : "unfused", precision ? "bf16" : "fp32");
+        snprintf(what, sizeof what, "%s %s %s %s", be.name,
+                 impl == QC_ATTN_FUSED ? "fused" : "unfused", precision ? "bf16" : "fp32",
+                 qc_attn_edge_mode_str(mode));
         compare(&real, &dry, what);
+        if (impl == QC_ATTN_FUSED && kind != TAPE_CUDA)
+            check_edge_mode(&dry, mode, what);
         /* a second describe of the same batch gives the same program */
         struct qc_plan_program again;
         qc_plan_program_init(&again);
@@ -296,16 +316,20 @@ int main(int argc, char **argv)
         enum qc_attn_impl impl;
         enum tape_backend kind;
         int precision;
+        enum qc_attn_edge_mode mode;
     } cases[] = {
-        {"cpu, fused, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32},
-        {"cpu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_FP32},
-        {"emu, fused, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32},
-        {"emu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_EMU, QC_PREC_FP32},
-        {"cpu, fused, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16},
-        {"cpu, unfused, bf16", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_BF16},
-        {"cuda, fused, fp32", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_FP32},
-        {"cuda, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CUDA, QC_PREC_FP32},
-        {"cuda, fused, bf16", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_BF16},
+        {"cpu, fused, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"cpu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"emu, fused, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"emu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"cpu, fused, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
+        {"cpu, unfused, bf16", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
+        {"cpu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_TILED},
+        {"emu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_TILED},
+        {"cpu, fused tiled edges, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_TILED},
+        {"cuda, fused, fp32", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"cuda, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
+        {"cuda, fused, bf16", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
     };
     if (!cuda) {
         QC_TEST ("tape: program invariants")
@@ -318,7 +342,7 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "tape: the dry run's program equals a real step's (%s)",
                  cases[i].name);
         QC_TEST (name)
-            test_dry_equals_real(cases[i].impl, cases[i].kind, cases[i].precision);
+            test_dry_equals_real(cases[i].impl, cases[i].kind, cases[i].precision, cases[i].mode);
     }
     return qc_test_summary();
 }

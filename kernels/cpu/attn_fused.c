@@ -8,14 +8,21 @@
  * is this file's own. Operation order is fixed per row and per tile, so forward, the backward's
  * recompute, and repeated runs give the same bits.
  *
- * The positional embeddings r of the edges come from the caller (ed->r: computed once per edge
- * set and shared by its layers, qc_attn_fused.h); a tile starts from r̂ = LN_r(r) and its
- * backward adds dL/dr into ed->dr, rows it alone owns.
+ * The positional embeddings r of the edges (qc_attn_fused.h, "edge modes"):
+ * - materialised (ed->r given): computed once per edge set and shared by its layers; a tile
+ *   starts from r̂ = LN_r(r) and its backward adds dL/dr into ed->dr, rows it alone owns;
+ * - tiled (ed->r NULL): each tile computes its own r = FE(feat [+ cat]) (the composite op of
+ *   qc_fourier_embed.h, the FE tensors in the thread's workspace), and its backward recomputes
+ *   them, takes LN_r's backward into a tile-local dr and pushes it straight through the FE
+ *   backward: the FE parameter and categorical table gradients go to the thread's lane. No
+ *   tensor of E rows exists.
  *
  * Scratch (one buffer from the caller, cut here): per thread a tile workspace
- *   edges (r̂, k̃, ṽ [, dk̃, dṽ, dr̂], LN_r mean, rstd) | row (3·max_deg·H floats + keep flags)
+ *   [tiled: fe_saved (FE tensors of cap rows) | fe_ws (FE scratch)] | edges ([tiled: cat, r,]
+ *   r̂, k̃, ṽ [, dk̃, dṽ, dr̂], LN_r mean, rstd) | row (3·max_deg·H floats + keep flags)
  * and, in backward, per thread a gradient lane
  *   dk, dv (n_src,D) | dlw (to_k_r, to_v_r weights, b_vr, LN_r weight and bias)
+ *   [tiled: | dfe (FE parameters) | dcat (ncat,D) | dcatr (cap,D)]
  * each piece rounded up to 16 floats (64 bytes) so threads never share a cache line.
  */
 #include "qc_attn_fused.h"
@@ -26,6 +33,7 @@
 
 #include "cpu_internal.h"
 #include "qc_exec.h"
+#include "qc_fourier_embed.h"
 #include "qc_kernels.h"
 #include "qc_prof.h"
 #include "qc_status.h"
@@ -34,12 +42,19 @@
 
 struct fcpu_layout {
     int nthreads;
-    int64_t mem_n, row_n; /* per-thread workspace pieces */
-    int64_t ws_n;         /* one thread's workspace */
-    int64_t dk_n, dlw_n;  /* per-thread lane pieces */
-    int64_t lane_n;       /* one thread's lane (backward) */
+    bool fe_tile;                                /* tiled edge mode: the tiles run the FE */
+    int64_t fe_saved_n, fe_ws_n, mem_n, row_n;   /* per-thread workspace pieces */
+    int64_t ws_n;                                /* one thread's workspace */
+    int64_t dk_n, dlw_n, dfe_n, dcat_n, dcatr_n; /* per-thread lane pieces */
+    int64_t lane_n;                              /* one thread's lane (backward) */
     int64_t total;
 };
+
+/* Tiled edge mode: a positional layer given no r computes it in its tiles. */
+static bool fused_fe_tile(const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed)
+{
+    return l->has_pos && !ed->r && ed->n_edge > 0;
+}
 
 int qc_attn_fused_cpu_threads(const struct qc_attn_fused_tiles *t)
 {
@@ -57,14 +72,25 @@ static struct fcpu_layout fcpu_layout_make(const struct qc_attn_fused_layer *l,
     struct fcpu_layout y;
     memset(&y, 0, sizeof y);
     y.nthreads = qc_attn_fused_cpu_threads(t);
-    y.mem_n = cpu_round16((backward ? 6 : 3) * cap * D + 2 * cap);
+    y.fe_tile = fused_fe_tile(l, ed);
+    if (y.fe_tile) {
+        y.fe_saved_n = cpu_round16(qc_fe_saved_numel(ed->fe, cap));
+        const int64_t nf = qc_fe_scratch_numel(ed->fe, cap, false);
+        const int64_t nb = backward ? qc_fe_scratch_numel(ed->fe, cap, true) : 0;
+        y.fe_ws_n = cpu_round16(nf > nb ? nf : nb);
+    }
+    y.mem_n = cpu_round16(((backward ? 6 : 3) + (y.fe_tile ? 2 : 0)) * cap * D + 2 * cap);
     /* 3 per (edge, head) of the largest row, and its dropout keep flags (bytes) */
     y.row_n = cpu_round16(3 * t->max_deg * H + (t->max_deg * H + 3) / 4 + 1);
-    y.ws_n = y.mem_n + y.row_n;
+    y.ws_n = y.fe_saved_n + y.fe_ws_n + y.mem_n + y.row_n;
     if (backward) {
         y.dk_n = cpu_round16(ed->n_src * D);
         y.dlw_n = l->has_pos ? cpu_round16(2 * D * D + 3 * D) : 0;
-        y.lane_n = 2 * y.dk_n + y.dlw_n;
+        y.dfe_n = y.fe_tile ? cpu_round16(qc_fe_params_numel(ed->fe)) : 0;
+        const bool lane_cat = y.fe_tile && ed->cat_table && ed->dcat_table;
+        y.dcat_n = lane_cat ? cpu_round16(ed->ncat * D) : 0;
+        y.dcatr_n = lane_cat ? cpu_round16(cap * D) : 0;
+        y.lane_n = 2 * y.dk_n + y.dlw_n + y.dfe_n + y.dcat_n + y.dcatr_n;
     }
     y.total = (int64_t)y.nthreads * (y.ws_n + y.lane_n);
     return y;
@@ -78,7 +104,10 @@ int64_t qc_attn_fused_scratch_numel_cpu(const struct qc_attn_fused_layer *l,
 
 /* One thread's tile buffers (cap base edges). */
 struct ftile_ws {
-    const float *r;                     /* the tile's rows of ed->r */
+    struct qc_fe_saved fe;              /* tiled: the FE tensors of the current tile */
+    float *fe_mem, *fe_ws;              /* tiled: fe_saved_n floats, the FE scratch */
+    float *cat, *rbuf;                  /* tiled: (cap,D) categorical rows, the tile's r */
+    const float *r;                     /* the tile's r: rows of ed->r, or rbuf */
     float *rhat, *rmean, *rrstd;        /* (cap,D), (cap), (cap) */
     float *kt, *vt, *dkt, *dvt, *drhat; /* (cap,D) each; d* only for backward */
     float *row;                         /* row scratch: 3·max_deg·H floats + keep flags */
@@ -89,6 +118,9 @@ struct ftile_ws {
 struct ftile_lane {
     float *dk, *dv; /* (n_src,D) */
     float *dlw;     /* to_k_r (D,D), to_v_r (D,D), b_vr, LN_r weight, LN_r bias (D each) */
+    float *dfe;     /* tiled: FE parameters */
+    float *dcat;    /* tiled: (ncat,D) */
+    float *dcatr;   /* tiled: (cap,D) the tile's categorical gradient rows */
 };
 
 static struct ftile_ws ftile_ws_at(const struct fcpu_layout *y, int64_t cap, int64_t D,
@@ -96,7 +128,14 @@ static struct ftile_ws ftile_ws_at(const struct fcpu_layout *y, int64_t cap, int
 {
     struct ftile_ws w;
     memset(&w, 0, sizeof w);
-    float *p = scratch + (int64_t)tid * y->ws_n, *m = p;
+    float *p = scratch + (int64_t)tid * y->ws_n;
+    w.fe_mem = p, p += y->fe_saved_n;
+    w.fe_ws = p, p += y->fe_ws_n;
+    float *m = p;
+    if (y->fe_tile) {
+        w.cat = m, m += cap * D;
+        w.rbuf = m, m += cap * D;
+    }
     w.rhat = m, m += cap * D;
     w.kt = m, m += cap * D;
     w.vt = m, m += cap * D;
@@ -117,15 +156,21 @@ static struct ftile_lane ftile_lane_at(const struct fcpu_layout *y, float *scrat
     float *p = scratch + (int64_t)y->nthreads * y->ws_n + (int64_t)tid * y->lane_n;
     ln.dk = p, p += y->dk_n;
     ln.dv = p, p += y->dk_n;
-    ln.dlw = y->dlw_n ? p : NULL;
+    ln.dlw = y->dlw_n ? p : NULL, p += y->dlw_n;
+    ln.dfe = y->dfe_n ? p : NULL, p += y->dfe_n;
+    ln.dcat = y->dcat_n ? p : NULL, p += y->dcat_n;
+    ln.dcatr = y->dcatr_n ? p : NULL;
     return ln;
 }
 
 // ---- one tile's edges ---------------------------------------------------------------------
 
 /* Per-edge work of one tile: base edges [e0, e0+te). Writes r̂ (+ stats), k̃, ṽ from the tile's
- * rows of r. Runs inside the tile loop's parallel region, so the ops' own OpenMP loops run
- * serially here. Deterministic: the same call reproduces the same bits. */
+ * rows of r (tiled: r and the tile's FE tensors first, from feat [+ cat]). Runs inside the tile
+ * loop's parallel region, so the ops' own OpenMP loops run serially here. Deterministic: the
+ * same call reproduces the same bits. A tiled tile's r runs the op sequence of the materialised
+ * r (qc_op_fe_forward_tiled) on the tile's rows; the materialised one groups rows in fixed
+ * chunks instead (qc_attention.h, enum qc_attn_edge_mode, on when the bits agree). */
 static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
                         const struct qc_attn_fused_layer *l, const struct qc_attn_fused_edges *ed,
                         int64_t e0, int64_t te)
@@ -135,7 +180,17 @@ static void ftile_edges(struct ftile_ws *t, const float *k, const float *v,
     qc_op_gather_rows_forward(NULL, t->vt, v, ed->src + e0, te, D, false);
     if (!l->has_pos || te == 0)
         return;
-    t->r = ed->r + e0 * D;
+    if (ed->r) {
+        t->r = ed->r + e0 * D;
+    } else {
+        const struct qc_fe *fe = ed->fe;
+        if (ed->cat_table)
+            qc_op_embedding_forward(NULL, t->cat, ed->cat_idx + e0, ed->cat_table, te, D, ed->ncat);
+        qc_fe_saved_pack(fe, te, t->fe_mem, &t->fe);
+        qc_op_fe_forward(NULL, fe, t->rbuf, &t->fe, fe->d > 0 ? ed->feat + e0 * fe->d : NULL,
+                         ed->cat_table ? t->cat : NULL, te, t->fe_ws);
+        t->r = t->rbuf;
+    }
     qc_op_layernorm_forward(NULL, t->rhat, t->rmean, t->rrstd, t->r, l->ln_r_w, l->ln_r_b, te, D);
     qc_op_linear_forward(NULL, t->kt, t->rhat, D, l->w_kr, NULL, te, D, D, true);
     qc_op_linear_forward(NULL, t->vt, t->rhat, D, l->w_vr, l->b_vr, te, D, D, true);
@@ -310,8 +365,9 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
     const int64_t *row_ptr = ed->row_ptr;
     const int64_t E = ed->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = ed->n_query;
     QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
-                  (!l->has_pos || ed->n_edge == 0 || ed->r),
-              "attn fused fwd: no tile plan, H·Dh != D, or no r for a positional layer");
+                  (!l->has_pos || ed->n_edge == 0 || ed->r || ed->fe),
+              "attn fused fwd: no tile plan, H·Dh != D, or neither r nor its FE for a positional "
+              "layer");
     memset(u, 0, (size_t)(ed->n_dst * D) * sizeof *u);
     for (int64_t i = 0; i < ed->n_dst * H; i++) {
         smax[i] = 0.0f;
@@ -389,10 +445,25 @@ static void ftile_backward(struct ftile_ws *ws, struct ftile_lane *ln, float *dq
                               D, false);
         qc_op_linear_backward(NULL, ws->drhat, D, dlw + D * D, dlw + 2 * D * D, ws->dvt, ws->rhat,
                               D, l->w_vr, te, D, D, true);
-        /* dr accumulates into the caller's buffer: the tile's rows are its own */
-        qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
-                                 dlw + 2 * D * D + 2 * D, ws->drhat, ws->r, ws->rmean, ws->rrstd,
-                                 l->ln_r_w, te, D, true);
+        if (ed->r) { /* dr accumulates into the caller's buffer: the tile's rows are its own */
+            qc_op_layernorm_backward(NULL, ed->dr + e0 * D, dlw + 2 * D * D + D,
+                                     dlw + 2 * D * D + 2 * D, ws->drhat, ws->r, ws->rmean,
+                                     ws->rrstd, l->ln_r_w, te, D, true);
+        } else {
+            /* tiled: dr goes into r̂'s buffer (r̂ is dead after the two linears above, r is still
+             * read by LN_r's backward) and straight through the FE backward into the lane */
+            float *dr = ws->rhat;
+            qc_op_layernorm_backward(NULL, dr, dlw + 2 * D * D + D, dlw + 2 * D * D + 2 * D,
+                                     ws->drhat, ws->r, ws->rmean, ws->rrstd, l->ln_r_w, te, D,
+                                     false);
+            struct qc_fe fe = *ed->fe; /* this lane's gradient buffer */
+            fe.dw = ln->dfe;
+            qc_op_fe_backward(NULL, &fe, NULL, ln->dcatr, dr, &ws->fe,
+                              fe.d > 0 ? ed->feat + e0 * fe.d : NULL, te, ws->fe_ws);
+            if (ln->dcatr)
+                qc_op_embedding_backward(NULL, ln->dcat, ln->dcatr, ed->cat_idx + e0, te, D,
+                                         ed->ncat);
+        }
     }
     /* dk[src] += dk̃, dv[src] += dṽ in ascending edge order */
     if (prof)
@@ -421,8 +492,9 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
     const struct qc_attn_fused_tiles *t = ed->tiles;
     const int64_t D = l->D;
     QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
-                  (!l->has_pos || ed->n_edge == 0 || (ed->r && ed->dr)),
-              "attn fused bwd: no tile plan, H·Dh != D, or no r, dr for a positional layer");
+                  (!l->has_pos || ed->n_edge == 0 || (ed->r && ed->dr) || (!ed->r && ed->fe)),
+              "attn fused bwd: no tile plan, H·Dh != D, or neither r, dr nor the FE for a "
+              "positional layer");
     memset(dq, 0, (size_t)(ed->n_dst * D) * sizeof *dq);
     if (t->ntile == 0)
         return;
@@ -450,5 +522,9 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
         lanes_reduce(l->db_vr, &y, lanes0, o + 2 * D * D, D);
         lanes_reduce(l->dln_r_w, &y, lanes0, o + 2 * D * D + D, D);
         lanes_reduce(l->dln_r_b, &y, lanes0, o + 2 * D * D + 2 * D, D);
+        if (y.dfe_n)
+            lanes_reduce(ed->fe->dw, &y, lanes0, o + y.dlw_n, qc_fe_params_numel(ed->fe));
     }
+    if (y.dcat_n)
+        lanes_reduce(ed->dcat_table, &y, lanes0, 2 * y.dk_n + y.dlw_n + y.dfe_n, ed->ncat * D);
 }

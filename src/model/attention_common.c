@@ -490,10 +490,63 @@ enum qc_status qc_attn_edges_setup(struct qc_attn_edges *ed, const struct qc_blo
         return qc_errorf(QC_ERR_INVALID, "attention edges: categorical table without indices");
     if (impl == QC_ATTN_UNFUSED && fe)
         qc_fourier_stash_plan(fe, E, &ed->fe_stash);
-    /* r = FE(feat [+ cat]): UNFUSED with the FE's stash; FUSED alone, shared by the layers where
-     * the backend's op takes it (attention_fused.c) */
-    if (fe && (impl == QC_ATTN_UNFUSED || qc_attn_fused_takes_r(ex)))
+    /* r = FE(feat [+ cat]): UNFUSED with the FE's stash; FUSED alone, shared by the layers in
+     * the backend's default edge mode (MATERIALISED where its op takes r: attention_fused.c) */
+    if (fe && impl == QC_ATTN_FUSED)
+        ed->mode = qc_attn_fused_takes_r(ex) ? QC_ATTN_EDGE_MATERIALISED : QC_ATTN_EDGE_TILED;
+    if (fe && (impl == QC_ATTN_UNFUSED || ed->mode == QC_ATTN_EDGE_MATERIALISED))
         qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, E, fe->D, 1, 1);
+    return QC_OK;
+}
+
+const char *qc_attn_edge_mode_str(enum qc_attn_edge_mode mode)
+{
+    switch (mode) {
+    case QC_ATTN_EDGE_AUTO:
+        return "auto";
+    case QC_ATTN_EDGE_MATERIALISED:
+        return "materialised";
+    case QC_ATTN_EDGE_TILED:
+        return "tiled";
+    }
+    return "?";
+}
+
+enum qc_status qc_attn_edges_set_mode(struct qc_attn_edges *ed, enum qc_attn_edge_mode mode)
+{
+    const char *name = ed->mem.name[0] ? ed->mem.name : "attention edges";
+    QC_ASSERT(!ed->stash.arena && !ed->dr, "%s: edge mode set after its stash was bound", name);
+    if (mode != QC_ATTN_EDGE_AUTO && mode != QC_ATTN_EDGE_MATERIALISED &&
+        mode != QC_ATTN_EDGE_TILED)
+        return qc_errorf(QC_ERR_INVALID, "%s: edge mode %d is not auto|materialised|tiled", name,
+                         (int)mode);
+    if (ed->impl == QC_ATTN_UNFUSED) {
+        if (mode == QC_ATTN_EDGE_TILED)
+            return qc_errorf(QC_ERR_UNSUPPORTED,
+                             "%s: edge mode tiled needs the fused attention (the unfused one "
+                             "materialises r and the FE's tensors)\nhint: --set "
+                             "model.attention=fused, or model.edge_mode=auto",
+                             name);
+        return QC_OK;
+    }
+    if (!ed->fe)
+        return QC_OK;
+    const struct qc_exec *ex = qc_block_exec(&ed->mem);
+    if (mode == QC_ATTN_EDGE_AUTO)
+        mode = qc_attn_fused_takes_r(ex) ? QC_ATTN_EDGE_MATERIALISED : QC_ATTN_EDGE_TILED;
+    if (mode == QC_ATTN_EDGE_MATERIALISED && !qc_attn_fused_takes_r(ex))
+        return qc_errorf(QC_ERR_UNSUPPORTED,
+                         "%s: edge mode materialised is not available on the %s backend: its "
+                         "fused attention computes r in its tiles (tiled)\nhint: --set "
+                         "model.edge_mode=tiled (or auto)",
+                         name, qc_exec_backend_str(qc_exec_target_of(ex)));
+    if (mode == ed->mode)
+        return QC_OK;
+    qc_stash_deinit(&ed->stash);
+    qc_stash_init(&ed->stash, "edges");
+    if (mode == QC_ATTN_EDGE_MATERIALISED)
+        qc_stash_add(&ed->stash, "r", QC_STASH_F32, 2, ed->g->n_edge, ed->fe->D, 1, 1);
+    ed->mode = mode;
     return QC_OK;
 }
 

@@ -73,6 +73,33 @@ extern "C" {
 
 enum qc_attn_impl { QC_ATTN_UNFUSED = 0, QC_ATTN_FUSED };
 
+/* Where the FUSED layers of a positional edge set get its relative embeddings r = FE(feat [+
+ * cat]) and where dL/dr goes (qc_attn_edges_set_mode; UNFUSED always materialises r with the FE's
+ * stash):
+ *   MATERIALISED  the edge context computes r (E,D) once per step in tiles (no FE tensor kept)
+ *                 and keeps it as its stash, read by every application on the set; the
+ *                 applications' backward sum dL/dr (E,D), from which the edge backward runs the
+ *                 FE backward once. Fast: one FE forward, one recompute and one backward per set.
+ *                 CPU and EMU only (the CUDA fused launchers compute r in their tiles).
+ *   TILED         no tensor of E rows: every attention tile computes its r tile (FE of its
+ *                 edges) in forward and again in backward, where it pushes its dL/dr tile
+ *                 straight back through the FE, accumulating the FE's (and the categorical
+ *                 table's) gradients. Small: costs an FE forward per application forward and an
+ *                 FE forward + backward per application backward. Every backend.
+ *   AUTO          the backend's default: MATERIALISED on CPU and EMU, TILED on CUDA.
+ * Both run the same op sequence per row to compute r, over different groups of rows: the
+ * materialised FE in fixed chunks of QC_ATTN_FUSED_TILE_EDGES_CPU rows (kept as it was, so a
+ * materialised run has the bits it always had), a tiled layer per attention tile (whole CSR
+ * rows). With the CPU's OpenBLAS a row's result does not depend on its group, so both give the
+ * same r bits and so the same forward and every gradient but the FE's and the categorical
+ * table's, which differ in summation order only ((Σ_layers dr)·x against Σ_layers (dr·x)):
+ * tests/test_edge_mode.c asserts the bit-identical part, so a BLAS for which a row's bits
+ * depend on the GEMM's row count fails it there. */
+enum qc_attn_edge_mode { QC_ATTN_EDGE_AUTO = 0, QC_ATTN_EDGE_MATERIALISED, QC_ATTN_EDGE_TILED };
+
+/* "auto", "materialised", "tiled" ("?" out of range). */
+const char *qc_attn_edge_mode_str(enum qc_attn_edge_mode mode);
+
 struct qc_attn_fused_tiles; /* kernels/qc_attn_fused.h */
 
 /* Default tile of the CUDA fused path (= QC_ATTN_FUSED_TILE_EDGES_CUDA of
@@ -159,7 +186,9 @@ struct qc_attn_edges {
     struct qc_attn_fused_tiles *tiles; /* FUSED: the tile plan over row_ptr (host), made by the
                                           first call that needs it, for tiles_edges */
     int64_t tiles_edges;
-    struct qc_block_mem mem; /* hook and backend of the arrays above and the edge scratch */
+    enum qc_attn_edge_mode mode; /* FUSED with an FE: MATERIALISED (attn_edges_shares_r) or
+                                    TILED, resolved by qc_attn_edges_set_mode; else AUTO */
+    struct qc_block_mem mem;     /* hook and backend of the arrays above and the edge scratch */
 };
 
 /* The passes of a block call whose memory a spec describes (qc_attn_*_memspec). */
@@ -174,6 +203,12 @@ enum qc_status qc_attn_edges_setup(struct qc_attn_edges *ed, const struct qc_blo
                                    const struct qc_fourier *fe, const float *feat,
                                    const float *cat_table, const int64_t *cat_idx, int64_t ncat,
                                    float *dcat_table);
+/* Chooses the edge mode of a context set up (qc_attn_edges_setup / _init*) and not yet bound
+ * or run: AUTO resolves to the backend's default (qc_exec_target_of, so a dry run for CUDA
+ * resolves as CUDA); the stash table then holds r (MATERIALISED) or nothing (TILED). A context
+ * without an FE, or UNFUSED with MATERIALISED or AUTO, is unchanged. QC_ERR_UNSUPPORTED: TILED
+ * with UNFUSED, MATERIALISED on CUDA (the message names the context and the fix). */
+enum qc_status qc_attn_edges_set_mode(struct qc_attn_edges *ed, enum qc_attn_edge_mode mode);
 /* The memory spec (qc_memspec.h) of the context's INIT (its index arrays, kept until deinit),
  * FORWARD (UNFUSED: r = FE(feat [+ cat]); FUSED with shared r: the tiled FE) or BACKWARD (the FE
  * backward from dL/dr, which it frees) in the context's present state. */

@@ -60,19 +60,22 @@ struct qc_exec;        /* qc_exec.h: the backend ops run on */
  * (src/config/qc_config.h), which the trainer copies over; the graph hyper-parameters (radii,
  * time_span, num_t2m_steps, max_num_neighbors) belong to qc_graph_params, not to the model. */
 struct qc_qcnet_config {
-    int64_t hidden_dim;           /* D, 128 */
-    int64_t num_heads;            /* H, 8 */
-    int64_t head_dim;             /* Dh, 16; H*Dh == D */
-    int64_t num_freq_bands;       /* F, 64 */
-    int64_t num_historical_steps; /* T, 50 (the data layout fixes it: only 50 is supported) */
-    int64_t num_future_steps;     /* Tf, 60 (only 60 is supported) */
-    int64_t num_modes;            /* K, 6 */
-    int64_t num_recurrent_steps;  /* R, 3; must divide Tf */
-    int64_t num_map_layers;       /* 1 */
-    int64_t num_agent_layers;     /* 2 */
-    int64_t num_dec_layers;       /* 2 */
-    double dropout;               /* 0.1: attention weights and every FFN, train mode only */
-    enum qc_attn_impl attention;  /* QC_ATTN_UNFUSED (reference) or QC_ATTN_FUSED */
+    int64_t hidden_dim;               /* D, 128 */
+    int64_t num_heads;                /* H, 8 */
+    int64_t head_dim;                 /* Dh, 16; H*Dh == D */
+    int64_t num_freq_bands;           /* F, 64 */
+    int64_t num_historical_steps;     /* T, 50 (the data layout fixes it: only 50 is supported) */
+    int64_t num_future_steps;         /* Tf, 60 (only 60 is supported) */
+    int64_t num_modes;                /* K, 6 */
+    int64_t num_recurrent_steps;      /* R, 3; must divide Tf */
+    int64_t num_map_layers;           /* 1 */
+    int64_t num_agent_layers;         /* 2 */
+    int64_t num_dec_layers;           /* 2 */
+    double dropout;                   /* 0.1: attention weights and every FFN, train mode only */
+    enum qc_attn_impl attention;      /* QC_ATTN_UNFUSED (reference) or QC_ATTN_FUSED */
+    enum qc_attn_edge_mode edge_mode; /* FUSED: where every positional edge set's r and dL/dr
+                                         live (qc_attention.h); AUTO = the backend's default.
+                                         qc_qcnet_set_edge_modes chooses per edge set */
     /* the blocks' own stashes (FourierEmbedding, MLP, attention application) are rounded and
      * packed to 16 bits after their forward and unpacked before their backward
      * (docs/PRECISION.md); fp32 = none */
@@ -188,6 +191,15 @@ const struct qc_qcnet_config *qc_qcnet_config(const struct qc_qcnet *m);
 enum qc_status qc_qcnet_set_memctx(struct qc_qcnet *m, struct qc_memctx *mc);
 /* Switches the attention implementation (the parameters are the same). Only between steps. */
 void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl);
+#define QC_QCNET_EDGE_SETS 9 /* QC_EDGE_SET_COUNT of qc_graph.h */
+/* The edge mode of each edge set (enum qc_edge_set order, QC_QCNET_EDGE_SETS entries) for the
+ * next steps; NULL = the configuration's edge_mode for every set. Only between steps. A mode the
+ * backend or the attention implementation cannot run fails the next forward (QC_ERR_UNSUPPORTED,
+ * qc_attn_edges_set_mode); QC_ERR_INVALID for a value out of range. */
+enum qc_status qc_qcnet_set_edge_modes(struct qc_qcnet *m, const enum qc_attn_edge_mode *modes);
+/* The edge mode edge set `set` resolved to in the last forward (MATERIALISED or TILED for a
+ * FUSED positional set; AUTO for UNFUSED or a set without positional input or not run). */
+enum qc_attn_edge_mode qc_qcnet_edge_mode(const struct qc_qcnet *m, int set);
 
 // ---- parameters ---------------------------------------------------------------------------
 

@@ -77,6 +77,16 @@ enum qc_status qc_qcnet_config_validate(const struct qc_qcnet_config *c)
     if (c->attention != QC_ATTN_UNFUSED && c->attention != QC_ATTN_FUSED)
         return qc_errorf(QC_ERR_INVALID, "model config: attention %d is not fused|unfused",
                          (int)c->attention);
+    if (c->edge_mode != QC_ATTN_EDGE_AUTO && c->edge_mode != QC_ATTN_EDGE_MATERIALISED &&
+        c->edge_mode != QC_ATTN_EDGE_TILED)
+        return qc_errorf(QC_ERR_INVALID,
+                         "model config: edge_mode %d is not auto|materialised|tiled",
+                         (int)c->edge_mode);
+    if (c->edge_mode == QC_ATTN_EDGE_TILED && c->attention != QC_ATTN_FUSED)
+        return qc_errorf(QC_ERR_INVALID,
+                         "model config: edge_mode tiled needs the fused attention (unfused "
+                         "materialises r)\nhint: --set model.attention=fused, or "
+                         "model.edge_mode=auto");
     /* Attention applications of one forward must fit the tape. */
     int64_t apps = 2 * c->num_map_layers + 3 * c->num_agent_layers +
                    (c->num_recurrent_steps + 1) * (3 * c->num_dec_layers + 1);

@@ -196,6 +196,10 @@ struct qcnet_tape {
 
 struct qc_qcnet {
     struct qc_qcnet_config cfg;
+    enum qc_attn_edge_mode edge_mode[QC_QCNET_EDGE_SETS];     /* per edge set: the next forwards'
+                                                                (qc_qcnet_set_edge_modes) */
+    enum qc_attn_edge_mode edge_mode_run[QC_QCNET_EDGE_SETS]; /* what the last forward resolved
+                                                                each to (qc_qcnet_edge_mode) */
     const struct qc_exec *ex; /* backend of every op (NULL = CPU); see qc_qcnet_create_on */
     /* dry run (qc_qcnet_create_dry): ex is DRY, mc hands out no memory, the blocks do not run
      * and the host does none of the batch's index work; qc_qcnet_describe records the step */

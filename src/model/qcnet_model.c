@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qc_attn_fused.h" /* qc_attn_fused_takes_r */
 #include "qc_batch.h"
 #include "qc_exec.h"
 #include "qc_graph.h"
@@ -318,6 +319,13 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
 {
     QC_TRY(qc_qcnet_config_validate(cfg));
     QC_TRY(check_exec(ex, mc));
+    if (cfg->attention == QC_ATTN_FUSED && cfg->edge_mode == QC_ATTN_EDGE_MATERIALISED &&
+        qc_exec_backend_of(ex) != QC_EXEC_DRY && !qc_attn_fused_takes_r(ex))
+        return qc_errorf(QC_ERR_UNSUPPORTED,
+                         "model: edge_mode materialised is not available on the %s backend: its "
+                         "fused attention computes r in its tiles\nhint: --set "
+                         "model.edge_mode=tiled (or auto)",
+                         qc_exec_backend_str(qc_exec_backend_of(ex)));
     struct qc_qcnet *m = calloc(1, sizeof *m);
     if (!m)
         return qc_errorf(QC_ERR_NOMEM, "model: %zu bytes", sizeof *m);
@@ -338,6 +346,8 @@ enum qc_status qc_qcnet_create_on(const struct qc_qcnet_config *cfg, struct qc_m
         return qc_errorf(QC_ERR_NOMEM, "model: tape of %d entries", QCNET_MAX_ENTRIES);
     }
     m->cfg = *cfg;
+    for (int i = 0; i < QC_QCNET_EDGE_SETS; i++)
+        m->edge_mode[i] = cfg->edge_mode;
     m->ex = ex; /* before the blocks are built: their qc_block_mem take it */
     if (qc_exec_backend_of(ex) == QC_EXEC_DRY) { /* its own, whose target describe sets */
         m->dry_exec = *ex;
@@ -512,6 +522,29 @@ void qc_qcnet_set_attention(struct qc_qcnet *m, enum qc_attn_impl impl)
 {
     QC_ASSERT(!m->tape.active, "model: attention implementation changed inside a step");
     m->cfg.attention = impl;
+}
+
+_Static_assert(QC_QCNET_EDGE_SETS == QC_EDGE_SET_COUNT, "one edge mode per edge set");
+
+enum qc_status qc_qcnet_set_edge_modes(struct qc_qcnet *m, const enum qc_attn_edge_mode *modes)
+{
+    QC_ASSERT(!m->tape.active, "model: edge modes changed inside a step");
+    for (int i = 0; i < QC_QCNET_EDGE_SETS; i++) {
+        const enum qc_attn_edge_mode e = modes ? modes[i] : m->cfg.edge_mode;
+        if (e != QC_ATTN_EDGE_AUTO && e != QC_ATTN_EDGE_MATERIALISED && e != QC_ATTN_EDGE_TILED)
+            return qc_errorf(QC_ERR_INVALID, "model: edge mode %d of edge set %s", (int)e,
+                             qc_edge_set_name((enum qc_edge_set)i));
+    }
+    for (int i = 0; i < QC_QCNET_EDGE_SETS; i++)
+        m->edge_mode[i] = modes ? modes[i] : m->cfg.edge_mode;
+    return QC_OK;
+}
+
+enum qc_attn_edge_mode qc_qcnet_edge_mode(const struct qc_qcnet *m, int set)
+{
+    if (set < 0 || set >= QC_QCNET_EDGE_SETS)
+        return QC_ATTN_EDGE_AUTO;
+    return m->edge_mode_run[set];
 }
 
 // ---- memory accounting --------------------------------------------------------------------

@@ -423,13 +423,17 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
         struct qc_memspec ms;
         QC_TRY(qc_attn_edges_setup(ed, &mem, impl, &t->g[set], fe, feat, cat_table, cat_idx, ncat,
                                    dcat_table));
+        QC_TRY(qc_attn_edges_set_mode(ed, m->edge_mode[set]));
         qc_attn_edges_memspec(ed, QC_ATTN_PASS_INIT, &ms);
         QC_TRY(qc_memspec_replay(&ms));
     } else {
         QC_TRY(qc_attn_edges_init_mem(ed, &mem, impl, &t->g[set], fe, feat, cat_table, cat_idx,
                                       ncat, dcat_table));
     }
-    t->ed_init[set] = true;
+    t->ed_init[set] = true; /* deinit gives back what init built, whatever happens next */
+    if (!m->dry)
+        QC_TRY(qc_attn_edges_set_mode(ed, m->edge_mode[set]));
+    m->edge_mode_run[set] = ed->mode;
     snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
     QC_TRY(qcnet_stash_bind(m, n, &ed->fe_stash, name));
     snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
