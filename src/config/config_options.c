@@ -64,6 +64,7 @@
 // ---- choices (index = enum value) ----------------------------------------------------------
 
 static const char *const attention_names[] = {"fused", "unfused", NULL};
+static const char *const edge_mode_names[] = {"auto", "materialised", "tiled", NULL};
 static const char *const scene_profile_names[] = {"typical", "dense", "mixed", NULL};
 static const char *const balance_names[] = {"none", "cost", "auto", NULL};
 /* the eval metrics a checkpoint can be ranked by (metrics.jsonl "eval" keys; lower is better) */
@@ -77,6 +78,8 @@ static const char *const calibration_names[] = {"auto", "builtin", NULL};
 static const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
 
 _Static_assert(QC_ATTENTION_FUSED == 0 && QC_ATTENTION_UNFUSED == 1, "attention_names order");
+_Static_assert(QC_EDGE_MODE_AUTO == 0 && QC_EDGE_MODE_MATERIALISED == 1 && QC_EDGE_MODE_TILED == 2,
+               "edge_mode_names order");
 _Static_assert(QC_SCENE_TYPICAL == 0 && QC_SCENE_DENSE == 1 && QC_SCENE_MIXED == 2,
                "scene_profile_names order");
 _Static_assert(QC_BALANCE_NONE == 0 && QC_BALANCE_COST == 1 && QC_BALANCE_AUTO == 2,
@@ -138,6 +141,11 @@ static const struct qc_config_option options[] = {
               "agent-to-mode edge radius"),
     OPT_CHOICE("model.attention", attention, "fused", attention_names,
                "edge attention: fused (recompute in tiles) or unfused (materialise)"),
+    OPT_CHOICE("model.edge_mode", edge_mode, "auto", edge_mode_names,
+               "fused attention: the relative embeddings r of every edge set and dL/dr "
+               "materialised (E x D each, fast; cpu/emu) or tiled (computed and pushed back "
+               "through the edge MLP per attention tile, nothing of E rows; every backend); "
+               "auto = materialised on cpu/emu, tiled on cuda"),
 
     /* train.* */
     OPT_FLOAT("train.lr", lr, "5e-4", 0.0, 10.0, "", "AdamW learning rate"),

@@ -30,6 +30,8 @@ extern "C" {
 #define QC_CONFIG_STR_MAX 1024
 
 enum qc_attention_impl { QC_ATTENTION_FUSED = 0, QC_ATTENTION_UNFUSED };
+/* model.edge_mode: = enum qc_attn_edge_mode (src/model/qc_attention.h) */
+enum qc_edge_mode { QC_EDGE_MODE_AUTO = 0, QC_EDGE_MODE_MATERIALISED, QC_EDGE_MODE_TILED };
 enum qc_scene_profile { QC_SCENE_TYPICAL = 0, QC_SCENE_DENSE, QC_SCENE_MIXED };
 enum qc_placement { QC_PLACE_AUTO = 0, QC_PLACE_HOST, QC_PLACE_NVME };
 enum qc_plan_policy { QC_PLAN_AUTO = 0, QC_PLAN_KEEP, QC_PLAN_OFFLOAD, QC_PLAN_RECOMPUTE };
@@ -75,6 +77,7 @@ struct qc_config {
     double pl2m_radius;               /* m, 150 */
     double a2m_radius;                /* m, 150 */
     enum qc_attention_impl attention; /* fused | unfused */
+    enum qc_edge_mode edge_mode;      /* auto | materialised | tiled */
 
     /* train.* */
     double lr;                       /* 5e-4 */

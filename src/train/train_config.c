@@ -26,6 +26,11 @@ void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *
     out->num_dec_layers = cfg->num_dec_layers;
     out->dropout = cfg->dropout;
     out->attention = cfg->attention == QC_ATTENTION_FUSED ? QC_ATTN_FUSED : QC_ATTN_UNFUSED;
+    _Static_assert((int)QC_EDGE_MODE_AUTO == (int)QC_ATTN_EDGE_AUTO &&
+                       (int)QC_EDGE_MODE_MATERIALISED == (int)QC_ATTN_EDGE_MATERIALISED &&
+                       (int)QC_EDGE_MODE_TILED == (int)QC_ATTN_EDGE_TILED,
+                   "model.edge_mode is enum qc_attn_edge_mode");
+    out->edge_mode = (enum qc_attn_edge_mode)cfg->edge_mode;
     out->precision = cfg->precision;
 }
 
