@@ -57,7 +57,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
 {
     struct qc_config cfg = cli->cfg;
     struct qc_cli_strings data = {0}, val = {0};
-    int64_t eval_every = 0, val_scenes = 8;
+    int64_t eval_every = NOT_GIVEN, val_scenes = NOT_GIVEN; /* with --resume: the run's */
     bool skip_oversized = false, overwrite = false, change_data = false;
     const char *out = NULL, *resume = NULL, *init_from = NULL, *attention = NULL;
     int64_t steps = NOT_GIVEN, epochs = NOT_GIVEN, save_every = NOT_GIVEN;
@@ -86,7 +86,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
          "configuration and data"},
         {"change-data", QC_CLI_FLAG, &change_data, "",
          "with --resume: continue on other --data, or on data files changed since the run "
-         "started"},
+         "started, or with other --eval-every / --val-data / --val-scenes"},
         {"init-from", QC_CLI_STRING, &init_from, "",
          "start from these weights (QCNet state_dict safetensors, or a checkpoint folder)"},
         {"batch-size", QC_CLI_INT, &batch_size, d_bs, "scenes per group (micro-batch)"},
@@ -94,10 +94,13 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
          "groups per optimizer step; the step's loss is the mean of the group losses"},
         {"seed", QC_CLI_INT, &seed, d_seed, "run seed: initialisation, shuffling, dropout"},
         {"eval-every", QC_CLI_INT, &eval_every, "0",
-         "validate every N steps and at the end (metrics.jsonl \"eval\" lines); 0: never"},
+         "validate every N steps and at the end (metrics.jsonl \"eval\" lines); 0: never "
+         "(with --resume: the run's)"},
         {"val-data", QC_CLI_STRINGS, &val, "",
-         "qcshard file(s) to validate on; none: held-out synthetic scenes (seed + 1)"},
-        {"val-scenes", QC_CLI_INT, &val_scenes, "8", "synthetic validation scenes"},
+         "qcshard file(s) to validate on; none: held-out synthetic scenes (seed + 1) (with "
+         "--resume: the run's)"},
+        {"val-scenes", QC_CLI_INT, &val_scenes, "8",
+         "synthetic validation scenes (with --resume: the run's)"},
         {"attention", QC_CLI_STRING, &attention,
          cfg.attention == QC_ATTENTION_FUSED ? "fused" : "unfused",
          "attention implementation: fused | unfused"},
@@ -155,9 +158,10 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
     }
     QC_TRY(qc_train_cli_finish("train", NULL, 0, &data, attention, &cfg));
     if ((steps != NOT_GIVEN && steps < 0) || (epochs != NOT_GIVEN && epochs < 0) ||
-        (save_every != NOT_GIVEN && save_every < 0) || eval_every < 0 ||
+        (save_every != NOT_GIVEN && save_every < 0) ||
+        (eval_every != NOT_GIVEN && eval_every < 0) ||
         (batch_size != NOT_GIVEN && batch_size < 1) ||
-        (grad_accum != NOT_GIVEN && grad_accum < 1) || val_scenes < 1)
+        (grad_accum != NOT_GIVEN && grad_accum < 1) || (val_scenes != NOT_GIVEN && val_scenes < 1))
         return qc_errorf(QC_ERR_INVALID,
                          "train: --steps, --epochs, --save-every and --eval-every must be >= 0, "
                          "--batch-size, --grad-accum and --val-scenes >= 1");
@@ -173,12 +177,6 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         snprintf(cfg.out_dir, sizeof(cfg.out_dir), "%s", out);
     QC_TRY(qc_check_utf8("train: train.out_dir", cfg.out_dir));
     QC_TRY(qc_config_validate(&cfg));
-    if (cfg.keep_best > 0 && eval_every == 0)
-        return qc_errorf(QC_ERR_INVALID,
-                         "train: train.keep_best = %" PRId64 " ranks checkpoints by their "
-                         "validation, and this run does not validate\nhint: add --eval-every N "
-                         "(a checkpoint is ranked by the validation at its step)",
-                         cfg.keep_best);
     struct qc_dist_launch launch;
     qc_dist_launch_detect(&launch);
     if (resume && grad_accum == NOT_GIVEN && cfg.grad_accum == saved.grad_accum) {
@@ -236,6 +234,29 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         st = qc_run_data_describe(dv, dn, &now);
     if (st == QC_OK && rank0 && resume)
         st = qc_run_data_check(ckpt_run, &rec, &now, change_data);
+    /* the validation: a resumed run's own unless given (a contradiction is refused unless
+     * --change-data) */
+    if (st == QC_OK && resume)
+        st = qc_run_val_check(ckpt_run, &rec, eval_every == NOT_GIVEN ? -1 : eval_every,
+                              val_scenes == NOT_GIVEN ? -1 : val_scenes, val.v, val.n, change_data);
+    const bool val_rec = resume && rec.val_recorded;
+    eval_every = eval_every != NOT_GIVEN ? eval_every : val_rec ? rec.eval_every : 0;
+    val_scenes = val_scenes != NOT_GIVEN ? val_scenes : val_rec ? rec.val_scenes : 8;
+    const char *rec_val[QC_CLI_STRINGS_MAX];
+    const bool use_rec_val = val_rec && val.n == 0 && rec.nval > 0;
+    for (int i = 0; use_rec_val && i < rec.nval && i < QC_CLI_STRINGS_MAX; i++)
+        rec_val[i] = rec.val[i];
+    const char *const *vv = use_rec_val ? rec_val : val.v;
+    const int vn =
+        use_rec_val ? (rec.nval < QC_CLI_STRINGS_MAX ? rec.nval : QC_CLI_STRINGS_MAX) : val.n;
+    if (st == QC_OK && rank0)
+        st = qc_run_data_set_val(&now, eval_every, val_scenes, vv, vn);
+    if (st == QC_OK && cfg.keep_best > 0 && eval_every == 0)
+        st = qc_errorf(QC_ERR_INVALID,
+                       "train: train.keep_best = %" PRId64 " ranks checkpoints by their "
+                       "validation, and this run does not validate\nhint: add --eval-every N "
+                       "(a checkpoint is ranked by the validation at its step)",
+                       cfg.keep_best);
     /* a new run never lands among an earlier run's files (a later --resume would pick their
      * checkpoints): its folder must be empty; --overwrite clears it */
     const bool continues_in_place = resume && (!out || same_dir(out, ckpt_run));
@@ -257,8 +278,8 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         .init_from = init_from,
         .quiet = cli->quiet,
         .eval_every = eval_every,
-        .val_data = val.v,
-        .nval = val.n,
+        .val_data = vv,
+        .nval = vn,
         .val_scenes = val_scenes,
         .skip_oversized = skip_oversized,
     };

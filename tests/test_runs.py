@@ -9,6 +9,12 @@ binary on tiny runs:
                option that contradicts it is refused naming the key and both values; other data
                needs --change-data; a data file changed since the run started is refused naming
                it and both hashes (run.json's and the file's now).
+  validation   --eval-every / --val-data / --val-scenes are recorded in run.json and a resume
+               without them validates as the run did; a value that contradicts the run's is
+               refused naming the option and both values, unless --change-data.
+  recovered-oom  an out-of-memory inside a step that the trainer rolls back and re-plans
+               (QC_FAULT_OOM_STEP) is reported as a warning without the advice of a fatal one
+               (no "hint:", no "lower train.batch_size"), and the run ends 0.
   retention    train.keep_last / train.keep_best (by train.keep_best_metric, read here from the
                run's own metrics.jsonl) keep exactly the checkpoints they promise; a resume takes
                the newest.
@@ -56,9 +62,10 @@ def check(cond, msg):
     print("ok   " + msg)
 
 
-def run(args, expect=0):
+def run(args, expect=0, env=None):
     cmd = [QC] + args
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=WORK)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=WORK,
+                       env=dict(os.environ, **env) if env else None)
     out = r.stdout.decode("utf-8", "replace")
     if r.returncode != expect:
         fail("exit %d (expected %d): %s\n%s" % (r.returncode, expect, " ".join(cmd), out))
@@ -171,6 +178,59 @@ def case_resume():
           "--change-data --data d2: the run goes on on d2, recorded")
     out = run(TINY + ["train", "--steps", "1", "--out", "x", "--change-data"], expect=2)
     check("--change-data goes with --resume" in out, "--change-data without --resume refused")
+
+
+def case_validation():
+    gen("v1.qcshard", 7)
+    gen("v2.qcshard", 8)
+    run(TINY + ["train", "--steps", "2", "--out", "v", "--eval-every", "2", "--val-data",
+                "v1.qcshard"])
+    v1 = os.path.realpath(os.path.join(WORK, "v1.qcshard"))
+    v2 = os.path.realpath(os.path.join(WORK, "v2.qcshard"))
+    with open(os.path.join(WORK, "v", "run.json")) as f:
+        rec = json.load(f)["validation"]
+    check(rec == {"eval_every": 2, "val_scenes": 8, "files": [v1]},
+          "run.json records the validation: %s" % rec)
+    run(["train", "--resume", "v", "--steps", "4"])
+    ev = {m["step"]: m["eval"] for m in metrics("v") if "eval" in m}
+    check(sorted(ev) == [2, 4], "a resume without --eval-every validates every 2 steps as the "
+          "run did (eval at %s)" % sorted(ev))
+    check(ev[4]["scenes"] == ev[2]["scenes"] == 4,
+          "... on the run's --val-data (4 scenes, not 8 generated): %s" %
+          [ev[s]["scenes"] for s in sorted(ev)])
+    out = run(["train", "--resume", "v", "--steps", "5", "--eval-every", "3"], expect=2)
+    check("--eval-every 2" in out and "--eval-every 3" in out and "--change-data" in out,
+          "a contradicting --eval-every is refused naming both values")
+    out = run(["train", "--resume", "v", "--steps", "5", "--val-data", "v2.qcshard"], expect=2)
+    check(v1 in out and v2 in out and "--change-data" in out,
+          "a contradicting --val-data is refused naming both")
+    out = run(["train", "--resume", "v", "--steps", "5", "--val-scenes", "3"], expect=2)
+    check("--val-scenes 8" in out and "--val-scenes 3" in out,
+          "a contradicting --val-scenes is refused naming both values")
+    run(["train", "--resume", "v", "--steps", "5", "--eval-every", "2", "--val-data",
+         "v1.qcshard"])
+    check(len(ckpts("v")) >= 1, "the run's own values given again are accepted")
+    run(["train", "--resume", "v", "--steps", "6", "--eval-every", "1", "--val-data",
+         "v2.qcshard", "--change-data"])
+    with open(os.path.join(WORK, "v", "run.json")) as f:
+        rec = json.load(f)["validation"]
+    check(rec == {"eval_every": 1, "val_scenes": 8, "files": [v2]},
+          "--change-data takes other validation and records it: %s" % rec)
+    ev = {m["step"]: m["eval"] for m in metrics("v") if "eval" in m}
+    check(6 in ev, "step 6 validated under --eval-every 1")
+
+
+def case_recovered_oom():
+    args = TINY + ["--set", "device.budget=100MiB", "--set", "train.batch_size=2", "train",
+                   "--steps", "2", "--out", "oom"]
+    out = run(args, env={"QC_FAULT_OOM_STEP": "2"})
+    warn = [ln for ln in out.splitlines() if "rolled back" in ln]
+    check(warn and "out of device memory" in warn[0],
+          "the out-of-memory injected in step 2 was recovered and reported")
+    check("hint:" not in out and "lower train.batch_size" not in out,
+          "a recovered out-of-memory gives no advice for a fatal one:\n" + out)
+    check([m["step"] for m in metrics("oom")] == [1, 2] and metrics("oom")[1]["rolled_back"],
+          "the run went on; step 2 is flagged rolled_back")
 
 
 def case_retention():
@@ -286,7 +346,8 @@ def case_eval():
           "eval: a contradicting model option is refused naming both values")
 
 
-CASES = {"new-run": case_new_run, "resume": case_resume, "retention": case_retention,
+CASES = {"new-run": case_new_run, "resume": case_resume, "validation": case_validation,
+         "recovered-oom": case_recovered_oom, "retention": case_retention,
          "metadata": case_metadata, "utf8": case_utf8_raw, "eval": case_eval}
 
 

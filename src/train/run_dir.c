@@ -317,6 +317,67 @@ void qc_run_data_free(struct qc_run_data *d)
     free(d->f);
     d->f = NULL;
     d->n = 0;
+    free(d->val);
+    d->val = NULL;
+    d->nval = 0;
+}
+
+enum qc_status qc_run_data_set_val(struct qc_run_data *d, int64_t eval_every, int64_t val_scenes,
+                                   const char *const *paths, int n)
+{
+    free(d->val);
+    d->val = calloc((size_t)(n > 0 ? n : 1), sizeof *d->val);
+    d->nval = 0;
+    if (!d->val)
+        return qc_errorf(QC_ERR_NOMEM, "run data: out of memory");
+    for (int i = 0; i < n; i++) {
+        QC_TRY(qc_check_utf8("validation file path", paths[i]));
+        if (!realpath(paths[i], d->val[i]))
+            return qc_errorf(QC_ERR_IO, "validation file %s: %s", paths[i], strerror(errno));
+        d->nval = i + 1;
+    }
+    d->val_recorded = true;
+    d->eval_every = eval_every;
+    d->val_scenes = val_scenes;
+    return QC_OK;
+}
+
+enum qc_status qc_run_val_check(const char *run_dir, const struct qc_run_data *rec,
+                                int64_t eval_every, int64_t val_scenes, const char *const *paths,
+                                int n, bool change_data)
+{
+    if (!rec->val_recorded || change_data)
+        return QC_OK;
+    static const char hint[] = "\nhint: leave it out to validate as the run did, or add "
+                               "--change-data to change the run's validation";
+    if (eval_every >= 0 && eval_every != rec->eval_every)
+        return qc_errorf(QC_ERR_INVALID,
+                         "run %s was trained with --eval-every %" PRId64
+                         ", this run has --eval-every %" PRId64 "%s",
+                         run_dir, rec->eval_every, eval_every, hint);
+    if (val_scenes >= 0 && val_scenes != rec->val_scenes)
+        return qc_errorf(QC_ERR_INVALID,
+                         "run %s was trained with --val-scenes %" PRId64
+                         ", this run has --val-scenes %" PRId64 "%s",
+                         run_dir, rec->val_scenes, val_scenes, hint);
+    if (n <= 0)
+        return QC_OK;
+    char now[4096];
+    bool same = n == rec->nval;
+    for (int i = 0; same && i < n; i++)
+        same = realpath(paths[i], now) && strcmp(now, rec->val[i]) == 0;
+    if (same)
+        return QC_OK;
+    char a[1024] = "", b[1024] = "";
+    size_t la = 0, lb = 0;
+    for (int i = 0; i < rec->nval && la < sizeof a; i++)
+        la += (size_t)snprintf(a + la, sizeof a - la, "%s%s", i ? " " : "", rec->val[i]);
+    for (int i = 0; i < n && lb < sizeof b; i++)
+        lb += (size_t)snprintf(b + lb, sizeof b - lb, "%s%s", i ? " " : "",
+                               realpath(paths[i], now) ? now : paths[i]);
+    return qc_errorf(QC_ERR_INVALID,
+                     "run %s was trained with --val-data %s, this run has --val-data %s%s", run_dir,
+                     rec->nval ? a : "(none: generated scenes)", b, hint);
 }
 
 static enum qc_status run_data_alloc(struct qc_run_data *d, int n)
@@ -451,6 +512,37 @@ enum qc_status qc_run_data_read(const char *run_dir, struct qc_run_data *out)
             }
         }
     }
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(j, "validation");
+    if (st == QC_OK && val) {
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(val, "eval_every");
+        const cJSON *vs = cJSON_GetObjectItemCaseSensitive(val, "val_scenes");
+        const cJSON *vf = cJSON_GetObjectItemCaseSensitive(val, "files");
+        if (!cJSON_IsNumber(ev) || !cJSON_IsNumber(vs) || !cJSON_IsArray(vf) ||
+            ev->valuedouble < 0 || vs->valuedouble < 1)
+            st = qc_errorf(QC_ERR_INVALID,
+                           "%s: \"validation\": expected eval_every >= 0, val_scenes >= 1 and "
+                           "a files list",
+                           path);
+        const int nv = st == QC_OK ? cJSON_GetArraySize(vf) : 0;
+        if (st == QC_OK && !(out->val = calloc((size_t)(nv > 0 ? nv : 1), sizeof *out->val)))
+            st = qc_errorf(QC_ERR_NOMEM, "run data: out of memory");
+        const cJSON *e;
+        cJSON_ArrayForEach(e, vf)
+        {
+            if (st != QC_OK)
+                break;
+            if (!cJSON_IsString(e) || strlen(e->valuestring) >= sizeof out->val[0])
+                st = qc_errorf(QC_ERR_INVALID, "%s: validation file %d: expected a path", path,
+                               out->nval + 1);
+            else
+                snprintf(out->val[out->nval++], sizeof out->val[0], "%s", e->valuestring);
+        }
+        if (st == QC_OK) {
+            out->val_recorded = true;
+            out->eval_every = (int64_t)ev->valuedouble;
+            out->val_scenes = (int64_t)vs->valuedouble;
+        }
+    }
     cJSON_Delete(j);
     if (st != QC_OK)
         qc_run_data_free(out);
@@ -478,6 +570,18 @@ enum qc_status qc_run_data_record(const char *run_dir, const struct qc_run_data 
              cJSON_AddStringToObject(e, "path", d->f[i].path) &&
              cJSON_AddNumberToObject(e, "bytes", (double)d->f[i].bytes) &&
              cJSON_AddStringToObject(e, "xxh3_64", hex);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "validation");
+    if (ok && d->val_recorded) {
+        cJSON *val = cJSON_AddObjectToObject(j, "validation");
+        cJSON *vf = NULL;
+        ok = val && cJSON_AddNumberToObject(val, "eval_every", (double)d->eval_every) &&
+             cJSON_AddNumberToObject(val, "val_scenes", (double)d->val_scenes) &&
+             (vf = cJSON_AddArrayToObject(val, "files"));
+        for (int i = 0; ok && i < d->nval; i++) {
+            cJSON *e = cJSON_CreateString(d->val[i]);
+            ok = e && cJSON_AddItemToArray(vf, e);
+        }
     }
     char *out = ok ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);

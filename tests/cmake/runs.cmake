@@ -7,7 +7,7 @@ find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
     message(FATAL_ERROR "python3 is needed for tests/test_runs.py (tools/install-deps)")
 endif()
-foreach(case new-run resume retention metadata utf8 eval)
+foreach(case new-run resume validation recovered-oom retention metadata utf8 eval)
     add_test(NAME test_runs_${case}
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_runs.py
                      $<TARGET_FILE:qctrain> ${PROJECT_BINARY_DIR}/test_runs/${case} ${case})
