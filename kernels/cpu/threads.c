@@ -22,6 +22,8 @@ void qc_kernels_cpu_set_threads(int n)
     QC_ASSERT(n >= 0, "cpu threads %d", n);
     QC_ASSERT(!omp_in_parallel(), "cpu threads set inside a parallel region");
     pthread_once(&threads_once, threads_record);
-    omp_set_num_threads(n > 0 ? n : omp_initial);
+    /* BLAS first: an OpenMP build of OpenBLAS sets the OpenMP count with its own (under
+     * clang's libomp its own count was 1, and every host op of the process ran on one thread) */
     qc_kernels_cpu_set_blas_threads(n > 0 ? n : (blas_initial > 0 ? blas_initial : 1));
+    omp_set_num_threads(n > 0 ? n : omp_initial);
 }
