@@ -276,7 +276,13 @@ static void test_invariance(bool emu, enum qc_attn_impl impl)
     }
     const char *names[] = {"keep",  "offload host", "offload nvme", "recompute",
                            "mix 1", "mix 2",        "mix 3"};
-    for (int c = 0; c < 7; c++) {
+    /* QC_STASH_POLICY_MIXES (1..3, default 3): the seeded mixes run; the sanitized builds run
+     * one (tests/cmake/stash_policy.cmake), the release build all three */
+    const char *mixes_env = getenv("QC_STASH_POLICY_MIXES");
+    const int mixes = mixes_env ? atoi(mixes_env) : 3;
+    if (mixes < 1 || mixes > 3)
+        T_FATAL("QC_STASH_POLICY_MIXES=%s: want 1, 2 or 3", mixes_env);
+    for (int c = 0; c < 4 + mixes; c++) {
         policies(&prog, c < 4 ? c : -1, (uint64_t)c * 7919u + qc_test_seed(), pol);
         T_EXPECT(qc_qcnet_set_plan(m, &prog, pol, (size_t)1 << 20) == QC_OK, "%s: %s", names[c],
                  qc_error_last());

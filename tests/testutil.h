@@ -11,8 +11,8 @@
  *
  * A failed expectation prints file:line and the message, marks the current test failed and
  * carries on. T_FATAL ends the process (exit 1). T_SKIP marks the test skipped and leaves it.
- * QC_TEST_FILTER=substring runs only matching tests; QC_TEST_EXCLUDE=substring leaves matching
- * tests out. A run in which no test ran, a filter that matched nothing or an exclusion that left
+ * QC_TEST_FILTER=substring runs only matching tests; QC_TEST_EXCLUDE=substring[|substring...]
+ * leaves the tests matching any of them out (at most 16). A run in which no test ran, a filter that matched nothing or an exclusion that left
  * nothing out is a failure (exit 1): a renamed case must not silently empty the ctest entries that
  * select cases by substring (tests/cmake). qc_test_seed() returns QC_TEST_SEED (or a
  * fixed default) and the seed is printed with every failure so it can be replayed.
@@ -37,7 +37,8 @@ struct qc_test_state {
     int passed;
     int failed;
     int skipped;
-    int excluded; /* cases QC_TEST_EXCLUDE left out */
+    int excluded;           /* cases QC_TEST_EXCLUDE left out */
+    unsigned exclude_hits;  /* bit i: QC_TEST_EXCLUDE's substring i matched a case */
     uint64_t seed;
     int seed_read;
 };
@@ -54,15 +55,42 @@ static inline uint64_t qc_test_seed(void)
     return qc_test_st.seed;
 }
 
+/* The i-th '|'-separated substring of QC_TEST_EXCLUDE (0 <= i < 16) into buf; false past the
+ * last one. */
+static inline bool qc_test_exclude_part(const char *exclude, int i, char *buf, size_t n)
+{
+    const char *p = exclude;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, '|');
+        if (p)
+            p++;
+    }
+    if (!p || i >= 16)
+        return false;
+    const char *e = strchr(p, '|');
+    const size_t len = e ? (size_t)(e - p) : strlen(p);
+    snprintf(buf, n, "%.*s", (int)len, p);
+    return true;
+}
+
 static inline int qc_test_begin(const char *name)
 {
     const char *filter = getenv("QC_TEST_FILTER");
     if (filter && !strstr(name, filter))
         return 0;
     const char *exclude = getenv("QC_TEST_EXCLUDE");
-    if (exclude && *exclude && strstr(name, exclude)) {
-        qc_test_st.excluded++;
-        return 0;
+    if (exclude && *exclude) {
+        char part[256];
+        bool out = false;
+        for (int i = 0; qc_test_exclude_part(exclude, i, part, sizeof part); i++)
+            if (*part && strstr(name, part)) {
+                qc_test_st.exclude_hits |= 1u << i;
+                out = true;
+            }
+        if (out) {
+            qc_test_st.excluded++;
+            return 0;
+        }
     }
     qc_test_st.name = name;
     qc_test_st.failed_in_test = 0;
@@ -102,11 +130,16 @@ static inline int qc_test_summary(void)
                filter ? filter : "", exclude ? exclude : "");
         return 1;
     }
-    if (exclude && *exclude && qc_test_st.excluded == 0) {
-        printf("FAIL  QC_TEST_EXCLUDE=\"%s\" matched no case name\n"
-               "  hint: the exclusion is stale (was a case renamed?): fix it where it is set\n",
-               exclude);
-        return 1;
+    if (exclude && *exclude) {
+        char part[256];
+        for (int i = 0; qc_test_exclude_part(exclude, i, part, sizeof part); i++)
+            if (!(qc_test_st.exclude_hits & (1u << i))) {
+                printf("FAIL  QC_TEST_EXCLUDE=\"%s\": \"%s\" matched no case name\n"
+                       "  hint: the exclusion is stale (was a case renamed?): fix it where it is "
+                       "set\n",
+                       exclude, part);
+                return 1;
+            }
     }
     if (qc_test_st.failed)
         return 1;
