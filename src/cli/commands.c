@@ -1,5 +1,5 @@
 /*
- * commands.c — the one command table of qctrain, and the one table of `qctrain bench` targets.
+ * commands.c — the one command table of qctrain (the bench targets' table: bench/targets.c).
  */
 #include "qc_cli.h"
 
@@ -21,24 +21,6 @@ const struct qc_cli_command qc_cli_commands[] = {
     {"bench", "run a benchmark and print its figures (targets below)", qc_cmd_bench},
     {"config", "show the option table, or check and dump a configuration", qc_cmd_config},
     {"version", "print the version and the build's backends", qc_cmd_version},
-    {NULL, NULL, NULL},
-};
-
-const struct qc_cli_bench_target qc_cli_bench_targets[] = {
-    {"loader", "scene loading, collation and graph building throughput", qc_bench_loader},
-    {"alloc", "caching allocator latency and fragmentation vs a PyTorch-like configuration",
-     qc_bench_alloc},
-    {"offload", "pinned-host and NVMe (io_uring) offload bandwidth, vs fio when installed",
-     qc_bench_offload},
-    {"ops", "QCNet blocks forward+backward at AV2 size; fused vs unfused attention", qc_bench_ops},
-    {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
-    {"memory", "training steps under device budgets: peaks (measured, predicted), time, offload",
-     qc_bench_memory},
-    {"report", "size and writing time of the HTML report of a long synthetic run", qc_bench_report},
-    {"dist",
-     "data-parallel steps under mpirun/srun: bytes reduced, collective time, overlap, "
-     "rank balance",
-     qc_bench_dist},
     {NULL, NULL, NULL},
 };
 

@@ -76,7 +76,7 @@ struct qc_cli_global {
 };
 extern const struct qc_cli_global qc_cli_globals[];
 
-/* `qctrain bench` targets (cli/commands.c), terminated by a {NULL} entry: the one table both
+/* `qctrain bench` targets (bench/targets.c), terminated by a {NULL} entry: the one table both
  * `qctrain --help` and `qctrain bench --help` list. */
 struct qc_cli_bench_target {
     const char *name;
