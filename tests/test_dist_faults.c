@@ -27,7 +27,11 @@
  *     phase ends the job within dist.timeout + 10 s, non-zero, naming the phase and the rank
  *     that had not arrived;
  *   - only rank 0 writes: ranks given different --out folders (an MPMD launch), rank 1's folder
- *     never appears and nothing lands in the working folder.
+ *     never appears and nothing lands in the working folder;
+ *   - a step that fails on one rank (a scene that fits no budget on rank 1 only): every rank ends
+ *     non-zero, each printing its error (rank 0 naming rank 1 and its error), and rank 0 writes
+ *     memory.json, memory.txt and report.html saying which rank failed and why; a rank stopped
+ *     (SIGSTOP) mid-run: rank 0 writes them naming it before the job ends.
  * The case "nonfinite=skip with a NaN loss on rank 1 only" is its own ctest entry,
  * test_dist_faults_tsan (label tsan): CI runs it under ThreadSanitizer, the trainer's threads
  * (loader, communication thread, reduction during backward) in every rank.
@@ -41,6 +45,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "dist_testlib.h"
 #include "nonfinite_fixture.h"
@@ -960,6 +966,140 @@ static void test_rank0_writes(void)
     }
 }
 
+// ---- a step that fails on one rank --------------------------------------------------------------
+
+/* The member `key` of object o, when it is a string holding `part`. */
+static bool json_str_has(const cJSON *o, const char *key, const char *part)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) && strstr(v->valuestring, part) != NULL;
+}
+
+static double json_num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+static void test_rank_fails(void)
+{
+    QC_TEST ("a scene that fits no budget on rank 1 only: every rank ends non-zero, rank 0 writes "
+             "memory.json and report.html naming rank 1 and its error") {
+        /* gen's mixed scenes, seed 7, unshuffled plain groups of 1 scene: step 1 is scene 0
+         * (rank 0; about 42 MiB of budget) and scene 1 (rank 1; more than 48 MiB, it says
+         * 65 MiB): at 48 MiB only rank 1's scene fits no budget */
+        char data[512], run[512], log[600];
+        tpath(data, sizeof data, "fail-budget.qcshard");
+        snprintf(log, sizeof log, "%s/fail-gen.log", tmp_root);
+        const char *gen[] = {"gen",    "--scenes", "8",     "--profile", "mixed",
+                             "--seed", "7",        "--out", data,        NULL};
+        char *out = NULL;
+        T_EXPECT(t_run_output(QCTRAIN, gen, log, &out) == 0, "gen: %s", out ? out : "");
+        free(out);
+        fresh(run, sizeof run, "fail-rank1");
+        const char *x[] = {"--data",  data,
+                           "--set",   "data.shuffle=false",
+                           "--set",   "data.balance=none",
+                           "--set",   "device.budget=48MiB",
+                           "--steps", "2",
+                           "--out",   run,
+                           NULL};
+        struct t_args a;
+        job_args(&a, 2, x);
+        snprintf(log, sizeof log, "%s/fail-rank1.log", tmp_root);
+        unlink(log);
+        const int status = finish(t_spawn(&a, log, NULL, 300), 120);
+        char *s = t_read_file(log, NULL);
+        char b[64];
+        T_EXPECT(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 1, "mpirun: %s\n%s",
+                 status < 0 ? "hung" : t_status_str(status, b, sizeof b), s ? s : "");
+        /* each rank prints its error: rank 1 its own, rank 0 naming rank 1 and its error */
+        T_EXPECT_STR_CONTAINS(s, "qctrain: error: rank 1 of 2: train: step 1, group 1: scene ");
+        T_EXPECT_STR_CONTAINS(s, "qctrain: error: rank 0 of 2: train: step 1: rank 1 of 2 failed: "
+                                 "step 1, group 1: scene ");
+        free(s);
+        char p[700];
+        snprintf(p, sizeof p, "%s/memory.json", run);
+        char *mj = t_read_file(p, NULL);
+        cJSON *doc = mj ? cJSON_Parse(mj) : NULL;
+        T_EXPECT(doc != NULL, "%s missing or not JSON", p);
+        const cJSON *stop = cJSON_GetObjectItemCaseSensitive(doc, "stopped");
+        T_EXPECT(cJSON_IsObject(stop), "memory.json has no \"stopped\"");
+        T_EXPECT(json_str_has(stop, "reason", "error") && json_num(stop, "step") == 1 &&
+                     json_num(stop, "rank") == 1 && json_num(stop, "failed_ranks") == 1 &&
+                     json_num(stop, "world_size") == 2,
+                 "stopped: reason error, step 1, rank 1 (1 failed) of 2: %s", mj ? mj : "");
+        T_EXPECT(
+            json_str_has(stop, "message", "(dataset index 1) does not fit the device budget") &&
+                json_str_has(stop, "message", "it needs a budget of about") &&
+                json_str_has(stop, "message", "the budget is 48.0 MiB"),
+            "stopped.message is rank 1's error (the scene, the budget it needs)");
+        /* rank 0's figures, and every rank's from the report's exchange */
+        const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(doc, "dist"), "ranks");
+        T_EXPECT(cJSON_GetArraySize(ranks) == 2 &&
+                     json_num(cJSON_GetArrayItem(ranks, 1), "peak_allocated_bytes") > 0,
+                 "dist.ranks: both ranks with their peaks");
+        cJSON_Delete(doc);
+        free(mj);
+        snprintf(p, sizeof p, "%s/memory.txt", run);
+        char *mt = t_read_file(p, NULL);
+        T_EXPECT_STR_CONTAINS(mt, "STOPPED at step 1 (error on rank 1 of 2): train: step 1, "
+                                  "group 1: scene ");
+        free(mt);
+        snprintf(p, sizeof p, "%s/report.html", run);
+        char *html = t_read_file(p, NULL);
+        T_EXPECT(html != NULL, "%s missing", p);
+        T_EXPECT_STR_CONTAINS(html, "\"rank\":1,\"failed_ranks\":1,\"world_size\":2");
+        T_EXPECT_STR_CONTAINS(html, "(dataset index 1) does not fit the device budget");
+        free(html);
+    }
+
+    QC_TEST ("a rank stopped (SIGSTOP) mid-run: rank 0 writes memory.json and report.html naming "
+             "it before the job ends") {
+        char run[512], log[600];
+        fresh(run, sizeof run, "fail-gone");
+        const char *x[] = {"--steps", "400", "--set", "dist.timeout=2", "--out", run, NULL};
+        struct t_args a;
+        job_args(&a, 2, x);
+        snprintf(log, sizeof log, "%s/fail-gone.log", tmp_root);
+        unlink(log);
+        const pid_t job = t_spawn(&a, log, NULL, 300);
+        T_EXPECT(wait_step(job, run, 1), "step 1 was never logged");
+        const pid_t victim = t_rank_pid(job, 1);
+        T_EXPECT(victim > 0, "rank 1's pid");
+        if (victim > 0)
+            kill(victim, SIGSTOP);
+        const int status = finish(job, 60);
+        if (victim > 0)
+            kill(victim, SIGKILL); /* mpirun kills it too; make sure */
+        char *s = t_read_file(log, NULL);
+        char b[64];
+        T_EXPECT(status >= 0 && !t_exited(status, 0), "mpirun: %s\n%s",
+                 status < 0 ? "hung" : t_status_str(status, b, sizeof b), s ? s : "");
+        T_EXPECT_STR_CONTAINS(s, "qctrain: error: rank 0 of 2: dist: rank 1 (pid ");
+        free(s);
+        char p[700];
+        snprintf(p, sizeof p, "%s/memory.json", run);
+        char *mj = t_read_file(p, NULL);
+        cJSON *doc = mj ? cJSON_Parse(mj) : NULL;
+        T_EXPECT(doc != NULL, "%s missing or not JSON", p);
+        const cJSON *stop = cJSON_GetObjectItemCaseSensitive(doc, "stopped");
+        T_EXPECT(json_str_has(stop, "reason", "error") && json_num(stop, "rank") == 1 &&
+                     json_num(stop, "world_size") == 2 &&
+                     json_str_has(stop, "message", "went away: nothing from it for"),
+                 "stopped: rank 1 of 2 went away: %s", mj ? mj : "");
+        cJSON_Delete(doc);
+        free(mj);
+        snprintf(p, sizeof p, "%s/report.html", run);
+        char *html = t_read_file(p, NULL);
+        T_EXPECT(html != NULL, "%s missing", p);
+        T_EXPECT_STR_CONTAINS(html, "\"rank\":1,\"failed_ranks\":1,\"world_size\":2");
+        T_EXPECT_STR_CONTAINS(html, "went away: nothing from it for");
+        free(html);
+    }
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/qctrain-test-dist-faults-%d", (int)getpid());
@@ -972,6 +1112,7 @@ int main(void)
     test_loss_scale();
     test_hang();
     test_rank0_writes();
+    test_rank_fails();
     t_rm_rf(tmp_root);
     return qc_test_summary();
 }

@@ -65,6 +65,9 @@ _Noreturn void dist_fail(struct qc_dist *d, const char *fmt, ...)
     fflush(stdout);
     fprintf(stderr, "qctrain: error: rank %d of %d: %s\n", d->rank, d->size, msg);
     fflush(stderr);
+    /* (set before any job was posted, so read without mu: the caller may hold it) */
+    if (d->fail_fn)
+        d->fail_fn(d->fail_ctx, d->fail_peer, msg);
     if (d->nccl)
         dist_nccl_abort(d);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -76,6 +79,7 @@ static void fail_mpi(struct qc_dist *d, int rc, int peer, const char *what)
     char es[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, es, &len);
+    d->fail_peer = peer != d->rank ? peer : -1;
     dist_fail(d,
               "dist: MPI error while %s with rank %d (pid %d on %s): %s\nhint: that rank "
               "probably died; its output or the launcher's says why",
@@ -85,6 +89,7 @@ static void fail_mpi(struct qc_dist *d, int rc, int peer, const char *what)
 
 static void fail_gone(struct qc_dist *d, int peer, double silent_s, const char *what)
 {
+    d->fail_peer = peer;
     dist_fail(d,
               "dist: rank %d (pid %d on %s) went away: nothing from it for %.1f s "
               "(dist.timeout %.3g s) while %s at step %lld; it was killed, ran out of memory, "

@@ -44,6 +44,7 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
     if (d->piece_elems < 1)
         d->piece_elems = 1;
     d->hb_interval = opts->timeout_s / 8;
+    d->fail_peer = -1;
     d->hb_interval = d->hb_interval < 0.02 ? 0.02 : (d->hb_interval > 2.0 ? 2.0 : d->hb_interval);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv_job, NULL);
@@ -169,6 +170,12 @@ void qc_dist_destroy(struct qc_dist *d)
     free(d->pong_out);
     free(d->pong_req);
     free(d);
+}
+
+void qc_dist_set_fail_hook(struct qc_dist *d, qc_dist_fail_fn fn, void *ctx)
+{
+    d->fail_fn = fn;
+    d->fail_ctx = ctx;
 }
 
 int qc_dist_rank(const struct qc_dist *d)

@@ -136,6 +136,12 @@ struct qc_dist {
     int64_t *chunk;                /* (size + 1) chunk boundaries of a piece */
     bool watching;                 /* the thread's view of `watch` (heard[] reset on the edge) */
 
+    /* the failure hook (qc_dist_set_fail_hook: before any job is posted) and the peer dist_fail
+     * names */
+    qc_dist_fail_fn fail_fn;
+    void *fail_ctx;
+    int fail_peer; /* -1: none in particular */
+
     /* one step (main thread) */
     const char *phase; /* qc_dist_set_phase: what the next host collectives are for */
     float *grads;

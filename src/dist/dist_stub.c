@@ -20,6 +20,13 @@ void qc_dist_destroy(struct qc_dist *d)
     (void)d;
 }
 
+void qc_dist_set_fail_hook(struct qc_dist *d, qc_dist_fail_fn fn, void *ctx)
+{
+    (void)d;
+    (void)fn;
+    (void)ctx;
+}
+
 int qc_dist_rank(const struct qc_dist *d)
 {
     (void)d;

@@ -79,7 +79,8 @@ void qc_dist_launch_detect(struct qc_dist_launch *out)
 
 static struct {
     bool init_done;
-    bool mpi_up; /* this module called MPI_Init_thread */
+    bool mpi_up;         /* this module called MPI_Init_thread */
+    bool failure_agreed; /* qc_dist_world_failure_agreed: end a failure with MPI_Finalize */
     int rank, size;
     int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED); 0 and 1 without MPI */
     const char *launcher;
@@ -182,6 +183,11 @@ const char *qc_dist_world_launcher(void)
     return world.launcher;
 }
 
+void qc_dist_world_failure_agreed(void)
+{
+    world.failure_agreed = true;
+}
+
 void qc_dist_world_end(int exit_code)
 {
 #ifdef QC_HAVE_MPI
@@ -192,7 +198,7 @@ void qc_dist_world_end(int exit_code)
     MPI_Finalized(&finalized);
     if (finalized)
         return;
-    if (exit_code != 0) {
+    if (exit_code != 0 && !world.failure_agreed) {
         fflush(stdout);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, exit_code); /* ends every rank; does not return */

@@ -24,7 +24,8 @@
  * the ranks that had not arrived and where each of them waits instead. A rank that computes,
  * writes a checkpoint or validates for longer is slow, not hung: it stops no one. A rank that
  * fails with an error of its own ends the job the same way (qc_dist_world_end with a non-zero
- * code, from main).
+ * code, from main), unless every rank agreed on that failure first
+ * (qc_dist_world_failure_agreed: every rank then finalises and exits non-zero).
  *
  * Only the files of src/dist include mpi.h or nccl.h.
  */
@@ -77,6 +78,13 @@ const char *qc_dist_world_launcher(void);
  * that code, so every other rank stops and the launcher exits non-zero. No-op when MPI was
  * never initialised. main() calls it once, last. */
 void qc_dist_world_end(int exit_code);
+/* Every rank has learnt of this failure and ends on it alike (the trainer: a step that failed on
+ * some rank, agreed in the step's exchange, after rank 0 wrote its report and a barrier): the
+ * next qc_dist_world_end with a non-zero code finalises MPI instead of aborting, so every rank
+ * prints its own error and exits with its code (the launcher exits non-zero) instead of the
+ * first rank to abort killing the others mid-message. Only after such an agreement: MPI_Finalize
+ * waits for every rank. */
+void qc_dist_world_failure_agreed(void);
 /* A barrier of the whole world at start-up, before any communicator exists (main thread;
  * every rank calls it once at the same point): rank 0 returns once every rank has arrived, the
  * others once rank 0 has. A rank waited on for timeout_s seconds (dist.timeout) fails the call
@@ -144,6 +152,17 @@ enum qc_status qc_dist_create(const struct qc_dist_opts *opts, struct qc_dist **
 /* Stops the communication thread (abandoning a collective in progress: after an error the
  * process ends the job with qc_dist_world_end) and frees everything. NULL is a no-op. */
 void qc_dist_destroy(struct qc_dist *d);
+
+/* Called once, before the job ends with MPI_Abort, by a rank that ends it on a failure of the
+ * communicator (a peer gone: peer is its rank; the deadline, or an error of this rank: peer -1),
+ * with the error as printed: what the rank can still write of its own (rank 0's memory report)
+ * without waiting on any other rank. It runs on the communication thread while the main thread
+ * waits on the communicator (a collective, or between qc_dist_wait_begin and _end), so it may
+ * read what the main thread does not change while it waits; it must not call this module. The
+ * other ranks may be ending already: keep it short. */
+typedef void (*qc_dist_fail_fn)(void *ctx, int peer, const char *message);
+/* Installs the failure hook. Main thread, between collectives. */
+void qc_dist_set_fail_hook(struct qc_dist *d, qc_dist_fail_fn fn, void *ctx);
 
 int qc_dist_rank(const struct qc_dist *d);
 int qc_dist_size(const struct qc_dist *d);

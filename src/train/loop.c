@@ -107,6 +107,12 @@ struct qc_trainer {
     int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
     int64_t empty_steps;     /* steps in which every scene was skipped as oversized */
     int stop_sig, stop_rank; /* several ranks: the graceful stop agreed on, and whose signal */
+    /* several ranks: a step that failed on some rank, agreed in the step's exchange (every rank
+     * knows it and is still in the job): the first failed rank, how many failed, its error */
+    bool failure_agreed;
+    bool report_alone; /* the memory report without the ranks' exchange (trainer_comm_failed) */
+    int failed_rank, failed_ranks;
+    char failed_msg[TRAIN_DIST_FAILURE_MESSAGE];
     const struct qc_memreport_stop *stopped; /* set while a stopped run writes its report */
     /* what the run writes and shows */
     struct qc_metrics_log *log; /* RUN/metrics.jsonl (rank 0); NULL on the others */
@@ -578,41 +584,106 @@ static enum qc_status run_group(struct qc_trainer *t, const struct step *s, int6
     return QC_OK;
 }
 
+/* qc_error_last (the error of st) into why (n bytes), once: the first failure of a step. */
+static void keep_failure(enum qc_status *first, enum qc_status st, char *why, size_t n)
+{
+    if (st != QC_OK && *first == QC_OK) {
+        *first = st;
+        snprintf(why, n, "%s", qc_error_last());
+    }
+}
+
+/* After a step's exchange said that rank sums->failed_rank failed (this rank too when mine is not
+ * QC_OK, its error in why): every rank gets that rank's error (train_dist_failure_gather), the
+ * failure is agreed (t->failure_agreed: trainer_failed writes the report collectively) and the
+ * step fails on every rank: the failed rank with its own error, rank 0 naming the failed rank and
+ * its error, the others naming the failed rank only. */
+static enum qc_status step_failed_agreed(struct qc_trainer *t, const struct train_dist_sums *sums,
+                                         enum qc_status mine, const char *why)
+{
+    enum qc_status fst = QC_ERR_IO;
+    const enum qc_status gst = train_dist_failure_gather(t->dist, mine, why, sums->failed_rank,
+                                                         &fst, t->failed_msg, sizeof t->failed_msg);
+    if (gst != QC_OK)
+        return mine != QC_OK ? qc_errorf(mine, "%s", why) : gst;
+    t->failure_agreed = true;
+    t->failed_rank = sums->failed_rank;
+    t->failed_ranks = sums->failed_ranks;
+    if (mine != QC_OK)
+        return qc_errorf(mine, "%s", why);
+    const int64_t step = t->st.step + 1;
+    char more[64] = "";
+    if (sums->failed_ranks > 1)
+        snprintf(more, sizeof more, " (the first of %d ranks that failed)", sums->failed_ranks);
+    if (t->rank != 0)
+        return qc_errorf(fst,
+                         "train: step %" PRId64 ": rank %d of %d failed%s; rank 0 prints its "
+                         "error and writes the report",
+                         step, sums->failed_rank, t->world, more);
+    const char *e = t->failed_msg;
+    return qc_errorf(fst, "train: step %" PRId64 ": rank %d of %d failed%s: %s", step,
+                     sums->failed_rank, t->world, more, strncmp(e, "train: ", 7) == 0 ? e + 7 : e);
+}
+
 /* Runs the step's groups of this rank, then: the gradients summed over the ranks (they reduce
  * while backward runs) and the step's device work done (any asynchronous error reported) before
  * they are checked; one exchange gives every rank the step's losses, any rank's graceful-stop
- * signal and any rank's non-finite gradient (s->sums), so the decisions after it are the same
- * on every rank. */
+ * signal, any rank's non-finite gradient and any rank's failure (s->sums), so the decisions after
+ * it are the same on every rank. With several ranks a rank whose step failed (a scene that fits
+ * no budget, an out-of-memory it cannot recover from) still completes the reduction and the
+ * exchange, carrying its failure: every rank then fails the step alike and rank 0 writes the
+ * report saying which rank failed and why (step_failed_agreed). A failure of the reduction or
+ * the exchange itself ends the job as before (main: MPI_Abort). */
 static enum qc_status step_run(struct qc_trainer *t, struct step *s)
 {
     double *losses = calloc((size_t)(s->nlocal > 0 ? s->nlocal : 1) * 4, sizeof(double));
     if (!losses)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     int64_t scenes = 0, edges = 0, bad_grad = -1;
-    enum qc_status st = QC_OK;
+    enum qc_status st = QC_OK; /* the rank's first failure in the step, its message in why */
+    char why[TRAIN_DIST_FAILURE_MESSAGE] = "";
     for (int64_t g = 0; g < s->nlocal && st == QC_OK; g++)
-        st = run_group(t, s, g, losses + 4 * g, &scenes, &edges);
+        keep_failure(&st, run_group(t, s, g, losses + 4 * g, &scenes, &edges), why, sizeof why);
+    if (st != QC_OK && t->world == 1) {
+        free(losses);
+        return st;
+    }
+    const enum qc_status rst = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
+    if (rst != QC_OK) {
+        free(losses);
+        return st != QC_OK ? qc_errorf(st, "%s", why) : rst;
+    }
+    keep_failure(&st,
+                 train_dist_sync(t->dist, t->be, "its device: the step's backward and reduction"),
+                 why, sizeof why);
     if (st == QC_OK)
-        st = train_dist_reduce(t->dist, qc_qcnet_grads(t->model));
+        keep_failure(&st,
+                     train_loss_scale_fault(&t->cfg, &t->st, qc_train_backend_exec(t->be),
+                                            qc_qcnet_grads(t->model)),
+                     why, sizeof why);
     if (st == QC_OK)
-        st = train_dist_sync(t->dist, t->be, "its device: the step's backward and reduction");
-    if (st == QC_OK)
-        st = train_loss_scale_fault(&t->cfg, &t->st, qc_train_backend_exec(t->be),
-                                    qc_qcnet_grads(t->model));
-    if (st == QC_OK)
-        st = grads_nonfinite(t, &bad_grad);
+        keep_failure(&st, grads_nonfinite(t, &bad_grad), why, sizeof why);
+    if (st != QC_OK && t->world == 1) {
+        free(losses);
+        return st;
+    }
     const struct train_dist_local mine = {
-        .nlocal = s->nlocal,
+        .nlocal = st == QC_OK ? s->nlocal : 0,
         .loss = losses,
         .scenes = scenes,
         .edges = edges,
         .stop_signal = t->world > 1 ? qc_cleanup_stop_signal() : 0,
         .bad_grad = bad_grad,
+        .failed = st,
     };
-    if (st == QC_OK)
-        st = train_dist_combine(t->dist, &mine, &s->sums);
+    const enum qc_status cst = train_dist_combine(t->dist, &mine, &s->sums);
     free(losses);
-    QC_TRY(st);
+    if (cst != QC_OK)
+        return st != QC_OK ? qc_errorf(st, "%s", why) : cst;
+    if (s->sums.failed_rank >= 0)
+        return step_failed_agreed(t, &s->sums, st, why);
+    if (st != QC_OK) /* (the exchange was left out: QC_FAULT_SKIP_COLLECTIVE) */
+        return qc_errorf(st, "%s", why);
     if (s->sums.stop_signal && !t->stop_sig) { /* every rank stops after this step */
         t->stop_sig = s->sums.stop_signal;
         t->stop_rank = s->sums.stop_rank;
@@ -805,8 +876,9 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     r.nsteps = t->mem_steps.n;
     /* data-parallel: every rank's bytes (collective), rank 0 writes */
     struct qc_memreport_rank *ranks = NULL;
-    QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak, &ranks,
-                                &r.nranks));
+    if (!t->report_alone)
+        QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak,
+                                    &ranks, &r.nranks));
     r.ranks = ranks;
     r.zero_stage = t->cfg.zero_stage;
     r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
@@ -845,12 +917,15 @@ static enum qc_status trainer_validate(struct qc_trainer *t)
 }
 
 static enum qc_status trainer_loop(struct qc_trainer *t);
+static void trainer_comm_failed(void *ctx, int peer, const char *message);
 
 enum qc_status qc_trainer_run(struct qc_trainer *t)
 {
     /* SIGINT / SIGTERM: the first one finishes the step, saves and returns (qctrain exits
      * 128 + signal); a second one ends the process at once (qc_cleanup.h) */
     qc_cleanup_stop_begin();
+    if (t->rank == 0) /* a failure of the communicator: rank 0 writes what it knows */
+        train_dist_set_fail_hook(t->dist, trainer_comm_failed, t);
     const enum qc_status st = trainer_loop(t);
     qc_cleanup_stop_end();
     return st;
@@ -879,28 +954,65 @@ static enum qc_status stopped_report(struct qc_trainer *t, const struct qc_memre
 
 /* A step failed (st, the message in qc_error_last): one rank alone keeps the failed step's
  * trace and writes memory.json and report.html explaining why (the error names the scene and
- * the budget it needs when one does not fit); several ranks write nothing more (the report is
- * collective, and the others are not in this step any more). Returns st with its message. */
+ * the budget it needs when one does not fit). Several ranks do the same when the failure was
+ * agreed in the step's exchange (t->failure_agreed: every rank is here): the report is
+ * collective, rank 0 writes it naming the failed rank and its error, then every rank meets at a
+ * barrier (none ends the job before rank 0 has written) and the world ends without MPI_Abort
+ * (qc_dist_world_failure_agreed), every rank printing its error and exiting non-zero. Any other
+ * failure of a rank of several writes nothing more (the others are not in this step any more:
+ * main ends the job with MPI_Abort). Returns st with its message. */
 static enum qc_status trainer_failed(struct qc_trainer *t, enum qc_status st)
 {
     char msg[4096]; /* qc_error_last holds at most 4095 bytes */
     snprintf(msg, sizeof msg, "%s", qc_error_last());
     qc_progress_clear(t->prog);
-    if (t->world == 1) {
+    if (t->world == 1 || t->failure_agreed) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
         enum qc_status st2 = QC_OK;
         if (t->trace)
             st2 =
                 qc_steptrace_end_failed(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak);
-        const struct qc_memreport_stop stop = {"error", msg, t->st.step + 1};
-        if (st2 == QC_OK)
+        struct qc_memreport_stop stop = {.reason = "error", .message = msg, .step = t->st.step + 1};
+        if (t->world > 1) {
+            stop.message = t->failed_msg;
+            stop.rank = t->failed_rank;
+            stop.failed_ranks = t->failed_ranks;
+            stop.world = t->world;
+        }
+        /* (several ranks: a trace that failed to close skips no collective) */
+        if (st2 == QC_OK || t->world > 1)
             st2 = stopped_report(t, &stop);
         if (st2 != QC_OK)
             qc_log(QC_LOG_WARN, "train: the report of the failed run could not be written: %s",
                    qc_error_last());
+        else if (t->world > 1 && train_dist_barrier(t->dist) == QC_OK)
+            qc_dist_world_failure_agreed();
     }
     return qc_errorf(st, "%s", msg);
+}
+
+/* The communicator ends the job (qc_dist_set_fail_hook: a peer went away, the ranks hung in
+ * different collectives, an MPI error): rank 0 writes what it knows first, without waiting on any
+ * other rank: memory.json / memory.txt with its own figures (no "dist" object: that needs the
+ * others) and stopped naming the rank (peer; -1 when no one rank is to blame) with the error,
+ * then report.html. On the communication thread, while the main thread waits on the
+ * communicator; the job ends (MPI_Abort) when it returns. */
+static void trainer_comm_failed(void *ctx, int peer, const char *message)
+{
+    struct qc_trainer *t = ctx;
+    const struct qc_memreport_stop stop = {
+        .reason = "error",
+        .message = message,
+        .step = t->st.step + 1,
+        .rank = peer,
+        .failed_ranks = peer >= 0 ? 1 : 0,
+        .world = t->world,
+    };
+    t->report_alone = true;
+    if (stopped_report(t, &stop) != QC_OK)
+        fprintf(stderr, "qctrain: rank 0: the report of the failed run could not be written: %s\n",
+                qc_error_last());
 }
 
 static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
@@ -908,7 +1020,8 @@ static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
     qc_progress_clear(t->prog);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
-    const struct qc_memreport_stop stop = {sig == SIGINT ? "SIGINT" : "SIGTERM", "", t->st.step};
+    const struct qc_memreport_stop stop = {
+        .reason = sig == SIGINT ? "SIGINT" : "SIGTERM", .message = "", .step = t->st.step};
     if (t->mem_steps.n > 0)
         QC_TRY(stopped_report(t, &stop));
     if (t->log)

@@ -166,6 +166,9 @@ size_t qc_memreport_format_json(const struct qc_memreport *r, char *buf, size_t 
         sb_json_str(&b, r->stopped->reason ? r->stopped->reason : "error");
         sb_printf(&b, ", \"step\": %" PRId64 ", \"message\": ", r->stopped->step);
         sb_json_str(&b, r->stopped->message ? r->stopped->message : "");
+        if (r->stopped->world > 1)
+            sb_printf(&b, ", \"rank\": %d, \"failed_ranks\": %d, \"world_size\": %d",
+                      r->stopped->rank, r->stopped->failed_ranks, r->stopped->world);
         sb_printf(&b, "}");
     }
     if (r->nranks > 0) {
@@ -236,11 +239,18 @@ size_t qc_memreport_format_text(const struct qc_memreport *r, char *buf, size_t 
     char b1[32], b2[32], b3[32];
     sb_printf(&b, "qctrain memory report: step %" PRId64 " of %" PRId64 " (%s)\n\n", r->step,
               r->total_steps, r->device ? r->device : "cpu");
-    if (r->stopped)
-        sb_printf(&b, "STOPPED at step %" PRId64 " (%s)%s%s\n\n", r->stopped->step,
-                  r->stopped->reason ? r->stopped->reason : "error",
+    if (r->stopped) {
+        char on[96] = "";
+        if (r->stopped->world > 1 && r->stopped->rank >= 0)
+            snprintf(on, sizeof on, " on rank %d of %d%s", r->stopped->rank, r->stopped->world,
+                     r->stopped->failed_ranks > 1 ? ", the first of those that failed" : "");
+        else if (r->stopped->world > 1)
+            snprintf(on, sizeof on, " of %d ranks", r->stopped->world);
+        sb_printf(&b, "STOPPED at step %" PRId64 " (%s%s)%s%s\n\n", r->stopped->step,
+                  r->stopped->reason ? r->stopped->reason : "error", on,
                   r->stopped->message && r->stopped->message[0] ? ": " : "",
                   r->stopped->message ? r->stopped->message : "");
+    }
     /* several ranks: the largest rank's peak decides whether the job fits */
     int64_t top = -1;
     for (int64_t i = 0; i < r->nranks; i++)

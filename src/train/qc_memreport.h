@@ -13,7 +13,8 @@
  * a data-parallel run each rank's bytes of parameters, gradients, AdamW moments and
  * communication buffers (rank 0 writes the report; the rest of it is rank 0's own figures; the
  * text's headline is the largest rank's peak), and for a run that stopped early (an error, a
- * signal) why: the error, the step. A run that fails writes it too (qc_trainer_run).
+ * signal) why: the error, the step (with several ranks: which rank failed, with its error). A
+ * run that fails writes it too (qc_trainer_run; several ranks: a failure agreed in a step).
  */
 #ifndef QC_TRAIN_QC_MEMREPORT_H
 #define QC_TRAIN_QC_MEMREPORT_H
@@ -69,6 +70,10 @@ struct qc_memreport_stop {
     const char *message; /* the error as qctrain prints it (names the scene and the budget it
                             needs when one does not fit); "" for a signal */
     int64_t step;        /* the step it stopped in (error) or after (signal) */
+    /* several ranks (world > 1), an error: the rank whose error message is (the first in rank
+     * order that failed; a peer that went away; -1: no one rank, e.g. ranks hung in different
+     * collectives), how many failed, of how many */
+    int rank, failed_ranks, world;
 };
 
 /* Everything one report shows; the pointers are borrowed for the call. */

@@ -28,6 +28,7 @@ enum {
     REC_EDGES,
     REC_STOP,     /* the graceful-stop signal it received, or 0 */
     REC_BAD_GRAD, /* its first non-finite reduced gradient element, or -1 */
+    REC_FAILED,   /* its step failed (the qc_status), or 0 */
     RECORD_HEAD
 };
 
@@ -327,6 +328,12 @@ void train_dist_destroy(struct train_dist *td)
     free(td);
 }
 
+void train_dist_set_fail_hook(struct train_dist *td, qc_dist_fail_fn fn, void *ctx)
+{
+    if (td)
+        qc_dist_set_fail_hook(td->d, fn, ctx);
+}
+
 int64_t train_dist_local_groups(int rank, int world, int64_t L)
 {
     return L > rank ? (L - rank + world - 1) / world : 0;
@@ -525,6 +532,36 @@ enum qc_status train_dist_barrier(struct train_dist *td)
     return st;
 }
 
+/* What one rank brings to train_dist_failure_gather: its status and its error, cut to fit. */
+struct failure_record {
+    int32_t status;
+    char message[TRAIN_DIST_FAILURE_MESSAGE - sizeof(int32_t)];
+};
+
+enum qc_status train_dist_failure_gather(struct train_dist *td, enum qc_status mine,
+                                         const char *message, int rank, enum qc_status *status,
+                                         char *out, size_t n)
+{
+    *status = mine;
+    snprintf(out, n, "%s", mine != QC_OK ? message : "");
+    if (!td)
+        return QC_OK;
+    struct failure_record me = {.status = (int32_t)mine};
+    snprintf(me.message, sizeof me.message, "%s", mine != QC_OK ? message : "");
+    struct failure_record *all = calloc((size_t)td->world, sizeof(*all));
+    if (!all)
+        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    qc_dist_set_phase(td->d, "gathering the error of a failed step");
+    const enum qc_status st = qc_dist_allgather(td->d, &me, sizeof(me), all);
+    if (st == QC_OK && rank >= 0 && rank < td->world) {
+        const struct failure_record *f = &all[rank];
+        *status = f->status != 0 ? (enum qc_status)f->status : QC_ERR_IO;
+        snprintf(out, n, "%.*s", (int)sizeof f->message, f->message);
+    }
+    free(all);
+    return st;
+}
+
 /* The sums of a step of one rank (td NULL). */
 static void combine_local(const struct train_dist_local *mine, struct train_dist_sums *out)
 {
@@ -537,6 +574,7 @@ static void combine_local(const struct train_dist_local *mine, struct train_dist
     out->scenes = mine->scenes;
     out->stop_signal = mine->stop_signal;
     out->bad_grad = mine->bad_grad;
+    out->failed = mine->failed;
 }
 
 enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist_local *mine,
@@ -544,6 +582,7 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
 {
     memset(out, 0, sizeof(*out));
     out->bad_grad = -1;
+    out->failed_rank = -1;
     out->rank_time_ratio = out->rank_edge_ratio = 1.0;
     if (!td || td->skip_combine_step == td->step) {
         if (td) /* the test hook: the others wait in the exchange this rank left out */
@@ -566,6 +605,7 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
     rec[REC_EDGES] = (double)mine->edges;
     rec[REC_STOP] = (double)mine->stop_signal;
     rec[REC_BAD_GRAD] = (double)mine->bad_grad; /* exact: element indices are < 2^53 */
+    rec[REC_FAILED] = (double)mine->failed;
     memcpy(rec + RECORD_HEAD, mine->loss, (size_t)mine->nlocal * 4 * sizeof(double));
     qc_dist_set_phase(td->d, "exchanging the step's losses");
     const enum qc_status st = qc_dist_allgather(td->d, rec, R * sizeof(double), td->gather);
@@ -595,6 +635,13 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
         if (h[REC_BAD_GRAD] >= 0 && out->bad_grad < 0) {
             out->bad_grad = (int64_t)h[REC_BAD_GRAD];
             out->bad_grad_rank = r;
+        }
+        if (h[REC_FAILED] != 0) {
+            if (out->failed_rank < 0) {
+                out->failed = (int)h[REC_FAILED];
+                out->failed_rank = r;
+            }
+            out->failed_ranks++;
         }
         if (h[REC_NLOCAL] > 0) {
             busy++;

@@ -70,6 +70,8 @@ enum qc_status train_dist_create(const struct qc_config *cfg, const char *agreem
                                  struct train_dist **out);
 /* NULL is a no-op. */
 void train_dist_destroy(struct train_dist *td);
+/* The communicator's failure hook (qc_dist_set_fail_hook); td NULL: a no-op. */
+void train_dist_set_fail_hook(struct train_dist *td, qc_dist_fail_fn fn, void *ctx);
 
 /* The run's AdamW: over the whole buffer (td NULL or stage 0), or over this rank's shard. */
 enum qc_status train_dist_optim(struct train_dist *td, const struct qc_config *cfg,
@@ -117,12 +119,15 @@ void train_dist_reduced_range(const struct train_dist *td, int64_t numel, int64_
 
 /* What a rank brings to the step's combination. */
 struct train_dist_local {
-    int64_t nlocal;     /* its groups of the step */
-    const double *loss; /* [nlocal][4]: loss, reg_propose, reg_refine, cls */
-    int64_t scenes;     /* in its groups */
-    int64_t edges;      /* graph edges of its groups */
-    int stop_signal;    /* SIGINT / SIGTERM this rank received (a graceful stop), or 0 */
-    int64_t bad_grad;   /* the first non-finite element of its reduced gradients, or -1 */
+    int64_t nlocal;        /* its groups of the step */
+    const double *loss;    /* [nlocal][4]: loss, reg_propose, reg_refine, cls */
+    int64_t scenes;        /* in its groups */
+    int64_t edges;         /* graph edges of its groups */
+    int stop_signal;       /* SIGINT / SIGTERM this rank received (a graceful stop), or 0 */
+    int64_t bad_grad;      /* the first non-finite element of its reduced gradients, or -1 */
+    enum qc_status failed; /* its step failed with this status (QC_OK: it did not); a rank
+                              whose step failed still takes part in the reduction and the
+                              exchange, so every rank learns of it (train_dist_failure_gather) */
 };
 /* The step's figures over all ranks: the same on every rank, so every decision taken from them
  * (skip the step, stop after it) is taken alike by all. */
@@ -135,6 +140,9 @@ struct train_dist_sums {
     int stop_rank;          /* that rank */
     int64_t bad_grad;       /* the first rank's first non-finite gradient element, or -1 */
     int bad_grad_rank;      /* that rank */
+    int failed;             /* the status of the first rank (in rank order) whose step failed */
+    int failed_rank;        /* that rank, or -1: no rank failed */
+    int failed_ranks;       /* how many ranks failed the step */
 };
 /* The base edges of a batch's graph (every edge set): the work a group holds. */
 struct qc_batch;
@@ -149,6 +157,15 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
  * the previous call. td NULL (one rank): m untouched (the keys are left out of the line). */
 void train_dist_step_figures(struct train_dist *td, const struct train_dist_sums *sums,
                              struct qc_step_metrics *m);
+/* The bytes of one rank's error in train_dist_failure_gather (status included). */
+#define TRAIN_DIST_FAILURE_MESSAGE 4096
+/* After a step whose exchange says a rank failed (sums.failed_rank): every rank brings its own
+ * status (QC_OK when it did not fail) and error message (cut to TRAIN_DIST_FAILURE_MESSAGE
+ * bytes), and every rank receives rank `rank`'s: *status and out (n bytes). Collective; td
+ * NULL: the rank's own. */
+enum qc_status train_dist_failure_gather(struct train_dist *td, enum qc_status mine,
+                                         const char *message, int rank, enum qc_status *status,
+                                         char *out, size_t n);
 /* Every rank waits here for every other (a graceful stop, after rank 0's writes). */
 enum qc_status train_dist_barrier(struct train_dist *td);
 

@@ -200,11 +200,15 @@
     /* a run that stopped early says why, first */
     var stop = get(D, 'memory.stopped', null);
     if (stop) {
-      var n = note(box, 'The run stopped at step ' + stop.step + ' (' + stop.reason + '): ' +
+      var on = !(stop.world_size > 1) ? '' : stop.rank >= 0 ? ' on rank ' + stop.rank + ' of ' +
+        stop.world_size + (stop.failed_ranks > 1 ? ', the first of ' + stop.failed_ranks +
+        ' ranks that failed' : '') : ' of ' + stop.world_size + ' ranks';
+      var n = note(box, 'The run stopped at step ' + stop.step + ' (' + stop.reason + on + '): ' +
         stop.message, 'error');
       n.id = 'stopped';
       n.setAttribute('data-reason', String(stop.reason));
       n.setAttribute('data-step', String(stop.step));
+      if (stop.world_size > 1) n.setAttribute('data-rank', String(stop.rank));
     }
     (D.notes || []).forEach(function (t) { note(box, t); });
   }
