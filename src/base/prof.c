@@ -190,24 +190,17 @@ struct qc_prof_event *prof_event_last(void)
     return t && t->tail && t->tail->n > 0 ? &t->tail->ev[t->tail->n - 1] : NULL;
 }
 
-// ---- session --------------------------------------------------------------------------------
+// ---- session (the host half; prof_session.c adds the CUDA half) ------------------------------
 
-void qc_prof_start(void)
+void prof_host_start(void)
 {
     pthread_mutex_lock(&prof_mu);
     prof_main = pthread_self();
     prof_main_set = true;
     pthread_mutex_unlock(&prof_mu);
-    prof_cuda_start();
-    qc_prof_active = 1;
 }
 
-void qc_prof_stop(void)
-{
-    qc_prof_active = 0;
-}
-
-void qc_prof_reset(void)
+void prof_host_reset(void)
 {
     QC_ASSERT(!qc_prof_active, "prof: reset while recording");
     pthread_mutex_lock(&prof_mu);
@@ -232,7 +225,6 @@ void qc_prof_reset(void)
     prof_nstream = 0;
     atomic_fetch_add_explicit(&prof_gen, 1, memory_order_release);
     pthread_mutex_unlock(&prof_mu);
-    prof_cuda_reset();
     atomic_store(&prof_block, NULL);
     atomic_store(&prof_pass, QC_PROF_PASS_NONE);
     atomic_store(&prof_next_id, 0);
@@ -418,18 +410,3 @@ int64_t qc_prof_count(void)
             n += c->n;
     return n;
 }
-
-#ifndef QC_HAVE_CUDA
-void prof_cuda_start(void)
-{
-}
-
-void prof_cuda_reset(void)
-{
-}
-
-enum qc_status qc_prof_resolve(void)
-{
-    return QC_OK;
-}
-#endif

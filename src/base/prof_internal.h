@@ -1,5 +1,6 @@
 /*
- * prof_internal.h — what the recorder (prof.c) shares with its CUDA half (prof_cuda.c).
+ * prof_internal.h — what the recorder (prof.c), its CUDA half (prof_cuda.c) and the session
+ * (prof_session.c) share.
  * Private to src/base.
  */
 #ifndef QC_BASE_PROF_INTERNAL_H
@@ -20,8 +21,13 @@ int32_t prof_stream_track(void *stream);
 /* Calls fn for every event still waiting for its device times. */
 void prof_foreach_pending(void (*fn)(struct qc_prof_event *e, void *ctx), void *ctx);
 
-/* prof_cuda.c (CUDA builds): the reference point of the device clock, taken at start, and the
- * release of the event pool at reset. */
+/* The host half of a session (prof.c): the main thread noted at start; every buffer, track,
+ * interned name and counter released at reset. prof_session.c calls them. */
+void prof_host_start(void);
+void prof_host_reset(void);
+
+/* prof_cuda.c (CUDA builds; prof_session.c's no-ops otherwise): the reference point of the
+ * device clock, taken at start, and the release of the event pool at reset. */
 void prof_cuda_start(void);
 void prof_cuda_reset(void);
 
