@@ -12,10 +12,11 @@
  * A failed expectation prints file:line and the message, marks the current test failed and
  * carries on. T_FATAL ends the process (exit 1). T_SKIP marks the test skipped and leaves it.
  * QC_TEST_FILTER=substring runs only matching tests; QC_TEST_EXCLUDE=substring[|substring...]
- * leaves the tests matching any of them out (at most 16). A run in which no test ran, a filter that matched nothing or an exclusion that left
- * nothing out is a failure (exit 1): a renamed case must not silently empty the ctest entries that
- * select cases by substring (tests/cmake). qc_test_seed() returns QC_TEST_SEED (or a
- * fixed default) and the seed is printed with every failure so it can be replayed.
+ * leaves the tests matching any of them out (at most 16). A run in which no test ran, a filter that
+ * matched nothing or an exclusion that left nothing out is a failure (exit 1): a renamed case must
+ * not silently empty the ctest entries that select cases by substring (tests/cmake). qc_test_seed()
+ * returns QC_TEST_SEED (or a fixed default) and the seed is printed with every failure so it can be
+ * replayed.
  */
 #ifndef QC_TESTS_TESTUTIL_H
 #define QC_TESTS_TESTUTIL_H
@@ -37,8 +38,8 @@ struct qc_test_state {
     int passed;
     int failed;
     int skipped;
-    int excluded;           /* cases QC_TEST_EXCLUDE left out */
-    unsigned exclude_hits;  /* bit i: QC_TEST_EXCLUDE's substring i matched a case */
+    int excluded;          /* cases QC_TEST_EXCLUDE left out */
+    unsigned exclude_hits; /* bit i: QC_TEST_EXCLUDE's substring i matched a case */
     uint64_t seed;
     int seed_read;
 };
