@@ -507,8 +507,7 @@ enum qc_status device_cpu_inject_error(struct qc_stream *base, enum qc_status st
 
 // ---- device -----------------------------------------------------------------------------------
 
-/* "AMD EPYC 7B13" from /proc/cpuinfo's "model name", else the machine name from uname. */
-static void cpu_model_name(char *buf, size_t n)
+void qc_host_cpu_model(char *buf, size_t n)
 {
     buf[0] = '\0';
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -563,7 +562,7 @@ static enum qc_status cpu_props_get(struct qc_device *dev, struct qc_device_prop
     long page = sysconf(_SC_PAGESIZE);
     long pages = sysconf(_SC_PHYS_PAGES);
     char model[160];
-    cpu_model_name(model, sizeof model);
+    qc_host_cpu_model(model, sizeof model);
     out->multiprocessors = cpus > 0 ? (int)cpus : 1;
     snprintf(out->name, sizeof out->name, "cpu (%s, %d thread%s)", model, out->multiprocessors,
              out->multiprocessors == 1 ? "" : "s");

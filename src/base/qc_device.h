@@ -70,6 +70,9 @@ enum qc_status qc_device_props_get(struct qc_device *dev, struct qc_device_props
 enum qc_status qc_device_synchronize(struct qc_device *dev);
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU). Never fails. */
 int qc_device_cuda_count(void);
+/* The host CPU's model ("AMD EPYC 7B13": /proc/cpuinfo's "model name", else uname's machine)
+ * into buf, NUL-terminated. Never fails. */
+void qc_host_cpu_model(char *buf, size_t n);
 /* CPU devices only (the emulated device of the EMU backend, qc_emu.h): every copy and memset
  * its streams run opens emu while it runs, as the ops do, so an offload engine or a copy stream
  * can move "device" memory of the arena. emu (NULL: none) must outlive the device's use. */

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qc_device.h"
+
 #ifndef QC_VERSION
 #    define QC_VERSION "unknown"
 #endif
@@ -38,28 +40,11 @@ enum qc_status qc_plan_calib_dir(char *buf, size_t n)
 
 void qc_plan_calib_machine(char *buf, size_t n)
 {
-    char host[128] = "unknown-host", cpu[128] = "unknown CPU";
+    char host[128] = "unknown-host", cpu[128];
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown-host");
     host[sizeof host - 1] = '\0';
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            if (strncmp(line, "model name", 10) != 0)
-                continue;
-            const char *p = strchr(line, ':');
-            if (!p)
-                continue;
-            p++;
-            while (*p == ' ' || *p == '\t')
-                p++;
-            snprintf(cpu, sizeof cpu, "%s", p);
-            cpu[strcspn(cpu, "\n")] = '\0';
-            break;
-        }
-        fclose(f);
-    }
+    qc_host_cpu_model(cpu, sizeof cpu);
     snprintf(buf, n, "%s; %s; %ld CPUs", host, cpu, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
