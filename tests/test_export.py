@@ -8,8 +8,9 @@ know the formats, not with our writers' assumptions:
               resolved through persistent ids, sizes and strides checked) and as Lightning's
               load_from_checkpoint uses it ("pytorch-lightning_version", "state_dict" with
               QCNet's keys and the run's bytes, "hyper_parameters" = exactly the official QCNet
-              constructor arguments). With torch installed, torch.load(weights_only=True) reads
-              it too; without torch that step is reported as not run.
+              constructor arguments). With torch installed, torch.load reads it as Lightning
+              does (and with weights_only=True on torch >= 2.0); without torch that step is
+              reported as not run.
   submission  eval --predictions of a tiny run on AV2-like scenes, tools/av2_submission to
               parquet, read back with pyarrow as av2's ChallengeSubmission.from_parquet does
               (group by scenario_id and track_id, one row per mode: probability and the 60 x / y
@@ -194,14 +195,27 @@ def case_lightning():
     try:
         import torch
     except ImportError:
-        print("note torch is not installed: torch.load(weights_only=True) not run")
+        print("note torch is not installed: torch.load not run")
         return
-    t = torch.load(ck, map_location="cpu", weights_only=True)
-    for name, (shape, data) in tensors.items():
-        if list(t["state_dict"][name].shape) != shape or \
-                t["state_dict"][name].numpy().tobytes() != data:
-            fail("torch.load: tensor %s differs" % name)
-    check(True, "torch.load(weights_only=True) reads every tensor")
+
+    def same_tensors(t, how):
+        for name, (shape, data) in tensors.items():
+            if list(t["state_dict"][name].shape) != shape or \
+                    t["state_dict"][name].numpy().tobytes() != data:
+                fail("%s: tensor %s differs" % (how, name))
+        check(t["hyper_parameters"] == hp and t["global_step"] == 2,
+              "%s reads every tensor, the hyper_parameters and global_step" % how)
+
+    # what Lightning's load_from_checkpoint calls (pl_load: torch.load(f, map_location=...))
+    same_tensors(torch.load(ck, map_location="cpu"), "torch.load")
+    # torch < 2.0's weights_only unpickler has no BINFLOAT (opcode 71), so no checkpoint with a
+    # float hyper-parameter loads through it, torch.save's own included; from 2.0 on it must read
+    if int(torch.__version__.split(".")[0]) >= 2:
+        same_tensors(torch.load(ck, map_location="cpu", weights_only=True),
+                     "torch.load(weights_only=True)")
+    else:
+        print("note torch %s: its weights_only unpickler reads no float (BINFLOAT), "
+              "torch.load(weights_only=True) not run" % torch.__version__)
 
 
 # ---- the AV2 submission ------------------------------------------------------------------------
