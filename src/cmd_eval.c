@@ -3,22 +3,109 @@
  * the validation loss and the K = 6 metrics (minADE, minFDE, MR, Brier-minFDE, minAHE, minFHE
  * over the focal agents, QCNET.md §6.2) of a model, in eval mode, batches in file order, next to a
  * constant-velocity baseline on the same agents (cv_minADE, cv_minFDE, cv_MR). --dump writes
- * the first batch's outputs (QCNet's names and shapes) as safetensors.
+ * the first batch's outputs (QCNet's names and shapes) as safetensors. --predictions writes every
+ * focal agent's trajectories; --submission turns them into the AV2 challenge parquet by running
+ * tools/av2_submission (Python with pyarrow: parquet has no C writer among our dependencies).
  */
 #include "qc_cli.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "qc_progress.h"
 #include "qc_train.h"
 
 #define NOT_GIVEN INT64_MIN /* an option left out: the configuration's value */
 
+#ifndef QC_SOURCE_DIR
+#    define QC_SOURCE_DIR "."
+#endif
+#ifndef QC_INSTALL_TOOLS
+#    define QC_INSTALL_TOOLS "/usr/local/share/qctrain/tools"
+#endif
+
+extern char **environ;
+
+/* tools/av2_submission: the source tree's (a build run where it was made) or the installed copy
+ * (cmake --install); NULL when neither is readable. */
+static const char *submission_tool(char *buf, size_t cap)
+{
+    const char *dirs[] = {QC_SOURCE_DIR "/tools", QC_INSTALL_TOOLS};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(buf, cap, "%s/av2_submission", dirs[i]);
+        if (access(buf, R_OK) == 0)
+            return buf;
+    }
+    return NULL;
+}
+
+/* --submission OUT: the folder OUT goes into must exist before the evaluation runs. */
+static enum qc_status check_submission_path(const char *out)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return qc_errorf(QC_ERR_INVALID, "eval --submission %s: the folder %s does not exist", out,
+                         dir);
+    if (access(dir, W_OK) != 0)
+        return qc_errorf(QC_ERR_INVALID, "eval --submission %s: the folder %s is not writable", out,
+                         dir);
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return qc_errorf(QC_ERR_INVALID, "eval --submission %s: a folder, not a file name", out);
+    return QC_OK;
+}
+
+/* Runs `python3 tools/av2_submission PRED OUT` and waits for it; the tool writes OUT whole or
+ * not at all (a .tmp renamed) and prints its own error. */
+static enum qc_status write_submission(const char *pred, const char *out)
+{
+    char tool[4096];
+    if (!submission_tool(tool, sizeof tool))
+        return qc_errorf(QC_ERR_IO,
+                         "eval --submission: tools/av2_submission is in neither %s/tools nor %s",
+                         QC_SOURCE_DIR, QC_INSTALL_TOOLS);
+    char py[] = "python3", pred_arg[4096], out_arg[4096];
+    snprintf(pred_arg, sizeof pred_arg, "%s", pred);
+    snprintf(out_arg, sizeof out_arg, "%s", out);
+    char *argv[] = {py, tool, pred_arg, out_arg, NULL};
+    pid_t pid;
+    fflush(NULL);
+    const int rc = posix_spawnp(&pid, "python3", NULL, NULL, argv, environ);
+    if (rc != 0)
+        return qc_errorf(QC_ERR_IO, "eval --submission: cannot run python3 %s: %s", tool,
+                         strerror(rc));
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return qc_errorf(QC_ERR_IO, "eval --submission: waiting for python3 %s: %s", tool,
+                             strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return QC_OK;
+    if (WIFEXITED(status))
+        return qc_errorf(QC_ERR_IO,
+                         "eval --submission %s: python3 %s %s %s exited %d (its message above)",
+                         out, tool, pred, out, WEXITSTATUS(status));
+    return qc_errorf(QC_ERR_IO, "eval --submission %s: python3 %s was killed by signal %d", out,
+                     tool, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 static const char eval_usage[] = "--data FILE... [--weights FILE|RUN] [--batch-size N] "
-                                 "[--max-batches N] [--dump FILE] [--predictions FILE] [--json]";
+                                 "[--max-batches N] [--dump FILE] [--predictions FILE] "
+                                 "[--submission FILE] [--json]";
 static const char eval_summary[] =
     "Evaluates QCNet: validation loss, minADE, minFDE, MR, Brier-minFDE, minAHE and minFHE at K=6 "
     "over the focal "
@@ -35,6 +122,7 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     struct qc_config cfg = cli->cfg;
     struct qc_cli_strings data = {0};
     const char *weights = NULL, *dump = NULL, *attention = NULL, *predictions = NULL;
+    const char *submission = NULL;
     int64_t batch_size = NOT_GIVEN, max_batches = 0, scenes = 0;
     int64_t synth_seed = NOT_GIVEN;
     bool json = false, synthetic = false;
@@ -52,6 +140,10 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         {"predictions", QC_CLI_STRING, &predictions, "",
          "write every focal agent's K trajectories (world frame) and probabilities to this "
          "safetensors; tools/av2_submission turns it into the AV2 challenge parquet"},
+        {"submission", QC_CLI_STRING, &submission, "",
+         "write the AV2 motion-forecasting challenge submission (parquet: K=6 trajectories and "
+         "probabilities per focal agent) to this file; runs tools/av2_submission (python3 with "
+         "pyarrow)"},
         {"json", QC_CLI_FLAG, &json, "", "print one JSON object"},
         {"scenes", QC_CLI_INT, &scenes, "data.synthetic_scenes",
          "synthetic scenes when no --data is given"},
@@ -109,6 +201,17 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     if (batch_size < 1 || max_batches < 0 || scenes < 0)
         return qc_errorf(QC_ERR_INVALID, "eval: --batch-size must be >= 1, --max-batches and "
                                          "--scenes >= 0");
+    /* --submission without --predictions: the predictions go to a file beside it, removed after */
+    char pred_tmp[4096];
+    if (submission) {
+        QC_TRY(check_submission_path(submission));
+        if (!predictions) {
+            if (snprintf(pred_tmp, sizeof pred_tmp, "%s.predictions.tmp", submission) >=
+                (int)sizeof pred_tmp)
+                return qc_errorf(QC_ERR_INVALID, "eval --submission: the path is too long");
+            predictions = pred_tmp;
+        }
+    }
     const struct qc_eval_opts eo = {
         .cfg = &cfg,
         .data = data.v,
@@ -123,7 +226,14 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         .quiet = cli->quiet,
     };
     struct qc_eval_result r;
-    QC_TRY(qc_eval_run(&eo, &r));
+    enum qc_status st = qc_eval_run(&eo, &r);
+    if (st == QC_OK && submission && r.batches == 0)
+        st = qc_errorf(QC_ERR_INVALID, "eval --submission: no scene was evaluated");
+    if (st == QC_OK && submission)
+        st = write_submission(predictions, submission);
+    if (submission && predictions == pred_tmp)
+        unlink(pred_tmp);
+    QC_TRY(st);
     if (json) {
         char buf[1024];
         qc_eval_format_json(&r, buf, sizeof(buf));
@@ -154,8 +264,10 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
     printf("cv_MR           %s\n", qc_eval_format_metric(r.cv.miss_rate, b[7], sizeof b[7]));
     if (dump)
         printf("dump: %s (outputs of the first batch)\n", dump);
-    if (predictions)
+    if (predictions && predictions != pred_tmp)
         printf("predictions: %s (every focal agent; tools/av2_submission %s OUT.parquet)\n",
                predictions, predictions);
+    if (submission)
+        printf("submission: %s (the AV2 challenge parquet)\n", submission);
     return QC_OK;
 }

@@ -12,7 +12,7 @@ know the formats, not with our writers' assumptions:
               does (and with weights_only=True on torch >= 2.0); without torch that step is
               reported as not run.
   submission  eval --predictions of a tiny run on AV2-like scenes, tools/av2_submission to
-              parquet, read back with pyarrow as av2's ChallengeSubmission.from_parquet does
+              parquet (and eval --submission, which runs the tool itself: the same rows), read back with pyarrow as av2's ChallengeSubmission.from_parquet does
               (group by scenario_id and track_id, one row per mode: probability and the 60 x / y
               of the trajectory) and checked with ChallengeSubmission's rules (probabilities
               sum to 1, trajectories (K, 60, 2), K <= 6) and against the model's outputs
@@ -299,6 +299,39 @@ def case_submission():
     check(len(match) == 1, "the track is one agent's loc_refine_pos rotated by the heading at "
           "t = 49 and moved to its position (1 cm), probabilities softmax(pi) (agents %s)" %
           match)
+    # in one step: eval --submission runs tools/av2_submission itself (python3 from PATH: this
+    # interpreter's, which has pyarrow) and leaves no predictions file behind
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep +
+               os.environ.get("PATH", ""))
+    one = os.path.join(WORK, "one-step.parquet")
+    r = subprocess.run([QC, "eval", "--weights", "sub-run", "--data", shard, "--submission", one,
+                        "--batch-size", "1"], cwd=WORK, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        fail("eval --submission: exit %d\n%s" % (r.returncode, r.stdout.decode()))
+    check(pq.read_table(one).to_pylist() == rows,
+          "eval --submission writes the rows of eval --predictions + tools/av2_submission")
+    check(not os.path.exists(one + ".predictions.tmp"), "no predictions file left beside it")
+    # a python3 that fails (no pyarrow, say): eval fails naming the tool, and writes nothing
+    fake = os.path.join(WORK, "fakebin")
+    os.makedirs(fake, exist_ok=True)
+    with open(os.path.join(fake, "python3"), "w") as f:
+        f.write("#!/bin/sh\necho 'av2_submission: error: pyarrow is needed' >&2\nexit 2\n")
+    os.chmod(os.path.join(fake, "python3"), 0o755)
+    bad = os.path.join(WORK, "bad.parquet")
+    r = subprocess.run([QC, "eval", "--weights", "sub-run", "--data", shard, "--submission", bad,
+                        "--batch-size", "1"], cwd=WORK, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT,
+                       env=dict(os.environ, PATH=fake + os.pathsep + os.environ.get("PATH", "")))
+    out = r.stdout.decode()
+    check(r.returncode == 1 and "av2_submission" in out and "exited 2" in out and
+          not os.path.exists(bad) and not os.path.exists(bad + ".predictions.tmp"),
+          "a failing tool: eval exits 1 naming it, no file written or left (exit %d)" %
+          r.returncode)
+    out = run([QC, "eval", "--weights", "sub-run", "--data", shard, "--submission",
+               os.path.join(WORK, "no-such-dir", "s.parquet")], expect=2)
+    check("does not exist" in out, "a --submission folder that does not exist: exit 2, named "
+          "before the evaluation runs")
 
 
 CASES = {"lightning": case_lightning, "submission": case_submission}
