@@ -23,6 +23,7 @@
 #include "qc_batch.h"
 #include "qc_config.h"
 #include "qc_plan.h"
+#include "qc_plan_owners.h"
 #include "qc_progress.h" /* qc_format_bytes */
 #include "qc_train.h"
 #include "qc_train_calib.h"
@@ -42,31 +43,6 @@ static const char *device_name(int64_t kind)
 {
     return qc_train_device_str(kind);
 }
-
-/* What moves the bytes of each kind of holder at the floor (qc_plan_hold). */
-static const char *const hold_knob[QC_PLAN_HOLD_COUNT] = {
-    /* fixed */ "parameters and gradients: the model's size (model.*); AdamW moments: "
-                "dist.zero_stage 1 or 2 with several ranks (a 1/world shard each); the staged "
-                "batch: train.batch_size",
-    /* stash read */
-    "train.batch_size (fewer scenes per group): no policy moves a stash "
-    "while its block reads it",
-    /* stash */
-    "a larger tier (offload.host_capacity, offload.nvme_dir), a smaller "
-    "offload.prefetch_window",
-    /* tensor */
-    "train.batch_size, the edge counts (model.*_radius, model.max_num_neighbors): "
-    "no policy moves these",
-    /* working set */
-    "train.batch_size, the edge counts (model.*_radius, "
-    "model.max_num_neighbors): the block's own working memory",
-    /* recompute */
-    "an offload tier instead of recomputing (offload.host_capacity, "
-    "offload.nvme_dir)",
-};
-
-static const char *const hold_key[QC_PLAN_HOLD_COUNT] = {"fixed",  "stash_read",  "stash",
-                                                         "tensor", "working_set", "recompute"};
 
 /* The figures of a run of W ranks (qc_train_fixed_parts per rank; the gradients' reduction and
  * the parameters' gather per step, over hw.pcie_gbps). */
@@ -246,7 +222,8 @@ static void print_text(FILE *out, const struct plan_view *v)
         fprintf(out, "what moves it:\n");
         for (int k = 0; k < QC_PLAN_HOLD_COUNT; k++)
             if (v->ex->by_kind[k])
-                fprintf(out, "  %-12s %s\n", qc_plan_hold_str((enum qc_plan_hold)k), hold_knob[k]);
+                fprintf(out, "  %-12s %s\n", qc_plan_hold_str((enum qc_plan_hold)k),
+                        qc_plan_hold_knob((enum qc_plan_hold)k));
     }
 }
 
@@ -268,8 +245,9 @@ static cJSON *explain_json(const struct plan_view *v)
     cJSON *kinds = cJSON_AddObjectToObject(o, "by_kind");
     cJSON *knobs = cJSON_AddObjectToObject(o, "knobs");
     for (int k = 0; k < QC_PLAN_HOLD_COUNT; k++) {
-        cJSON_AddNumberToObject(kinds, hold_key[k], (double)e->by_kind[k]);
-        cJSON_AddStringToObject(knobs, hold_key[k], hold_knob[k]);
+        const enum qc_plan_hold kind = (enum qc_plan_hold)k;
+        cJSON_AddNumberToObject(kinds, qc_plan_hold_key(kind), (double)e->by_kind[k]);
+        cJSON_AddStringToObject(knobs, qc_plan_hold_key(kind), qc_plan_hold_knob(kind));
     }
     cJSON *f = cJSON_AddObjectToObject(o, "fixed");
     cJSON_AddNumberToObject(f, "parameters", (double)v->fixed.params);
@@ -281,7 +259,7 @@ static cJSON *explain_json(const struct plan_view *v)
     for (int32_t i = 0; hs && i < e->n; i++) {
         cJSON *h = cJSON_CreateObject();
         cJSON_AddStringToObject(h, "name", e->h[i].name);
-        cJSON_AddStringToObject(h, "kind", hold_key[e->h[i].kind]);
+        cJSON_AddStringToObject(h, "kind", qc_plan_hold_key(e->h[i].kind));
         cJSON_AddNumberToObject(h, "bytes", (double)e->h[i].bytes);
         cJSON_AddNumberToObject(h, "count", e->h[i].count);
         cJSON_AddItemToArray(hs, h);
