@@ -7,7 +7,9 @@
  *   - the planner's "plan" object of memory.json reaches the page (and a malformed one is
  *     refused), a memory.json without one gives measured bytes alone;
  *   - missing libraries give a page anyway (tables), missing inputs clear errors;
- *   - the step-trace recorder keeps the first, peak and every-N steps within its bound.
+ *   - the step-trace recorder keeps the first, peak and every-N steps within its bound;
+ *   - "What holds the peak": the peak step's live bytes by owner sum to its measured peak, byte
+ *     for byte, each holder with its kind and knob (r and dL/dr with model.edge_mode).
  * tests/test_report_run.py renders real pages in a browser.
  */
 #include <cJSON.h>
@@ -19,6 +21,7 @@
 
 #include "qc_alloc.h"
 #include "qc_cli.h" /* qc_bench_report_make_run */
+#include "qc_plan_owners.h"
 #include "qc_report.h"
 #include "qc_steptrace.h"
 #include "testutil.h"
@@ -471,6 +474,191 @@ static void test_steptrace_oom(void)
     t_rm_rf(dir);
 }
 
+/* The row of the holders named name, or NULL. */
+static const cJSON *holder(const cJSON *h, const char *name)
+{
+    const cJSON *r;
+    cJSON_ArrayForEach(r, at(h, "rows"))
+    {
+        const cJSON *nm = at(r, "name");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+static bool str_is(const cJSON *o, const char *key, const char *want)
+{
+    const cJSON *v = at(o, key);
+    return cJSON_IsString(v) && strcmp(v->valuestring, want) == 0;
+}
+
+/* The knob the page shows for an owner key. */
+static const char *owner_knob(const cJSON *h, const char *owner)
+{
+    const cJSON *o;
+    cJSON_ArrayForEach(o, at(h, "owners"))
+    {
+        if (str_is(o, "key", owner))
+            return cJSON_GetStringValue(at(o, "knob"));
+    }
+    return "";
+}
+
+static double sum_of(const cJSON *arr_or_obj, const char *key)
+{
+    double s = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr_or_obj)
+    {
+        s += key ? cJSON_GetNumberValue(at(e, key)) : cJSON_GetNumberValue(e);
+    }
+    return s;
+}
+
+/* What holds the peak: the peak step's live bytes by owner add up to the step's measured peak,
+ * byte for byte, and the edge set's r and dL/dr are named with model.edge_mode. */
+static void test_holders(void)
+{
+    char dir[512];
+    mkdir_fresh(dir, sizeof dir, "holders");
+    struct qc_alloc_params p;
+    qc_alloc_params_default(&p);
+    p.trace = true;
+    struct qc_alloc *a = NULL;
+    T_EXPECT(qc_alloc_create(NULL, &p, &a) == QC_OK, "allocator");
+    /* before the step: parameters, gradients, moments, and a spare the step frees */
+    void *params = NULL, *grads = NULL, *moments = NULL, *spare = NULL;
+    T_EXPECT(qc_alloc_malloc(a, 1 << 20, NULL, "params", &params) == QC_OK, "params");
+    T_EXPECT(qc_alloc_malloc(a, 1 << 20, NULL, "grads", &grads) == QC_OK, "grads");
+    T_EXPECT(qc_alloc_malloc(a, 2 << 20, NULL, "optim/exp_avg", &moments) == QC_OK, "moments");
+    T_EXPECT(qc_alloc_malloc(a, 64 << 10, NULL, "optim/spare", &spare) == QC_OK, "spare");
+    struct qc_steptrace *tr = NULL;
+    T_EXPECT(qc_steptrace_create(a, dir, 0, 64ull << 20, &tr) == QC_OK, "create");
+    qc_alloc_set_step(a, 1);
+    qc_alloc_reset_peak(a);
+    qc_steptrace_begin(tr, 1);
+    qc_alloc_free(a, spare, NULL); /* a block of before the step, freed in it */
+    static const struct {
+        const char *tag;
+        size_t bytes;
+    } step[] = {
+        {"batch/nodes", 300000},
+        {"edges/pl2a.r", 3 << 20},
+        {"edges.pl2a/edges.dr", 3 << 20},
+        {"enc.l0/app0.stash", 2 << 20},
+        {"enc.l0/kv", 1 << 20},
+        {"dec.l1/app5.stash", 512 << 10},
+        {"grad/x_a", 256 << 10},
+        {"dec.l1/out.tmp", 1 << 20}, /* freed before the peak */
+        {"dec.l1/fused_tile.scratch", 4 << 20},
+    };
+    enum { NSTEP = sizeof step / sizeof step[0] };
+    void *ptr[NSTEP] = {0};
+    for (int i = 0; i < NSTEP; i++) {
+        T_EXPECT(qc_alloc_malloc(a, step[i].bytes, NULL, step[i].tag, &ptr[i]) == QC_OK, "%s",
+                 step[i].tag);
+        if (i == NSTEP - 2)
+            qc_alloc_free(a, ptr[i], NULL), ptr[i] = NULL;
+    }
+    struct qc_alloc_stats st;
+    qc_alloc_stats_get(a, &st);
+    const uint64_t peak = st.bytes_allocated_peak;
+    const uint64_t usable_params = qc_alloc_usable_size(a, params);
+    const uint64_t usable_moments = qc_alloc_usable_size(a, moments);
+    for (int i = NSTEP - 1; i >= 0; i--)
+        if (ptr[i])
+            qc_alloc_free(a, ptr[i], NULL);
+    qc_alloc_stats_get(a, &st);
+    T_EXPECT(qc_steptrace_end(tr, st.bytes_allocated_peak, st.bytes_reserved_peak) == QC_OK,
+             "end: %s", qc_error_last());
+    char mem[4096];
+    snprintf(mem, sizeof mem,
+             "{\"format\": \"qctrain-memory-report\", \"version\": 1, \"device\": \"cpu\", "
+             "\"step\": 1, \"total_steps\": 1, \"allocator\": {\"bytes_allocated_peak\": %llu}, "
+             "\"peak\": {\"step\": 1, \"by_block\": [], \"by_tag\": []}}\n",
+             (unsigned long long)peak);
+    put(dir, "memory.json", mem);
+    struct qc_report_info info;
+    const struct qc_report_opts o = {.run_dir = dir, .step = -1, .js_dir = "/nonexistent"};
+    T_EXPECT(qc_report_write(&o, &info) == QC_OK, "report: %s", qc_error_last());
+    cJSON *d = page_data(info.path);
+    const cJSON *h = at(d, "holders");
+    T_EXPECT(cJSON_IsObject(h), "the page's data has the holders of the peak step");
+    if (!cJSON_IsObject(h)) {
+        cJSON_Delete(d);
+        return;
+    }
+    T_EXPECT(at(h, "step")->valuedouble == 1, "step 1");
+    T_EXPECT_EQ_U64((uint64_t)at(h, "peak_bytes")->valuedouble, peak,
+                    "the holders' peak is the step's allocator peak");
+    T_EXPECT_EQ_U64((uint64_t)at(h, "step_peak_bytes")->valuedouble, peak, "index's step peak");
+    /* the total check: every owner class is in the sum, and nothing else */
+    T_EXPECT_EQ_U64((uint64_t)sum_of(at(h, "rows"), "bytes"), peak, "Σ rows = the measured peak");
+    T_EXPECT_EQ_U64((uint64_t)sum_of(at(h, "by_kind"), NULL), peak, "Σ by kind = the peak");
+    T_EXPECT_EQ_U64((uint64_t)sum_of(at(h, "by_owner"), NULL), peak, "Σ by owner = the peak");
+    T_EXPECT(str_is(h, "block", "dec.l1") && str_is(h, "tag", "dec.l1/fused_tile.scratch"),
+             "the op running at the peak");
+    const cJSON *r = holder(h, "r of edge set pl2a");
+    T_EXPECT(r && str_is(r, "owner", "edge_r") && str_is(r, "kind", "stash") &&
+                 cJSON_IsTrue(at(r, "movable")) && at(r, "bytes")->valuedouble == (double)(3 << 20),
+             "r of edge set pl2a: a stash of 3 MiB a policy can move");
+    T_EXPECT_STR_CONTAINS(owner_knob(h, "edge_r"), "model.edge_mode=tiled");
+    r = holder(h, "dL/dr of edge set pl2a");
+    T_EXPECT(r && str_is(r, "owner", "edge_dr") && str_is(r, "kind", "tensor") &&
+                 cJSON_IsFalse(at(r, "movable")),
+             "dL/dr of edge set pl2a: a tensor no policy moves");
+    T_EXPECT_STR_CONTAINS(owner_knob(h, "edge_dr"), "model.edge_mode=tiled");
+    r = holder(h, "parameters");
+    T_EXPECT(r && str_is(r, "kind", "fixed") &&
+                 (uint64_t)at(r, "bytes")->valuedouble == usable_params,
+             "parameters: fixed, their bytes");
+    T_EXPECT_STR_CONTAINS(owner_knob(h, "parameters"), "model.");
+    r = holder(h, "AdamW moments");
+    T_EXPECT(r && (uint64_t)at(r, "bytes")->valuedouble == usable_moments,
+             "moments: the spare freed in the step is not counted");
+    T_EXPECT_STR_CONTAINS(owner_knob(h, "moments"), "dist.zero_stage");
+    r = holder(h, "staged batch");
+    T_EXPECT(r && str_is(r, "kind", "fixed"), "the staged batch is fixed");
+    T_EXPECT_STR_CONTAINS(owner_knob(h, "batch"), "train.batch_size");
+    r = holder(h, "dec.l1/fused_tile.scratch");
+    T_EXPECT(r && str_is(r, "owner", "working_set") && str_is(r, "kind", "working_set"),
+             "the op's scratch is its working set");
+    r = holder(h, "stash of dec.l1/app5");
+    T_EXPECT(r && str_is(r, "kind", "stash_read") && cJSON_IsFalse(at(r, "movable")),
+             "the running block's stash is read there: no policy moves it");
+    r = holder(h, "stash of enc.l0/app0");
+    T_EXPECT(r && str_is(r, "kind", "stash") && cJSON_IsTrue(at(r, "movable")),
+             "another block's stash: a policy moves it");
+    T_EXPECT(holder(h, "stash of enc.l0/kv") != NULL, "a source context's kv is a stash");
+    r = holder(h, "grad/x_a");
+    T_EXPECT(r && str_is(r, "owner", "activation_gradients"), "activation gradients");
+    T_EXPECT(holder(h, "dec.l1/out.tmp") == NULL, "freed before the peak: not a holder");
+    cJSON_Delete(d);
+    /* the tag reader: a tag cut at 63 bytes inside ".stash" is still a stash */
+    char name[128];
+    static const char cut[] = "encoder.agent_encoder.pl2a_attn_layers.0/app3456789012345678.st";
+    T_EXPECT(strlen(cut) == 63, "a 63-byte tag");
+    T_EXPECT(qc_plan_owner_of_tag(cut, name, sizeof name) == QC_PLAN_OWNER_STASH &&
+                 strstr(name, "stash of encoder.agent_encoder.pl2a_attn_layers.0/app3"),
+             "a cut stash tag: %s", name);
+    T_EXPECT(qc_plan_owner_of_tag("", name, sizeof name) == QC_PLAN_OWNER_TENSOR, "untagged");
+    /* no trace of the peak step: no holders, a note, and the page still written */
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/trace/step-000001.qctrace");
+    unlink(dir);
+    dir[strlen(dir) - strlen("/trace/step-000001.qctrace")] = '\0';
+    T_EXPECT(qc_report_write(&o, &info) == QC_OK, "report without the trace: %s", qc_error_last());
+    d = page_data(info.path);
+    T_EXPECT(cJSON_IsNull(at(d, "holders")), "no trace: holders null");
+    cJSON_Delete(d);
+    qc_steptrace_destroy(tr);
+    qc_alloc_free(a, moments, NULL);
+    qc_alloc_free(a, grads, NULL);
+    qc_alloc_free(a, params, NULL);
+    qc_alloc_destroy(a);
+    t_rm_rf(dir);
+}
+
 int main(void)
 {
     QC_TEST ("report: a 100,000-step run gives a page under 5 MB, data within its bounds")
@@ -486,5 +674,8 @@ int main(void)
         test_steptrace_oom();
     QC_TEST ("report: tensor tags up to 63 bytes are kept whole (statistics and trace)")
         test_long_tag();
+    QC_TEST ("report: what holds the peak: the peak step's bytes by owner sum to its measured "
+             "peak; r and dL/dr of an edge set named with model.edge_mode")
+        test_holders();
     return qc_test_summary();
 }

@@ -337,7 +337,7 @@ def check_page_common(name, html, errors, urls, page_path, mem):
     page_url = "file://" + os.path.abspath(page_path)
     others = [u for u in urls if u != page_url and not u.startswith("data:")]
     check(not others, "%s: no request besides the page itself (self-contained) %s" % (name, others))
-    for sec in ("timeline", "blocks", "curves", "run"):
+    for sec in ("timeline", "blocks", "holders", "curves", "run"):
         n = by_id(root, sec)
         check(n is not None and n.tag == "section", "%s: section #%s" % (name, sec))
     a = mem["allocator"]
@@ -357,6 +357,38 @@ def check_page_common(name, html, errors, urls, page_path, mem):
           "%s: the data sits in <script type=application/json>" % name)
     check(len(root.find("script", type="application/json")) == 1, "%s: the data is there once" % name)
     return root
+
+
+def holders_checks(root, run_dir, mem):
+    """The "What holds the peak" section of a run's report: its rows add up to the measured peak
+    of the peak step (the trace index's figure and memory.json's steps[] entry), byte for byte,
+    and name the r of an edge set with the knob model.edge_mode."""
+    peak_fig = by_id(root, "fig-holders-peak")
+    check(peak_fig is not None, "holders: the peak figure")
+    step, peak = int(peak_fig.attrs["data-step"]), int(peak_fig.attrs["data-bytes"])
+    with open(os.path.join(run_dir, "trace", "index.json")) as f:
+        idx = {e["step"]: e for e in json.load(f)["steps"]}
+    check(step in idx and idx[step]["bytes_allocated_peak"] == peak,
+          "holders: step %d's peak %d = the trace index's step peak" % (step, peak))
+    steps = {e["step"]: e["bytes_allocated_peak"] for e in mem.get("steps", [])}
+    check(steps.get(step) == peak, "holders: = memory.json steps[] of step %d (%s)" %
+          (step, steps.get(step)))
+    rows = by_id(root, "holders-table").find("tbody")[0].find("tr")
+    total = sum(int(tr.find("td")[3].attrs["data-sort"]) for tr in rows)
+    check(total == peak, "holders: %d rows sum to %d bytes = the peak %d" % (len(rows), total, peak))
+    kinds = by_id(root, "holders-kinds").find("tbody")[0].find("tr")
+    check(sum(int(tr.find("td")[1].attrs["data-sort"]) for tr in kinds) == peak,
+          "holders: the kinds sum to the peak")
+    check(by_id(root, "holders-sum").attrs.get("data-bytes") == str(peak),
+          "holders: the page says the rows add up to the peak")
+    r = [tr for tr in rows if tr.find("td")[0].all_text().startswith("r of edge set ")]
+    check(r and all("model.edge_mode" in tr.find("td")[7].all_text() for tr in r),
+          "holders: %d rows name an edge set's r with the knob model.edge_mode (%s)" %
+          (len(r), [tr.find("td")[0].all_text() for tr in r][:3]))
+    fixed = [tr.find("td")[0].all_text() for tr in rows if tr.find("td")[0].attrs.get("data-kind")
+             == "fixed"]
+    check({"parameters", "gradients", "AdamW moments"} <= set(fixed),
+          "holders: the fixed owners named (%s)" % fixed)
 
 
 def browser(qctrain, run_dir):
@@ -380,6 +412,8 @@ def browser(qctrain, run_dir):
         rows = by_id(root, "blocks-table").find("tbody")[0].find("tr")
         check(len(rows) == len(mem["peak"]["by_block"]), "report.html: one row per block")
         check(not root.find(id="lib-missing-dygraphs"), "report.html: no missing-library notice")
+        # what holds the peak: every holder of the peak step's peak, summing to its measured peak
+        holders_checks(root, run_dir, mem)
         check(by_id(root, "config-table") is not None, "report.html: the configuration")
         # plan versus measured: every planned row has its measured bytes (one naming of planned
         # blocks and allocator tags), equal to the prediction when every stash is kept

@@ -4,12 +4,15 @@
  * describes both for users; this header is the module's whole public surface.
  *
  * The report is ONE self-contained HTML file (inline CSS and JS, no network, works from file://)
- * with four sections, each an element with a fixed id:
+ * with five sections, each an element with a fixed id:
  *   timeline  allocated / reserved bytes over one step (the peak step, or --step), stacked by
  *             block, from the step traces train keeps in RUN/trace/ (qc_steptrace.h);
  *   blocks    the breakdown at the run's peak by block and by tag (memory.json), and the
  *             planner's policy and predicted bytes beside the measured bytes when memory.json
  *             holds a "plan" object;
+ *   holders   what holds the peak: every byte live at the peak step's highest point, by owner
+ *             (the owners and knobs of qc_plan_owners.h, those `qctrain plan` explains its floor
+ *             with), from that step's trace; the rows add up to the step's measured peak;
  *   curves    loss and its terms, lr, samples/s, peak device bytes and the memory fields of
  *             metrics.jsonl against the step, downsampled to at most QC_REPORT_CURVE_POINTS
  *             buckets (each bucket: min, mean, max), and the eval lines;

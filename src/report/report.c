@@ -6,7 +6,8 @@
  *    "notes": [...], "libs": {"dygraphs": {...}, "chartjs": {...}},
  *    "metrics": [the qc_report_metrics table], "groups_of_blocks": {block: group},
  *    "memory": memory.json without its per-step list (the curves carry the steps),
- *    "run": run.json or null, "curves": {...}, "timeline": {...} | null}
+ *    "run": run.json or null, "curves": {...}, "timeline": {...} | null,
+ *    "holders": {...} | null (what holds the peak step's peak: report_holders.c)}
  * Size: memory.json's breakdown is bounded (33 blocks, 33 tags), the curves by
  * QC_REPORT_CURVE_POINTS buckets and the timeline by QC_REPORT_TIMELINE_POINTS points, so the
  * page stays around 1 MB whatever the run's length (docs/BENCHMARKS.md).
@@ -156,6 +157,10 @@ enum qc_status qc_report_write(const struct qc_report_opts *opts, struct qc_repo
     if (st == QC_OK) {
         qc_strbuf_puts(&d, ",\n ");
         st = report_timeline_json(dir, opts->step, &d, &notes, &inf.timeline_step);
+    }
+    if (st == QC_OK) {
+        qc_strbuf_puts(&d, ",\n ");
+        st = report_holders_json(dir, mem, &d, &notes);
     }
     if (st == QC_OK) {
         qc_strbuf_puts(&d, ",\n \"notes\": [");

@@ -2,8 +2,8 @@
  * report_html.c — the report page: one HTML document holding its style, its data, the two
  * chart libraries and its script, so it opens from file:// with no network.
  *
- * Layout: header (title, subtitle, notices), the sections timeline / blocks / curves / run
- * (each <section id=...> with a .body the script fills), the third-party notices, then the
+ * Layout: header (title, subtitle, notices), the sections timeline / blocks / holders / curves /
+ * run (each <section id=...> with a .body the script fills), the third-party notices, then the
  * scripts: the data (<script type="application/json" id="qc-data">), dygraphs, Chart.js, the
  * page script. Text placed inside <script> must not contain "</script" or "<!--" (the HTML
  * tokenizer would end or confuse the element): the data has every '<' written as \u003c (a
@@ -116,12 +116,15 @@ static const char page_head[] =
 static const char page_body[] =
     "<header><h1>qctrain memory report</h1><p id=\"subtitle\"></p>\n"
     "<nav><a href=\"#timeline\">timeline</a><a href=\"#blocks\">blocks</a>"
-    "<a href=\"#curves\">curves</a><a href=\"#run\">run</a><a href=\"#licenses\">notices</a>"
+    "<a href=\"#holders\">what holds the peak</a><a href=\"#curves\">curves</a>"
+    "<a href=\"#run\">run</a><a href=\"#licenses\">notices</a>"
     "</nav></header>\n<main>\n<div id=\"notices\"></div>\n"
     "<noscript><div class=\"notice\">This report is drawn by its inline script: enable "
     "JavaScript to see it.</div></noscript>\n"
     "<section id=\"timeline\"><h2>Timeline of one step</h2><div class=\"body\"></div></section>\n"
     "<section id=\"blocks\"><h2>Who holds the memory at the peak</h2><div class=\"body\"></div>"
+    "</section>\n"
+    "<section id=\"holders\"><h2>What holds the peak</h2><div class=\"body\"></div>"
     "</section>\n"
     "<section id=\"curves\"><h2>Curves</h2><div class=\"body\"></div></section>\n"
     "<section id=\"run\"><h2>Run, machine and allocator</h2><div class=\"body\"></div>"

@@ -5,6 +5,8 @@
  *   report_curves.c    metrics.jsonl -> the "curves" object (downsampled)
  *   report_timeline.c  RUN/trace/ -> the "timeline" object (one step, stacked by block group)
  *   report_plan.c      the plan table's measured bytes per planned block (from the trace)
+ *   report_holders.c   "What holds the peak": the peak step's live bytes by owner, with the
+ *                      plan's owners and knobs (qc_plan_owners.h)
  *   report_json.c      report_load_json: one JSON file of the run folder, read and parsed
  *   report_html.c      the page: template, CSS, the page script, inlined libraries, notices
  *   run_info.c         RUN/run.json (qc_report_write_run_info)
@@ -74,6 +76,13 @@ enum qc_status report_timeline_json(const char *run_dir, int64_t step, struct qc
 const char *report_block_group(const char *block);
 /* The groups in stacking order; *n receives the count. */
 const char *const *report_block_groups(int *n);
+
+/* Appends `"holders": {...}` or `"holders": null` (with a note) from RUN/trace/: what holds the
+ * bytes at the measured peak of the peak step (memory.json mem's peak.step, else the index's
+ * "peak" step), by owner and kind, each holder with its bytes (report_holders.c has the shape).
+ * Σ rows = the step's peak bytes. A missing trace is a note, not an error. QC_ERR_NOMEM. */
+enum qc_status report_holders_json(const char *run_dir, const cJSON *mem, struct qc_strbuf *b,
+                                   struct report_notes *notes);
 
 /* Reads and parses a JSON file (report_json.c); *out NULL when the file does not exist.
  * QC_ERR_IO, QC_ERR_INVALID naming the file for text that is not JSON. */

@@ -518,6 +518,72 @@
     }), 'plan-table');
   }
 
+  // ---- what holds the peak ---------------------------------------------------------------------
+
+  /* Every byte live at the peak of the peak step, by owner (report_holders.c), in the words of
+   * `qctrain plan`'s floor (the owners and knobs of src/plan/qc_plan_owners.h): the kinds, then
+   * every holder with its bytes, whether a stash policy can move it and what moves it. */
+  function renderHolders() {
+    var b = body('holders');
+    var H = D.holders;
+    if (!H) {
+      add(b, el('p', { 'class': 'muted', id: 'holders-none' }, 'The run folder keeps no ' +
+        'allocation trace of the peak step: nothing to say what holds the peak (the notes at ' +
+        'the top say why).'));
+      return;
+    }
+    var kinds = {}, owners = {};
+    (H.kinds || []).forEach(function (k) { kinds[k.key] = k; });
+    (H.owners || []).forEach(function (o) { owners[o.key] = o; });
+    var sum = 0, movable = 0;
+    (H.rows || []).forEach(function (r) { sum += r.bytes; if (r.movable) movable += r.bytes; });
+    function share(v) {
+      var s = H.peak_bytes ? v / H.peak_bytes : 0;
+      return { text: (100 * s).toFixed(1) + ' %', sort: s };
+    }
+    var figs = add(b, el('div', { 'class': 'figs' }));
+    fig(figs, 'peak of step ' + H.step, 'fig-holders-peak', fmtBytes(H.peak_bytes) + ' (' +
+      fmtInt(H.peak_bytes) + ' bytes)', { 'data-bytes': String(H.peak_bytes),
+      'data-step': String(H.step), 'data-step-peak': String(H.step_peak_bytes) });
+    fig(figs, 'running at the peak', 'fig-holders-block', H.block || '(the step\'s start)',
+      H.tag ? { title: 'the allocation that made the peak: ' + H.tag } : null);
+    fig(figs, 'a stash policy can move', 'fig-holders-movable', fmtBytes(movable),
+      { 'data-bytes': String(movable) });
+    fig(figs, 'no policy moves', 'fig-holders-unmovable', fmtBytes(sum - movable),
+      { 'data-bytes': String(sum - movable) });
+    add(b, el('p', { 'class': 'muted' }, 'Every byte live at the highest point of step ' +
+      H.step + ' (the ' + H.from + '), by owner, in the words `qctrain plan` explains its floor ' +
+      'with: fixed bytes, stashes (read by the op running there: no policy moves them), ' +
+      'tensors no policy moves (an edge set\'s dL/dr among them), the working set of the op at ' +
+      'the peak. Click a column to sort.'));
+    add(b, el('h3', null, 'By kind'));
+    table(b, [{ label: 'kind' }, { label: 'bytes', num: true }, { label: 'share', num: true },
+      { label: 'what moves it' }],
+    (H.kinds || []).filter(function (k) { return (H.by_kind || {})[k.key]; }).map(function (k) {
+      var v = H.by_kind[k.key];
+      return [{ text: k.name, attrs: { 'data-kind': k.key } }, bytesCell(v), share(v), k.knob];
+    }), 'holders-kinds');
+    add(b, el('h3', null, 'Every holder (' + (H.rows || []).length + ')'));
+    var rows = (H.rows || []).map(function (r) {
+      var o = owners[r.owner] || {};
+      /* a stash its block reads there: no policy moves it at this point */
+      var knob = r.kind === 'stash_read' && kinds.stash_read ? kinds.stash_read.knob : o.knob;
+      return [{ text: r.name, attrs: { 'data-owner': r.owner, 'data-kind': r.kind } },
+        o.label || r.owner, (kinds[r.kind] || {}).name || r.kind, bytesCell(r.bytes),
+        share(r.bytes), { text: r.count ? fmtInt(r.count) : '\u2014', sort: r.count },
+        r.movable ? 'yes' : 'no', knob || ''];
+    });
+    add(b, el('div', { 'class': 'scroll' })).appendChild(table(document.createDocumentFragment(),
+      [{ label: 'holder', sort: true }, { label: 'owner', sort: true }, { label: 'kind', sort: true },
+        { label: 'bytes', num: true, sort: true }, { label: 'share', num: true, sort: true },
+        { label: 'allocations', num: true, sort: true }, { label: 'a policy moves it', sort: true },
+        { label: 'what moves it' }], rows, 'holders-table'));
+    add(b, el('p', { 'class': 'muted', id: 'holders-sum', 'data-bytes': String(sum) },
+      'The holders add up to ' + fmtInt(sum) + ' bytes' + (sum === H.peak_bytes ?
+        ': the peak, byte for byte.' : ', not the peak\'s ' + fmtInt(H.peak_bytes) +
+        ' (the notes at the top say why).')));
+  }
+
   // ---- curves ----------------------------------------------------------------------------------
 
   var CHARTS = [
@@ -677,6 +743,7 @@
     guarded('notices', renderHeader);
     guarded('timeline', renderTimeline);
     guarded('blocks', renderBlocks);
+    guarded('holders', renderHolders);
     guarded('curves', renderCurves);
     guarded('run', renderRun);
     document.body.setAttribute('data-rendered', 'yes');
