@@ -4,7 +4,10 @@
  * program of a small QCNet at a range of budgets and two margins (every result passes
  * qc_plan_check; its target is budget x (1 - margin) as the test computes it; a result that fits
  * is under that target, and so is its policy simulated again by qc_plan_evaluate; tighter
- * budgets never give lower step times), the cost model's calibration and its JSON round trip.
+ * budgets never give lower step times), the cost model's calibration and its JSON round trip,
+ * and the edge modes on a hand-made pair of edge sets (the tiled mode's FE work priced from the
+ * edge context's times; the sets tiled in order of bytes saved per second added, and only as
+ * many as the budget needs: qc_plan_make_edges).
  */
 #include <math.h>
 #include <stdio.h>
@@ -402,6 +405,157 @@ static void test_cost_model(void)
     qc_plan_program_free(&p);
 }
 
+// ---- the edge modes (qc_plan_make_edges) ---------------------------------------------------
+
+/* Two edge sets: an edge context each (e0, e1: r a stash of r_mb[s] MiB when materialised,
+ * nothing when tiled), then applications reading it, one on set 0 (a0), two on set 1 (a1,
+ * a2), each leaving a 1 MiB output; the backward frees r in its context's backward. Nothing
+ * can be recomputed and the test gives no tier, so only the edge modes move the peak. */
+struct edge_prog {
+    struct qc_plan_program p;
+    uint64_t r_mb[2];
+    int described;
+};
+
+static enum qc_status edge_describe(void *user, uint32_t tiled, const struct qc_plan_program **prog)
+{
+    struct edge_prog *e = user;
+    struct qc_plan_program *p = &e->p;
+    qc_plan_program_reset(p);
+    static const char *const names[5] = {"edges.s0", "edges.s1", "a0", "a1", "a2"};
+    static const int set[5] = {0, 1, 0, 1, 1};
+    for (int b = 0; b < 5; b++) {
+        qc_plan_program_block(p, names[b], b < 2 ? QC_PLAN_EDGES : QC_PLAN_ATTN);
+        struct qc_plan_block *k = &p->blocks[b];
+        k->fused = true;
+        k->rows = 100;
+        k->edges = 10000;
+        k->srcs = b < 2 ? 0 : 100;
+        k->edge_set = set[b];
+        k->edge_mode = (tiled >> set[b]) & 1u ? QC_PLAN_EDGE_TILED : QC_PLAN_EDGE_MATERIALISED;
+    }
+    int32_t rid[2] = {-1, -1}, out[3];
+    for (int b = 0; b < 2; b++) {
+        qc_plan_program_event(p, QC_PLAN_OP_FWD, b, -1, 0, 0, 0);
+        if (!((tiled >> b) & 1u)) {
+            rid[b] = qc_plan_program_event(p, QC_PLAN_OP_ALLOC, -1, -1, e->r_mb[b] * MB, 1, 0);
+            qc_plan_program_event(p, QC_PLAN_OP_STASH, b, rid[b], 0, 0, 0);
+        }
+        qc_plan_program_event(p, QC_PLAN_OP_FWD_END, b, -1, 0, 0, 0);
+    }
+    for (int b = 2; b < 5; b++) {
+        qc_plan_program_event(p, QC_PLAN_OP_FWD, b, -1, 0, 0, 0);
+        out[b - 2] = qc_plan_program_event(p, QC_PLAN_OP_ALLOC, -1, -1, MB, 1, 0);
+        qc_plan_program_event(p, QC_PLAN_OP_FWD_END, b, -1, 0, 0, 0);
+        if (rid[set[b]] >= 0)
+            qc_plan_program_use(p, b, set[b]);
+    }
+    for (int b = 4; b >= 0; b--) {
+        qc_plan_program_event(p, QC_PLAN_OP_BWD, b, -1, 0, 0, 1);
+        if (b < 2 && rid[b] >= 0)
+            qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, rid[b], 0, 0, 0);
+        qc_plan_program_event(p, QC_PLAN_OP_BWD_END, b, -1, 0, 0, 1);
+    }
+    for (int b = 0; b < 3; b++)
+        qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, out[b], 0, 0, 0);
+    p->fixed_bytes = 10 * MB;
+    e->described++;
+    *prog = p;
+    return qc_plan_program_finish(p);
+}
+
+static void test_edge_modes(void)
+{
+    struct edge_prog e = {.r_mb = {40, 100}};
+    qc_plan_program_init(&e.p);
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_hw hw;
+    hw_fast(&hw);
+    hw.host_capacity = hw.nvme_capacity = 0; /* nothing to offload to */
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    par.margin = 0;
+    const struct qc_plan_program *p = NULL;
+    /* the tiled mode's work: an application adds its context's FE forward to its forward and
+     * the FE forward + backward to its backward; the context itself computes no r */
+    T_EXPECT(edge_describe(&e, 0, &p) == QC_OK, "%s", qc_error_last());
+    double mat[5][2];
+    for (int b = 0; b < 5; b++)
+        for (int j = 0; j < 2; j++)
+            mat[b][j] = qc_plan_cost_time(cost, p, b, j);
+    struct qc_plan_result rm = {0}, rt = {0};
+    T_EXPECT(qc_plan_make(p, cost, &hw, &par, &rm) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(edge_describe(&e, 3, &p) == QC_OK, "%s", qc_error_last());
+    for (int b = 0; b < 5; b++) {
+        const int s = p->blocks[b].edge_set;
+        const double want0 = b < 2 ? 0.0 : mat[b][0] + mat[s][0];
+        const double want1 = b < 2 ? 0.0 : mat[b][1] + mat[s][0] + mat[s][1];
+        T_EXPECT_NEAR(qc_plan_cost_time(cost, p, b, 0), want0, 1e-12, 1e-9, "%s tiled, forward",
+                      p->blocks[b].name);
+        T_EXPECT_NEAR(qc_plan_cost_time(cost, p, b, 1), want1, 1e-12, 1e-9, "%s tiled, backward",
+                      p->blocks[b].name);
+    }
+    T_EXPECT(qc_plan_make(p, cost, &hw, &par, &rt) == QC_OK, "%s", qc_error_last());
+    printf("  everything kept: materialised %.4f s, %llu MiB; tiled %.4f s, %llu MiB\n",
+           rm.keep_step_s, (unsigned long long)(rm.keep_peak / MB), rt.keep_step_s,
+           (unsigned long long)(rt.keep_peak / MB));
+    T_EXPECT(rt.keep_step_s > rm.keep_step_s && rt.keep_peak < rm.keep_peak,
+             "tiled: slower (%.4f vs %.4f s) and smaller (%llu vs %llu)", rt.keep_step_s,
+             rm.keep_step_s, (unsigned long long)rt.keep_peak, (unsigned long long)rm.keep_peak);
+    qc_plan_result_free(&rm);
+    qc_plan_result_free(&rt);
+    /* the order: set 0 saves 80 MiB for one application's FE (forward), set 1 200 MiB for two
+     * (3 forwards and a backward): set 0 saves more per second */
+    T_EXPECT(edge_describe(&e, 0, &p) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_edge_gain g[4];
+    const int n = qc_plan_edge_order(p, cost, g, 4);
+    T_EXPECT(n == 2 && g[0].set == 0 && g[1].set == 1 && g[0].bytes == 80 * MB &&
+                 g[1].bytes == 200 * MB,
+             "order: %d sets, first %d (%llu bytes)", n, n > 0 ? g[0].set : -1,
+             n > 0 ? (unsigned long long)g[0].bytes : 0ull);
+    if (n == 2) {
+        T_EXPECT_NEAR(g[0].extra_s, mat[0][0], 1e-12, 1e-9, "set 0: one more FE forward");
+        T_EXPECT_NEAR(g[1].extra_s, 3 * mat[1][0] + mat[1][1], 1e-12, 1e-9,
+                      "set 1: three more FE forwards and one backward");
+    }
+    /* the choice: kept whole 10 + 140 + 3 MiB; set 0 tiled 113, set 1 tiled 53, both 13 */
+    static const struct {
+        uint64_t budget_mb;
+        bool choose;
+        uint32_t tiled;
+        bool fits;
+        const char *why;
+    } cases[] = {
+        {0, true, 0, true, "no budget: every set materialised"},
+        {200, true, 0, true, "the materialised plan fits: kept"},
+        {130, true, 1, true, "set 0 (the most bytes per second) is enough"},
+        {100, true, 3, true, "set 0, then set 1"},
+        {5, true, 3, false, "nothing fits: every set tiled, the smallest program"},
+        {130, false, 0, false, "a configured mode: no choice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par.budget = cases[i].budget_mb * MB;
+        const struct qc_plan_describer d = {edge_describe, &e};
+        uint32_t tiled = 99;
+        struct qc_plan_result r = {0};
+        T_EXPECT(qc_plan_make_edges(&d, cases[i].choose, cost, &hw, &par, &tiled, &p, &r) == QC_OK,
+                 "%s", qc_error_last());
+        T_EXPECT(tiled == cases[i].tiled && r.fits == cases[i].fits && p == &e.p,
+                 "%s: budget %llu MiB: tiled 0x%x (want 0x%x), fits %d, peak %llu MiB",
+                 cases[i].why, (unsigned long long)cases[i].budget_mb, tiled, cases[i].tiled,
+                 (int)r.fits, (unsigned long long)(r.peak / MB));
+        /* the program returned is the mask's */
+        for (int s = 0; s < 2; s++)
+            T_EXPECT(p->blocks[s].edge_mode ==
+                         ((tiled >> s) & 1u ? QC_PLAN_EDGE_TILED : QC_PLAN_EDGE_MATERIALISED),
+                     "%s: program of another mask", cases[i].why);
+        qc_plan_result_free(&r);
+    }
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&e.p);
+}
+
 int main(void)
 {
     QC_TEST ("plan: the simulation of a hand-made program")
@@ -412,5 +566,8 @@ int main(void)
         test_explain();
     QC_TEST ("plan: the cost model's calibration and JSON round trip")
         test_cost_model();
+    QC_TEST ("plan: the edge modes: the tiled mode's FE priced, the sets ordered by bytes per "
+             "second, tiled only as far as the budget needs")
+        test_edge_modes();
     return qc_test_summary();
 }

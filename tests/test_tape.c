@@ -5,7 +5,8 @@
  *   dry == real   the program of a dry run (qc_qcnet_describe on the DRY backend, nothing
  *                 computed: every block call's memory spec replayed, qc_memspec.h) equals the
  *                 program recorded from a real training step on the CPU and on the emulated
- *                 device, fused (with r materialised or tiled, qc_attention.h) and unfused,
+ *                 device, fused (with r materialised, tiled, or every other edge set tiled as
+ *                 the planner may choose them, qc_attention.h) and unfused,
  *                 fp32 and bf16: the same block applications with the
  *                 same size drivers, stash arenas and uses, and the same allocations and frees
  *                 in the same order, event for event, transients included. The specs are the one
@@ -71,7 +72,9 @@ static void compare(const struct qc_plan_program *real, const struct qc_plan_pro
         const struct qc_plan_block *r = &real->blocks[b], *d = &dry->blocks[b];
         if (strcmp(r->name, d->name) != 0 || r->kind != d->kind || r->rows != d->rows ||
             r->edges != d->edges || r->srcs != d->srcs || r->stash_bytes != d->stash_bytes ||
-            r->nstash != d->nstash || r->fwd_last != d->fwd_last || r->bwd_first != d->bwd_first) {
+            r->nstash != d->nstash || r->fwd_last != d->fwd_last || r->bwd_first != d->bwd_first ||
+            r->edge_set != d->edge_set || r->edge_mode != d->edge_mode ||
+            r->edges_block != d->edges_block) {
             T_FAIL_AT("%s: block %d: real %s (%s, %lld rows, %lld edges, %llu stash bytes) vs dry "
                       "%s (%s, %lld rows, %lld edges, %llu stash bytes)",
                       what, b, r->name, qc_plan_kind_str(r->kind), (long long)r->rows,
@@ -132,13 +135,18 @@ static void compare(const struct qc_plan_program *real, const struct qc_plan_pro
     free(dmap);
 }
 
-/* The program of one real step of cfg on backend be. */
+/* The program of one real step of cfg on backend be, its edge sets in modes (NULL: cfg's). */
 static bool record_real(struct qc_test_backend *be, const struct qc_qcnet_config *cfg,
-                        struct qc_plan_program *prog)
+                        const enum qc_attn_edge_mode *modes, struct qc_plan_program *prog)
 {
     struct qc_qcnet *m = NULL;
     if (qc_qcnet_create_on(cfg, be->mc, qc_test_backend_exec(be), &m) != QC_OK) {
         T_FAIL_AT("create on %s: %s", be->name, qc_error_last());
+        return false;
+    }
+    if (qc_qcnet_set_edge_modes(m, modes) != QC_OK) {
+        T_FAIL_AT("edge modes: %s", qc_error_last());
+        qc_qcnet_destroy(m);
         return false;
     }
     qc_qcnet_init_params(m, 5);
@@ -181,22 +189,51 @@ static bool record_real(struct qc_test_backend *be, const struct qc_qcnet_config
 enum tape_backend { TAPE_CPU = 0, TAPE_EMU, TAPE_CUDA };
 
 /* Tiled edge mode (qc_attention.h): no edge context keeps r (no stash), nobody allocates dL/dr;
- * materialised on CPU/EMU: the positional edge contexts keep r. The program must say so. */
+ * materialised on CPU/EMU: the positional edge contexts keep r. The program must say so, per
+ * edge set (modes: NULL = mode for all), and name each block's set and mode for the planner. */
 static void check_edge_mode(const struct qc_plan_program *p, enum qc_attn_edge_mode mode,
-                            const char *what)
+                            const enum qc_attn_edge_mode *modes, const char *what)
 {
-    int with_r = 0;
-    for (int32_t b = 0; b < p->nblocks; b++) /* an empty stash table is a 1-byte arena */
-        with_r += p->blocks[b].kind == QC_PLAN_EDGES && p->blocks[b].stash_bytes > 64;
-    if (mode == QC_ATTN_EDGE_TILED)
+    int with_r = 0, placed = 0;
+    for (int32_t b = 0; b < p->nblocks; b++) { /* an empty stash table is a 1-byte arena */
+        const struct qc_plan_block *k = &p->blocks[b];
+        if (k->kind != QC_PLAN_EDGES || k->edge_mode == QC_PLAN_EDGE_NONE)
+            continue;
+        placed++;
+        const bool r = k->stash_bytes > 64;
+        with_r += r;
+        const enum qc_attn_edge_mode want = modes ? modes[k->edge_set] : mode;
+        const bool tiled = want == QC_ATTN_EDGE_TILED;
+        T_EXPECT(r == !tiled &&
+                     k->edge_mode == (tiled ? QC_PLAN_EDGE_TILED : QC_PLAN_EDGE_MATERIALISED),
+                 "%s: %s asked %s: %s, keeps r %d", what, k->name, qc_attn_edge_mode_str(want),
+                 qc_plan_edge_mode_str((enum qc_plan_edge_mode)k->edge_mode), (int)r);
+    }
+    T_EXPECT(placed > 0, "%s: no edge context has an r to place", what);
+    if (!modes && mode == QC_ATTN_EDGE_TILED)
         T_EXPECT(with_r == 0, "%s: %d edge contexts keep r in the tiled mode", what, with_r);
     else
-        T_EXPECT(with_r > 0, "%s: no edge context keeps r in the materialised mode", what);
+        T_EXPECT(with_r > 0, "%s: no edge context keeps r", what);
+    /* every application on a set carries its set and mode, and names its edge context */
+    for (int32_t b = 0; b < p->nblocks; b++) {
+        const struct qc_plan_block *k = &p->blocks[b];
+        if (k->kind != QC_PLAN_ATTN)
+            continue;
+        const int32_t e = k->edges_block;
+        T_EXPECT(k->edge_set >= 0 && e >= 0 && p->blocks[e].edge_set == k->edge_set &&
+                     p->blocks[e].edge_mode == k->edge_mode,
+                 "%s: %s: edge set %d, context %d", what, k->name, k->edge_set, e);
+    }
 }
 
 static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind, int precision,
-                                 enum qc_attn_edge_mode mode)
+                                 enum qc_attn_edge_mode mode, bool mixed)
 {
+    /* mixed: every other edge set tiled (with cfg AUTO: materialised), as the planner may
+     * choose them (qc_qcnet_set_edge_modes) */
+    enum qc_attn_edge_mode modes[QC_QCNET_EDGE_SETS];
+    for (int e = 0; e < QC_QCNET_EDGE_SETS; e++)
+        modes[e] = e % 2 ? QC_ATTN_EDGE_TILED : QC_ATTN_EDGE_MATERIALISED;
     if (!make_batch()) {
         T_FAIL_AT("batch");
         return;
@@ -225,17 +262,19 @@ static void test_dry_equals_real(enum qc_attn_impl impl, enum tape_backend kind,
     qc_plan_program_init(&dry);
     struct qc_qcnet *dm = NULL;
     T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
-    bool ok = dm && record_real(&be, &cfg, &real);
+    if (dm && mixed)
+        T_EXPECT(qc_qcnet_set_edge_modes(dm, modes) == QC_OK, "%s", qc_error_last());
+    bool ok = dm && record_real(&be, &cfg, mixed ? modes : NULL, &real);
     if (ok) {
         T_EXPECT(qc_qcnet_describe(dm, &g_batch, kind == TAPE_CUDA, &dry) == QC_OK, "describe: %s",
                  qc_error_last());
         char what[64];
         snprintf(what, sizeof what, "%s %s %s %s", be.name,
                  impl == QC_ATTN_FUSED ? "fused" : "unfused", precision ? "bf16" : "fp32",
-                 qc_attn_edge_mode_str(mode));
+                 mixed ? "mixed" : qc_attn_edge_mode_str(mode));
         compare(&real, &dry, what);
         if (impl == QC_ATTN_FUSED && kind != TAPE_CUDA)
-            check_edge_mode(&dry, mode, what);
+            check_edge_mode(&dry, mode, mixed ? modes : NULL, what);
         /* a second describe of the same batch gives the same program */
         struct qc_plan_program again;
         qc_plan_program_init(&again);
@@ -317,19 +356,27 @@ int main(int argc, char **argv)
         enum tape_backend kind;
         int precision;
         enum qc_attn_edge_mode mode;
+        bool mixed; /* every other edge set tiled */
     } cases[] = {
-        {"cpu, fused, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"cpu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"emu, fused, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"emu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"cpu, fused, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
-        {"cpu, unfused, bf16", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
-        {"cpu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_TILED},
-        {"emu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_TILED},
-        {"cpu, fused tiled edges, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_TILED},
-        {"cuda, fused, fp32", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"cuda, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO},
-        {"cuda, fused, bf16", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_BF16, QC_ATTN_EDGE_AUTO},
+        {"cpu, fused, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"cpu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"emu, fused, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"emu, unfused, fp32", QC_ATTN_UNFUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"cpu, fused, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO, false},
+        {"cpu, unfused, bf16", QC_ATTN_UNFUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_AUTO, false},
+        {"cpu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32, QC_ATTN_EDGE_TILED,
+         false},
+        {"emu, fused tiled edges, fp32", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_FP32, QC_ATTN_EDGE_TILED,
+         false},
+        {"cpu, fused tiled edges, bf16", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_BF16, QC_ATTN_EDGE_TILED,
+         false},
+        {"cpu, fused, every other edge set tiled, fp32", QC_ATTN_FUSED, TAPE_CPU, QC_PREC_FP32,
+         QC_ATTN_EDGE_AUTO, true},
+        {"emu, fused, every other edge set tiled, bf16", QC_ATTN_FUSED, TAPE_EMU, QC_PREC_BF16,
+         QC_ATTN_EDGE_AUTO, true},
+        {"cuda, fused, fp32", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"cuda, unfused, fp32", QC_ATTN_UNFUSED, TAPE_CUDA, QC_PREC_FP32, QC_ATTN_EDGE_AUTO, false},
+        {"cuda, fused, bf16", QC_ATTN_FUSED, TAPE_CUDA, QC_PREC_BF16, QC_ATTN_EDGE_AUTO, false},
     };
     if (!cuda) {
         QC_TEST ("tape: program invariants")
@@ -342,7 +389,8 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "tape: the dry run's program equals a real step's (%s)",
                  cases[i].name);
         QC_TEST (name)
-            test_dry_equals_real(cases[i].impl, cases[i].kind, cases[i].precision, cases[i].mode);
+            test_dry_equals_real(cases[i].impl, cases[i].kind, cases[i].precision, cases[i].mode,
+                                 cases[i].mixed);
     }
     return qc_test_summary();
 }

@@ -112,6 +112,23 @@ static void drivers(struct qc_qcnet *m, int n, int64_t rows, int64_t edges, int6
     b->redo_bytes = redo_bytes;
 }
 
+_Static_assert((int)QC_ATTN_EDGE_AUTO == (int)QC_PLAN_EDGE_NONE &&
+                   (int)QC_ATTN_EDGE_MATERIALISED == (int)QC_PLAN_EDGE_MATERIALISED &&
+                   (int)QC_ATTN_EDGE_TILED == (int)QC_PLAN_EDGE_TILED,
+               "edge modes are the planner's");
+
+/* The edge set of entry n and, for an edge context or an application, the mode its r runs in
+ * (recorded: the planner prices a tiled set's FE work and chooses the modes, src/plan). */
+static void edge_drivers(struct qc_qcnet *m, int n, int set)
+{
+    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
+    if (!rec)
+        return;
+    struct qc_plan_block *b = &rec->blocks[n];
+    b->edge_set = set;
+    b->edge_mode = b->kind == QC_PLAN_KV ? QC_PLAN_EDGE_NONE : (uint8_t)m->tape.ed[set].mode;
+}
+
 /* Brackets of entry n's forward and backward (module comment). */
 static enum qc_status entry_fwd(struct qc_qcnet *m, int n)
 {
@@ -434,6 +451,7 @@ enum qc_status qcnet_edges_setup(struct qc_qcnet *m, int set, const struct qc_fo
     if (!m->dry)
         QC_TRY(qc_attn_edges_set_mode(ed, m->edge_mode[set]));
     m->edge_mode_run[set] = ed->mode;
+    edge_drivers(m, n, set);
     snprintf(name, sizeof name, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)set));
     QC_TRY(qcnet_stash_bind(m, n, &ed->fe_stash, name));
     snprintf(name, sizeof name, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)set));
@@ -529,6 +547,7 @@ enum qc_status qcnet_kv_setup(struct qc_qcnet *m, const struct qcnet_layer *laye
     QC_TRY(entry_fwd(m, n));
     const struct qc_attn_graph *g = &m->tape.g[set];
     drivers(m, n, g->n_dst, g->n_edge, g->n_src, 0);
+    edge_drivers(m, n, set);
     QC_TRY(kv_forward(m, n, layer));
     return entry_fwd_end(m, n);
 }
@@ -610,6 +629,7 @@ static void app_drivers(struct qc_qcnet *m, int n, int set)
     const struct qc_attn_graph *g = &m->tape.g[set];
     drivers(m, n, g->n_dst, g->n_edge * g->n_query, g->n_src,
             (uint64_t)(g->n_dst * m->D) * sizeof(float));
+    edge_drivers(m, n, set);
 }
 
 enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *layer, int kv,

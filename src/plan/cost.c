@@ -6,7 +6,10 @@
  * predicted step = step_factor · Σ_b (t_fwd + t_bwd) + glue_s. (Memory is not modelled here:
  * the program states every allocation, transients included.) rf(b) is the block's own
  * coefficient once measured (EMA, α = 0.3), else the mean of its kind's measured blocks, else
- * the built-in coefficient of its kind.
+ * the built-in coefficient of its kind. On a TILED edge set (qc_plan_edge_mode) the blocks' times
+ * are derived from the materialised ones (mode_time): the edge context computes no r, each
+ * application adds the context's FE forward (forward) and FE forward + backward (backward); such
+ * blocks are not folded into the coefficients, which keep pricing the materialised work.
  *
  * A roofline model (qc_plan_cost_create_roofline: a GPU the planner has no measurement of) gives
  * each block max(FLOPs / peak FLOP/s, bytes / memory bandwidth) plus its kernels' launches,
@@ -260,13 +263,40 @@ static double roofline_time(const struct qc_plan_roofline *r, const struct qc_pl
     return t + x * QC_PLAN_ROOFLINE_LAUNCHES * QC_PLAN_ROOFLINE_LAUNCH_S;
 }
 
+/* Seconds of block k's phase before the step factor, its edge set materialised. */
+static double raw_time(const struct qc_plan_cost *c, const struct qc_plan_block *k, int phase)
+{
+    return c->roofline ? roofline_time(&c->roof, k, phase) : block_time(c, k, phase ? 1 : 0);
+}
+
+/* The same with the tiled mode's work (qc_plan_cost_time's contract): an edge context of a
+ * TILED set computes no r; an application on one runs the context's FE forward in its forward
+ * and the FE forward + backward in its backward. */
+static double mode_time(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                        const struct qc_plan_block *k, int phase)
+{
+    if (k->edge_mode != QC_PLAN_EDGE_TILED)
+        return raw_time(c, k, phase);
+    if (k->kind == QC_PLAN_EDGES)
+        return 0.0;
+    double t = raw_time(c, k, phase);
+    if (k->kind == QC_PLAN_ATTN && k->edges_block >= 0) {
+        const struct qc_plan_block *e = &p->blocks[k->edges_block];
+        t += raw_time(c, e, 0) + (phase ? raw_time(c, e, 1) : 0.0);
+    }
+    return t;
+}
+
 double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
                          int phase)
 {
-    const struct qc_plan_block *k = &p->blocks[b];
-    if (c->roofline)
-        return c->step_factor * roofline_time(&c->roof, k, phase);
-    return c->step_factor * block_time(c, k, phase ? 1 : 0);
+    return c->step_factor * mode_time(c, p, &p->blocks[b], phase);
+}
+
+double qc_plan_cost_time_materialised(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                                      int32_t b, int phase)
+{
+    return c->step_factor * raw_time(c, &p->blocks[b], phase);
 }
 
 static void fold(double *x, double v, int64_t n)
@@ -283,7 +313,8 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
     for (int32_t b = 0; b < p->nblocks; b++) {
         const struct qc_plan_block *k = &p->blocks[b];
         const double w = qc_plan_work(k);
-        if (per_block && w > 0 && m[b].t_fwd > 0) {
+        /* a tiled set's blocks measured other work than their coefficients price */
+        if (per_block && w > 0 && m[b].t_fwd > 0 && k->edge_mode != QC_PLAN_EDGE_TILED) {
             struct cost_block *e = find_or_add(c, k->name, k->kind);
             if (e) {
                 const double v[NCOEF] = {m[b].t_fwd / w, m[b].t_bwd / w};
@@ -293,8 +324,7 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
             }
         }
         blocks_s += m[b].t_fwd + m[b].t_bwd;
-        predicted += c->roofline ? roofline_time(&c->roof, k, 0) + roofline_time(&c->roof, k, 1)
-                                 : block_time(c, k, 0) + block_time(c, k, 1);
+        predicted += mode_time(c, p, k, 0) + mode_time(c, p, k, 1);
     }
     /* the kinds' means over their measured blocks */
     for (int kd = 0; kd < QC_PLAN_KIND_COUNT; kd++) {

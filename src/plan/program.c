@@ -21,6 +21,12 @@ const char *qc_plan_policy_str(enum qc_stash_policy p)
     return (int)p >= 0 && p < QC_POLICY_COUNT ? names[p] : "?";
 }
 
+const char *qc_plan_edge_mode_str(enum qc_plan_edge_mode m)
+{
+    static const char *const names[] = {"none", "materialised", "tiled"};
+    return (int)m >= 0 && m <= QC_PLAN_EDGE_TILED ? names[m] : "?";
+}
+
 void qc_plan_program_init(struct qc_plan_program *p)
 {
     memset(p, 0, sizeof *p);
@@ -77,6 +83,7 @@ int32_t qc_plan_program_block(struct qc_plan_program *p, const char *name, enum 
     b->kind = kind;
     b->fwd_ev = b->fwd_end_ev = b->bwd_ev = b->bwd_end_ev = -1;
     b->fwd_last = b->bwd_first = -1;
+    b->edge_set = b->edges_block = -1;
     return p->nblocks++;
 }
 
@@ -180,6 +187,11 @@ enum qc_status qc_plan_program_finish(struct qc_plan_program *p)
         k->nstash = 0;
         k->stash_bytes = 0;
         k->fwd_ev = k->fwd_end_ev = k->bwd_ev = k->bwd_end_ev = -1;
+        /* the edge context of its set (the tiled mode's FE is priced from it: cost.c) */
+        k->edges_block = -1;
+        for (int32_t j = 0; k->edge_set >= 0 && j < nb && k->edges_block < 0; j++)
+            if (p->blocks[j].kind == QC_PLAN_EDGES && p->blocks[j].edge_set == k->edge_set)
+                k->edges_block = j;
     }
     int32_t open = -1, open_op = -1, last_fwd = -1;
     for (int32_t i = 0; i < p->nev && st == QC_OK; i++) {

@@ -37,6 +37,17 @@ extern "C" {
 #define QC_PLAN_NAME_MAX  128 /* bytes of a block name, NUL included */
 #define QC_PLAN_STASH_MAX 3   /* stash arenas of one block application */
 
+/* Where the fused attention's relative embeddings r of an edge set and dL/dr live (= enum
+ * qc_attn_edge_mode of src/model/qc_attention.h, which the model records per block):
+ *   MATERIALISED  the edge context computes r (E,D) once and keeps it; the applications sum
+ *                 dL/dr (E,D), the context's backward runs the FE backward once;
+ *   TILED         no tensor of E rows: every application computes its r tiles (an FE forward
+ *                 over the set's edges) in its forward and again in its backward, where it
+ *                 also pushes dL/dr back through the FE (an FE backward). */
+enum qc_plan_edge_mode { QC_PLAN_EDGE_NONE = 0, QC_PLAN_EDGE_MATERIALISED, QC_PLAN_EDGE_TILED };
+/* "none", "materialised", "tiled" ("?" out of range). */
+const char *qc_plan_edge_mode_str(enum qc_plan_edge_mode m);
+
 /* What a block application is (the model's tape kinds). */
 enum qc_plan_kind {
     QC_PLAN_FE = 0, /* FourierEmbedding over rows */
@@ -103,6 +114,9 @@ struct qc_plan_block {
     int64_t srcs;        /* source rows (ATTN, KV) */
     bool can_recompute;  /* its forward can run again from kept inputs */
     uint64_t redo_bytes; /* transient of a recompute beyond its scratch: the output it rewrites */
+    int32_t edge_set;    /* EDGES, KV, ATTN: the model's edge set (enum qc_edge_set); else -1 */
+    uint8_t edge_mode;   /* EDGES, ATTN: enum qc_plan_edge_mode of its edge set (NONE: the set
+                            has no r to place: unfused, or no positional input) */
     /* finish: */
     uint32_t nstash;
     int32_t stash_id[QC_PLAN_STASH_MAX]; /* allocation ids of its arenas */
@@ -111,6 +125,7 @@ struct qc_plan_block {
     int32_t bwd_ev, bwd_end_ev;          /* of its backward markers (-1: no backward) */
     int32_t fwd_last;                    /* block whose forward is the last to read its stash */
     int32_t bwd_first;                   /* block whose backward is the first to read it */
+    int32_t edges_block;                 /* edge_set >= 0: the EDGES block of its set (-1: none) */
 };
 
 /* A use: user's forward and backward read used's stash (an attention application reads its
@@ -209,14 +224,22 @@ enum qc_status qc_plan_cost_save(const struct qc_plan_cost *c, const char *path)
 struct qc_plan_measure {
     double t_fwd, t_bwd;
 };
-/* Folds one measured step into c: per-block coefficients (blocks whose time is 0 are skipped),
- * and the step factor (step_s over the predicted compute time). per_block false: only the step
- * factor (a backend whose host clock does not see the device's work, CUDA). */
+/* Folds one measured step into c: per-block coefficients (blocks whose time is 0 are skipped,
+ * and so are the blocks of a TILED edge set: their coefficients price the materialised work,
+ * from which the tiled mode's is derived), and the step factor (step_s over the predicted
+ * compute time). per_block false: only the step factor (a backend whose host clock does not
+ * see the device's work, CUDA). */
 void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
                          const struct qc_plan_measure *m, double step_s, bool per_block);
-/* Predicted forward (phase 0) / backward (1) seconds of block b of p. */
+/* Predicted forward (phase 0) / backward (1) seconds of block b of p. On a TILED edge set
+ * (edge_mode) the tiled mode's FE work is priced from the set's edge context (edges_block)
+ * as if it materialised r: an application adds the context's forward to its forward and the
+ * context's forward + backward to its backward; the context itself computes no r (0 s). */
 double qc_plan_cost_time(const struct qc_plan_cost *c, const struct qc_plan_program *p, int32_t b,
                          int phase);
+/* The same for block b as if its edge set were MATERIALISED (what the coefficients price). */
+double qc_plan_cost_time_materialised(const struct qc_plan_cost *c, const struct qc_plan_program *p,
+                                      int32_t b, int phase);
 /* Steps folded in (0: the built-in coefficients only), and a phrase for users: "built-in
  * coefficients" or "calibrated over N steps". */
 int64_t qc_plan_cost_steps(const struct qc_plan_cost *c);
@@ -294,6 +317,43 @@ enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc
                              const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                              const struct qc_plan_result *r);
 void qc_plan_result_free(struct qc_plan_result *r);
+
+// ---- the edge modes: materialised (fast) or tiled (small) per edge set -----------------------
+
+#define QC_PLAN_EDGE_SETS_MAX 32 /* edge sets a mask of tiled sets names (bit s: set s) */
+
+/* What tiling one materialised edge set saves and costs (qc_plan_edge_order). */
+struct qc_plan_edge_gain {
+    int32_t set;    /* the model's edge set */
+    int32_t block;  /* its EDGES block */
+    uint64_t bytes; /* r and dL/dr, E x D each: twice the context's stash bytes */
+    double extra_s; /* seconds the tiled mode adds: per application an FE forward in its forward
+                       and an FE forward + backward in its backward, less the context's own FE
+                       forward and backward */
+};
+/* The MATERIALISED edge sets of p (finished) with what tiling each saves and costs under c, the
+ * most bytes per extra second first (ties: the lower set first), in out[0 .. cap); their
+ * number. */
+int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cost *c,
+                       struct qc_plan_edge_gain *out, int cap);
+
+/* Describes the step with the edge sets of mask `tiled` tiled and the others in their default
+ * mode: *prog (finished, fixed_bytes set) stays valid until the next call. */
+struct qc_plan_describer {
+    enum qc_status (*describe)(void *user, uint32_t tiled, const struct qc_plan_program **prog);
+    void *user;
+};
+/* Plans the step choosing the edge modes (README.md, "The edge modes"): the default modes
+ * first (choose false, no budget, or a plan that fits: that one); else every materialised set
+ * tiled (no fit there: that plan, fits false, and the caller splits the batch); else the sets
+ * go tiled one at a time in qc_plan_edge_order's order of the first program, each new program
+ * planned (qc_plan_make: its policies), until one fits. *tiled: the mask of the program
+ * returned, *prog: that program (the describer's last), out: its plan. QC_ERR_NOMEM, the
+ * describer's errors. */
+enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose,
+                                  const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                  const struct qc_plan_params *p, uint32_t *tiled,
+                                  const struct qc_plan_program **prog, struct qc_plan_result *out);
 
 // ---- what holds the memory at the peak ------------------------------------------------------
 
