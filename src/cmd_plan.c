@@ -102,6 +102,34 @@ struct plan_view {
     const char *calib_cache;         /* probe / run: the cache file, else NULL */
 };
 
+/* The edge set of edge context b ("edges.<set>": its name after the dot). */
+static const char *edge_set_of(const struct qc_plan_block *b)
+{
+    const char *dot = strchr(b->name, '.');
+    return dot ? dot + 1 : b->name;
+}
+
+/* One line: the mode of every edge set that has r to place (qc_plan_edge_mode). */
+static void print_edge_modes(FILE *out, const struct plan_view *v)
+{
+    const struct qc_plan_program *prog = v->prog;
+    int n = 0;
+    for (int32_t b = 0; b < prog->nblocks; b++) {
+        const struct qc_plan_block *k = &prog->blocks[b];
+        if (k->kind != QC_PLAN_EDGES || k->edge_mode == QC_PLAN_EDGE_NONE)
+            continue;
+        fprintf(out, "%s%s %s", n++ ? ", " : "edge modes       ", edge_set_of(k),
+                qc_plan_edge_mode_str((enum qc_plan_edge_mode)k->edge_mode));
+    }
+    if (n)
+        fprintf(out, " (model.edge_mode=%s%s)\n",
+                v->cfg->edge_mode == QC_EDGE_MODE_TILED          ? "tiled"
+                : v->cfg->edge_mode == QC_EDGE_MODE_MATERIALISED ? "materialised"
+                                                                 : "auto",
+                qc_train_edge_choose(v->cfg) ? ": tiled where the materialised plan does not fit"
+                                             : "");
+}
+
 static void print_text(FILE *out, const struct plan_view *v)
 {
     const struct qc_config *cfg = v->cfg;
@@ -165,6 +193,7 @@ static void print_text(FILE *out, const struct plan_view *v)
     qc_format_bytes(r->nvme_bytes, s2, sizeof s2);
     qc_format_bytes(r->recompute_bytes, s3, sizeof s3);
     fprintf(out, "stash moved      %s to host, %s to NVMe, %s recomputed\n", s1, s2, s3);
+    print_edge_modes(out, v);
     if (v->times)
         fprintf(out,
                 "predicted step   %.3f s (everything kept: %.3f s; prefetch stall %.3f s); "
@@ -342,6 +371,15 @@ static enum qc_status print_json(FILE *out, const struct plan_view *v)
         cJSON_AddNumberToObject(rk, "comm_s", v->rk.comm_s);
     else
         cJSON_AddNullToObject(rk, "comm_s");
+    /* the mode of every edge set with r to place; who chose it */
+    cJSON *em = cJSON_AddObjectToObject(o, "edge_modes");
+    for (int32_t b = 0; em && b < prog->nblocks; b++)
+        if (prog->blocks[b].kind == QC_PLAN_EDGES && prog->blocks[b].edge_mode != QC_PLAN_EDGE_NONE)
+            cJSON_AddStringToObject(
+                em, edge_set_of(&prog->blocks[b]),
+                qc_plan_edge_mode_str((enum qc_plan_edge_mode)prog->blocks[b].edge_mode));
+    cJSON_AddStringToObject(o, "edge_mode_choice",
+                            qc_train_edge_choose(cfg) ? "planner" : "configured");
     for (int32_t b = 0; b < prog->nblocks; b++) {
         cJSON *k = cJSON_CreateObject();
         cJSON_AddStringToObject(k, "name", prog->blocks[b].name);

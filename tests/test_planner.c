@@ -173,11 +173,15 @@ static void test_session(void)
                  "no tier: host %" PRIu64 ", NVMe %" PRIu64 ", recompute %" PRIu64, r.host_bytes,
                  r.nvme_bytes, r.recompute_bytes);
         qc_plan_result_free(&r);
-        /* forced keep under the same budget: the peak kept whole, not fitting */
+        /* forced keep under the same budget: the peak kept whole, not fitting (model.edge_mode
+         * auto: with every edge set tiled, the smallest kept-whole program, so at most the
+         * materialised one's) */
         par.mode = QC_PLAN_MODE_KEEP;
         T_EXPECT(qc_train_planner_plan_with(pl, 1, 2, NULL, &par, &r, NULL) == QC_OK, "%s",
                  qc_error_last());
-        T_EXPECT(r.peak == keep.keep_peak && !r.fits, "forced keep: peak %" PRIu64, r.peak);
+        T_EXPECT(r.peak == r.keep_peak && r.peak <= keep.keep_peak && !r.fits,
+                 "forced keep: peak %" PRIu64 " (kept whole %" PRIu64 ", materialised %" PRIu64 ")",
+                 r.peak, r.keep_peak, keep.keep_peak);
         qc_plan_result_free(&r);
         /* a caller's cost model: every block twice as slow -> twice the time, same bytes */
         struct qc_plan_cost *slow = NULL;
@@ -251,6 +255,109 @@ static void test_session(void)
             }
         }
         qc_train_planner_destroy(pl);
+    }
+}
+
+/* Edge contexts of prog in mode m (qc_plan_edge_mode), and those with r to place. */
+static int edge_sets_in(const struct qc_plan_program *prog, int m, int *placed)
+{
+    int n = 0;
+    *placed = 0;
+    for (int32_t b = 0; b < prog->nblocks; b++)
+        if (prog->blocks[b].kind == QC_PLAN_EDGES && prog->blocks[b].edge_mode != 0) {
+            ++*placed;
+            n += prog->blocks[b].edge_mode == m;
+        }
+    return n;
+}
+
+/* The session's plan of scene 0 under cfg with budget (0: none), policy forced by keep. */
+static bool plan_one(const struct qc_config *cfg, uint64_t budget, bool keep,
+                     struct qc_plan_result *r, int *tiled, int *placed)
+{
+    struct qc_train_planner *pl = NULL;
+    T_EXPECT(qc_train_planner_create(cfg, NULL, 0, NULL, &pl) == QC_OK, "%s", qc_error_last());
+    if (!pl)
+        return false;
+    struct qc_plan_params par;
+    qc_train_plan_params(cfg, &par);
+    par.budget = budget;
+    if (keep)
+        par.mode = QC_PLAN_MODE_KEEP;
+    const struct qc_plan_program *prog = NULL;
+    const enum qc_status st = qc_train_planner_plan_with(pl, 0, 1, NULL, &par, r, &prog);
+    T_EXPECT(st == QC_OK, "%s", qc_error_last());
+    if (st == QC_OK)
+        *tiled = edge_sets_in(prog, QC_PLAN_EDGE_TILED, placed);
+    qc_train_planner_destroy(pl);
+    return st == QC_OK;
+}
+
+static void test_edge_modes(void)
+{
+    QC_TEST ("planner and trainer: model.edge_mode=auto tiles edge sets only where the "
+             "materialised plan does not fit (unsplit, the run's peak as predicted, within the "
+             "budget); a configured mode is kept; the tiled mode predicts a slower step") {
+        struct qc_config cfg, cm, ct;
+        small_config(&cfg);
+        cfg.attention = QC_ATTENTION_FUSED;
+        cfg.edge_mode = QC_EDGE_MODE_AUTO;
+        cfg.plan_margin = 0.10; /* the small pool's fragmentation (test_session) */
+        cm = ct = cfg;
+        cm.edge_mode = QC_EDGE_MODE_MATERIALISED;
+        ct.edge_mode = QC_EDGE_MODE_TILED;
+        struct qc_plan_result rm = {0}, rt = {0}, ra = {0};
+        int tm = -1, tt = -1, ta = -1, nm = 0, nt = 0, na = 0;
+        if (!plan_one(&cm, 0, true, &rm, &tm, &nm) || !plan_one(&ct, 0, true, &rt, &tt, &nt) ||
+            !plan_one(&cfg, 0, true, &ra, &ta, &na))
+            continue;
+        printf("  kept whole: materialised %" PRIu64 " B, %.4f s; tiled %" PRIu64
+               " B, %.4f s (%d of %d edge sets)\n",
+               rm.keep_peak, rm.keep_step_s, rt.keep_peak, rt.keep_step_s, tt, nt);
+        T_EXPECT(nm > 0 && tm == 0 && tt == nt,
+                 "forced modes: %d of %d tiled (materialised), %d "
+                 "of %d (tiled)",
+                 tm, nm, tt, nt);
+        T_EXPECT(ta == 0 && ra.keep_peak == rm.keep_peak,
+                 "no budget: auto keeps every set "
+                 "materialised (%d tiled)",
+                 ta);
+        T_EXPECT(rt.keep_step_s > rm.keep_step_s && rt.keep_peak < rm.keep_peak,
+                 "the tiled mode: slower (%.4f vs %.4f s), smaller (%" PRIu64 " vs %" PRIu64 ")",
+                 rt.keep_step_s, rm.keep_step_s, rt.keep_peak, rm.keep_peak);
+        /* a budget whose target lies between the two (everything kept: plan.policy=keep) */
+        const uint64_t target = rt.keep_peak + (rm.keep_peak - rt.keep_peak) / 2;
+        const uint64_t budget = (uint64_t)((double)target / (1.0 - cfg.plan_margin)) + 1;
+        qc_plan_result_free(&ra);
+        qc_plan_result_free(&rm);
+        T_EXPECT(plan_one(&cfg, budget, true, &ra, &ta, &na), "auto under the budget");
+        T_EXPECT(plan_one(&cm, budget, true, &rm, &tm, &nm), "materialised under the budget");
+        printf("  budget %" PRIu64 ": auto tiles %d of %d edge sets, peak %" PRIu64 " (fits %d); "
+               "materialised peak %" PRIu64 " (fits %d)\n",
+               budget, ta, na, ra.peak, (int)ra.fits, rm.peak, (int)rm.fits);
+        T_EXPECT(ra.fits && ta > 0, "auto: fits %d with %d sets tiled", (int)ra.fits, ta);
+        T_EXPECT(!rm.fits && tm == 0, "forced materialised: fits %d, %d tiled", (int)rm.fits, tm);
+        /* the trainer runs the batch whole in the modes the session chose */
+        struct qc_config cb = cfg;
+        cb.device_budget = budget;
+        cb.plan_policy = QC_PLAN_KEEP;
+        struct qc_step_metrics mb = {0};
+        if (one_step(&cb, "edge-auto", &mb)) {
+            printf("  run: predicted %" PRIu64 ", measured %" PRIu64 " (device %" PRIu64
+                   "), splits %" PRId64 ", re-plans %" PRId64 "\n",
+                   mb.predicted_peak_bytes, mb.peak_active_bytes, mb.peak_device_bytes, mb.splits,
+                   mb.replans);
+            T_EXPECT(mb.splits == 0 && mb.replans == 0, "splits %" PRId64 ", re-plans %" PRId64,
+                     mb.splits, mb.replans);
+            T_EXPECT(mb.peak_device_bytes <= budget, "measured peak %" PRIu64 " over the budget",
+                     mb.peak_device_bytes);
+            T_EXPECT(mb.predicted_peak_bytes == ra.peak && mb.peak_active_bytes == ra.peak,
+                     "the run's plan %" PRIu64 ", measured %" PRIu64 ", the session's %" PRIu64,
+                     mb.predicted_peak_bytes, mb.peak_active_bytes, ra.peak);
+        }
+        qc_plan_result_free(&ra);
+        qc_plan_result_free(&rm);
+        qc_plan_result_free(&rt);
     }
 }
 
@@ -625,6 +732,7 @@ int main(void)
     t_rm_rf(tmp_root);
     mkdir(tmp_root, 0755);
     test_session();
+    test_edge_modes();
     test_sizes();
     test_cli();
     t_rm_rf(tmp_root);

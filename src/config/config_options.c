@@ -145,7 +145,9 @@ static const struct qc_config_option options[] = {
                "fused attention: the relative embeddings r of every edge set and dL/dr "
                "materialised (E x D each, fast; cpu/emu) or tiled (computed and pushed back "
                "through the edge MLP per attention tile, nothing of E rows; every backend); "
-               "auto = materialised on cpu/emu, tiled on cuda"),
+               "auto = materialised on cpu/emu (under device.budget the planner tiles the "
+               "edge sets a materialised plan does not fit, before splitting the batch), "
+               "tiled on cuda"),
 
     /* train.* */
     OPT_FLOAT("train.lr", lr, "5e-4", 0.0, 10.0, "", "AdamW learning rate"),

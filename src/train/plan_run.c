@@ -158,6 +158,22 @@ uint64_t qc_train_fixed_bytes(const struct qc_config *cfg, int64_t nparams, int6
     return qc_train_fixed_parts(cfg, nparams, ntensors, b, NULL);
 }
 
+bool qc_train_edge_choose(const struct qc_config *cfg)
+{
+    return cfg->edge_mode == QC_EDGE_MODE_AUTO && cfg->attention == QC_ATTENTION_FUSED;
+}
+
+enum qc_status qc_train_edge_modes_set(struct qc_qcnet *m, const struct qc_config *cfg,
+                                       uint32_t tiled)
+{
+    if (!tiled)
+        return qc_qcnet_set_edge_modes(m, NULL);
+    enum qc_attn_edge_mode modes[QC_QCNET_EDGE_SETS];
+    for (int s = 0; s < QC_QCNET_EDGE_SETS; s++)
+        modes[s] = (tiled >> s) & 1u ? QC_ATTN_EDGE_TILED : (enum qc_attn_edge_mode)cfg->edge_mode;
+    return qc_qcnet_set_edge_modes(m, modes);
+}
+
 // ---- a planning session without a run -----------------------------------------------------------
 
 /* A scene's sizes: what a batch's program and staged bytes depend on. The graph of a batch is
@@ -211,6 +227,8 @@ struct qc_train_planner {
                               its arrays; a dry run reads none) */
     size_t nzeros;
     bool have_batch;
+    bool described; /* prog is the program of batch with the edge sets of `tiled` tiled */
+    uint32_t tiled;
     int64_t *idx, B; /* B 0: nothing cached */
     int64_t ntensors;
 };
@@ -559,6 +577,26 @@ static enum qc_status size_batch(struct qc_train_planner *pl, const int64_t *idx
     return QC_OK;
 }
 
+/* The describer of the session's batch (qc_plan_describer): the dry model's program with the
+ * edge sets of `tiled` tiled, described again only when the mask changes. */
+static enum qc_status session_describe(void *user, uint32_t tiled,
+                                       const struct qc_plan_program **prog)
+{
+    struct qc_train_planner *pl = user;
+    if (!pl->described || pl->tiled != tiled) {
+        pl->described = false;
+        QC_TRY(qc_train_edge_modes_set(pl->dry, &pl->cfg, tiled));
+        QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
+                                 &pl->prog));
+        pl->tiled = tiled;
+        pl->described = true;
+    }
+    pl->prog.fixed_bytes =
+        qc_train_fixed_bytes(&pl->cfg, qc_qcnet_num_params(pl->dry), pl->ntensors, &pl->batch);
+    *prog = &pl->prog;
+    return QC_OK;
+}
+
 enum qc_status qc_train_planner_plan(struct qc_train_planner *pl, int64_t B,
                                      struct qc_plan_result *out,
                                      const struct qc_plan_program **prog)
@@ -603,30 +641,32 @@ enum qc_status qc_train_planner_plan_scenes(struct qc_train_planner *pl, const i
     for (int64_t i = 0; i < B; i++)
         if (idx[i] < 0)
             return qc_errorf(QC_ERR_INVALID, "plan: scene %lld", (long long)idx[i]);
-    /* the program depends on the batch alone: kept from the last call for the same one */
+    /* the batch's sizes depend on its scenes alone: kept from the last call for the same ones */
     if (!pl->have_batch || pl->B != B || memcmp(pl->idx, idx, (size_t)B * sizeof *idx) != 0) {
-        pl->B = 0; /* nothing cached until both succeed */
+        pl->B = 0; /* nothing cached until it succeeds */
+        pl->described = false;
         int64_t *keep = realloc(pl->idx, (size_t)B * sizeof *keep);
         if (!keep)
             return qc_errorf(QC_ERR_NOMEM, "plan: %lld scenes", (long long)B);
         pl->idx = keep;
         QC_TRY(size_batch(pl, idx, B));
-        QC_TRY(qc_qcnet_describe(pl->dry, &pl->batch, pl->cfg.device_kind == QC_CONFIG_DEVICE_CUDA,
-                                 &pl->prog));
         memcpy(pl->idx, idx, (size_t)B * sizeof *idx);
         pl->B = B;
     }
-    pl->prog.fixed_bytes =
-        qc_train_fixed_bytes(&pl->cfg, qc_qcnet_num_params(pl->dry), pl->ntensors, &pl->batch);
     struct qc_plan_params pp;
     struct qc_plan_hw hh;
     if (!par)
         qc_train_plan_params(&pl->cfg, &pp);
     if (!hw)
         qc_train_plan_hw(&pl->cfg, &hh);
-    QC_TRY(qc_plan_make(&pl->prog, qc_train_planner_cost(pl), hw ? hw : &hh, par ? par : &pp, out));
+    /* the edge modes as the trainer chooses them (qc_plan_make_edges) */
+    const struct qc_plan_describer d = {session_describe, pl};
+    const struct qc_plan_program *p = NULL;
+    uint32_t tiled = 0;
+    QC_TRY(qc_plan_make_edges(&d, qc_train_edge_choose(&pl->cfg), qc_train_planner_cost(pl),
+                              hw ? hw : &hh, par ? par : &pp, &tiled, &p, out));
     if (prog)
-        *prog = &pl->prog;
+        *prog = p;
     return QC_OK;
 }
 

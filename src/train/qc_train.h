@@ -550,6 +550,16 @@ int64_t qc_train_plan_world(const struct qc_config *cfg);
  * GPU preset's card); 0 = none. */
 uint64_t qc_train_plan_budget(const struct qc_config *cfg);
 
+/* Whether the planner chooses the edge mode per edge set (qc_plan_make_edges): model.edge_mode
+ * auto with the fused attention (materialised where the backend can, tiled where that is what
+ * fits; a forced mode is kept). */
+bool qc_train_edge_choose(const struct qc_config *cfg);
+/* Sets the edge modes of model m (a dry one or the real one) for a plan's mask of tiled edge
+ * sets (bit s: enum qc_edge_set s tiled; the others keep model.edge_mode); mask 0 gives every
+ * set model.edge_mode, as a run without a choice has it. Only between steps. */
+enum qc_status qc_train_edge_modes_set(struct qc_qcnet *m, const struct qc_config *cfg,
+                                       uint32_t tiled);
+
 /* A planning session that needs no run (qctrain plan, bench memory, qctrain tune; qc_plan.h,
  * "Planning without a run"): the dry model of cfg, a cost model (built-in coefficients, or the
  * file cost_path: a run folder's plan_cost.json) and the scenes of the data files (cycled when

@@ -10,7 +10,11 @@
  *      the configured margin; the admission plan is made with the built-in cost coefficients
  *      and the configured hw.* figures, so that this decision (a split changes the bits) is a
  *      function of the data, the configuration and the step only, never of timing, of the
- *      calibration or of the allocator's cache. Otherwise the group is split into two halves
+ *      calibration or of the allocator's cache. With model.edge_mode=auto the admission plan
+ *      also chooses the edge modes (qc_plan_make_edges: every edge set materialised when that
+ *      fits, else sets tiled until one fits, src/plan/README.md "The edge modes"), which the
+ *      model is set to before the group runs (qc_train_edge_modes_set; tiling changes the edge
+ *      FEs' gradient bits, hence the same rule). Otherwise the group is split into two halves
  *      of its scenes (recursively), built by the loader and run one after the other with the
  *      loss denominators (qc_qcnet_ctx.loss_norm) of the scenes that run and the group's
  *      weight, so their losses and gradients add up to the group's (within fp32 rounding;
@@ -81,7 +85,11 @@ struct train_mem {
     int64_t step_no;    /* the step running (1-based) */
     uint64_t frag_seen; /* the batch's runs: the most reserved-but-unallocated bytes at a failure */
     double margin;      /* in force: par.margin raised by failures and misses, decaying back */
-    bool step_missed;   /* this step ran out or peaked over its prediction */
+    bool choose_edges;  /* the planner chooses the edge modes (qc_train_edge_choose) */
+    uint32_t tiled;     /* the edge sets tiled in prog (the dry model's, and the model's when it
+                           runs prog): bit s = enum qc_edge_set s */
+    uint32_t tiled_said; /* the mask the log last named */
+    bool step_missed;    /* this step ran out or peaked over its prediction */
     bool cuda;
     bool skip_oversized;
     struct qc_plan_measure *meas;
@@ -223,6 +231,7 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
     qc_train_plan_params(cfg, &tm->par);
     qc_train_plan_hw(cfg, &tm->hw);
     tm->margin = tm->par.margin;
+    tm->choose_edges = qc_train_edge_choose(cfg);
     tm->nparams = qc_qcnet_num_params(model);
     struct qc_qcnet_config mc;
     qc_train_model_config(cfg, &mc);
@@ -336,17 +345,43 @@ static enum qc_status keep_plan(struct train_mem *tm, const struct qc_plan_resul
     return QC_OK;
 }
 
-/* Describes the batch (host) into tm->prog: its program, and the allocator's allocated bytes
- * now as its fixed bytes. */
-static enum qc_status describe(struct train_mem *tm, const struct qc_batch *host)
+/* Describes the batch (host) into tm->prog with the edge sets of `tiled` tiled: its program,
+ * and the allocator's allocated bytes now as its fixed bytes. */
+static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *host,
+                                   uint32_t tiled)
 {
-    const double t0 = now_s();
-    const enum qc_status st = qc_qcnet_describe(tm->dry, host, tm->cuda, &tm->prog);
+    tm->tiled = 0;
+    QC_TRY(qc_train_edge_modes_set(tm->dry, &tm->cfg, tiled));
+    QC_TRY(qc_qcnet_describe(tm->dry, host, tm->cuda, &tm->prog));
+    tm->tiled = tiled;
     struct qc_alloc_stats as;
     qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
     tm->prog.fixed_bytes = as.bytes_allocated;
+    return QC_OK;
+}
+
+/* The same, timed (the step's planning time). */
+static enum qc_status describe(struct train_mem *tm, const struct qc_batch *host, uint32_t tiled)
+{
+    const double t0 = now_s();
+    const enum qc_status st = describe_raw(tm, host, tiled);
     tm->step.plan_s += now_s() - t0;
     return st;
+}
+
+/* A group's describer for qc_plan_make_edges. */
+struct group_desc {
+    struct train_mem *tm;
+    const struct qc_batch *host;
+};
+
+static enum qc_status group_describe(void *user, uint32_t tiled,
+                                     const struct qc_plan_program **prog)
+{
+    struct group_desc *g = user;
+    QC_TRY(describe_raw(g->tm, g->host, tiled));
+    *prog = &g->tm->prog;
+    return QC_OK;
 }
 
 /* Plans tm->prog (described) with cost and hw at margin; the result in r. */
@@ -368,12 +403,49 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
     return st;
 }
 
-/* The admission plan of tm->prog (described): the built-in coefficients, the configured
- * hardware figures, the configured margin. Whether it fits decides whether the batch runs
- * whole: a function of the batch and the configuration only (struct train_mem). */
-static enum qc_status plan_admit(struct train_mem *tm, struct qc_plan_result *r)
+/* The admission plan of batch host (r): the built-in coefficients, the configured hardware
+ * figures, the configured margin, with the edge modes chosen (qc_plan_make_edges: the default
+ * modes when they fit, else edge sets tiled until one fits). Whether it fits decides whether
+ * the batch runs whole, and its modes are the ones the batch runs in (tiling changes the bits
+ * of the edge FEs' gradients): both a function of the batch and the configuration only
+ * (struct train_mem). tm->prog is its program, tm->tiled its tiled sets. */
+static enum qc_status admit(struct train_mem *tm, const struct qc_batch *host,
+                            struct qc_plan_result *r)
 {
-    return plan_with(tm, tm->cost0, &tm->hw0, tm->par.margin, r);
+    const double t0 = now_s();
+    struct group_desc g = {tm, host};
+    const struct qc_plan_describer d = {group_describe, &g};
+    const struct qc_plan_program *prog = NULL;
+    uint32_t tiled = 0;
+    const enum qc_status st =
+        qc_plan_make_edges(&d, tm->choose_edges, tm->cost0, &tm->hw0, &tm->par, &tiled, &prog, r);
+    tm->step.plan_s += now_s() - t0;
+    return st;
+}
+
+/* Sets the model's edge modes to tm->tiled's (the program about to run); says so when they
+ * change. */
+static enum qc_status edge_modes_run(struct train_mem *tm, struct qc_qcnet *model)
+{
+    QC_TRY(qc_train_edge_modes_set(model, &tm->cfg, tm->tiled));
+    if (tm->tiled != tm->tiled_said) {
+        char sets[256] = "";
+        size_t k = 0;
+        for (int s = 0; s < QC_EDGE_SET_COUNT && k < sizeof sets; s++)
+            if ((tm->tiled >> s) & 1u)
+                k += (size_t)snprintf(sets + k, sizeof sets - k, "%s%s", k ? ", " : "",
+                                      qc_edge_set_name((enum qc_edge_set)s));
+        if (tm->tiled)
+            qc_log(QC_LOG_INFO,
+                   "plan: step %" PRId64 ": edge sets %s tiled (model.edge_mode=auto: the "
+                   "materialised plan does not fit the budget)",
+                   tm->step_no, sets);
+        else
+            qc_log(QC_LOG_INFO, "plan: step %" PRId64 ": every edge set materialised again",
+                   tm->step_no);
+        tm->tiled_said = tm->tiled;
+    }
+    return QC_OK;
 }
 
 /* Measures the group's blocks into the cost model (before release). */
@@ -671,7 +743,7 @@ static void nvme_limit(struct train_mem *tm)
         tm->hw0.nvme_capacity = lim;
 }
 
-/* Runs batch (host, dev) whole when its admission plan (plan_admit) fits, else in halves; a
+/* Runs batch (host, dev) whole when its admission plan (admit) fits, else in halves; a
  * scene that does not fit alone is too big (scene_too_big). Which of these happens must be a
  * function of the batch and the configuration (a split changes the bits: the parts' gradients
  * add up in another order), never of timing or of the allocator's cache:
@@ -696,13 +768,12 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
     tm->frag_seen = 0;
     int a = 0;
     for (; a < attempts; a++) {
-        QC_TRY(describe(tm, host));
         nvme_limit(tm);
         bool admit_plan = false; /* this attempt runs the admission plan */
         if (tm->par.budget > 0) {
-            /* admission: from the batch and the configuration alone */
+            /* admission: from the batch and the configuration alone (the edge modes too) */
             struct qc_plan_result r0 = {0};
-            QC_TRY(plan_admit(tm, &r0));
+            QC_TRY(admit(tm, host, &r0));
             if (!r0.fits) {
                 need = r0.peak;
                 ran_out = false;
@@ -739,7 +810,9 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             if (st == QC_OK && cold)
                 st = qc_alloc_empty_cache(qc_train_backend_alloc(tm->be));
         } else {
-            st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
+            st = describe(tm, host, 0);
+            if (st == QC_OK)
+                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
         }
         if (st != QC_OK)
             return st;
@@ -749,6 +822,8 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         if (tm->hook)
             tm->hook(tm->hook_user, &tm->prog, r.policy);
         st = keep_plan(tm, &r);
+        if (st == QC_OK)
+            st = edge_modes_run(tm, model);
         if (st == QC_OK)
             st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window);
         /* the rollback copy, when earlier groups of the step accumulated gradients */
@@ -810,9 +885,7 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
         b = own;
     }
     struct qc_plan_result r = {0};
-    enum qc_status st = describe(tm, b);
-    if (st == QC_OK)
-        st = plan_admit(tm, &r);
+    enum qc_status st = admit(tm, b, &r);
     const bool fits = st == QC_OK && r.fits;
     const uint64_t peak = r.peak;
     qc_plan_result_free(&r);
