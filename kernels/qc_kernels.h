@@ -117,15 +117,57 @@ struct qc_csr {
 };
 
 /* Dropout of one site (qc_philox.h gives the exact mapping). p == 0 means off (identity).
- * Element i of the call uses index = index_base + i, so a tile of a larger tensor passes the
- * flat index of its first element. Scale of a kept element: 1.0f / (1.0f - p). */
+ * Element i of the call is the site's flat element g = index_base + i, so a tile of a larger
+ * tensor passes the flat index of its first element. Scale of a kept element: 1.0f / (1.0f - p).
+ * Without row_key, g is the Philox index. With row_key, the site is a (reps, rows, row_len)
+ * tensor whose rows each belong to one scene (the attention weights α (Q·E, H): reps Q, rows E,
+ * row_len H; the FFN hidden (Nd, FF): reps 1, rows Nd, row_len FF), and element (q, r, c) has
+ * the scene-keyed index (qc_philox.h) s_r·2^34 + (l_r·reps + q)·row_len + c, where row_key[r] =
+ * s_r·2^34 + l_r holds r's scene s_r and its rank l_r among the rows of that scene (in row
+ * order): the mask of a scene does not depend on the rows of other scenes around it
+ * (qc_dropout_index). */
 struct qc_dropout {
-    float p;            /* drop probability, 0 <= p < 1 */
-    uint64_t seed;      /* run seed */
-    uint32_t step;      /* optimizer step */
-    uint32_t block;     /* dropout site id, unique within a step (assigned by the model) */
-    int64_t index_base; /* flat index of this call's element 0 within the site */
+    float p;                /* drop probability, 0 <= p < 1 */
+    uint64_t seed;          /* run seed */
+    uint32_t step;          /* optimizer step */
+    uint32_t block;         /* dropout site id, unique within a step (assigned by the model) */
+    int64_t index_base;     /* flat index of this call's element 0 within the site */
+    const int64_t *row_key; /* (rows) keys, memory of the op's backend; NULL: flat indices */
+    int64_t rows;           /* with row_key: rows the keys cover, >= 1 */
+    int64_t reps;           /* with row_key: repetitions q sharing each row's key, >= 1 */
+    int64_t row_len;        /* with row_key: elements per row, >= 1; rows·reps·row_len <= 2^34 */
 };
+
+/* The Philox index of element (q, r, c) of a scene-keyed site (struct qc_dropout above). */
+QC_KERNELS_HD int64_t qc_dropout_keyed_index(const int64_t *row_key, int64_t reps, int64_t row_len,
+                                             int64_t r, int64_t q, int64_t c)
+{
+    const int64_t key = row_key[r];
+    const int64_t l = key & (QC_DROPOUT_LOCAL_MAX - 1);
+    return (key - l) + (l * reps + q) * row_len + c;
+}
+
+/* The Philox index of the site's flat element g (= index_base + i): g itself without row_key. */
+QC_KERNELS_HD int64_t qc_dropout_index(const struct qc_dropout *d, int64_t g)
+{
+    if (!d->row_key)
+        return g;
+    const int64_t row = g / d->row_len;
+    return qc_dropout_keyed_index(d->row_key, d->reps, d->row_len, row % d->rows, row / d->rows,
+                                  g % d->row_len);
+}
+
+/* A launcher's check of d's fields (host): p in [0, 1), index_base >= 0, and with row_key
+ * positive sizes whose product fits a scene's 2^34 indices. */
+static inline bool qc_dropout_valid(const struct qc_dropout *d)
+{
+    if (!(d->p >= 0.0f && d->p < 1.0f && d->index_base >= 0))
+        return false;
+    if (!d->row_key)
+        return true;
+    return d->rows >= 1 && d->reps >= 1 && d->row_len >= 1 &&
+           d->rows <= QC_DROPOUT_LOCAL_MAX / d->reps / d->row_len;
+}
 
 /* AdamW hyper-parameters of one step (PyTorch 2.0 semantics; QCNET.md §1). */
 struct qc_adamw_hparams {

@@ -16,6 +16,12 @@
  *           1.0f / (1.0f - p) computed in fp32, a dropped one is 0.
  * The mask depends on nothing else (no thread count, tile or launch shape), so a recomputed block
  * or tile redraws the same mask.
+ *
+ * Scene keying (struct qc_dropout.row_key in qc_kernels.h): an element that
+ * belongs to scene s (its dataset index) and is element l of that scene's part of the site
+ * (l < 2^34, counted within the scene only) has index = s * 2^34 + l, so its counter is
+ * { l >> 2, s, block, step }: the mask of a scene's elements is a function of (seed, step, block,
+ * s, l) alone, whatever else shares the batch and wherever the scene sits in it.
  */
 #ifndef QC_KERNELS_QC_PHILOX_H
 #define QC_KERNELS_QC_PHILOX_H
@@ -37,6 +43,10 @@ extern "C" {
 #define QC_PHILOX_M1 0xCD9E8D57u
 #define QC_PHILOX_W0 0x9E3779B9u /* Weyl key increments (golden ratio, sqrt(3) - 1) */
 #define QC_PHILOX_W1 0xBB67AE85u
+
+#define QC_DROPOUT_SCENE_SHIFT 34                                     /* index = s * 2^34 + l */
+#define QC_DROPOUT_LOCAL_MAX   ((int64_t)1 << QC_DROPOUT_SCENE_SHIFT) /* l < 2^34 */
+#define QC_DROPOUT_SCENE_MAX   ((int64_t)1 << 29)                     /* s < 2^29: index >= 0 */
 
 struct qc_philox_u4 {
     uint32_t v[4];

@@ -685,8 +685,8 @@ static void run_dropout(struct xctx *x, const struct xcase *tc)
     struct xbuf *out = out_f32(x, "out", n, -1.0f, 1.0f);
     struct xbuf *din = out_f32(x, "dinp", n, -1.0f, 1.0f);
     struct xbuf *off = out_f32(x, "out_p0", n, -1.0f, 1.0f);
-    struct qc_dropout dr = {0.1f, 0x0123456789abcdefull, 977, 31, 123457};
-    struct qc_dropout d0 = {0.0f, 1, 1, 1, 0};
+    struct qc_dropout dr = {0.1f, 0x0123456789abcdefull, 977, 31, 123457, NULL, 0, 0, 0};
+    struct qc_dropout d0 = {0.0f, 1, 1, 1, 0, NULL, 0, 0, 0};
     BOTH(x, {
         OP(dropout_forward, F(out), F(in), n, &dr);
         OP(dropout_backward, F(din), F(in), n, &dr);
@@ -776,7 +776,7 @@ static void run_attention(struct xctx *x, const struct xcase *tc)
     int64_t E = tc->n, Nd = E / 8 + 1, H = 4, Dh = 8, D = H * Dh;
     float scale = 0.35355339f;
     struct xcsr c = make_csr(x, E, Nd, false);
-    struct qc_dropout drop = {0.1f, 2023, 5, 17, 40};
+    struct qc_dropout drop = {0.1f, 2023, 5, 17, 40, NULL, 0, 0, 0};
     struct xbuf *q = in_f32(x, "q", Nd * D, -1.0f, 1.0f);
     struct xbuf *k = in_f32(x, "k", E * D, -1.0f, 1.0f);
     struct xbuf *v = in_f32(x, "v", E * D, -1.0f, 1.0f);

@@ -65,12 +65,62 @@ static void test_philox(void)
         }
     }
 
+    QC_TEST ("dropout keyed by scene: element (q, r, c) has index s*2^34 + (l_r*reps + q)*row_len "
+             "+ c; a scene's rows keep their mask wherever they sit in the site; tiles agree") {
+        enum { REPS = 2, ROWS = 5, LEN = 7, N = REPS * ROWS * LEN };
+        /* rows of scenes 10, 10, 3, 3, 10: ranks 0, 1, 0, 1, 2 within their scenes */
+        const int64_t scene[ROWS] = {10, 10, 3, 3, 10}, rank[ROWS] = {0, 1, 0, 1, 2};
+        int64_t key[ROWS], key10[3];
+        for (int r = 0; r < ROWS; r++)
+            key[r] = (scene[r] << QC_DROPOUT_SCENE_SHIFT) + rank[r];
+        for (int r = 0; r < 3; r++) /* scene 10 alone */
+            key10[r] = ((int64_t)10 << QC_DROPOUT_SCENE_SHIFT) + r;
+        float x[N], y[N], yt[N], y10[REPS * 3 * LEN];
+        for (int i = 0; i < N; i++)
+            x[i] = 1.0f;
+        struct qc_dropout d = {0.5f, 2023, 11, 3, 0, key, ROWS, REPS, LEN};
+        T_EXPECT(qc_dropout_valid(&d), "a valid keyed site refused");
+        qc_dropout_forward_cpu(y, x, N, &d);
+        int64_t bad = 0, kept = 0;
+        for (int q = 0; q < REPS; q++)
+            for (int r = 0; r < ROWS; r++)
+                for (int c = 0; c < LEN; c++) {
+                    const int64_t index =
+                        (scene[r] << QC_DROPOUT_SCENE_SHIFT) + (rank[r] * REPS + q) * LEN + c;
+                    const float want = qc_dropout_keep(2023, 11, 3, index, 0.5f) ? 2.0f : 0.0f;
+                    bad += y[(q * ROWS + r) * LEN + c] != want;
+                    kept += want != 0.0f;
+                }
+        T_EXPECT(bad == 0 && kept > 0 && kept < N,
+                 "%lld of %d elements off the mapping (%lld kept)", (long long)bad, N,
+                 (long long)kept);
+        struct qc_dropout d10 = {0.5f, 2023, 11, 3, 0, key10, 3, REPS, LEN};
+        qc_dropout_forward_cpu(y10, x, REPS * 3 * LEN, &d10);
+        const int at[3] = {0, 1, 4}; /* scene 10's rows in the mixed site */
+        bad = 0;
+        for (int q = 0; q < REPS; q++)
+            for (int r = 0; r < 3; r++)
+                for (int c = 0; c < LEN; c++)
+                    bad += y10[(q * 3 + r) * LEN + c] != y[(q * ROWS + at[r]) * LEN + c];
+        T_EXPECT(bad == 0, "scene 10 alone drew %lld other elements than in the mixed site",
+                 (long long)bad);
+        for (int off = 0; off < N; off += 3) { /* tiles that start mid-row */
+            struct qc_dropout dt = d;
+            dt.index_base = off;
+            qc_dropout_forward_cpu(yt + off, x + off, off + 3 <= N ? 3 : N - off, &dt);
+        }
+        T_EXPECT(memcmp(y, yt, sizeof y) == 0, "tiles of a keyed site differ");
+        struct qc_dropout big = d;
+        big.rows = QC_DROPOUT_LOCAL_MAX / REPS / LEN + 1;
+        T_EXPECT(!qc_dropout_valid(&big), "a site over 2^34 elements per scene accepted");
+    }
+
     QC_TEST ("dropout: keep rate, scale, determinism and tiling") {
         const int64_t n = 200000;
         float *x = kt_zeros(n), *y = kt_zeros(n), *y2 = kt_zeros(n), *yt = kt_zeros(n);
         for (int64_t i = 0; i < n; i++)
             x[i] = 1.0f + (float)(i % 7);
-        struct qc_dropout d = {0.1f, 2023, 11, 3, 0};
+        struct qc_dropout d = {0.1f, 2023, 11, 3, 0, NULL, 0, 0, 0};
         qc_dropout_forward_cpu(y, x, n, &d);
         qc_dropout_forward_cpu(y2, x, n, &d);
         int64_t kept = 0;
@@ -110,7 +160,7 @@ static void test_philox(void)
                      (double)same / (double)n);
         }
         /* p = 0 is the identity; backward equals forward map */
-        struct qc_dropout off = {0.0f, 1, 2, 3, 0};
+        struct qc_dropout off = {0.0f, 1, 2, 3, 0, NULL, 0, 0, 0};
         qc_dropout_forward_cpu(y2, x, n, &off);
         T_EXPECT(memcmp(y2, x, (size_t)n * sizeof(float)) == 0, "p = 0 is not the identity");
         qc_dropout_backward_cpu(y2, x, n, &d);
@@ -742,7 +792,7 @@ static void test_attention_ops(void)
             struct test_graph tg;
             test_graph_init(&tg, &st);
             int64_t H = 2, Dh = 3, D = H * Dh;
-            struct qc_dropout drop = {0.3f, 99, 4, 17, 1000};
+            struct qc_dropout drop = {0.3f, 99, 4, 17, 1000, NULL, 0, 0, 0};
             const struct qc_dropout *dp = drop_on ? &drop : NULL;
             float *al = kt_rand(G_E * H, 0, 1, &st), *v = kt_rand(G_E * D, -1, 1, &st);
             float *o = kt_zeros(G_NSEG * D), *dal = kt_zeros(G_E * H), *dv = kt_zeros(G_E * D);
@@ -1322,7 +1372,7 @@ static void test_determinism(void)
         struct qc_csr csr = {ptr, perm, dst, Nd, E};
         float *q = kt_rand(Nd * D, -1, 1, &st), *k = kt_rand(E * D, -1, 1, &st);
         float *vv = kt_rand(E * D, -1, 1, &st), *ln_w = kt_rand(D, 0.5f, 1.5f, &st);
-        struct qc_dropout drop = {0.1f, 5, 6, 7, 0};
+        struct qc_dropout drop = {0.1f, 5, 6, 7, 0, NULL, 0, 0, 0};
         float *res[2][6];
         for (int run = 0; run < 2; run++) {
             omp_set_num_threads(run ? 3 : 1);

@@ -552,8 +552,8 @@ static void run_dropout(struct tctx *x, const struct tcase *tc)
     struct tbuf *out = out_f32(x, "out", n, -1.0f, 1.0f);
     struct tbuf *din = out_f32(x, "dinp", n, -1.0f, 1.0f);
     struct tbuf *off = out_f32(x, "out_p0", n, -1.0f, 1.0f);
-    struct qc_dropout d = {0.1f, 0x0123456789abcdefull, 977, 31, 123457};
-    struct qc_dropout d0 = {0.0f, 1, 1, 1, 0};
+    struct qc_dropout d = {0.1f, 0x0123456789abcdefull, 977, 31, 123457, NULL, 0, 0, 0};
+    struct qc_dropout d0 = {0.0f, 1, 1, 1, 0, NULL, 0, 0, 0};
     qc_dropout_forward_cpu(F(out), F(in), n, &d);
     qc_dropout_backward_cpu(F(din), F(in), n, &d);
     qc_dropout_forward_cpu(F(off), F(in), n, &d0);
@@ -724,7 +724,7 @@ static void run_attention(struct tctx *x, const struct tcase *tc)
     int64_t E = tc->n, Nd = nseg_for(E), H = H_MODEL, Dh = DH_MODEL, D = H * Dh;
     float scale = 0.25f;
     struct tcsr c = make_csr(x, E, Nd, false);
-    struct qc_dropout drop = {0.1f, 2023, 5, 17, 40};
+    struct qc_dropout drop = {0.1f, 2023, 5, 17, 40, NULL, 0, 0, 0};
     struct tbuf *q = in_f32(x, "q", Nd * D, -1.0f, 1.0f);
     struct tbuf *k = in_f32(x, "k", E * D, -1.0f, 1.0f);
     struct tbuf *v = in_f32(x, "v", E * D, -1.0f, 1.0f);

@@ -364,10 +364,10 @@ void qc_attn_fused_forward_cpu(float *u, float *smax, float *ssum, const float *
     const struct qc_attn_fused_tiles *t = ed->tiles;
     const int64_t *row_ptr = ed->row_ptr;
     const int64_t E = ed->n_edge, D = l->D, H = l->H, Dh = l->Dh, Q = ed->n_query;
-    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D && qc_dropout_valid(drop) &&
                   (!l->has_pos || ed->n_edge == 0 || ed->r || ed->fe),
-              "attn fused fwd: no tile plan, H·Dh != D, or neither r nor its FE for a positional "
-              "layer");
+              "attn fused fwd: no tile plan, H·Dh != D, bad dropout, or neither r nor its FE for "
+              "a positional layer");
     memset(u, 0, (size_t)(ed->n_dst * D) * sizeof *u);
     for (int64_t i = 0; i < ed->n_dst * H; i++) {
         smax[i] = 0.0f;
@@ -491,10 +491,10 @@ void qc_attn_fused_backward_cpu(float *dq, float *dk, float *dv, const float *du
 {
     const struct qc_attn_fused_tiles *t = ed->tiles;
     const int64_t D = l->D;
-    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D &&
+    QC_ASSERT(t && l->H <= ROW_MAX_H && l->H * l->Dh == l->D && qc_dropout_valid(drop) &&
                   (!l->has_pos || ed->n_edge == 0 || (ed->r && ed->dr) || (!ed->r && ed->fe)),
-              "attn fused bwd: no tile plan, H·Dh != D, or neither r, dr nor the FE for a "
-              "positional layer");
+              "attn fused bwd: no tile plan, H·Dh != D, bad dropout, or neither r, dr nor the FE "
+              "for a positional layer");
     memset(dq, 0, (size_t)(ed->n_dst * D) * sizeof *dq);
     if (t->ntile == 0)
         return;

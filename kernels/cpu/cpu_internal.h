@@ -117,12 +117,12 @@ static inline void cpu_philox4x32_10_x4(uint32_t x[4][4], uint64_t g, uint32_t b
     }
 }
 
-/* keep[j] = qc_dropout_keep(d->seed, d->step, d->block, index0 + j, d->p) for j in [0, n);
- * index0 is the site's flat index (d->index_base not added). The test u >= p, with
- * u = (word >> 8)·2^-24 exact in fp32, is done on the integer: word >> 8 >= ceil(p·2^24) (p·2^24
- * is exact in double), the same flag without a conversion per element. */
-static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout *d, int64_t index0,
-                                          int64_t n)
+/* keep[j] = qc_dropout_keep(d->seed, d->step, d->block, index0 + j, d->p) for j in [0, n),
+ * index0 a Philox index. The test u >= p, with u = (word >> 8)·2^-24 exact in fp32, is done on
+ * the integer: word >> 8 >= ceil(p·2^24) (p·2^24 is exact in double), the same flag without a
+ * conversion per element. */
+static inline void cpu_dropout_keep_run(uint8_t *keep, const struct qc_dropout *d, int64_t index0,
+                                        int64_t n)
 {
     const uint32_t k0 = (uint32_t)d->seed, k1 = (uint32_t)(d->seed >> 32);
     const uint32_t thr = (uint32_t)ceil((double)d->p * 16777216.0); /* p < 1: thr <= 2^24 */
@@ -148,6 +148,24 @@ static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout
         const struct qc_philox_u4 x = qc_philox4x32_10(c, k0, k1);
         for (uint64_t w = q & 3u; w < 4 && j < n; w++, j++)
             keep[j] = (x.v[w] >> 8) >= thr;
+    }
+}
+
+/* keep[j] = qc_dropout_keep(d->seed, d->step, d->block, qc_dropout_index(d, g0 + j), d->p) for j
+ * in [0, n); g0 is the site's flat index (d->index_base not added). Scene-keyed: one run of
+ * consecutive Philox indices per row. */
+static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout *d, int64_t g0,
+                                          int64_t n)
+{
+    if (!d->row_key) {
+        cpu_dropout_keep_run(keep, d, g0, n);
+        return;
+    }
+    for (int64_t j = 0; j < n;) {
+        const int64_t g = g0 + j, c = g % d->row_len;
+        const int64_t m = d->row_len - c < n - j ? d->row_len - c : n - j;
+        cpu_dropout_keep_run(keep + j, d, qc_dropout_index(d, g), m);
+        j += m;
     }
 }
 

@@ -1,6 +1,7 @@
 /*
  * dropout.c — dropout drawn from Philox-4x32-10 (qc_philox.h has the exact (seed, step, block,
- * index) -> keep mapping). Nothing is saved: the backward redraws the mask.
+ * index) -> keep mapping; qc_dropout_index maps a scene-keyed site's elements to their indices).
+ * Nothing is saved: the backward redraws the mask.
  */
 #include "qc_kernels.h"
 
@@ -13,8 +14,7 @@
 
 void qc_dropout_forward_cpu(float *out, const float *inp, int64_t n, const struct qc_dropout *d)
 {
-    QC_ASSERT(n >= 0 && d && d->p >= 0.0f && d->p < 1.0f && d->index_base >= 0,
-              "dropout fwd: n %lld", (long long)n);
+    QC_ASSERT(n >= 0 && d && qc_dropout_valid(d), "dropout fwd: n %lld", (long long)n);
     if (d->p == 0.0f) {
         if (out != inp && n > 0)
             memcpy(out, inp, (size_t)n * sizeof(float));

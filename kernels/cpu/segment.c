@@ -252,7 +252,7 @@ void qc_attn_aggregate_forward_cpu(float *out, const float *alpha, const float *
     csr_check(&csr, "attn_aggregate fwd");
     QC_ASSERT(H > 0 && H <= AGG_MAX_H && Dh > 0, "attn_aggregate fwd: H %lld Dh %lld", (long long)H,
               (long long)Dh);
-    QC_ASSERT(!drop || (drop->p >= 0.0f && drop->p < 1.0f), "attn_aggregate fwd: bad dropout");
+    QC_ASSERT(!drop || qc_dropout_valid(drop), "attn_aggregate fwd: bad dropout");
     int64_t D = H * Dh;
     bool dropping = drop && drop->p != 0.0f;
     float scale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
@@ -284,7 +284,7 @@ void qc_attn_aggregate_backward_cpu(float *dalpha, float *dv, const float *dout,
     csr_check(&csr, "attn_aggregate bwd");
     QC_ASSERT(H > 0 && H <= AGG_MAX_H && Dh > 0 && (csr.seg || csr.nitem == 0),
               "attn_aggregate bwd: H %lld Dh %lld", (long long)H, (long long)Dh);
-    QC_ASSERT(!drop || (drop->p >= 0.0f && drop->p < 1.0f), "attn_aggregate bwd: bad dropout");
+    QC_ASSERT(!drop || qc_dropout_valid(drop), "attn_aggregate bwd: bad dropout");
     int64_t D = H * Dh;
     bool dropping = drop && drop->p != 0.0f;
     float scale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;

@@ -116,20 +116,22 @@ struct fused_drop {
     float scale;   /* 1.0f / (1.0f - p), fp32 as the CPU computes it */
     uint64_t seed; /* Philox key */
     uint32_t step, block;
-    int64_t base; /* flat index of element (0, 0) of the site */
+    int64_t base;       /* flat index of element (0, 0) of the site */
+    const int64_t *key; /* (E) scene keys of the base edges (device), or NULL: flat indices */
 };
 
 static struct fused_drop fused_drop_make(const struct qc_dropout *d)
 {
-    struct fused_drop f = {0.0f, 1.0f, 0, 0, 0, 0};
+    struct fused_drop f = {0.0f, 1.0f, 0, 0, 0, 0, NULL};
     if (d && d->p > 0.0f) {
-        QC_ASSERT(d->p < 1.0f, "attn fused cuda: dropout p %g", (double)d->p);
+        QC_ASSERT(qc_dropout_valid(d), "attn fused cuda: dropout p %g", (double)d->p);
         f.p = d->p;
         f.scale = 1.0f / (1.0f - d->p);
         f.seed = d->seed;
         f.step = d->step;
         f.block = d->block;
         f.base = d->index_base;
+        f.key = d->row_key;
     }
     return f;
 }
@@ -184,6 +186,16 @@ FUSED_HD int64_t fused_qrow(const struct fused_tile &g, int64_t b, int64_t kq)
     return g.query_row ? g.query_row[b * g.Q + kq] : b * g.Q + kq;
 }
 
+/* The Philox index of α(query kq of base edge `edge`, head h): qc_dropout_index of the site's
+ * flat element base + (kq·E + edge)·H + h, as the CPU computes it (keyed: rows E, reps Q, row_len
+ * H, base 0, asserted by fused_tile_make). */
+FUSED_HD int64_t fused_drop_at(const struct fused_tile &g, int64_t kq, int64_t edge, int h)
+{
+    if (g.drop.key)
+        return qc_dropout_keyed_index(g.drop.key, g.Q, g.H, edge, kq, h);
+    return g.drop.base + (kq * g.E + edge) * g.H + h;
+}
+
 /* Forward of work item t in [0, nb·Q·H): (b, k, h) = (b0 + t/(Q·H), t/H mod Q, t mod H).
  * u, M, S of query row i, head h OVERWRITE (CPU fused_row_forward, one head). */
 template <int MAXDH>
@@ -226,10 +238,10 @@ FUSED_HD void fused_row_forward_at(int64_t t, const struct fused_tile &g, float 
     FUSED_UNROLL
     for (int c = 0; c < MAXDH; c++)
         acc[c] = 0.0f;
-    const int64_t ib = g.drop.base + (kq * g.E + eb) * H + h;
     for (int64_t e = 0; e < n; e++) {
         const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
-        const float a = fused_dropf(qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S), g.drop, ib + e * H);
+        const float a = fused_dropf(qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S), g.drop,
+                                    fused_drop_at(g, kq, eb + e, h));
         const float *ve = vth + e * D;
         FUSED_UNROLL
         for (int c = 0; c < MAXDH; c++)
@@ -273,14 +285,13 @@ FUSED_HD void fused_row_backward_at(int64_t t, const struct fused_tile &g, float
         fused_load<MAXDH>(qh, q + i * D + h * Dh, Dh);
         fused_load<MAXDH>(duh, du + i * D + h * Dh, Dh);
         const float m = smax[i * H + h], S = ssum[i * H + h];
-        const int64_t ib = g.drop.base + (kq * g.E + eb) * H + h;
         /* dot = Σ_e α·dα (ascending e); dα = dropout'(du·ṽ), w.r.t. the pre-dropout α */
         float dot = 0.0f;
         for (int64_t e = 0; e < n; e++) {
             const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, kth + e * D, Dh), g.scale);
             const float alpha = qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S);
-            const float da =
-                fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop, ib + e * H);
+            const float da = fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop,
+                                         fused_drop_at(g, kq, eb + e, h));
             dot = qc_fadd_rn(dot, qc_fmul_rn(alpha, da));
         }
         float dqa[MAXDH];
@@ -291,9 +302,9 @@ FUSED_HD void fused_row_backward_at(int64_t t, const struct fused_tile &g, float
             const float *ke = kth + e * D;
             const float s = qc_fmul_rn(fused_dot<MAXDH>(qh, ke, Dh), g.scale);
             const float alpha = qc_fdiv_rn(expf(qc_fsub_rn(s, m)), S);
-            const float ad = fused_dropf(alpha, g.drop, ib + e * H);
-            const float da =
-                fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop, ib + e * H);
+            const float ad = fused_dropf(alpha, g.drop, fused_drop_at(g, kq, eb + e, h));
+            const float da = fused_dropf(fused_dot<MAXDH>(duh, vth + e * D, Dh), g.drop,
+                                         fused_drop_at(g, kq, eb + e, h));
             const float gs =
                 qc_fmul_rn(qc_fmul_rn(alpha, qc_fsub_rn(da, dot)), g.scale); /* dscore·scale */
             float *dke = dkth + e * D, *dve = dvth + e * D;
@@ -468,6 +479,12 @@ static struct fused_tile fused_tile_make(const int64_t *row_ptr, const int64_t *
     g.Dh = (int)Dh;
     g.scale = scale;
     g.drop = fused_drop_make(drop);
+    QC_ASSERT(!g.drop.key || (drop->index_base == 0 && drop->rows == E && drop->reps == Q &&
+                              drop->row_len == H),
+              "attn fused tile: scene-keyed dropout over %lld x %lld x %lld, not the site's "
+              "(%lld, %lld, %lld) from 0",
+              (long long)drop->reps, (long long)drop->rows, (long long)drop->row_len, (long long)Q,
+              (long long)E, (long long)H);
     return g;
 }
 

@@ -283,27 +283,29 @@ void qc_segment_softmax_backward_cuda(float *dscore, const float *dout, const fl
 /* Dropout parameters passed by value to the kernels (dropping == false: identity). */
 struct drop_args {
     bool dropping;
-    float p, scale;
-    uint64_t seed;
-    uint32_t step, block;
-    int64_t index_base;
+    float scale;
+    struct qc_dropout d; /* row_key (scene keying) is device memory */
 };
 
 static struct drop_args drop_args_make(const struct qc_dropout *d, const char *op)
 {
-    QC_ASSERT(!d || (d->p >= 0.0f && d->p < 1.0f && d->index_base >= 0), "%s: bad dropout", op);
+    QC_ASSERT(!d || qc_dropout_valid(d), "%s: bad dropout", op);
     struct drop_args a = {};
     a.dropping = d && d->p != 0.0f;
     a.scale = 1.0f;
     if (a.dropping) {
-        a.p = d->p;
         a.scale = 1.0f / (1.0f - d->p);
-        a.seed = d->seed;
-        a.step = d->step;
-        a.block = d->block;
-        a.index_base = d->index_base;
+        a.d = *d;
     }
     return a;
+}
+
+/* The dropout multiplier of the call's element i (scale or 0). */
+__device__ static inline float drop_factor(const struct drop_args &a, int64_t i)
+{
+    const struct qc_dropout &d = a.d;
+    return cuda_drop_factor(d.seed, d.step, d.block, qc_dropout_index(&d, d.index_base + i), d.p,
+                            a.scale);
 }
 
 /* α' of element (e, h): α·(scale or 0) with dropout, α without. */
@@ -312,7 +314,7 @@ __device__ static inline float dropped_alpha(const struct drop_args &d, const fl
 {
     float a = alpha[i];
     if (d.dropping)
-        a = a * cuda_drop_factor(d.seed, d.step, d.block, d.index_base + i, d.p, d.scale);
+        a = a * drop_factor(d, i);
     return a;
 }
 
@@ -393,9 +395,7 @@ static __global__ void attn_aggregate_backward_kernel(float *dalpha, float *dv, 
     for (int64_t t = cuda_tid(); t < total; t += cuda_nthreads()) {
         int64_t e = t / H, h = t % H;
         const float *g = dout + seg[e] * D + h * Dh;
-        float f = d.dropping
-                      ? cuda_drop_factor(d.seed, d.step, d.block, d.index_base + t, d.p, d.scale)
-                      : 1.0f;
+        float f = d.dropping ? drop_factor(d, t) : 1.0f;
         if (dalpha) {
             const float *ve = v + e * D + h * Dh;
             float acc = 0.0f;
