@@ -191,13 +191,59 @@ static bool edge_fe_key(const char *name)
                                                         : strstr(name, "type_pl2pl_emb.") != NULL;
 }
 
+/* Whether this machine's CPU GEMM gives a row the same bits whatever the GEMM's row count (the
+ * modes run the same rows in groups of other sizes: qc_attention.h). OpenBLAS does on some CPUs;
+ * where it does not (e.g. a small-matrix kernel for few rows), only the tolerances below can
+ * hold, and the test says so. Probed for the forward and the backward's dx, at the model's width.
+ */
+static bool gemm_rows_exact(int64_t D)
+{
+    enum { N = 600, FEW = 7 };
+    float *w = malloc((size_t)(D * D) * sizeof *w), *x = malloc((size_t)(N * D) * sizeof *x);
+    float *y = malloc((size_t)(N * D) * sizeof *y), *y7 = malloc((size_t)(FEW * D) * sizeof *y7);
+    float *dx = malloc((size_t)(N * D) * sizeof *dx),
+          *dx7 = malloc((size_t)(FEW * D) * sizeof *dx7);
+    if (!(w && x && y && y7 && dx && dx7))
+        T_FATAL("out of memory");
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < N * D; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(r >> 40) / (double)(1ULL << 24) - 0.5);
+        if (i < D * D)
+            w[i] = x[i] * 0.3f;
+    }
+    qc_linear_forward_cpu(y, x, D, w, NULL, N, D, D, false);
+    qc_linear_forward_cpu(y7, x, D, w, NULL, FEW, D, D, false);
+    qc_linear_backward_cpu(dx, D, NULL, NULL, x, x, D, w, N, D, D, false);
+    qc_linear_backward_cpu(dx7, D, NULL, NULL, x, x, D, w, FEW, D, D, false);
+    const bool same = memcmp(y, y7, (size_t)(FEW * D) * sizeof *y) == 0 &&
+                      memcmp(dx, dx7, (size_t)(FEW * D) * sizeof *dx) == 0;
+    free(w), free(x), free(y), free(y7), free(dx), free(dx7);
+    return same;
+}
+
 /* Compares a tiled run with a materialised one (module comment). */
 static void compare_modes(const struct qc_qcnet *m, const struct run *mat, const struct run *til,
                           const char *be)
 {
-    T_EXPECT(memcmp(&mat->loss[0], &til->loss[0], sizeof(float)) == 0,
-             "%s: step-1 loss %.9g materialised vs %.9g tiled (same forward bits expected)", be,
-             (double)mat->loss[0], (double)til->loss[0]);
+    const bool rows_exact = gemm_rows_exact(16) && gemm_rows_exact(64); /* D, and the FFN */
+    if (rows_exact)
+        T_EXPECT(memcmp(&mat->loss[0], &til->loss[0], sizeof(float)) == 0,
+                 "%s: step-1 loss %.9g materialised vs %.9g tiled (same forward bits expected)", be,
+                 (double)mat->loss[0], (double)til->loss[0]);
+    else
+        printf("  %s: this CPU's GEMM gives a row other bits in a GEMM of other row count: every "
+               "gradient compared within %.0e, the step-1 loss within %.0e\n",
+               be, GRAD_RTOL, LOSS_RTOL);
+    T_EXPECT(fabs((double)mat->loss[0] - (double)til->loss[0]) <=
+                 LOSS_RTOL * fabs((double)mat->loss[0]),
+             "%s: step-1 loss %.9g materialised vs %.9g tiled", be, (double)mat->loss[0],
+             (double)til->loss[0]);
+    /* rows not exact: a tensor whose gradient is near zero (a bias after a softmax) gets a floor
+     * of 1e-6 of the largest gradient entry of the model */
+    double floor = 0.0;
+    for (int64_t j = 0; !rows_exact && j < mat->n; j++)
+        floor = fmax(floor, 1e-6 * fabs((double)mat->grads1[j]));
     int exact = 0, near = 0;
     double worst = 0.0;
     for (int i = 0; i < qc_qcnet_num_keys(m); i++) {
@@ -205,7 +251,7 @@ static void compare_modes(const struct qc_qcnet *m, const struct run *mat, const
         if (k->alias_of >= 0)
             continue;
         const float *a = mat->grads1 + k->offset, *b = til->grads1 + k->offset;
-        if (!edge_fe_key(k->name)) {
+        if (!edge_fe_key(k->name) && rows_exact) {
             if (memcmp(a, b, (size_t)k->numel * sizeof *a) != 0) {
                 T_FAIL_AT("%s: gradient of %s differs between the modes (expected bit-identical)",
                           be, k->name);
@@ -219,19 +265,22 @@ static void compare_modes(const struct qc_qcnet *m, const struct run *mat, const
             amax = fmax(amax, fabs((double)a[j]));
             dmax = fmax(dmax, fabs((double)a[j] - (double)b[j]));
         }
-        if (!(dmax <= GRAD_RTOL * amax)) {
+        if (!(dmax <= GRAD_RTOL * amax + floor)) {
             T_FAIL_AT("%s: gradient of %s: max difference %.3g > %.1e x max |g| %.3g", be, k->name,
                       dmax, GRAD_RTOL, amax);
             return;
         }
-        worst = amax > 0 ? fmax(worst, dmax / amax) : worst;
+        worst = amax > 0 && dmax > floor ? fmax(worst, dmax / amax) : worst;
         near++;
     }
-    T_EXPECT(near > 0 && exact > 0, "%s: %d tensors compared exactly, %d within tolerance", be,
-             exact, near);
+    T_EXPECT(near > 0 && (exact > 0 || !rows_exact),
+             "%s: %d tensors compared exactly, %d within tolerance", be, exact, near);
+    /* rows not exact: Adam turns the near-zero gradients' differences into lr-sized steps, so
+     * the later losses move apart ten times more (1.6e-6 seen on an Intel Xeon's OpenBLAS) */
+    const double later_rtol = rows_exact ? LOSS_RTOL : 10.0 * LOSS_RTOL;
     for (int s = 1; s < STEPS; s++)
         T_EXPECT(fabs((double)mat->loss[s] - (double)til->loss[s]) <=
-                     LOSS_RTOL * fabs((double)mat->loss[s]),
+                     later_rtol * fabs((double)mat->loss[s]),
                  "%s: step-%d loss %.9g materialised vs %.9g tiled", be, s + 1,
                  (double)mat->loss[s], (double)til->loss[s]);
     double wmax = 0.0;
