@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qc_kernels.h"
 #include "testutil.h"
 
 #define GC_STEP   1e-5
@@ -164,6 +165,37 @@ static inline double kt_dot_ff(const float *a, const float *b, int64_t n)
     for (int64_t i = 0; i < n; i++)
         s += (double)a[i] * (double)b[i];
     return s;
+}
+
+/* Whether this machine's CPU GEMM gives a row the same bits whatever the GEMM's row count (the
+ * modes run the same rows in groups of other sizes: qc_attention.h). OpenBLAS does on some CPUs;
+ * where it does not (e.g. a small-matrix kernel for few rows), only the tolerances below can
+ * hold, and the test says so. Probed for the forward and the backward's dx, at the model's width.
+ */
+static inline bool kt_gemm_rows_exact(int64_t D)
+{
+    enum { N = 600, FEW = 7 };
+    float *w = malloc((size_t)(D * D) * sizeof *w), *x = malloc((size_t)(N * D) * sizeof *x);
+    float *y = malloc((size_t)(N * D) * sizeof *y), *y7 = malloc((size_t)(FEW * D) * sizeof *y7);
+    float *dx = malloc((size_t)(N * D) * sizeof *dx),
+          *dx7 = malloc((size_t)(FEW * D) * sizeof *dx7);
+    if (!(w && x && y && y7 && dx && dx7))
+        T_FATAL("out of memory");
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < N * D; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(r >> 40) / (double)(1ULL << 24) - 0.5);
+        if (i < D * D)
+            w[i] = x[i] * 0.3f;
+    }
+    qc_linear_forward_cpu(y, x, D, w, NULL, N, D, D, false);
+    qc_linear_forward_cpu(y7, x, D, w, NULL, FEW, D, D, false);
+    qc_linear_backward_cpu(dx, D, NULL, NULL, x, x, D, w, N, D, D, false);
+    qc_linear_backward_cpu(dx7, D, NULL, NULL, x, x, D, w, FEW, D, D, false);
+    const bool same = memcmp(y, y7, (size_t)(FEW * D) * sizeof *y) == 0 &&
+                      memcmp(dx, dx7, (size_t)(FEW * D) * sizeof *dx) == 0;
+    free(w), free(x), free(y), free(y7), free(dx), free(dx7);
+    return same;
 }
 
 #endif /* QC_TESTS_KERNELS_TESTLIB_H */

@@ -55,6 +55,8 @@
 #include "qc_safetensors.h"
 #include "testutil.h"
 
+#include "kernels_testlib.h"
+
 extern char **environ;
 
 #define QCTRAIN QC_BINARY_DIR "/qctrain"
@@ -246,6 +248,14 @@ static const struct tol tol_cpu[4] = {[2] = {2e-6, 3e-6, 2e-6}, [3] = {4e-7, 3e-
  * (seed 4: 130 of them, exp_avg 5.6e-3 relative); the test keeps its seed. Twice the largest of
  * the three that stayed rounding: */
 static const struct tol tol_split = {3e-6, 3e-5, 4e-6};
+/* The same where the CPU GEMM gives a row other bits in a GEMM of another row count
+ * (kt_gemm_rows_exact: OpenBLAS on this workplace's Intel Xeon VM), so that every GEMM of a split
+ * group rounds otherwise, not only its accumulation: seed 2023 then leaves rounding as seeds 2, 4
+ * and 5 do above. Measured there: weights 1.38e-5, exp_avg 2.04e-4, exp_avg_sq 9.12e-6, 16
+ * elements apart by more than lr/10 (max 7.7e-4); twice each, and at most 32 such elements, each
+ * within 2 lr steps (below). */
+static const struct tol tol_split_rows = {3e-5, 4e-4, 2e-5};
+#define SPLIT_ROWS_OUTLIERS 32
 
 /* NCCL (test_dist_mpi cuda): NCCL's summation order and the CUDA kernels' rounding, not yet
  * measured (no machine with two GPUs has run it): the weights keep the bound this test had before
@@ -397,9 +407,11 @@ static struct cmp compare(const char *dir_a, const char *dir_b)
     return c;
 }
 
-/* ref and got within t: the relative figures, no outlier outside the noise-decided elements,
- * those within 2 lr steps. */
-static void expect_close_tol(const char *what, const char *ref, const char *got, struct tol t)
+/* ref and got within t: the relative figures, at most max_out outliers outside the
+ * noise-decided elements (0 but for a split group on a GEMM whose rows are not exact), those
+ * within 2 lr steps. */
+static void expect_close_tol_n(const char *what, const char *ref, const char *got, struct tol t,
+                               long long max_out)
 {
     const struct cmp c = compare(ref, got);
     printf("  %s: relative weights %.3g, exp_avg %.3g, exp_avg_sq %.3g (bounds %.0e %.0e %.0e); "
@@ -415,12 +427,18 @@ static void expect_close_tol(const char *what, const char *ref, const char *got,
     T_EXPECT(c.w <= t.w, "%s: weights differ by %.3g relative (> %.0e)", what, c.w, t.w);
     T_EXPECT(c.m <= t.m, "%s: exp_avg differs by %.3g relative (> %.0e)", what, c.m, t.m);
     T_EXPECT(c.v <= t.v, "%s: exp_avg_sq differs by %.3g relative (> %.0e)", what, c.v, t.v);
-    T_EXPECT(c.nout == 0,
-             "%s: %lld element(s) moved apart by > lr/10 (max %.3g), the first %s: not a tensor "
-             "whose exact gradient can be zero, or its moments are above rounding level",
-             what, (long long)c.nout, c.out_max, c.out_name);
+    T_EXPECT((long long)c.nout <= max_out && (c.nout == 0 || c.out_max <= 2 * LR * STEPS),
+             "%s: %lld element(s) moved apart by > lr/10 (max %.3g; %lld allowed), the first %s: "
+             "not a tensor whose exact gradient can be zero, or its moments are above rounding "
+             "level",
+             what, (long long)c.nout, c.out_max, max_out, c.out_name);
     T_EXPECT(c.noise_max <= 2 * LR * STEPS,
              "%s: a noise-decided element moved apart by %.3g (> 2 lr steps)", what, c.noise_max);
+}
+
+static void expect_close_tol(const char *what, const char *ref, const char *got, struct tol t)
+{
+    expect_close_tol_n(what, ref, got, t, 0);
 }
 
 static void expect_close(const char *what, const char *ref, const char *got, int ranks)
@@ -677,8 +695,13 @@ static void test_budget(void)
     const char *split = trained("np2-budget100-split", 2, s);
     unsetenv("QC_FAULT_OOM_AFTER_REPORT");
     if (ref && split) {
-        expect_close_tol("2 ranks x 1 split group under 100 MiB vs 1 rank x 2 groups", ref, split,
-                         tol_split);
+        const bool rows_exact = kt_gemm_rows_exact(16) && kt_gemm_rows_exact(64);
+        if (!rows_exact)
+            printf("  this CPU's GEMM gives a row other bits in a GEMM of another row count: the "
+                   "split group's bounds for such a BLAS\n");
+        expect_close_tol_n("2 ranks x 1 split group under 100 MiB vs 1 rank x 2 groups", ref, split,
+                           rows_exact ? tol_split : tol_split_rows,
+                           rows_exact ? 0 : SPLIT_ROWS_OUTLIERS);
         double peak = 0;
         const double splits = metric_sum(split, "splits", &peak);
         const double replans = metric_sum(split, "replans", &peak);

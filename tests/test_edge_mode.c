@@ -31,6 +31,8 @@
 
 #include "testutil.h"
 
+#include "kernels_testlib.h"
+
 #include "batch_testlib.h"
 #include "device_testlib.h"
 #include "qc_batch.h"
@@ -191,42 +193,11 @@ static bool edge_fe_key(const char *name)
                                                         : strstr(name, "type_pl2pl_emb.") != NULL;
 }
 
-/* Whether this machine's CPU GEMM gives a row the same bits whatever the GEMM's row count (the
- * modes run the same rows in groups of other sizes: qc_attention.h). OpenBLAS does on some CPUs;
- * where it does not (e.g. a small-matrix kernel for few rows), only the tolerances below can
- * hold, and the test says so. Probed for the forward and the backward's dx, at the model's width.
- */
-static bool gemm_rows_exact(int64_t D)
-{
-    enum { N = 600, FEW = 7 };
-    float *w = malloc((size_t)(D * D) * sizeof *w), *x = malloc((size_t)(N * D) * sizeof *x);
-    float *y = malloc((size_t)(N * D) * sizeof *y), *y7 = malloc((size_t)(FEW * D) * sizeof *y7);
-    float *dx = malloc((size_t)(N * D) * sizeof *dx),
-          *dx7 = malloc((size_t)(FEW * D) * sizeof *dx7);
-    if (!(w && x && y && y7 && dx && dx7))
-        T_FATAL("out of memory");
-    uint64_t r = 12345;
-    for (int64_t i = 0; i < N * D; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((double)(r >> 40) / (double)(1ULL << 24) - 0.5);
-        if (i < D * D)
-            w[i] = x[i] * 0.3f;
-    }
-    qc_linear_forward_cpu(y, x, D, w, NULL, N, D, D, false);
-    qc_linear_forward_cpu(y7, x, D, w, NULL, FEW, D, D, false);
-    qc_linear_backward_cpu(dx, D, NULL, NULL, x, x, D, w, N, D, D, false);
-    qc_linear_backward_cpu(dx7, D, NULL, NULL, x, x, D, w, FEW, D, D, false);
-    const bool same = memcmp(y, y7, (size_t)(FEW * D) * sizeof *y) == 0 &&
-                      memcmp(dx, dx7, (size_t)(FEW * D) * sizeof *dx) == 0;
-    free(w), free(x), free(y), free(y7), free(dx), free(dx7);
-    return same;
-}
-
 /* Compares a tiled run with a materialised one (module comment). */
 static void compare_modes(const struct qc_qcnet *m, const struct run *mat, const struct run *til,
                           const char *be)
 {
-    const bool rows_exact = gemm_rows_exact(16) && gemm_rows_exact(64); /* D, and the FFN */
+    const bool rows_exact = kt_gemm_rows_exact(16) && kt_gemm_rows_exact(64); /* D, and the FFN */
     if (rows_exact)
         T_EXPECT(memcmp(&mat->loss[0], &til->loss[0], sizeof(float)) == 0,
                  "%s: step-1 loss %.9g materialised vs %.9g tiled (same forward bits expected)", be,

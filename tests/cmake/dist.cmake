@@ -10,7 +10,7 @@ add_dependencies(test_dist qctrain)
 if(QC_HAVE_MPI)
     # slow: about 100 s in a Release build and 455 s under AddressSanitizer, so CI's asan step
     # leaves it out; the multi-rank paths run under ASan in test_dist_faults and test_dist_comm
-    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qcbase LABELS cpu slow
+    qc_add_test(test_dist_mpi SOURCES test_dist_mpi.c LIBS qcdata qckernels qcbase LABELS cpu slow
         TIMEOUT 1200 ENV "QC_TEST_EXCLUDE=dist (small)")
     target_compile_definitions(test_dist_mpi PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_mpi qctrain)
