@@ -41,7 +41,7 @@ if(QC_HAVE_MPI)
     if(QC_SANITIZE)
         list(APPEND qc_df_env "QC_DIST_FAULTS_MAX_RANKS=2")
     endif()
-    qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qcbase LABELS cpu
+    qc_add_test(test_dist_faults SOURCES test_dist_faults.c LIBS qcdata qckernels qcbase LABELS cpu
         TIMEOUT 900 ENV ${qc_df_env})
     target_compile_definitions(test_dist_faults PRIVATE QC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
     add_dependencies(test_dist_faults qctrain)
