@@ -38,8 +38,7 @@ static const char *const hold_knobs[QC_PLAN_HOLD_COUNT] = {
     KNOB_BATCH ", " KNOB_EDGES ": no policy moves these; the edge sets' dL/dr: " KNOB_TILED,
     /* working set */ KNOB_BATCH ", " KNOB_EDGES ": the block's own working memory",
     /* recompute */
-    "an offload tier instead of recomputing (offload.host_capacity, "
-    "offload.nvme_dir)",
+    "an offload tier instead of recomputing (offload.host_capacity, offload.nvme_dir)",
 };
 
 static const struct qc_plan_owner_info owners[QC_PLAN_OWNER_COUNT] = {
