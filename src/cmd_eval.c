@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "qc_file.h"
 #include "qc_progress.h"
 #include "qc_train.h"
 
@@ -49,14 +50,7 @@ static const char *submission_tool(char *buf, size_t cap)
 static enum qc_status check_submission_path(const char *out)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", out);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    qc_file_dir_of(out, dir, sizeof dir);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return qc_errorf(QC_ERR_INVALID, "eval --submission %s: the folder %s does not exist", out,

@@ -98,14 +98,7 @@ static enum qc_status check_out_path(const char *path)
                          "%s/tuned.json",
                          path, path);
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    qc_file_dir_of(path, dir, sizeof dir);
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return qc_errorf(QC_ERR_INVALID,
                          "tune: --out %s: the folder %s does not exist\nhint: mkdir -p %s, or "

@@ -11,17 +11,22 @@
 
 #include "qc_cleanup.h"
 
-enum qc_status qc_file_fsync_dir_of(const char *path, const char *what)
+void qc_file_dir_of(const char *path, char *dir, size_t cap)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(dir, cap, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash == dir)
         dir[1] = '\0';
     else if (slash)
         *slash = '\0';
     else
-        snprintf(dir, sizeof dir, ".");
+        snprintf(dir, cap, ".");
+}
+
+enum qc_status qc_file_fsync_dir_of(const char *path, const char *what)
+{
+    char dir[4096];
+    qc_file_dir_of(path, dir, sizeof dir);
     const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return qc_errorf(QC_ERR_IO, "%s: folder %s: %s", what, dir, strerror(errno));

@@ -57,6 +57,8 @@ struct qc_file_part {
  * (folder missing or not writable, disk full), with a hint; QC_ERR_INVALID for a path too long. */
 enum qc_status qc_file_write_atomic(const char *path, const struct qc_file_part *parts, int n,
                                     const char *what);
+/* The folder holding path into dir (cap bytes): "." for a bare name, "/" for a file in the root. */
+void qc_file_dir_of(const char *path, char *dir, size_t cap);
 /* fsyncs the folder holding path (file systems without directory fsync, EINVAL, are fine). */
 enum qc_status qc_file_fsync_dir_of(const char *path, const char *what);
 
