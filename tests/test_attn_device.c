@@ -229,8 +229,8 @@ static void hcase_make(struct hcase *h, const struct tcase *tc)
     for (int64_t a = 0; a < tc->apps; a++) {
         h->dout[a] = fnew(h->Nd * h->D);
         fill(h->dout[a], h->Nd * h->D, -1.0f, 1.0f);
-        h->ctx[a] =
-            (struct qc_attn_ctx){tc->training, 0.25f, 0x1234abcdull, 7, 40 + 2 * (uint32_t)a};
+        h->ctx[a] = (struct qc_attn_ctx){tc->training,         0.25f, 0x1234abcdull, 7,
+                                         40 + 2 * (uint32_t)a, NULL,  NULL};
     }
 }
 

@@ -241,8 +241,8 @@ static void fstate_make(struct fstate *s, const struct fcase *fc)
     fill(s->xs, s->Ns * s->D, -1.5f, 1.5f);
     fill(s->xd, s->Nd * s->D, -1.5f, 1.5f);
     fill(s->du, s->Nd * s->D, -1.0f, 1.0f);
-    s->ctx = (struct qc_attn_ctx){fc->training, 0.25f, 0x1234abcdull, 7, 40};
-    s->drop = attn_drop(&s->ctx, 0);
+    s->ctx = (struct qc_attn_ctx){fc->training, 0.25f, 0x1234abcdull, 7, 40, NULL, NULL};
+    s->drop = attn_drop_site(&s->ctx, 0, NULL, 0, 0, 0);
 }
 
 /* The CPU oracle: layer forward (FUSED) and the edge backward from du. */

@@ -284,7 +284,7 @@ static void acase_make(struct acase *c, int64_t D, int64_t H, int64_t F, int64_t
     }
     c->R = fnew(c->Nd * D);
     fill(c->R, c->Nd * D, -1.0f, 1.0f);
-    c->ctx = (struct qc_attn_ctx){training, 0.25f, 0x1234abcdull, 7, 40};
+    c->ctx = (struct qc_attn_ctx){training, 0.25f, 0x1234abcdull, 7, 40, NULL, NULL};
 }
 
 static void acase_free(struct acase *c)

@@ -236,7 +236,7 @@ static enum qc_status case_params(const struct tcase *c, struct qc_qcnet *m)
 static struct qc_qcnet_ctx case_ctx(const struct tcase *c)
 {
     struct qc_qcnet_ctx ctx = {
-        .training = !c->parity, .need_backward = true, .seed = 99, .step = 3, .micro = 1};
+        .training = !c->parity, .need_backward = true, .seed = 99, .step = 3};
     return ctx;
 }
 

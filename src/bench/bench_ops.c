@@ -381,7 +381,7 @@ static enum qc_status bo_attn_once(struct bo_env *env, struct bo_attn *a, enum q
     struct qc_attn_edges ed;
     struct qc_attn_kv kv;
     struct qc_stash app;
-    struct qc_attn_ctx ctx = {true, 0.1f, 2023, 1, 100};
+    struct qc_attn_ctx ctx = {true, 0.1f, 2023, 1, 100, NULL, NULL};
     struct qc_block_mem emem;
     bo_mem(env, &emem, a->name);
     qc_stash_init(&app, "app");

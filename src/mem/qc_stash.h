@@ -18,7 +18,8 @@
  *   - recompute: qc_stash_release() after forward, then before backward bind fresh memory and
  *                re-run the block's forward from the same inputs: every entry comes back bit
  *                for bit (dropout masks are drawn from Philox keyed by seed, step, block id and
- *                element index, never from a stateful generator).
+ *                element index (scene and index within the scene for the model's sites), never
+ *                from a stateful generator).
  * Block inputs (x, r, edge features, index arrays) are NOT in the table: they belong to the
  * caller, who must keep them alive until backward (backward takes them as arguments again).
  *

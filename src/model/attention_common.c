@@ -846,7 +846,7 @@ enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                             w + l->o_ln_ffpre_b, Nd, D);
     qc_op_linear_forward(ex, h1, y, D, w + l->o_ff0w, w + l->o_ff0b, Nd, D, FF, false);
     qc_op_relu_forward(ex, h1, h1, Nd * FF);
-    struct qc_dropout drop = attn_drop(ctx, 1);
+    struct qc_dropout drop = attn_drop_ffn(ctx, Nd, FF);
     qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
     qc_op_linear_forward(ex, f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, Nd, FF, D, false);
     qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f,
@@ -882,7 +882,7 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
                              SF(ix->ffpost_mean), SF(ix->ffpost_rstd), w + l->o_ln_ffpost_w, Nd, D,
                              false);
     /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
-    struct qc_dropout drop = attn_drop(ctx, 1);
+    struct qc_dropout drop = attn_drop_ffn(ctx, Nd, FF);
     qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
     qc_op_linear_backward(ex, dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w,
                           Nd, FF, D, false);

@@ -156,7 +156,7 @@ enum qc_status attn_fused_edge_forward(const struct qc_attn_kv *kv, const float 
     QC_TRY(fused_call_make(&c, kv));
     float *scratch;
     QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &scratch));
-    const struct qc_dropout drop = attn_drop(ctx, 0);
+    const struct qc_dropout drop = attn_drop_alpha(ctx, kv->ed->g, l->H);
     qc_op_attn_fused_forward(qc_block_exec(&l->mem), qc_stash_f32(st, ix->u),
                              qc_stash_f32(st, ix->smax), qc_stash_f32(st, ix->ssum), q,
                              qc_stash_f32(&kv->stash, KV_K), qc_stash_f32(&kv->stash, KV_V), &c.l,
@@ -185,7 +185,7 @@ enum qc_status attn_fused_edge_backward(struct qc_attn_kv *kv, float *dq, const 
     }
     float *scratch;
     QC_TRY(qc_memspec_take_f32(ms, AMS_EDGE, &scratch));
-    const struct qc_dropout drop = attn_drop(ctx, 0);
+    const struct qc_dropout drop = attn_drop_alpha(ctx, kv->ed->g, l->H);
     qc_op_attn_fused_backward(qc_block_exec(&l->mem), dq, kv->dk, kv->dv, du,
                               qc_stash_f32(st, ix->smax), qc_stash_f32(st, ix->ssum),
                               qc_stash_f32(st, ix->q), qc_stash_f32(&kv->stash, KV_K),

@@ -145,7 +145,7 @@ enum qc_status attn_unfused_edge_forward(const struct qc_attn_kv *kv, const floa
         qc_op_gather_rows_forward(ex, qi, qk, ed->bdst, E, D, false);
         qc_op_attn_score_forward(ex, alpha, qk, kt, csr, H, l->Dh, l->scale);
         qc_op_segment_softmax_forward(ex, alpha, NULL, NULL, alpha, csr, H);
-        struct qc_dropout drop = attn_drop(ctx, 0);
+        struct qc_dropout drop = attn_drop_alpha(ctx, g, H);
         drop.index_base = k * E * H;
         qc_op_attn_aggregate_forward(ex, useg + k * nb * D, alpha, vt, csr, H, l->Dh, &drop);
     }
@@ -185,7 +185,7 @@ enum qc_status attn_unfused_edge_backward(struct qc_attn_kv *kv, float *dq, cons
     for (int64_t k = 0; k < Q; k++) {
         const float *qi = qc_stash_f32(st, ix->qi) + k * E * D;
         const float *alpha = qc_stash_f32(st, ix->alpha) + k * E * H;
-        struct qc_dropout drop = attn_drop(ctx, 0);
+        struct qc_dropout drop = attn_drop_alpha(ctx, g, H);
         drop.index_base = k * E * H;
         qc_op_attn_aggregate_backward(ex, dalpha, dtmp, duseg + k * nb * D, alpha, vt, csr, H,
                                       l->Dh, &drop);

@@ -192,8 +192,12 @@ static inline bool attn_edges_shares_r(const struct qc_attn_edges *ed)
     return ed->impl == QC_ATTN_FUSED && ed->stash.n > 0;
 }
 
-/* The attention dropout of the application (p = 0 when not training). */
-static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_t site_offset)
+/* The dropout of one of the application's sites (p = 0 when not training): site_offset 0 the
+ * attention weights α (Q·E, H) over graph g, keyed per base edge; 1 the FFN hidden (Nd, FF),
+ * keyed per x_dst row (qc_attention.h "Attention edges"). */
+static inline struct qc_dropout attn_drop_site(const struct qc_attn_ctx *ctx, uint32_t site_offset,
+                                               const int64_t *key, int64_t rows, int64_t reps,
+                                               int64_t row_len)
 {
     struct qc_dropout d = {0};
     d.p = ctx && ctx->training ? ctx->dropout : 0.0f;
@@ -201,7 +205,28 @@ static inline struct qc_dropout attn_drop(const struct qc_attn_ctx *ctx, uint32_
     d.step = ctx ? ctx->step : 0;
     d.block = (ctx ? ctx->site : 0) + site_offset;
     d.index_base = 0;
+    if (d.p > 0.0f && key && rows > 0) {
+        d.row_key = key;
+        d.rows = rows;
+        d.reps = reps;
+        d.row_len = row_len;
+        QC_ASSERT(qc_dropout_valid(&d), "attention dropout: %lld x %lld x %lld elements per scene",
+                  (long long)reps, (long long)rows, (long long)row_len);
+    }
     return d;
+}
+
+/* The attention-weight dropout (site ctx->site) of an application on graph g with H heads. */
+static inline struct qc_dropout attn_drop_alpha(const struct qc_attn_ctx *ctx,
+                                                const struct qc_attn_graph *g, int64_t H)
+{
+    return attn_drop_site(ctx, 0, ctx ? ctx->edge_key : NULL, g->n_edge, g->n_query, H);
+}
+
+/* The FFN dropout (site ctx->site + 1) of Nd x_dst rows of FF hidden units. */
+static inline struct qc_dropout attn_drop_ffn(const struct qc_attn_ctx *ctx, int64_t Nd, int64_t FF)
+{
+    return attn_drop_site(ctx, 1, ctx ? ctx->row_key : NULL, Nd, 1, FF);
 }
 
 // ---- the implementation-specific edge parts ------------------------------------------------

@@ -31,9 +31,12 @@
  * Attention edges. Query k of base destination b is x_dst row query_row[b*Q + k]; it receives
  * the base edges row_ptr[b] .. row_ptr[b+1]-1 in that order (the official per-destination
  * order). Attention edge (k, e) has id k*E + e (E base edges), and its attention-dropout
- * element of head h has Philox index (k*E + e)*H + h at site ctx->site. FFN dropout uses site
- * ctx->site + 1, index row*FF + j. x_dst rows that no query names (or queries with no edges)
- * get u = 0 and still run the gate, out projection and FFN (QCNET.md §9.2).
+ * element of head h is element (k, e, h) of site ctx->site, a (Q, E, H) site keyed by
+ * ctx->edge_key (Philox index s·2^34 + (l_e·Q + k)·H + h, l_e the rank of e among its scene s's
+ * base edges; (k*E + e)*H + h without keys). FFN dropout uses site ctx->site + 1, element
+ * (row, j) of a (1, n_dst, FF) site keyed by ctx->row_key (row*FF + j without keys). x_dst rows
+ * that no query names (or queries with no edges) get u = 0 and still run the gate, out projection
+ * and FFN (QCNET.md §9.2).
  *
  * Self-attention (bipartite = false): the caller passes the same x to kv_forward (as x_src)
  * and forward (as x_dst). One LayerNorm (attn_prenorm_x_src) serves both sides; the input
@@ -261,13 +264,18 @@ enum qc_status qc_attn_kv_backward(struct qc_attn_kv *kv, float *dx_src, const f
 
 /* ---- one application -------------------------------------------------------------------- */
 
-/* Dropout keying of one application (qc_philox.h). */
+/* Dropout keying of one application (qc_philox.h; struct qc_dropout in qc_kernels.h). With the
+ * keys, the mask of a scene's elements depends only on the scene (the model passes each row's
+ * dataset scene index and rank within its scene); NULL keys give flat indices. */
 struct qc_attn_ctx {
-    bool training; /* dropout on */
-    float dropout; /* p (0.1) */
-    uint64_t seed; /* run seed */
-    uint32_t step; /* optimizer step */
-    uint32_t site; /* attention-dropout site; the FFN uses site + 1 */
+    bool training;           /* dropout on */
+    float dropout;           /* p (0.1) */
+    uint64_t seed;           /* run seed */
+    uint32_t step;           /* optimizer step */
+    uint32_t site;           /* attention-dropout site; the FFN uses site + 1 */
+    const int64_t *edge_key; /* (E) scene key of each base edge (memory of the layer's backend:
+                                s·2^34 + its rank among the base edges of scene s), or NULL */
+    const int64_t *row_key; /* (n_dst) scene key of each x_dst row (rank among s's rows), or NULL */
 };
 
 /* Plans the application's stash (node-level tensors for both implementations; UNFUSED adds

@@ -26,8 +26,14 @@
  *
  * Faithfulness (QCNET.md §9): every agent-step and every query is computed, valid or not;
  * detaches, cumsums, mode-major/agent-major reorders and mask copies follow the Python.
- * Dropout (train mode only) is drawn from Philox keyed by (ctx.seed, ctx.step, site), with the
- * sites assigned deterministically by the model (qc_attention.h): two runs give the same bits.
+ * Dropout (train mode only) is drawn from Philox keyed by (ctx.seed, ctx.step, site, scene,
+ * element within the scene), with the sites assigned deterministically by the model
+ * (qc_attention.h): two runs give the same bits. The scene is the batch's scene_index (the
+ * dataset index the loader sets; the scene's position in the batch where it is -1) and the
+ * element is counted within that scene's rows or edges only, so a scene draws the same mask
+ * whatever batch, group, micro-batch or rank it is computed in: a group split into sub-groups
+ * gives the whole group's masks, and the groups of a step (distinct scenes) draw independent
+ * ones. Scene indices must be below 2^29 (QC_ERR_INVALID otherwise).
  * The attention implementation (config.attention) is fused or unfused behind one interface;
  * unfused materialises the per-edge tensors like PyTorch (the reference path).
  *
@@ -327,9 +333,7 @@ struct qc_qcnet_ctx {
     bool training;      /* dropout on (config.dropout); off = eval mode */
     bool need_backward; /* keep what backward needs (false: eval, stashes may be dropped early) */
     uint64_t seed;      /* run seed (dropout key) */
-    uint32_t step;      /* optimizer step (dropout counter); micro-batches of one step should
-                           pass distinct values of micro (below) */
-    uint32_t micro;     /* micro-batch index within the step (gradient accumulation) */
+    uint32_t step;      /* optimizer step (dropout counter) */
     /* Device backends only (ignored on CPU): the batch already copied to the device, as
      * qc_batch_rebase describes (e.g. by the trainer on a copy stream, the model's stream then
      * waiting for it), or NULL to let the forward copy it in on the model's stream. It must

@@ -3,8 +3,10 @@
  * as op arguments (tape.dbatch: the host batch on the CPU, a device view on device backends,
  * copied in here unless the caller passed ctx.batch_dev) and the attention graph of every edge
  * set (tape.g), with the index arrays the model computes on the host (pl2a source polygons,
- * mode-major query rows, int64 pl2pl types) uploaded into context memory.
+ * mode-major query rows, int64 pl2pl types, and in training with dropout the dropout keys of
+ * every set's edges and x_dst rows) uploaded into context memory.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +88,114 @@ static enum qc_status index_commit(struct qc_qcnet *m, int64_t n, const char *ta
     return QC_OK;
 }
 
+// ---- dropout keys ---------------------------------------------------------------------------
+
+/* A row space: rows whose node (agent or polygon) is (r / inner) mod n, a node of scene
+ * batch[node] (its position in the batch). Rows of one scene keep their relative order in every
+ * batch that holds it (scenes' nodes are contiguous and every layout is t·A + a, a·T + t, k·A + a
+ * or a·K + k), and so do a set's edges of one scene in CSR order (by destination, then source). */
+struct drop_space {
+    int64_t rows, inner, n;
+    const int64_t *batch;
+};
+
+/* key[r] (edge_ptr NULL), else key[e] of the edges [edge_ptr[r], edge_ptr[r+1]) of each row r:
+ * sk[s] + the element's rank among the rows (edges) of its scene s. count: B scratch. */
+static void drop_keys_fill(int64_t *key, const struct drop_space *sp, const int64_t *edge_ptr,
+                           const int64_t *sk, int64_t *count, int64_t B)
+{
+    memset(count, 0, (size_t)B * sizeof *count);
+    for (int64_t r = 0; r < sp->rows; r++) {
+        const int64_t s = sp->batch[(r / sp->inner) % sp->n];
+        if (!edge_ptr) {
+            key[r] = sk[s] + count[s]++;
+            continue;
+        }
+        for (int64_t e = edge_ptr[r]; e < edge_ptr[r + 1]; e++)
+            key[e] = sk[s] + count[s]++;
+    }
+}
+
+/* One key array of n entries (rows of sp, or the edges of edge_ptr over sp) in context memory. */
+static enum qc_status drop_keys(struct qc_qcnet *m, int64_t n, const struct drop_space *sp,
+                                const int64_t *edge_ptr, const int64_t *sk, int64_t *count,
+                                const char *tag, int64_t **out)
+{
+    if (m->dry) /* the allocation only */
+        return qcnet_ialloc(m, n, tag, out);
+    const int64_t B = m->tape.batch->num_scenes;
+    if (!qc_exec_is_device(m->ex)) {
+        QC_TRY(qcnet_ialloc(m, n, tag, out));
+        drop_keys_fill(*out, sp, edge_ptr, sk, count, B);
+        return QC_OK;
+    }
+    int64_t *host = qcnet_host_tmp((size_t)(n > 0 ? n : 0) * sizeof *host, tag);
+    if (!host)
+        return QC_ERR_NOMEM;
+    drop_keys_fill(host, sp, edge_ptr, sk, count, B);
+    void *p = NULL;
+    QC_TRY(qcnet_upload_tmp(m, host, (size_t)(n > 0 ? n : 0) * sizeof *host, tag, &p));
+    *out = p;
+    return QC_OK;
+}
+
+/* The dropout keys of every edge set (qc_qcnet.h "Dropout"): scene s of the batch is keyed by
+ * its dataset index (scene_index, or s where that is -1). sk and count: B scratch. */
+static enum qc_status drop_keys_all(struct qc_qcnet *m, int64_t *sk, int64_t *count)
+{
+    struct qcnet_tape *t = &m->tape;
+    const struct qc_batch *b = t->batch;
+    const int64_t A = t->A, P = t->P, K = t->K, T = QCNET_T;
+    for (int64_t s = 0; s < b->num_scenes && !m->dry; s++) {
+        const int64_t idx = b->scene_index ? b->scene_index[s] : -1;
+        const int64_t v = idx >= 0 ? idx : s;
+        if (v >= QC_DROPOUT_SCENE_MAX)
+            return qc_errorf(QC_ERR_INVALID,
+                             "model forward: scene %lld of the batch has dataset index %lld; "
+                             "dropout keys take indices below %lld",
+                             (long long)s, (long long)v, (long long)QC_DROPOUT_SCENE_MAX);
+        sk[s] = v << QC_DROPOUT_SCENE_SHIFT;
+    }
+    /* the x_dst rows of each set's applications, and each set's base destinations */
+    const struct drop_space pl = {P, 1, P, b->pl_batch};
+    const struct drop_space agent_major = {T * A, T, A, b->agent_batch}; /* a·T + t */
+    const struct drop_space time_major = {T * A, 1, A, b->agent_batch};  /* t·A + a */
+    const struct drop_space modes_agent = {K * A, K, A, b->agent_batch}; /* a·K + k */
+    const struct drop_space modes_mode = {K * A, 1, A, b->agent_batch};  /* k·A + a */
+    const struct drop_space agents = {A, 1, A, b->agent_batch};
+    static const char *const row_tag[5] = {"graph/polygon.drop_key", "graph/agent_step.drop_key",
+                                           "graph/step_agent.drop_key", "graph/agent_mode.drop_key",
+                                           "graph/mode_agent.drop_key"};
+    const struct drop_space *row_space[5] = {&pl, &agent_major, &time_major, &modes_agent,
+                                             &modes_mode};
+    int64_t *rows[5];
+    for (int i = 0; i < 5; i++)
+        QC_TRY(
+            drop_keys(m, row_space[i]->rows, row_space[i], NULL, sk, count, row_tag[i], &rows[i]));
+    static const int set_rows[NSET] = {[QC_EDGE_PT2PL] = 0, [QC_EDGE_PL2PL] = 0, [QC_EDGE_T] = 1,
+                                       [QC_EDGE_PL2A] = 2,  [QC_EDGE_A2A] = 2,   [QC_EDGE_T2M] = 3,
+                                       [QC_EDGE_PL2M] = 4,  [QC_EDGE_A2M] = 4,   [QC_EDGE_M2M] = 3};
+    const struct drop_space *set_dst[NSET] = {
+        [QC_EDGE_PT2PL] = &pl,        [QC_EDGE_PL2PL] = &pl,       [QC_EDGE_T] = &agent_major,
+        [QC_EDGE_PL2A] = &time_major, [QC_EDGE_A2A] = &time_major, [QC_EDGE_T2M] = &agents,
+        [QC_EDGE_PL2M] = &agents,     [QC_EDGE_A2M] = &agents,     [QC_EDGE_M2M] = &modes_agent};
+    for (int set = 0; set < NSET; set++) {
+        const struct qc_edges *e = &b->graph.e[set];
+        char tag[48];
+        snprintf(tag, sizeof tag, "graph/%s.drop_key", qc_edge_set_name((enum qc_edge_set)set));
+        QC_ASSERT(row_space[set_rows[set]]->rows == t->g[set].n_dst &&
+                      set_dst[set]->rows == t->g[set].n_bdst,
+                  "model: dropout keys of %s: %lld rows / %lld destinations, the graph has %lld / "
+                  "%lld",
+                  tag, (long long)row_space[set_rows[set]]->rows, (long long)set_dst[set]->rows,
+                  (long long)t->g[set].n_dst, (long long)t->g[set].n_bdst);
+        t->drop_row_key[set] = rows[set_rows[set]];
+        QC_TRY(drop_keys(m, e->num_edges, set_dst[set], e->dst_ptr, sk, count, tag,
+                         &t->drop_edge_key[set]));
+    }
+    return QC_OK;
+}
+
 enum qc_status qcnet_tape_graphs(struct qc_qcnet *m)
 {
     struct qcnet_tape *t = &m->tape;
@@ -139,7 +249,16 @@ enum qc_status qcnet_tape_graphs(struct qc_qcnet *m)
     view(m, &t->g[QC_EDGE_A2M], QC_EDGE_A2M, A, K * A, A, K, NULL, NULL, t->pl2m_query,
          t->pl2m_query_host);
     view(m, &t->g[QC_EDGE_M2M], QC_EDGE_M2M, K * A, K * A, K * A, 1, NULL, NULL, NULL, NULL);
-    return QC_OK;
+    if (!t->training || !(m->cfg.dropout > 0.0))
+        return QC_OK;
+    /* dropout keys: two B-entry host scratch arrays */
+    const int64_t B = t->batch->num_scenes;
+    int64_t *sk = qcnet_host_tmp((size_t)(2 * B) * sizeof *sk, "the dropout keys' scene table");
+    if (!sk)
+        return QC_ERR_NOMEM;
+    const enum qc_status st = drop_keys_all(m, sk, sk + B);
+    free(sk);
+    return st;
 }
 
 /* The batch as op arguments (tape.dbatch): the host batch on CPU; on a device backend the

@@ -22,7 +22,10 @@
  *   occ     the occurrence of a block in one forward (0-based): the decoder's proposal layers
  *           run R times; the backward finds an entry by (kind, block, occ).
  *   site    dropout site ids: application n of a forward uses sites 2n (attention weights) and
- *           2n + 1 (FFN), offset by (micro << 16), so every site of a step is unique.
+ *           2n + 1 (FFN). Its elements are keyed by scene (qcnet_inputs.c: each row's dataset
+ *           scene index and rank within its scene), so the groups and sub-groups of a step, which
+ *           hold different scenes, draw independent masks, and a scene draws the same mask in
+ *           any batch.
  *
  * Invariants of the tape (checked by qcnet_tape_check in tests): entries appear in forward
  * order; (kind, block, occ) is unique; an ATTN entry's kv index names an earlier KV entry of the
@@ -126,7 +129,7 @@ struct qcnet_tape {
     bool need_backward;
     bool training; /* dropout on */
     uint64_t seed; /* dropout key */
-    uint32_t step, micro;
+    uint32_t step;
     const struct qc_batch *batch;     /* host batch: what host code reads (index prep, features) */
     const struct qc_batch *dbatch;    /* the same batch as op arguments: == batch on CPU, a device
                                          view (qc_batch_rebase) on device backends */
@@ -148,6 +151,11 @@ struct qcnet_tape {
     /* ... and their host copies, for host code on EVERY backend: == the arrays above on CPU,
      * malloc'ed mirrors on device backends (freed by release) */
     int64_t *pl2a_src_host, *pl2m_query_host, *pl2pl_type_host;
+    /* dropout keys (qc_attn_ctx.edge_key / row_key; training with dropout only, else NULL; op
+     * arguments from the memory context): per edge set its base edges' keys and its x_dst rows'
+     * keys (sets with the same x_dst rows share one array) */
+    int64_t *drop_edge_key[NSET];
+    int64_t *drop_row_key[NSET];
 
     /* the tape: block applications in forward order (glossary) */
     struct qcnet_entry *e; /* [QCNET_MAX_ENTRIES], allocated with the model */

@@ -612,7 +612,6 @@ enum qc_status qc_qcnet_forward(struct qc_qcnet *m, const struct qc_batch *batch
     t->need_backward = !ctx || ctx->need_backward;
     t->seed = ctx ? ctx->seed : 0;
     t->step = ctx ? ctx->step : 0;
-    t->micro = ctx ? ctx->micro : 0;
     t->loss_norm_host = ctx ? ctx->loss_norm : NULL;
     m->bytes_stash = 0;
     enum qc_status s = qcnet_tape_batch(m, batch, ctx);

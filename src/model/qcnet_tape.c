@@ -605,8 +605,9 @@ static enum qc_status app_forward(struct qc_qcnet *m, int n)
     return QC_OK;
 }
 
-/* A new ATTN entry of layer over x_dst: name, dropout keying; its index. */
-static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const float *x_dst)
+/* A new ATTN entry of layer over x_dst on edge set `set`: name, set, dropout keying; its
+ * index. */
+static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const float *x_dst, int set)
 {
     struct qcnet_tape *t = &m->tape;
     const int napp = t->n_app++;
@@ -619,7 +620,10 @@ static int app_add(struct qc_qcnet *m, const struct qcnet_layer *layer, const fl
     e->ctx.dropout = (float)m->cfg.dropout;
     e->ctx.seed = t->seed;
     e->ctx.step = t->step;
-    e->ctx.site = (t->micro << 16) + 2u * (uint32_t)napp;
+    e->ctx.site = 2u * (uint32_t)napp;
+    e->ctx.edge_key = t->drop_edge_key[set]; /* NULL unless training with dropout */
+    e->ctx.row_key = t->drop_row_key[set];
+    e->set = set;
     return n;
 }
 
@@ -639,10 +643,9 @@ enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *la
     QC_ASSERT(kv >= 0 && kv < t->n_entries && t->e[kv].kind == QCNET_KV &&
                   t->e[kv].block == layer && t->e[kv].kv_live,
               "model: kv entry %d is not a live context of %s", kv, layer->prefix);
-    const int n = app_add(m, layer, x_dst);
+    const int n = app_add(m, layer, x_dst, t->e[kv].set);
     struct qcnet_entry *e = &t->e[n];
     e->kv = kv;
-    e->set = t->e[kv].set;
     e->x_src = t->e[kv].x_src;
     QC_TRY(entry_fwd(m, n));
     app_drivers(m, n, e->set);
@@ -655,9 +658,8 @@ enum qc_status qcnet_attn_apply(struct qc_qcnet *m, const struct qcnet_layer *la
 enum qc_status qcnet_attn_self(struct qc_qcnet *m, const struct qcnet_layer *layer, int set,
                                const float *x, float **out)
 {
-    const int n = app_add(m, layer, x);
+    const int n = app_add(m, layer, x, set);
     struct qcnet_entry *e = &m->tape.e[n];
-    e->set = set;
     e->x_src = x;
     QC_TRY(entry_fwd(m, n));
     app_drivers(m, n, set);

@@ -18,7 +18,8 @@
  * Loop position: (epoch, batch_in_epoch) names the next batch; the loader's batches depend
  * only on (seed, epoch), so a resumed run re-plans the epoch and skips the batches already
  * consumed (they are built and dropped: resume costs that much loader time, once). Dropout
- * is keyed by (seed, step, group), so the resumed run draws the same masks.
+ * is keyed by (seed, step, scene) (qc_qcnet.h), so the resumed run draws the same masks, and
+ * so does a group however the memory system splits it and whichever rank computes it.
  *
  * Backend (device.kind, backend.c): the model, the AdamW step and their memory live on cpu,
  * cuda or emu. On a device backend each group's batch is staged into allocator memory
@@ -550,8 +551,7 @@ static enum qc_status run_group(struct qc_trainer *t, const struct step *s, int6
         .training = true,
         .need_backward = true,
         .seed = t->st.seed,
-        .step = (uint32_t)t->st.step,
-        .micro = (uint32_t)(t->rank + g * t->world), /* the step's global group index */
+        .step = (uint32_t)t->st.step, /* with the scenes, the dropout keys (qc_qcnet.h) */
     };
     enum qc_status st = QC_OK;
     /* the last group's backward makes the gradients final: armed before it */

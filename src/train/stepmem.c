@@ -18,7 +18,7 @@
  *      of its scenes (recursively), built by the loader and run one after the other with the
  *      loss denominators (qc_qcnet_ctx.loss_norm) of the scenes that run and the group's
  *      weight, so their losses and gradients add up to the group's (within fp32 rounding;
- *      with dropout on, the moved scenes draw other, equally valid masks). A scene that does
+ *      dropout is keyed by scene, so the parts draw the whole group's masks). A scene that does
  *      not fit alone is an error naming it, its sizes and the budget it needs at the
  *      configured margin, or, with skip_oversized, skipped with a warning: it keeps no share of
  *      the denominators (a group of skipped scenes only runs nothing: loop.c makes a step

@@ -8,7 +8,8 @@
  * in the epoch's last step): rank r computes global groups j = r, r + W, ... < L of the step
  * (the loader's plan gives it exactly those), each backward seeded with 1/L, so that the sum
  * over ranks of the gradients is the gradient of the mean of the L group losses, as one rank
- * computing the L groups would. Dropout is keyed by the global group index j.
+ * computing the L groups would. Dropout is keyed by scene (qc_qcnet.h), so rank r draws for
+ * group j the masks one rank computing j would.
  *
  *   train_dist_world      joins the world, checks dist.world_size, resolves it in cfg
  *   train_dist_run_dir_barrier  every rank waits for rank 0 to lock and recover the run folder
