@@ -1,13 +1,13 @@
 /*
  * attention_common.c — what both AttentionLayer implementations share: the parameter table,
- * the graph check, the edge and source/edge contexts (their LN_src part and their index arrays),
- * the stash plan of an application and its node-level half (QCNET.md §3.3 steps 1, 3 (q) and
- * 9–13), and the dispatch to the implementation's edge part (attention_unfused.c /
- * attention_fused.c).
+ * the graph check, the edge and source/edge contexts (their LN_src part), the memory specs, the
+ * stash plan of an application and its node-level half (QCNET.md §3.3 steps 1, 3 (q) and 9–13),
+ * and the dispatch to the implementation's edge part (attention_unfused.c / attention_fused.c).
  *
  * Every op runs through qc_exec.h on the block's backend (the layer's mem, or the edge
  * context's for its own work); index arrays derived from the graph are computed on the host
- * from its host copies and uploaded once per edge context (attn_index_begin / _commit).
+ * from its host copies and uploaded once per edge context (attention_index.c, which both edge
+ * parts read too: calls go common -> edge parts -> index, never back up).
  */
 #include "qc_attention.h"
 
@@ -145,94 +145,6 @@ enum qc_status qc_attn_graph_check(const struct qc_attn_graph *g)
     return QC_OK;
 }
 
-// ---- index arrays -----------------------------------------------------------------------
-
-enum qc_status attn_index_begin(struct qc_memspec *s, int id, int64_t **host)
-{
-    void *d = NULL;
-    QC_TRY(qc_memspec_take(s, id, &d));
-    const struct qc_memspec_tensor *t = &s->t[s->id[id]];
-    QC_ASSERT(d && t->home.i64, "attention: index array %s is not a home-held spec tensor",
-              t->name);
-    int64_t *h = d;
-    if (qc_exec_is_device(qc_block_exec(t->bm)) && !(h = malloc(t->bytes ? t->bytes : 1))) {
-        qc_memspec_give(s, id);
-        return qc_errorf(QC_ERR_NOMEM, "%s/%s: host staging of %zu bytes failed",
-                         t->bm && t->bm->name[0] ? t->bm->name : "block", t->name, t->bytes);
-    }
-    *host = h;
-    return QC_OK;
-}
-
-enum qc_status attn_index_commit(struct qc_memspec *s, int id, int64_t *host)
-{
-    const struct qc_memspec_tensor *t = &s->t[s->id[id]];
-    int64_t *dev = *t->home.i64;
-    if (host == dev) /* CPU: written in place */
-        return QC_OK;
-    enum qc_status st = qc_op_upload(qc_block_exec(t->bm), dev, host, t->bytes);
-    free(host);
-    if (st != QC_OK)
-        qc_memspec_give(s, id);
-    return st;
-}
-
-/* Sizes of the owned index arrays (for the hook's free). */
-static int64_t edges_qindex_n(const struct qc_attn_graph *g)
-{
-    return g->n_query * g->n_bdst + g->n_dst + g->n_edge + 1;
-}
-
-static int64_t edges_by_src_n(const struct qc_attn_graph *g)
-{
-    return g->n_src + 1 + g->n_edge;
-}
-
-struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed)
-{
-    const struct qc_attn_graph *g = ed->g;
-    QC_ASSERT(ed->qindex, "attention edges: no query index (FUSED context, or not initialised)");
-    const int64_t QB = g->n_query * g->n_bdst;
-    struct attn_query_index x = {ed->qindex, ed->qindex + QB, ed->qindex + QB + g->n_dst};
-    return x;
-}
-
-/* UNFUSED: the query index arrays (attn_query_index) from the graph's host copies. */
-static enum qc_status edges_query_index_build(struct qc_attn_edges *ed, struct qc_memspec *s)
-{
-    const struct qc_attn_graph *g = ed->g;
-    const int64_t nb = g->n_bdst, Q = g->n_query, QB = Q * nb, Nd = g->n_dst, E = g->n_edge;
-    int64_t *h;
-    QC_TRY(attn_index_begin(s, AMS_QINDEX, &h));
-    int64_t *qidx = h, *qinv = h + QB, *iota = h + QB + Nd;
-    for (int64_t i = 0; i < Nd; i++)
-        qinv[i] = QB;
-    for (int64_t k = 0; k < Q; k++)
-        for (int64_t b = 0; b < nb; b++) {
-            const int64_t r = attn_query_row(g, b, k);
-            qidx[k * nb + b] = r;
-            qinv[r] = k * nb + b;
-        }
-    for (int64_t e = 0; e <= E; e++)
-        iota[e] = e;
-    return attn_index_commit(s, AMS_QINDEX, h);
-}
-
-enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_memspec *s, struct qc_csr *csr)
-{
-    const struct qc_attn_graph *g = ed->g;
-    const int64_t Ns = g->n_src, E = g->n_edge;
-    if (!ed->by_src) {
-        int64_t *h;
-        QC_TRY(attn_index_begin(s, AMS_BY_SRC, &h));
-        qc_csr_build_cpu(h, h + Ns + 1, attn_src_host(g), E, Ns);
-        QC_TRY(attn_index_commit(s, AMS_BY_SRC, h));
-    }
-    struct qc_csr c = {ed->by_src, ed->by_src + Ns + 1, g->src, Ns, E};
-    *csr = c;
-    return QC_OK;
-}
-
 // ---- memory specs (qc_memspec.h) ------------------------------------------------------------
 
 static size_t i64_bytes(int64_t n)
@@ -244,7 +156,8 @@ void attn_by_src_spec(struct qc_attn_edges *ed, struct qc_memspec *s)
 {
     if (!ed->by_src)
         qc_memspec_alloc(s, AMS_BY_SRC, &ed->mem, "edges.csr_by_src",
-                         i64_bytes(edges_by_src_n(ed->g)), 0, QC_MEMSPEC_HOME_I64(&ed->by_src));
+                         i64_bytes(attn_edges_by_src_n(ed->g)), 0,
+                         QC_MEMSPEC_HOME_I64(&ed->by_src));
 }
 
 void attn_dr_spec(struct qc_attn_edges *ed, struct qc_memspec *s)
@@ -296,7 +209,8 @@ void qc_attn_edges_memspec(struct qc_attn_edges *ed, enum qc_attn_pass pass, str
                          QC_MEMSPEC_HOME_I64(&ed->bdst));
         if (ed->impl == QC_ATTN_UNFUSED)
             qc_memspec_alloc(s, AMS_QINDEX, &ed->mem, "edges.query_index",
-                             i64_bytes(edges_qindex_n(g)), 0, QC_MEMSPEC_HOME_I64(&ed->qindex));
+                             i64_bytes(attn_edges_qindex_n(g)), 0,
+                             QC_MEMSPEC_HOME_I64(&ed->qindex));
         return;
     }
     const bool backward = pass == QC_ATTN_PASS_BACKWARD;
@@ -565,20 +479,12 @@ enum qc_status qc_attn_edges_init_mem(struct qc_attn_edges *ed, const struct qc_
         qc_attn_edges_deinit(ed);
         return st;
     }
-    /* bdst from the host CSR, then (UNFUSED) the query index arrays */
+    /* bdst from the host CSR, then (UNFUSED) the query index arrays (attention_index.c) */
     struct qc_memspec ms;
     qc_attn_edges_memspec(ed, QC_ATTN_PASS_INIT, &ms);
-    const int64_t *row_ptr = attn_row_ptr_host(g);
-    int64_t *h;
-    st = attn_index_begin(&ms, AMS_BDST, &h);
-    if (st == QC_OK) {
-        for (int64_t b = 0; b < g->n_bdst; b++)
-            for (int64_t e = row_ptr[b]; e < row_ptr[b + 1]; e++)
-                h[e] = b;
-        st = attn_index_commit(&ms, AMS_BDST, h);
-    }
+    st = attn_edges_bdst_build(ed, &ms);
     if (st == QC_OK && impl == QC_ATTN_UNFUSED)
-        st = edges_query_index_build(ed, &ms);
+        st = attn_edges_query_index_build(ed, &ms);
     if (st != QC_OK)
         qc_attn_edges_deinit(ed); /* gives back what was built */
     return st;
@@ -591,8 +497,8 @@ void qc_attn_edges_deinit(struct qc_attn_edges *ed)
     const int64_t E = ed->g ? ed->g->n_edge : 0, D = ed->fe ? ed->fe->D : 0;
     blk_ffree(&ed->mem, ed->dr, E * D);
     if (ed->g) {
-        qc_block_free(&ed->mem, ed->by_src, (size_t)edges_by_src_n(ed->g) * sizeof(int64_t));
-        qc_block_free(&ed->mem, ed->qindex, (size_t)edges_qindex_n(ed->g) * sizeof(int64_t));
+        qc_block_free(&ed->mem, ed->by_src, (size_t)attn_edges_by_src_n(ed->g) * sizeof(int64_t));
+        qc_block_free(&ed->mem, ed->qindex, (size_t)attn_edges_qindex_n(ed->g) * sizeof(int64_t));
     }
     qc_block_free(&ed->mem, ed->bdst, (size_t)E * sizeof *ed->bdst);
     qc_attn_fused_tiles_deinit(ed->tiles);

@@ -1,7 +1,8 @@
 /*
  * blocks_internal.h — helpers shared by the block files of src/model (never included from
  * outside this folder): scratch allocation and the attention layer's node-level half, which
- * both attention implementations run around their edge part (attention_common.c).
+ * both attention implementations run around their edge part (attention_common.c), and the edge
+ * context's index arrays they read (attention_index.c).
  */
 #ifndef QC_MODEL_BLOCKS_INTERNAL_H
 #define QC_MODEL_BLOCKS_INTERNAL_H
@@ -163,28 +164,6 @@ int64_t attn_fused_scratch_numel(const struct qc_attn_kv *kv, bool backward);
 /* FUSED with shared r: floats of the tiled FE's scratch over the edge set. */
 int64_t attn_fused_fe_tiles_numel(const struct qc_attn_edges *ed, bool backward);
 
-/* Index array id of spec s (int64, home-held): *host is where the host code writes it (the
- * memory itself on the CPU backend; a malloc'ed staging copy on a device backend). Fill it, then
- * attn_index_commit. QC_ERR_NOMEM (nothing held). */
-enum qc_status attn_index_begin(struct qc_memspec *s, int id, int64_t **host);
-/* Uploads the staging copy (device backends) and frees it. On failure the array is given back. */
-enum qc_status attn_index_commit(struct qc_memspec *s, int id, int64_t *host);
-
-/* UNFUSED: the query index arrays of an edge context (ed->qindex), built at edges_init. */
-struct attn_query_index {
-    const int64_t *qidx; /* (Q*n_bdst) x_dst row of query (b,k) at k*n_bdst + b (mode-major) */
-    const int64_t *qinv; /* (n_dst) k*n_bdst + b for the row of query (b,k); Q*n_bdst (the zero
-                            row that follows the per-query buffers) for rows no query names */
-    const int64_t *iota; /* (E+1) 0, 1, .., E: ptr and seg of the identity CSR over base edges */
-};
-struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
-
-/* The base edges grouped by source (csr.seg = g->src, nseg = n_src, nitem = E; device memory
- * on a device backend), built on the host and uploaded by the first call (its memory from s's
- * AMS_BY_SRC, attn_by_src_spec), kept in ed until edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA. */
-enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_memspec *s,
-                                 struct qc_csr *csr);
-
 /* FUSED: the edge context computes r = FE(feat [+ cat]) once and its layers share it (the
  * backend's op takes r: qc_attn_fused_takes_r); else each tile computes its own. */
 static inline bool attn_edges_shares_r(const struct qc_attn_edges *ed)
@@ -228,6 +207,46 @@ static inline struct qc_dropout attn_drop_ffn(const struct qc_attn_ctx *ctx, int
 {
     return attn_drop_site(ctx, 1, ctx ? ctx->row_key : NULL, Nd, 1, FF);
 }
+
+// ---- attention: the edge context's index arrays (attention_index.c) -------------------------
+
+/* Index array id of spec s (int64, home-held): *host is where the host code writes it (the
+ * memory itself on the CPU backend; a malloc'ed staging copy on a device backend). Fill it, then
+ * attn_index_commit. QC_ERR_NOMEM (nothing held). */
+enum qc_status attn_index_begin(struct qc_memspec *s, int id, int64_t **host);
+/* Uploads the staging copy (device backends) and frees it. On failure the array is given back. */
+enum qc_status attn_index_commit(struct qc_memspec *s, int id, int64_t *host);
+
+/* Elements of the owned index arrays ed->qindex and ed->by_src (for the hook's free). */
+static inline int64_t attn_edges_qindex_n(const struct qc_attn_graph *g)
+{
+    return g->n_query * g->n_bdst + g->n_dst + g->n_edge + 1;
+}
+static inline int64_t attn_edges_by_src_n(const struct qc_attn_graph *g)
+{
+    return g->n_src + 1 + g->n_edge;
+}
+
+/* ed->bdst (E): the base x_dst row of each edge, from the host CSR, into s's AMS_BDST.
+ * QC_ERR_NOMEM, QC_ERR_CUDA (the array is then given back). */
+enum qc_status attn_edges_bdst_build(struct qc_attn_edges *ed, struct qc_memspec *s);
+
+/* UNFUSED: the query index arrays of an edge context (ed->qindex), built at edges_init. */
+struct attn_query_index {
+    const int64_t *qidx; /* (Q*n_bdst) x_dst row of query (b,k) at k*n_bdst + b (mode-major) */
+    const int64_t *qinv; /* (n_dst) k*n_bdst + b for the row of query (b,k); Q*n_bdst (the zero
+                            row that follows the per-query buffers) for rows no query names */
+    const int64_t *iota; /* (E+1) 0, 1, .., E: ptr and seg of the identity CSR over base edges */
+};
+struct attn_query_index attn_edges_query_index(const struct qc_attn_edges *ed);
+/* Builds them from the graph's host copies into s's AMS_QINDEX. QC_ERR_NOMEM, QC_ERR_CUDA. */
+enum qc_status attn_edges_query_index_build(struct qc_attn_edges *ed, struct qc_memspec *s);
+
+/* The base edges grouped by source (csr.seg = g->src, nseg = n_src, nitem = E; device memory
+ * on a device backend), built on the host and uploaded by the first call (its memory from s's
+ * AMS_BY_SRC, attn_by_src_spec), kept in ed until edges_deinit. QC_ERR_NOMEM, QC_ERR_CUDA. */
+enum qc_status attn_edges_by_src(struct qc_attn_edges *ed, struct qc_memspec *s,
+                                 struct qc_csr *csr);
 
 // ---- the implementation-specific edge parts ------------------------------------------------
 
