@@ -261,6 +261,8 @@ enum qc_status qcnet_tape_graphs(struct qc_qcnet *m)
     return st;
 }
 
+// ---- the batch as op arguments --------------------------------------------------------------
+
 /* The batch as op arguments (tape.dbatch): the host batch on CPU; on a device backend the
  * caller's device copy, or copies of the batch's two blocks made here and rebased. */
 enum qc_status qcnet_tape_batch(struct qc_qcnet *m, const struct qc_batch *batch,
@@ -294,4 +296,11 @@ enum qc_status qcnet_tape_batch(struct qc_qcnet *m, const struct qc_batch *batch
     qc_batch_rebase(batch, nodes, graph, &t->dbatch_view);
     t->dbatch = &t->dbatch_view;
     return QC_OK;
+}
+
+const struct qc_batch *qcnet_op_batch(const struct qc_qcnet *m)
+{
+    const struct qcnet_tape *t = &m->tape;
+    QC_ASSERT(t->dbatch || !qc_exec_is_device(m->ex), "model: no device view of the batch");
+    return t->dbatch ? t->dbatch : t->batch;
 }

@@ -3,10 +3,11 @@
  * src/model (never included from outside this folder).
  *
  * Files: qcnet_config.c (config), qcnet_params.c (key table, init, safetensors, groups),
- * qcnet_model.c (create/destroy, activation memory, forward / loss / backward entry points),
- * qcnet_inputs.c (the batch as op arguments and the graph views), qcnet_tape.c (the tape: the
- * table of block applications and the forward / backward of each), qcnet_encoder.c (map and
- * agent encoders), qcnet_decoder.c (decoder), qcnet_loss.c (loss and metrics).
+ * qcnet_model.c (create/destroy, forward / loss / backward entry points), qcnet_buffers.c
+ * (activation memory), qcnet_inputs.c (the batch as op arguments and the graph views),
+ * qcnet_tape.c (the tape: the table of block applications and the forward / backward of each),
+ * qcnet_policy.c (the stash policies), qcnet_encoder.c (map and agent encoders),
+ * qcnet_decoder.c (decoder), qcnet_loss.c (loss and metrics).
  *
  * Glossary.
  *   entry   one block application: one row of the tape, in forward order (struct qcnet_entry).
@@ -291,7 +292,7 @@ void qcnet_params_refresh(struct qc_qcnet *m);
 /* Binds every block to m->params / m->grads (after the buffers exist). */
 void qcnet_params_bind(struct qc_qcnet *m);
 
-// ---- qcnet_model.c: activation memory ------------------------------------------------------
+// ---- qcnet_buffers.c: activation memory ----------------------------------------------------
 
 /* n floats (or bytes) from the memory context, recorded for release; NULL + error status on
  * failure. */
@@ -304,9 +305,6 @@ enum qc_status qcnet_balloc(struct qc_qcnet *m, size_t bytes, const char *tag, v
  * context memory), so callers need no branch. */
 enum qc_status qcnet_upload(struct qc_qcnet *m, const void *host, size_t bytes, const char *tag,
                             void **out);
-/* The batch as op arguments: tape.dbatch (asserts it is set on device backends), else the
- * host batch. */
-const struct qc_batch *qcnet_op_batch(const struct qc_qcnet *m);
 /* A host temporary of bytes (at least one byte) for data derived from the batch; NULL with
  * QC_ERR_NOMEM set (naming what) on failure. */
 void *qcnet_host_tmp(size_t bytes, const char *what);
@@ -318,6 +316,12 @@ enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, s
 
 /* Gives one recorded buffer back early (NULL is a no-op). */
 void qcnet_free(struct qc_qcnet *m, void *p);
+/* Gives every recorded buffer back (qc_qcnet_release). */
+void qcnet_bufs_free_all(struct qc_qcnet *m);
+/* Detaches buffer p from the model's list (its memory stays allocated; the caller now owns it)
+ * / attaches a buffer of bytes to it (the stash policies' offload and fetch). */
+size_t qcnet_buf_detach(struct qc_qcnet *m, void *p);
+enum qc_status qcnet_buf_attach(struct qc_qcnet *m, void *p, size_t bytes);
 /* Binds a planned stash table of entry `entry` to memory-context memory (tag = its block
  * label); a recording program learns that the arena is the entry's stash. */
 enum qc_status qcnet_stash_bind(struct qc_qcnet *m, int entry, struct qc_stash *st,
@@ -330,6 +334,9 @@ void qcnet_stash_free(struct qc_qcnet *m, struct qc_stash *st);
 /* tape.batch / tape.dbatch for batch (ctx.batch_dev or a copy made here on device backends). */
 enum qc_status qcnet_tape_batch(struct qc_qcnet *m, const struct qc_batch *batch,
                                 const struct qc_qcnet_ctx *ctx);
+/* The batch as op arguments: tape.dbatch (asserts it is set on device backends), else the
+ * host batch. */
+const struct qc_batch *qcnet_op_batch(const struct qc_qcnet *m);
 /* Checks every edge set's sizes and builds tape.g with the host-derived index arrays. */
 enum qc_status qcnet_tape_graphs(struct qc_qcnet *m);
 
@@ -450,10 +457,6 @@ enum qc_status qcnet_policy_after_forward(struct qc_qcnet *m, int n);
 enum qc_status qcnet_policy_before_backward(struct qc_qcnet *m, int n);
 /* Forgets the step's offload handles (release, and failed steps). */
 void qcnet_policy_release(struct qc_qcnet *m);
-/* Detaches buffer p from the model's list (its memory stays allocated; the caller now owns it)
- * / attaches a buffer of bytes to it. */
-size_t qcnet_buf_detach(struct qc_qcnet *m, void *p);
-enum qc_status qcnet_buf_attach(struct qc_qcnet *m, void *p, size_t bytes);
 
 // ---- qcnet_loss.c ---------------------------------------------------------------------------
 
