@@ -5,9 +5,15 @@
  * Files: qcnet_config.c (config), qcnet_params.c (key table, init, safetensors, groups),
  * qcnet_model.c (create/destroy, forward / loss / backward entry points), qcnet_buffers.c
  * (activation memory), qcnet_inputs.c (the batch as op arguments and the graph views),
- * qcnet_tape.c (the tape: the table of block applications and the forward / backward of each),
- * qcnet_policy.c (the stash policies), qcnet_encoder.c (map and agent encoders),
- * qcnet_decoder.c (decoder), qcnet_loss.c (loss and metrics).
+ * qcnet_entry.c (the tape's table of block applications: adding, finding, an entry's stashes
+ * and what its backward reads), qcnet_recompute.c (an entry's forward again), qcnet_policy.c
+ * (the stash policies), qcnet_tape.c (the forward / backward of each kind of entry),
+ * qcnet_encoder.c (map and agent encoders), qcnet_decoder.c (decoder), qcnet_loss.c (loss and
+ * metrics).
+ *
+ * Calls between these files go one way (tests/file_cycles.py): qcnet_buffers.c is the lowest;
+ * then qcnet_entry.c < qcnet_recompute.c < qcnet_policy.c < qcnet_tape.c < the encoders and the
+ * decoder < qcnet_model.c, which calls inputs, loss and tape too.
  *
  * Glossary.
  *   entry   one block application: one row of the tape, in forward order (struct qcnet_entry).
@@ -85,6 +91,11 @@ struct qcnet_cat {
 
 /* What a tape entry is (glossary). */
 enum qcnet_kind { QCNET_FE = 0, QCNET_EDGES, QCNET_KV, QCNET_ATTN, QCNET_MLP, QCNET_GRU };
+static inline const char *qcnet_kind_str(enum qcnet_kind k)
+{
+    static const char *const names[] = {"fe", "edges", "kv", "attn", "mlp", "gru"};
+    return (int)k >= 0 && k <= QCNET_GRU ? names[k] : "?";
+}
 
 #define QCNET_ENTRY_NAME  (QC_QCNET_KEY_MAX + 32)
 #define QCNET_MAX_ENTRIES 384 /* block applications of one forward */
@@ -353,13 +364,35 @@ enum qc_status qcnet_decoder_backward(struct qc_qcnet *m, const float *dloc_p,
 enum qc_status qcnet_agent_backward(struct qc_qcnet *m, float *dx_a, float *dx_pl);
 enum qc_status qcnet_map_backward(struct qc_qcnet *m, float *dx_pl);
 
-// ---- qcnet_tape.c: the block applications ---------------------------------------------------
+// ---- qcnet_entry.c: the tape's entries as a table --------------------------------------------
 
 /* A new entry (kind, block, name) at the end of the tape; its index. block may be NULL (EDGES,
  * GRU); occ counts the earlier entries of the same (kind, block). */
 int qcnet_entry_add(struct qc_qcnet *m, enum qcnet_kind kind, const void *block, const char *name);
 /* The index of the entry (kind, block, occ); asserts it is on the tape. */
 int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ);
+/* The index of the EDGES entry of edge set s; asserts it is on the tape. */
+int qcnet_entry_find_edges(const struct qc_qcnet *m, int s);
+/* The stash tables of entry n (up to 3: a self-attention's kv then its own; an edge context's
+ * FE stash then r) and the tags their arenas were bound under; the count. */
+int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160]);
+/* Tape entries whose stash entry n's backward reads (its own, its layer's source context, the
+ * edge context whose r an unfused source context or a fused application with the shared r
+ * reads); the count (<= 3). */
+int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3]);
+
+// ---- qcnet_recompute.c ----------------------------------------------------------------------
+
+/* Recompute: binds fresh memory to entry n's stash tables (not counted in bytes_stash) and runs
+ * its forward again into a temporary output; its inputs must be resident. */
+enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n);
+/* out (N,D) = Σ_j table_j[idx_j] of cat (stack + sum order: ascending j): an FE entry's
+ * categorical embeddings, in its forward (qcnet_tape.c) and its recompute. */
+enum qc_status qcnet_cat_sum(struct qc_qcnet *m, float *out, const struct qcnet_cat *cat,
+                             int64_t N);
+
+// ---- qcnet_tape.c: the block applications ---------------------------------------------------
+
 /* Checks the tape's invariants (qcnet_internal.h); QC_ERR_INVALID naming the first violation. */
 enum qc_status qcnet_tape_check(const struct qc_qcnet *m);
 
@@ -436,16 +469,6 @@ enum qc_status qcnet_gru_backward(struct qc_qcnet *m, int occ, int64_t L, float 
 
 /* Frees every entry's contexts and stashes and every edge context. */
 void qcnet_tape_free_contexts(struct qc_qcnet *m);
-/* The stash tables of entry n (up to 3: a self-attention's kv then its own; an edge context's
- * FE stash then r) and the tags their arenas were bound under; the count. */
-int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160]);
-/* Recompute: binds fresh memory to entry n's stash tables (not counted in bytes_stash) and runs
- * its forward again into a temporary output; its inputs must be resident. */
-enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n);
-/* Tape entries whose stash entry n's backward reads (its own, its layer's source context, the
- * edge context whose r an unfused source context or a fused application with the shared r
- * reads); the count (<= 3). */
-int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3]);
 
 // ---- qcnet_policy.c: the stash policies of a step ------------------------------------------
 

@@ -14,8 +14,9 @@
  *              waits is the stall.
  *   recompute  after the last forward use the arenas are freed; before the first backward that
  *              reads the stash, fresh memory is bound and the block's forward runs again from
- *              its inputs (qcnet_entry_redo): Philox dropout is keyed by (seed, step, site,
- * scene, element within the scene; qc_qcnet.h), so every byte comes back the same.
+ *              its inputs (qcnet_entry_redo, qcnet_recompute.c): Philox dropout is keyed by
+ *              (seed, step, site, scene, element within the scene; qc_qcnet.h), so every byte
+ *              comes back the same.
  *
  * A fetch that fails with QC_ERR_IO (an NVMe read error or a checksum mismatch: the engine
  * never hands out unverified bytes) is repaired by recompute: the stash is rebuilt from its

@@ -1,6 +1,8 @@
 /*
- * qcnet_tape.c — the tape: the table of block applications one forward leaves for backward
- * (qcnet_internal.h, glossary), and the forward and backward of each kind of entry.
+ * qcnet_tape.c — the tape: the block applications one forward leaves for backward
+ * (qcnet_internal.h, glossary), the forward and backward of each kind of entry. The table of
+ * entries itself (adding, finding, an entry's stashes) is qcnet_entry.c's; the recompute of an
+ * entry is qcnet_recompute.c's.
  *
  * The encoders and the decoder (qcnet_encoder.c, qcnet_decoder.c) call the *_forward
  * functions here in forward order; each adds one entry, binds its stash tables to memory from
@@ -36,42 +38,6 @@
 #include "qcnet_internal.h"
 
 // ---- entries ------------------------------------------------------------------------------
-
-static const char *kind_str(enum qcnet_kind k)
-{
-    static const char *const names[] = {"fe", "edges", "kv", "attn", "mlp", "gru"};
-    return (int)k >= 0 && k <= QCNET_GRU ? names[k] : "?";
-}
-
-int qcnet_entry_add(struct qc_qcnet *m, enum qcnet_kind kind, const void *block, const char *name)
-{
-    struct qcnet_tape *t = &m->tape;
-    QC_ASSERT(t->n_entries < QCNET_MAX_ENTRIES, "model: more than %d block applications",
-              QCNET_MAX_ENTRIES);
-    int occ = 0;
-    for (int i = 0; i < t->n_entries; i++)
-        occ += t->e[i].kind == kind && t->e[i].block == block && block;
-    const int n = t->n_entries++;
-    struct qcnet_entry *e = &t->e[n];
-    memset(e, 0, sizeof *e);
-    snprintf(e->name, sizeof e->name, "%s", name);
-    e->kind = kind;
-    e->block = block;
-    e->occ = occ;
-    e->set = -1;
-    e->kv = -1;
-    struct qc_plan_program *rec = qc_memctx_recording(m->mc);
-    if (rec) {
-        const int32_t b = qc_plan_program_block(rec, name, (enum qc_plan_kind)kind);
-        QC_ASSERT(b == n, "model: recording out of step with the tape (block %d, entry %d)", b, n);
-    }
-    return n;
-}
-
-_Static_assert((int)QCNET_FE == (int)QC_PLAN_FE && (int)QCNET_EDGES == (int)QC_PLAN_EDGES &&
-                   (int)QCNET_KV == (int)QC_PLAN_KV && (int)QCNET_ATTN == (int)QC_PLAN_ATTN &&
-                   (int)QCNET_MLP == (int)QC_PLAN_MLP && (int)QCNET_GRU == (int)QC_PLAN_GRU,
-               "tape kinds are the planner's kinds");
 
 static double now_s(void)
 {
@@ -208,27 +174,6 @@ static enum qc_status entry_bwd_end(struct qc_qcnet *m, int n)
     return mark(m, QC_PLAN_OP_BWD_END, n, 0, 1);
 }
 
-int qcnet_entry_find(const struct qc_qcnet *m, enum qcnet_kind kind, const void *block, int occ)
-{
-    const struct qcnet_tape *t = &m->tape;
-    for (int i = 0; i < t->n_entries; i++)
-        if (t->e[i].kind == kind && t->e[i].block == block && t->e[i].occ == occ)
-            return i;
-    QC_ASSERT(false, "model: no %s entry of occurrence %d on the tape", kind_str(kind), occ);
-    return -1;
-}
-
-/* The EDGES entry of set s. */
-static int edges_entry(const struct qc_qcnet *m, int s)
-{
-    const struct qcnet_tape *t = &m->tape;
-    for (int i = 0; i < t->n_entries; i++)
-        if (t->e[i].kind == QCNET_EDGES && t->e[i].set == s)
-            return i;
-    QC_ASSERT(false, "model: no edge context of set %d on the tape", s);
-    return -1;
-}
-
 enum qc_status qcnet_tape_check(const struct qc_qcnet *m)
 {
     const struct qcnet_tape *t = &m->tape;
@@ -240,7 +185,7 @@ enum qc_status qcnet_tape_check(const struct qc_qcnet *m)
             if (t->e[j].kind == e->kind && t->e[j].block == e->block && t->e[j].occ == e->occ &&
                 e->block)
                 return qc_errorf(QC_ERR_INVALID, "tape: entries %d and %d are both %s occ %d", j, i,
-                                 kind_str(e->kind), e->occ);
+                                 qcnet_kind_str(e->kind), e->occ);
         if (e->kind == QCNET_ATTN) {
             apps++;
             if (e->kv >= 0 &&
@@ -284,40 +229,6 @@ void qc_qcnet_stash_report(const struct qc_qcnet *m, FILE *out)
 
 // ---- FE, MLP ------------------------------------------------------------------------------
 
-/* out (N,D) = Σ_j table_j[idx_j] of cat (stack + sum order: ascending j). */
-static enum qc_status embed_sum(struct qc_qcnet *m, float *out, const struct qcnet_cat *cat,
-                                int64_t N)
-{
-    const int64_t D = m->D;
-    qc_op_embedding_forward(m->ex, out, cat->idx[0], m->params + cat->off[0], N, D, cat->vocab[0]);
-    if (cat->n == 1)
-        return QC_OK;
-    float *tmp;
-    QC_TRY(qcnet_falloc(m, N * D, "scratch/embedding", &tmp));
-    for (int j = 1; j < cat->n; j++) {
-        qc_op_embedding_forward(m->ex, tmp, cat->idx[j], m->params + cat->off[j], N, D,
-                                cat->vocab[j]);
-        qc_op_add_forward(m->ex, out, out, tmp, N * D);
-    }
-    qcnet_free(m, tmp);
-    return QC_OK;
-}
-
-/* The FE of entry e over its rows into out, with its categorical embeddings summed into a
- * temporary first. */
-static enum qc_status fe_run(struct qc_qcnet *m, struct qcnet_entry *e, float *out)
-{
-    const struct qc_fourier *fe = e->block;
-    float *cat = NULL;
-    if (e->cat.n > 0) {
-        QC_TRY(qcnet_falloc(m, e->rows * fe->D, e->cat.tag, &cat));
-        QC_TRY(embed_sum(m, cat, &e->cat, e->rows));
-    }
-    const enum qc_status s = qc_fourier_forward(fe, out, &e->st, e->x, cat, e->rows);
-    qcnet_free(m, cat);
-    return s;
-}
-
 enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe, const char *tag,
                                 const float *c, const struct qcnet_cat *cat, int64_t N, float **out)
 {
@@ -337,7 +248,7 @@ enum qc_status qcnet_fe_forward(struct qc_qcnet *m, const struct qc_fourier *fe,
     float *catbuf = NULL;
     if (e->cat.n > 0) { /* before the stash, as the memory of the first forward was laid out */
         QC_TRY(qcnet_falloc(m, N * fe->D, e->cat.tag, &catbuf));
-        QC_TRY(embed_sum(m, catbuf, &e->cat, N));
+        QC_TRY(qcnet_cat_sum(m, catbuf, &e->cat, N));
     }
     snprintf(name, sizeof name, "%s/stash", tag);
     QC_TRY(qcnet_stash_bind(m, n, &e->st, name));
@@ -471,7 +382,7 @@ enum qc_status qcnet_edges_backward(struct qc_qcnet *m, int set)
     struct qcnet_tape *t = &m->tape;
     if (!t->ed_init[set])
         return QC_OK;
-    const int n = edges_entry(m, set);
+    const int n = qcnet_entry_find_edges(m, set);
     struct qc_attn_edges *ed = &t->ed[set];
     QC_TRY(entry_bwd(m, n));
     if (m->dry) {
@@ -493,7 +404,7 @@ static enum qc_status use_edges(struct qc_qcnet *m, int n, int set)
 {
     if (m->tape.ed[set].stash.n == 0)
         return QC_OK;
-    return use(m, n, edges_entry(m, set));
+    return use(m, n, qcnet_entry_find_edges(m, set));
 }
 
 /* kvc of entry e (index n) initialised on layer's edge set, stash bound (tag "<prefix>/kv"),
@@ -767,142 +678,6 @@ enum qc_status qc_qcnet_measure(const struct qc_qcnet *m, struct qc_plan_measure
         out[i] = (struct qc_plan_measure){e->t_fwd, e->t_bwd};
     }
     return QC_OK;
-}
-
-// ---- what the stash policies need (qcnet_policy.c) -------------------------------------------
-
-int qcnet_entry_stashes(struct qc_qcnet *m, int n, struct qc_stash *st[3], char tag[3][160])
-{
-    struct qcnet_tape *t = &m->tape;
-    struct qcnet_entry *e = &t->e[n];
-    const struct qcnet_layer *layer = e->block;
-    int k = 0;
-    switch (e->kind) {
-    case QCNET_FE:
-    case QCNET_MLP:
-    case QCNET_GRU:
-        st[k] = &e->st;
-        snprintf(tag[k++], 160, "%s/stash", e->name);
-        break;
-    case QCNET_KV:
-        st[k] = &e->kvc.stash;
-        snprintf(tag[k++], 160, "%s", e->name);
-        break;
-    case QCNET_ATTN:
-        if (e->kv < 0) {
-            st[k] = &e->kvc.stash;
-            snprintf(tag[k++], 160, "%s/kv", layer->prefix);
-        }
-        st[k] = &e->st;
-        snprintf(tag[k++], 160, "%s.stash", e->name);
-        break;
-    case QCNET_EDGES:
-        st[k] = &t->ed[e->set].fe_stash;
-        snprintf(tag[k++], 160, "edges/%s.fe", qc_edge_set_name((enum qc_edge_set)e->set));
-        st[k] = &t->ed[e->set].stash;
-        snprintf(tag[k++], 160, "edges/%s.r", qc_edge_set_name((enum qc_edge_set)e->set));
-        break;
-    }
-    return k;
-}
-
-int qcnet_entry_needs(const struct qc_qcnet *m, int n, int out[3])
-{
-    const struct qcnet_tape *t = &m->tape;
-    const struct qcnet_entry *e = &t->e[n];
-    int k = 0;
-    out[k++] = n;
-    if (e->kind == QCNET_ATTN && e->kv >= 0)
-        out[k++] = e->kv;
-    /* the edge context's r (use_edges): an unfused source context's, a fused application's */
-    if (e->kind != QCNET_KV && e->kind != QCNET_ATTN)
-        return k;
-    const struct qc_attn_edges *ed = &t->ed[e->set];
-    const bool owns_kv = e->kind == QCNET_KV || e->kv < 0;
-    const bool reads_r = attn_edges_shares_r(ed) ? e->kind == QCNET_ATTN : owns_kv;
-    if (reads_r && ed->stash.n > 0)
-        out[k++] = edges_entry(m, e->set);
-    return k;
-}
-
-/* Rebinds st to fresh memory (tag); the recompute's, so not counted in bytes_stash. */
-static enum qc_status rebind(struct qc_qcnet *m, struct qc_stash *st, const char *tag)
-{
-    void *p = NULL;
-    qc_stash_unpacked_reset(st); /* a recompute rebuilds the fp32 layout (rounded below) */
-    QC_TRY(qcnet_balloc(m, qc_stash_arena_bytes(st), tag, &p));
-    qc_stash_bind(st, p);
-    return QC_OK;
-}
-
-enum qc_status qcnet_entry_redo(struct qc_qcnet *m, int n)
-{
-    struct qcnet_tape *t = &m->tape;
-    struct qcnet_entry *e = &t->e[n];
-    struct qc_stash *st[3];
-    char tag[3][160];
-    const int ns = qcnet_entry_stashes(m, n, st, tag);
-    for (int i = 0; i < ns; i++)
-        QC_TRY(rebind(m, st[i], tag[i]));
-    float *out = NULL;
-    enum qc_status s = QC_OK;
-    char name[QCNET_ENTRY_NAME + 16];
-    snprintf(name, sizeof name, "%s/recompute.out", e->name);
-    switch (e->kind) {
-    case QCNET_FE: {
-        const struct qc_fourier *fe = e->block;
-        QC_TRY(qcnet_falloc(m, e->rows * fe->D, name, &out));
-        s = fe_run(m, e, out);
-        break;
-    }
-    case QCNET_MLP: {
-        const struct qc_mlp *mlp = e->block;
-        QC_TRY(qcnet_falloc(m, e->rows * mlp->O, name, &out));
-        s = qc_mlp_forward(mlp, out, &e->st, e->x, e->rows);
-        break;
-    }
-    case QCNET_GRU: {
-        const int64_t D = m->D, N = e->rows, L = e->steps;
-        float *h0, *scratch;
-        QC_TRY(qcnet_falloc(m, N * D, name, &h0));
-        s = qcnet_falloc(m, qc_gru_forward_scratch_numel(L, N, D), "scratch/gru", &scratch);
-        if (s != QC_OK) {
-            qcnet_free(m, h0);
-            return s;
-        }
-        qc_op_tile_forward(m->ex, h0, m->params + m->o_h0, 1, N, D);
-        const float *w = qcnet_params_compute(m);
-        qc_op_gru_forward(m->ex, qc_stash_f32(&e->st, 0), qc_stash_f32(&e->st, 1), e->x, h0,
-                          w + m->o_gru_wih, w + m->o_gru_bih, w + m->o_gru_whh, w + m->o_gru_bhh, L,
-                          N, D, D, scratch);
-        qcnet_free(m, scratch);
-        qcnet_free(m, h0);
-        break;
-    }
-    case QCNET_KV:
-        s = qc_attn_kv_forward(&e->kvc, e->x_src);
-        break;
-    case QCNET_ATTN: {
-        const struct qc_attn_kv *kv = e->kv >= 0 ? &t->e[e->kv].kvc : &e->kvc;
-        if (e->kv < 0)
-            QC_TRY(qc_attn_kv_forward(&e->kvc, e->x_src));
-        QC_TRY(qcnet_falloc(m, kv->ed->g->n_dst * m->D, name, &out));
-        s = qc_attn_forward(kv, out, &e->st, e->x, &e->ctx);
-        break;
-    }
-    case QCNET_EDGES:
-        s = qc_attn_edges_forward(&t->ed[e->set]);
-        break;
-    }
-    qcnet_free(m, out);
-    if (s == QC_OK && e->st.precision && e->st.arena)
-        qc_stash_round(&e->st, m->ex); /* as stash_pack rounds the first forward's */
-    if (s == QC_OK) {
-        for (int i = 0; i < ns; i++)
-            m->recompute_bytes += qc_stash_bytes(st[i]);
-        m->recomputes++;
-    }
-    return s;
 }
 
 // ---- release ------------------------------------------------------------------------------
