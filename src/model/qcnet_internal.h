@@ -91,6 +91,7 @@ struct qcnet_cat {
 
 /* What a tape entry is (glossary). */
 enum qcnet_kind { QCNET_FE = 0, QCNET_EDGES, QCNET_KV, QCNET_ATTN, QCNET_MLP, QCNET_GRU };
+/* Its name in messages ("?" out of range). */
 static inline const char *qcnet_kind_str(enum qcnet_kind k)
 {
     static const char *const names[] = {"fe", "edges", "kv", "attn", "mlp", "gru"};

@@ -37,7 +37,7 @@
 #include "blocks_internal.h"
 #include "qcnet_internal.h"
 
-// ---- entries ------------------------------------------------------------------------------
+// ---- brackets of an entry's forward and backward; the tape's check ------------------------
 
 static double now_s(void)
 {
