@@ -673,6 +673,33 @@ int main(void)
         qc_alloc_destroy(a);
     }
 
+    QC_TEST ("alloc: cached free segments of one pool give way to the other pool's request") {
+        /* 6 MiB of small segments, all free but cached, and a 4 MiB large request in an 8 MiB
+         * budget: the retry releases the small pool's free segments; and back, the large
+         * pool's free granules give way to new small segments. */
+        struct qc_alloc *a = make(true, 8 * MiB, 0);
+        void *s[24];
+        for (int i = 0; i < 24; i++)
+            s[i] = must_alloc(a, 256 * KiB, "small");
+        T_EXPECT_EQ_U64(stats(a).bytes_reserved_small, 6 * MiB, "three small segments");
+        for (int i = 0; i < 24; i++)
+            qc_alloc_free(a, s[i], NULL);
+        void *big = must_alloc(a, 4 * MiB, "large");
+        struct qc_alloc_stats st = stats(a);
+        T_EXPECT_EQ_U64(st.n_ooms, 0, "no OOM");
+        T_EXPECT_EQ_U64(st.bytes_reserved_small, 0, "the small pool's free segments released");
+        qc_alloc_free(a, big, NULL);
+        for (int i = 0; i < 24; i++)
+            s[i] = must_alloc(a, 256 * KiB, "small again");
+        st = stats(a);
+        T_EXPECT_EQ_U64(st.n_ooms, 0, "no OOM");
+        T_EXPECT_EQ_U64(st.bytes_reserved, 6 * MiB, "the large pool's free granules released");
+        check_inv(a, "pools give way");
+        for (int i = 0; i < 24; i++)
+            qc_alloc_free(a, s[i], NULL);
+        qc_alloc_destroy(a);
+    }
+
     QC_TEST ("alloc: per-step peaks and statistics identities") {
         struct qc_alloc *a = make(true, 0, 0);
         void *p = must_alloc(a, 10 * MiB, "x");
