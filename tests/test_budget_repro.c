@@ -5,7 +5,8 @@
  *     cause) changes no bits: the group is rolled back and re-run whole, never split on it, and
  *     the step is logged "rolled_back":true;
  *   - --skip-oversized: a skipped scene keeps no share of the loss denominators (the logged loss
- *     and the weights equal those of the other scene trained alone);
+ *     and the weights equal those of the other scene trained alone), nor does a group
+ *     (train.grad_accum) whose every scene is skipped keep a share of the step;
  *   - a step whose every scene is skipped is no step ("loss":null, "empty":true, no update) and
  *     a run of only such steps fails, naming why;
  *   - the budget the trainer names for a scene that does not fit is enough: 20 steps train
@@ -220,6 +221,64 @@ int main(void)
         snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
         T_EXPECT(same_tensors(a, b), "the weights differ from the other scene's alone: the skipped "
                                      "scene still weighs on the gradients");
+    }
+
+    QC_TEST ("skip-oversized: a group whose every scene is skipped keeps no share of the step "
+             "(grad_accum 2)") {
+        /* group 1 = the scene that fits, group 2 = the dense one, skipped: the step's loss and
+         * update are group 1's alone, as the one-group run of that scene gives (the seed 1/2
+         * and the rescale by 2 are exact) */
+        char accum[300], alone[300], a[400], b[400];
+        tpath(accum, sizeof accum, "skip-accum");
+        tpath(alone, sizeof alone, "skip-accum-alone");
+        const char *s1[] = {"--set",
+                            "train.batch_size=1",
+                            "--set",
+                            "train.grad_accum=2",
+                            "--set",
+                            "data.shuffle=false",
+                            "--set",
+                            "model.dropout=0",
+                            "--set",
+                            "device.budget=80MiB",
+                            "--data",
+                            one,
+                            "--data",
+                            d1,
+                            "--skip-oversized",
+                            "--steps",
+                            "1",
+                            "--out",
+                            accum,
+                            NULL};
+        char *out = NULL;
+        int rc = train(s1, NULL, log, &out);
+        T_EXPECT(rc == 0, "grad_accum 2, dense group skipped: exit %d\n%s", rc, out ? out : "");
+        free(out);
+        const char *s2[] = {"--set",   "train.batch_size=1",
+                            "--set",   "data.shuffle=false",
+                            "--set",   "model.dropout=0",
+                            "--set",   "device.budget=80MiB",
+                            "--data",  one,
+                            "--steps", "1",
+                            "--out",   alone,
+                            NULL};
+        rc = train(s2, NULL, log, &out);
+        T_EXPECT(rc == 0, "one alone: exit %d\n%s", rc, out ? out : "");
+        free(out);
+        char *l1 = metrics_line(accum, 1), *l2 = metrics_line(alone, 1);
+        char f1[64], f2[64];
+        T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f2, sizeof f2)) == 0,
+                 "loss %s with the dense group skipped, %s for the other scene alone", f1, f2);
+        T_EXPECT(strcmp(field(l1, "skipped_scenes", f1, sizeof f1), "1") == 0 &&
+                     strcmp(field(l1, "samples", f2, sizeof f2), "1") == 0,
+                 "skipped_scenes %s, samples %s: 1 and 1 expected", f1, f2);
+        free(l1);
+        free(l2);
+        snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", accum);
+        snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
+        T_EXPECT(same_tensors(a, b), "the weights differ from the other scene's alone: the "
+                                     "skipped group still weighs on the gradients");
     }
 
     QC_TEST ("skip-oversized: a step without a scene is no step; a run of only such steps "

@@ -503,6 +503,43 @@ static void expect_skipped_step_2(const char *name)
              name);
 }
 
+/* The shards of the budget cases: light (one typical scene; it fits 64 MiB) and dense (three
+ * dense scenes; their smallest plans peak above 100 MiB), generated once into tmp_root. */
+static void budget_shards(char *light, char *dense, size_t n)
+{
+    char log[600];
+    tpath(light, n, "fail-budget-typical.qcshard");
+    tpath(dense, n, "fail-budget-dense.qcshard");
+    snprintf(log, sizeof log, "%s/fail-gen.log", tmp_root);
+    const char *gen1[] = {"gen",    "--scenes", "1",     "--profile", "typical",
+                          "--seed", "7",        "--out", light,       NULL};
+    const char *gen2[] = {"gen",    "--scenes", "3",     "--profile", "dense",
+                          "--seed", "7",        "--out", dense,       NULL};
+    struct stat sb;
+    char *out = NULL;
+    if (stat(light, &sb) != 0)
+        T_EXPECT(t_run_output(QCTRAIN, gen1, log, &out) == 0, "gen: %s", out ? out : "");
+    free(out);
+    out = NULL;
+    if (stat(dense, &sb) != 0)
+        T_EXPECT(t_run_output(QCTRAIN, gen2, log, &out) == 0, "gen: %s", out ? out : "");
+    free(out);
+}
+
+/* The "loss" of step 1 in RUN/metrics.jsonl, as written ("" when missing), into out. */
+static const char *step1_loss(const char *run, char *out, size_t n)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", run);
+    char *m = t_read_file(p, NULL);
+    const char *l = m ? strstr(m, "{\"step\":1,") : NULL;
+    const char *k = l ? strstr(l, "\"loss\":") : NULL;
+    size_t len = k ? strcspn(k + 7, ",}") : 0;
+    snprintf(out, n, "%.*s", (int)(len < n ? len : n - 1), k ? k + 7 : "");
+    free(m);
+    return out;
+}
+
 static void test_nonfinite(void)
 {
     char data[512];
@@ -1012,19 +1049,7 @@ static void test_rank_fails(void)
          * no budget by the plan, whatever the allocator's cache does). (A mixed shard's scenes
          * near the budget failed here or not by small-pool fragmentation, issue 26.) */
         char light[512], dense[512], run[512], log[600];
-        tpath(light, sizeof light, "fail-budget-typical.qcshard");
-        tpath(dense, sizeof dense, "fail-budget-dense.qcshard");
-        snprintf(log, sizeof log, "%s/fail-gen.log", tmp_root);
-        const char *gen1[] = {"gen",    "--scenes", "1",     "--profile", "typical",
-                              "--seed", "7",        "--out", light,       NULL};
-        const char *gen2[] = {"gen",    "--scenes", "3",     "--profile", "dense",
-                              "--seed", "7",        "--out", dense,       NULL};
-        char *out = NULL;
-        T_EXPECT(t_run_output(QCTRAIN, gen1, log, &out) == 0, "gen: %s", out ? out : "");
-        free(out);
-        out = NULL;
-        T_EXPECT(t_run_output(QCTRAIN, gen2, log, &out) == 0, "gen: %s", out ? out : "");
-        free(out);
+        budget_shards(light, dense, sizeof light);
         fresh(run, sizeof run, "fail-rank1");
         const char *x[] = {"--data",  light,
                            "--data",  dense,
@@ -1083,6 +1108,63 @@ static void test_rank_fails(void)
         T_EXPECT_STR_CONTAINS(html, "\"rank\":1,\"failed_ranks\":1,\"world_size\":2");
         T_EXPECT_STR_CONTAINS(html, "(dataset index 1) does not fit the device budget");
         free(html);
+    }
+
+    QC_TEST ("--skip-oversized, rank 1's every scene skipped: the step is rank 0's group alone") {
+        /* step 1: rank 0's typical scene and rank 1's dense one, skipped; the step's loss and
+         * update are those of the typical scene trained by one rank (rank 0's seed 1/2, rank
+         * 1's zeros, the rescale by 2: exact) */
+        char light[512], dense[512], two[512], one[512], log[600];
+        budget_shards(light, dense, sizeof light);
+        fresh(two, sizeof two, "skip-rank1");
+        fresh(one, sizeof one, "skip-rank1-alone");
+        const char *x[] = {"--data",
+                           light,
+                           "--data",
+                           dense,
+                           "--set",
+                           "data.shuffle=false",
+                           "--set",
+                           "data.balance=none",
+                           "--set",
+                           "model.dropout=0",
+                           "--set",
+                           "device.budget=64MiB",
+                           "--skip-oversized",
+                           "--steps",
+                           "1",
+                           "--out",
+                           two,
+                           NULL};
+        struct t_args a;
+        job_args(&a, 2, x);
+        snprintf(log, sizeof log, "%s/skip-rank1.log", tmp_root);
+        unlink(log);
+        int status = finish(t_spawn(&a, log, NULL, 300), 120);
+        char *s = t_read_file(log, NULL);
+        char b[64];
+        T_EXPECT(status >= 0 && t_exited(status, 0), "mpirun: %s\n%s",
+                 status < 0 ? "hung" : t_status_str(status, b, sizeof b), s ? s : "");
+        free(s);
+        const char *y[] = {"--data",  light,
+                           "--set",   "model.dropout=0",
+                           "--set",   "device.budget=64MiB",
+                           "--steps", "1",
+                           "--out",   one,
+                           NULL};
+        job_args(&a, 0, y);
+        snprintf(log, sizeof log, "%s/skip-rank1-alone.log", tmp_root);
+        unlink(log);
+        status = finish(t_spawn(&a, log, NULL, 300), 120);
+        T_EXPECT(status >= 0 && t_exited(status, 0), "alone: %s",
+                 status < 0 ? "hung" : t_status_str(status, b, sizeof b));
+        char l2[64], l1[64];
+        step1_loss(two, l2, sizeof l2);
+        step1_loss(one, l1, sizeof l1);
+        T_EXPECT(l2[0] && strcmp(l2, l1) == 0,
+                 "step 1 loss %s with rank 1's scene skipped, %s for rank 0's scene alone", l2, l1);
+        T_EXPECT(same_ckpt(two, one, 1), "the weights or moments differ from rank 0's scene "
+                                         "alone: the skipped group still weighs on the step");
     }
 
     QC_TEST ("a rank stopped (SIGSTOP) mid-run: rank 0 writes memory.json and report.html naming "

@@ -639,11 +639,14 @@ static enum qc_status step_run(struct qc_trainer *t, struct step *s)
     double *losses = calloc((size_t)(s->nlocal > 0 ? s->nlocal : 1) * 4, sizeof(double));
     if (!losses)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    int64_t scenes = 0, edges = 0, bad_grad = -1;
+    int64_t scenes = 0, edges = 0, bad_grad = -1, ran = 0;
     enum qc_status st = QC_OK; /* the rank's first failure in the step, its message in why */
     char why[TRAIN_DIST_FAILURE_MESSAGE] = "";
-    for (int64_t g = 0; g < s->nlocal && st == QC_OK; g++)
+    for (int64_t g = 0; g < s->nlocal && st == QC_OK; g++) {
+        const int64_t before = scenes;
         keep_failure(&st, run_group(t, s, g, losses + 4 * g, &scenes, &edges), why, sizeof why);
+        ran += scenes > before; /* a group whose every scene was skipped did not run */
+    }
     if (st != QC_OK && t->world == 1) {
         free(losses);
         return st;
@@ -671,6 +674,7 @@ static enum qc_status step_run(struct qc_trainer *t, struct step *s)
         .nlocal = st == QC_OK ? s->nlocal : 0,
         .loss = losses,
         .scenes = scenes,
+        .groups_ran = ran,
         .edges = edges,
         .stop_signal = t->world > 1 ? qc_cleanup_stop_signal() : 0,
         .bad_grad = bad_grad,
@@ -720,6 +724,12 @@ static enum qc_status step_decide(struct qc_trainer *t, struct step *s)
         train_nonfinite_describe(&s->sums, t->world, bad, sizeof bad);
     s->skipped = overflow || bad[0] != '\0';
     if (!s->skipped) {
+        /* groups whose every scene was skipped: each group's backward was seeded with
+         * 1/groups, so the gradients are rescaled to the mean of the groups that ran (exact
+         * when the ratio is a power of 2) */
+        if (s->sums.groups_ran < s->groups)
+            qc_op_scale_inplace(qc_train_backend_exec(t->be), qc_qcnet_grads(t->model) + lo,
+                                (float)((double)s->groups / (double)s->sums.groups_ran), hi - lo);
         qc_optim_step(t->optim, qc_qcnet_params(t->model), qc_qcnet_grads(t->model), s->lr);
         QC_TRY(train_dist_update(t->dist, qc_qcnet_params(t->model)));
         train_nonfinite_applied(&t->nf);
@@ -766,10 +776,11 @@ static void metrics_memory(struct qc_step_metrics *m, const struct qc_alloc_stat
     m->plan_ms = 1e3 * ms->plan_s;
 }
 
-/* A mean of the step's group losses, rounded to fp32 as a torch scalar would be. */
-static double mean_f32(double sum, int64_t groups)
+/* A mean of the step's group losses over the groups that ran (a group whose every scene was
+ * skipped has no loss), rounded to fp32 as a torch scalar would be. */
+static double mean_f32(double sum, const struct step *s)
 {
-    return (double)(float)(sum / (double)groups);
+    return s->sums.groups_ran > 0 ? (double)(float)(sum / (double)s->sums.groups_ran) : (double)NAN;
 }
 
 /* Writes the step down: its allocation trace closed, the memory system's step ended, its
@@ -788,10 +799,10 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
         .step = t->st.step,
         .epoch = s->epoch,
         .samples = t->st.samples,
-        .loss = mean_f32(s->sums.loss, s->groups),
-        .reg_loss_propose = mean_f32(s->sums.reg_loss_propose, s->groups),
-        .reg_loss_refine = mean_f32(s->sums.reg_loss_refine, s->groups),
-        .cls_loss = mean_f32(s->sums.cls_loss, s->groups),
+        .loss = mean_f32(s->sums.loss, s),
+        .reg_loss_propose = mean_f32(s->sums.reg_loss_propose, s),
+        .reg_loss_refine = mean_f32(s->sums.reg_loss_refine, s),
+        .cls_loss = mean_f32(s->sums.cls_loss, s),
         .lr = s->lr,
         .skipped = s->skipped,
         .empty = s->empty,

@@ -24,7 +24,8 @@
 enum {
     REC_NLOCAL = 0, /* groups of the step */
     REC_SCENES,
-    REC_SECONDS, /* forward + backward time */
+    REC_GROUPS_RAN, /* its groups in which a scene ran */
+    REC_SECONDS,    /* forward + backward time */
     REC_EDGES,
     REC_STOP,     /* the graceful-stop signal it received, or 0 */
     REC_BAD_GRAD, /* its first non-finite reduced gradient element, or -1 */
@@ -572,6 +573,7 @@ static void combine_local(const struct train_dist_local *mine, struct train_dist
         out->cls_loss += mine->loss[4 * g + 3];
     }
     out->scenes = mine->scenes;
+    out->groups_ran = mine->groups_ran;
     out->stop_signal = mine->stop_signal;
     out->bad_grad = mine->bad_grad;
     out->failed = mine->failed;
@@ -601,6 +603,7 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
               (long long)td->G);
     rec[REC_NLOCAL] = (double)mine->nlocal;
     rec[REC_SCENES] = (double)mine->scenes;
+    rec[REC_GROUPS_RAN] = (double)mine->groups_ran;
     rec[REC_SECONDS] = td->t_end > td->t_begin ? td->t_end - td->t_begin : 0;
     rec[REC_EDGES] = (double)mine->edges;
     rec[REC_STOP] = (double)mine->stop_signal;
@@ -628,6 +631,7 @@ enum qc_status train_dist_combine(struct train_dist *td, const struct train_dist
     for (int r = 0; r < td->world; r++) {
         const double *h = td->gather + (size_t)r * R;
         out->scenes += (int64_t)h[REC_SCENES];
+        out->groups_ran += (int64_t)h[REC_GROUPS_RAN];
         if (h[REC_STOP] != 0 && out->stop_signal == 0) {
             out->stop_signal = (int)h[REC_STOP];
             out->stop_rank = r;

@@ -123,6 +123,7 @@ struct train_dist_local {
     int64_t nlocal;        /* its groups of the step */
     const double *loss;    /* [nlocal][4]: loss, reg_propose, reg_refine, cls */
     int64_t scenes;        /* in its groups */
+    int64_t groups_ran;    /* its groups in which a scene ran (the others were all skipped) */
     int64_t edges;         /* graph edges of its groups */
     int stop_signal;       /* SIGINT / SIGTERM this rank received (a graceful stop), or 0 */
     int64_t bad_grad;      /* the first non-finite element of its reduced gradients, or -1 */
@@ -135,7 +136,8 @@ struct train_dist_local {
 struct train_dist_sums {
     double loss, reg_loss_propose, reg_loss_refine, cls_loss; /* sums over the step's groups */
     int64_t scenes;                                           /* over all ranks */
-    double rank_time_ratio;                                   /* slowest / mean compute time */
+    int64_t groups_ran;     /* the step's groups in which a scene ran, over all ranks */
+    double rank_time_ratio; /* slowest / mean compute time */
     double rank_edge_ratio; /* most / mean graph edges of the ranks' groups (the work) */
     int stop_signal;        /* the signal of the first rank (in rank order) that got one, or 0 */
     int stop_rank;          /* that rank */
