@@ -1,6 +1,6 @@
 /*
  * test_calib.c — the cost model's calibration of this machine (src/plan/qc_plan_calib.h,
- * src/train/calib.c; src/plan/README.md, "Calibration"):
+ * src/train/memory/calib.c; src/plan/README.md, "Calibration"):
  *   - the cache round trip: the first get probes and writes the cache, the second reads it
  *     (no probe), with the rates, dates, keys and per-block coefficients unchanged;
  *   - a corrupt cache (not JSON, a truncated file, no calibration record) and a foreign one

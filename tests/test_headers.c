@@ -70,6 +70,27 @@ static int check_folder(const char *folder)
     return n;
 }
 
+/* check_folder over QC_SOURCE_DIR/<folder> and, depth > 0, each folder below it (files are
+ * skipped: check_folder of a file finds nothing). */
+static int check_tree(const char *folder, int depth)
+{
+    int n = check_folder(folder);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", QC_SOURCE_DIR, folder);
+    DIR *d = depth > 0 ? opendir(path) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[1024];
+        if ((size_t)snprintf(sub, sizeof sub, "%s/%s", folder, e->d_name) < sizeof sub)
+            n += check_tree(sub, depth - 1);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 int main(void)
 {
     QC_TEST ("headers: every generated unit is linked and returns 1") {
@@ -83,21 +104,9 @@ int main(void)
         T_EXPECT(n >= 5, "only %d public headers found", n);
     }
     QC_TEST ("headers: the list matches the headers on disk") {
-        int n = check_folder("alloc") + check_folder("offload") + check_folder("kernels");
-        char src[4096];
-        snprintf(src, sizeof src, "%s/src", QC_SOURCE_DIR);
-        DIR *d = opendir(src);
-        T_EXPECT(d != NULL, "cannot open %s", src);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (e->d_name[0] == '.')
-                continue;
-            char folder[512];
-            snprintf(folder, sizeof folder, "src/%s", e->d_name);
-            n += check_folder(folder);
-        }
-        if (d)
-            closedir(d);
+        /* src/<folder>/ and src/<folder>/<sub>/ (src/train/memory/) */
+        const int n = check_folder("alloc") + check_folder("offload") + check_folder("kernels") +
+                      check_tree("src", 2) - check_folder("src");
         T_EXPECT_EQ_I64(n, QC_HEADER_COUNT, "public headers on disk vs generated list");
     }
     return qc_test_summary();

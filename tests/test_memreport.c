@@ -1,5 +1,5 @@
 /*
- * test_memreport.c — the memory report (src/train/qc_memreport.h, docs/MEMORY_REPORT.md):
+ * test_memreport.c — the memory report (src/train/memory/qc_memreport.h, docs/MEMORY_REPORT.md):
  *   - the JSON formatter escapes names and parses (cJSON); the text names the top block;
  *     writing into a missing folder fails naming the file;
  *   - a tiny training run (cpu-smoke sizes, 1 scene per group, 2 steps, a checkpoint each

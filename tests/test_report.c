@@ -1,6 +1,6 @@
 /*
  * test_report.c — the HTML report's data and limits (src/report), and the step traces train
- * keeps for it (src/train/steptrace.c):
+ * keeps for it (src/train/memory/steptrace.c):
  *   - a 100,000-step run (qc_bench_report_make_run) gives a page under 5 MB whose data has
  *     1000 curve buckets, every eval line, and a timeline whose stacked groups sum to the
  *     allocator's bytes at every point;

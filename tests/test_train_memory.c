@@ -1,5 +1,5 @@
 /*
- * test_train_memory.c — the memory system in the training step (src/train/stepmem.c,
+ * test_train_memory.c — the memory system in the training step (src/train/memory/stepmem.c,
  * train_internal.h "The step's memory"), through the trainer (qc_train.h), on a tiny model
  * (cpu-smoke's sizes, small radii), 3 steps unless said:
  *   - policy invariance, bit for bit, on the CPU and the emulated device, fused and unfused:

@@ -6,7 +6,7 @@
  * qc_json_number (or the QC_JSON_NUM shorthand), which writes a finite value with the caller's
  * conversion and a non-finite one as `null` ("not available"):
  *   metrics.jsonl (src/train/metrics.c), eval --json and the "eval" lines (src/train/eval.c),
- *   memory.json (src/train/memreport.c), the model config metadata of checkpoints
+ *   memory.json (src/train/memory/memreport.c), the model config metadata of checkpoints
  *   (src/model/qcnet_config.c), bench alloc / offload --json (src/bench/).
  * Documents built with cJSON (bench step / ops / loader --json, inspect --json) follow the
  * same rule through cJSON's printer, which writes null for NaN and ±Inf; tests/test_json.c

@@ -507,7 +507,7 @@ enum qc_status qc_train_backend_model(struct qc_train_backend *b, const struct q
 void qc_train_backend_loader_opts(const struct qc_train_backend *b, const struct qc_config *cfg,
                                   struct qc_loader_opts *o);
 
-// ---- memory planning (plan_run.c) -------------------------------------------------------------
+// ---- memory planning (memory/plan_run.c) ------------------------------------------------------
 
 struct qc_plan_params;
 struct qc_plan_hw;

@@ -78,7 +78,7 @@ struct qc_batch *train_stage_drop(struct qc_train_backend *be, struct train_stag
 /* Destroys the stage's event; the stage must be empty. */
 void train_stage_deinit(struct train_stage *s);
 
-// ---- the step's memory (stepmem.c) ------------------------------------------------------------
+// ---- the step's memory (memory/stepmem.c) -----------------------------------------------------
 
 struct qc_loader;
 struct train_mem; /* the memory system of a run (stepmem.c) */

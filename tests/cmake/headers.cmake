@@ -1,9 +1,11 @@
-# test_headers: every public header (qc_*.h of src/*/, alloc/, offload/, kernels/) compiles on
-# its own (STYLE.md §10). One generated .c per header includes only that header, twice (the
-# include guard must work), and checks the guard is named QC_<FOLDER>_<FILE>_H; all of them link
+# test_headers: every public header (qc_*.h of src/*/, src/*/*/, alloc/, offload/, kernels/)
+# compiles on its own (STYLE.md §10). One generated .c per header includes only that header,
+# twice (the include guard must work), and checks the guard is named QC_<FOLDER>_<FILE>_H (the
+# folder the header sits in: src/train/memory/qc_x.h is QC_MEMORY_QC_X_H); all of them link
 # into one executable with everything (qcsrc).
 file(GLOB qc_public_headers CONFIGURE_DEPENDS
-    ${PROJECT_SOURCE_DIR}/src/*/qc_*.h ${PROJECT_SOURCE_DIR}/alloc/qc_*.h
+    ${PROJECT_SOURCE_DIR}/src/*/qc_*.h ${PROJECT_SOURCE_DIR}/src/*/*/qc_*.h
+    ${PROJECT_SOURCE_DIR}/alloc/qc_*.h
     ${PROJECT_SOURCE_DIR}/offload/qc_*.h ${PROJECT_SOURCE_DIR}/kernels/qc_*.h)
 list(SORT qc_public_headers)
 # Without CUDA, headers that include the CUDA runtime unconditionally (qc_cuda_check.h, ...) are

@@ -1,4 +1,4 @@
-# The memory report of a training run (src/train/memreport.c, qc_memreport.h): the formatters
+# The memory report of a training run (src/train/memory/memreport.c, qc_memreport.h): the formatters
 # on a synthetic report, and a tiny 2-step training run whose memory.json / memory.txt must agree
 # with the allocator.
 qc_add_test(test_memreport SOURCES test_memreport.c

@@ -2,8 +2,8 @@
  * qc_train_calib.h — this machine's calibration of the planner's cost model for a configuration
  * (calib.c; src/plan/qc_plan_calib.h; src/plan/README.md, "Calibration").
  */
-#ifndef QC_TRAIN_QC_TRAIN_CALIB_H
-#define QC_TRAIN_QC_TRAIN_CALIB_H
+#ifndef QC_MEMORY_QC_TRAIN_CALIB_H
+#define QC_MEMORY_QC_TRAIN_CALIB_H
 
 #include <stdint.h>
 

@@ -22,8 +22,8 @@
  * (on by default). A new process run (fresh or resumed) replaces the previous run's step traces
  * when it records its first step, like memory.json.
  */
-#ifndef QC_TRAIN_QC_STEPTRACE_H
-#define QC_TRAIN_QC_STEPTRACE_H
+#ifndef QC_MEMORY_QC_STEPTRACE_H
+#define QC_MEMORY_QC_STEPTRACE_H
 
 #include <stdint.h>
 
@@ -69,4 +69,4 @@ enum qc_status qc_steptrace_end_failed(struct qc_steptrace *s, uint64_t bytes_al
 }
 #endif
 
-#endif /* QC_TRAIN_QC_STEPTRACE_H */
+#endif /* QC_MEMORY_QC_STEPTRACE_H */

@@ -16,8 +16,8 @@
  * signal) why: the error, the step (with several ranks: which rank failed, with its error). A
  * run that fails writes it too (qc_trainer_run; several ranks: a failure agreed in a step).
  */
-#ifndef QC_TRAIN_QC_MEMREPORT_H
-#define QC_TRAIN_QC_MEMREPORT_H
+#ifndef QC_MEMORY_QC_MEMREPORT_H
+#define QC_MEMORY_QC_MEMREPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -133,4 +133,4 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
 }
 #endif
 
-#endif /* QC_TRAIN_QC_MEMREPORT_H */
+#endif /* QC_MEMORY_QC_MEMREPORT_H */
