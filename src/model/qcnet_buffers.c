@@ -3,7 +3,9 @@
  * memory context (qc_memctx.h, class QC_MEM_MODEL, under a tag) and is recorded in m->bufs until
  * qcnet_free gives it back early or qc_qcnet_release (qcnet_bufs_free_all) gives back the rest;
  * stash tables are bound to such buffers (qcnet_stash_bind). Also the host side of data derived
- * from the batch: host temporaries, uploads into recorded buffers, downloads.
+ * from the batch: the inputs the host computes (qcnet_input_begin / _end: one path for every
+ * backend, the dry run's included, so no caller restates an allocation for the dry run), host
+ * temporaries, uploads into recorded buffers, downloads.
  *
  * Invariant: bytes_bufs = Σ bufs bytes. The lowest of the qcnet_*.c files: it calls none of them.
  */
@@ -86,6 +88,41 @@ enum qc_status qcnet_upload_tmp(struct qc_qcnet *m, void *host, size_t bytes, co
     enum qc_status s = qcnet_upload(m, host, bytes, tag, out);
     free(host);
     return s;
+}
+
+enum qc_status qcnet_input_begin(struct qc_qcnet *m, size_t bytes, const char *tag, void **host)
+{
+    *host = NULL;
+    if (m->dry) /* nothing to compute; the allocation comes at the end, as on a device */
+        return QC_OK;
+    if (!qc_exec_is_device(m->ex)) /* the context memory is host memory: written in place */
+        return qcnet_balloc(m, bytes, tag, host);
+    *host = qcnet_host_tmp(bytes, tag);
+    return *host ? QC_OK : QC_ERR_NOMEM;
+}
+
+enum qc_status qcnet_input_end(struct qc_qcnet *m, void *host, size_t bytes, const char *tag,
+                               bool keep, void **out)
+{
+    if (m->dry)
+        return qcnet_balloc(m, bytes, tag, out);
+    if (!qc_exec_is_device(m->ex)) {
+        *out = host;
+        return QC_OK;
+    }
+    if (keep)
+        return qcnet_upload(m, host, bytes, tag, out);
+    return qcnet_upload_tmp(m, host, bytes, tag, out);
+}
+
+void qcnet_input_drop(struct qc_qcnet *m, void *host)
+{
+    if (!host)
+        return;
+    if (qc_exec_is_device(m->ex))
+        free(host);
+    else
+        qcnet_free(m, host);
 }
 
 enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, size_t bytes)

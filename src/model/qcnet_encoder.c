@@ -34,21 +34,18 @@ static enum qc_status to_index(struct qc_qcnet *m, const uint8_t *v, int64_t n, 
     char tag[96];
     snprintf(tag, sizeof tag, "input/%s", field);
     const size_t bytes = (size_t)n * sizeof(int64_t);
-    if (m->dry)
-        return qcnet_ialloc(m, n, tag, out);
-    int64_t *h = qcnet_host_tmp(bytes, tag);
-    if (!h)
-        return QC_ERR_NOMEM;
-    for (int64_t i = 0; i < n; i++) {
+    void *host = NULL, *p = NULL;
+    QC_TRY(qcnet_input_begin(m, bytes, tag, &host));
+    int64_t *h = host;
+    for (int64_t i = 0; h && i < n; i++) {
         if (v[i] >= vocab) {
-            free(h);
+            qcnet_input_drop(m, host);
             return qc_errorf(QC_ERR_INVALID, "model forward: %s[%lld] = %u, not in [0, %lld)",
                              field, (long long)i, (unsigned)v[i], (long long)vocab);
         }
         h[i] = v[i];
     }
-    void *p = NULL;
-    QC_TRY(qcnet_upload_tmp(m, h, bytes, tag, &p));
+    QC_TRY(qcnet_input_end(m, host, bytes, tag, false, &p));
     *out = p;
     return QC_OK;
 }
@@ -172,39 +169,29 @@ enum qc_status qcnet_agent_forward(struct qc_qcnet *m)
     struct qcnet_tape *t = &m->tape;
     const struct qc_batch *b = t->batch;
     const int64_t A = t->A, T = QCNET_T, D = m->D, N = T * A;
-    void *p = NULL;
-    if (m->dry) { /* the allocations only */
-        QC_TRY(qcnet_falloc(m, N * 4, "agent/x_a_emb.c", &t->c_a));
-        QC_TRY(qcnet_ialloc(m, N, "agent/type_index", &t->idx_a_type));
-    }
-    if (!m->dry) {
-        const size_t bytes = (size_t)(N * 4) * sizeof(float);
-        float *h = qcnet_host_tmp(bytes, "agent/x_a_emb.c");
-        if (!h)
-            return QC_ERR_NOMEM;
-        agent_features(b, h, A);
-        QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/x_a_emb.c", &p));
-        t->c_a = p;
-    }
-    if (!m->dry) {
-        const size_t bytes = (size_t)N * sizeof(int64_t);
-        int64_t *h = qcnet_host_tmp(bytes, "agent/type_index");
-        if (!h)
-            return QC_ERR_NOMEM;
-        for (int64_t a = 0; a < A; a++) {
-            if (b->agent_type[a] >= 10) {
-                free(h);
-                return qc_errorf(QC_ERR_INVALID,
-                                 "model forward: agent.type[%lld] = %u, not in "
-                                 "[0, 10)",
-                                 (long long)a, (unsigned)b->agent_type[a]);
-            }
-            for (int64_t s = 0; s < T; s++)
-                h[a * T + s] = b->agent_type[a]; /* repeat_interleave over the steps */
+    void *host = NULL, *p = NULL;
+    const size_t c_bytes = (size_t)(N * 4) * sizeof(float);
+    QC_TRY(qcnet_input_begin(m, c_bytes, "agent/x_a_emb.c", &host));
+    if (host)
+        agent_features(b, host, A);
+    QC_TRY(qcnet_input_end(m, host, c_bytes, "agent/x_a_emb.c", false, &p));
+    t->c_a = p;
+    const size_t i_bytes = (size_t)N * sizeof(int64_t);
+    QC_TRY(qcnet_input_begin(m, i_bytes, "agent/type_index", &host));
+    int64_t *h = host;
+    for (int64_t a = 0; h && a < A; a++) {
+        if (b->agent_type[a] >= 10) {
+            qcnet_input_drop(m, host);
+            return qc_errorf(QC_ERR_INVALID,
+                             "model forward: agent.type[%lld] = %u, not in "
+                             "[0, 10)",
+                             (long long)a, (unsigned)b->agent_type[a]);
         }
-        QC_TRY(qcnet_upload_tmp(m, h, bytes, "agent/type_index", &p));
-        t->idx_a_type = p;
+        for (int64_t s = 0; s < T; s++)
+            h[a * T + s] = b->agent_type[a]; /* repeat_interleave over the steps */
     }
+    QC_TRY(qcnet_input_end(m, host, i_bytes, "agent/type_index", false, &p));
+    t->idx_a_type = p;
     const struct qcnet_cat cat_a = {
         1, {m->o_type_a, 0}, {10, 0}, {t->idx_a_type, NULL}, "agent/x_a_emb.cat"};
     QC_TRY(qcnet_fe_forward(m, &m->x_a_emb, "encoder.agent_encoder.x_a_emb", t->c_a, &cat_a, N,

@@ -56,34 +56,22 @@ static void view(const struct qc_qcnet *m, struct qc_attn_graph *v, enum qc_edge
     }
 }
 
-/* n int64 the host computes for the ops: on CPU straight into context memory (tag), which is
- * also the host copy; on a device backend a malloc'ed host buffer (*host, the mirror, freed by
- * release) that index_commit uploads into context memory (same tag and bytes). */
-static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
-                                 int64_t **host)
+/* n int64 the host computes for the ops (qcnet_input_begin: *host NULL on the dry backend); on a
+ * device backend the host buffer stays as the index array's host mirror (freed by release), on
+ * CPU the context memory is its own mirror. */
+static enum qc_status index_host(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **host)
 {
-    if (m->dry) { /* the allocation only: no host copy, no host work */
-        *host = NULL;
-        return qcnet_ialloc(m, n, tag, dev);
-    }
-    if (!qc_exec_is_device(m->ex)) {
-        QC_TRY(qcnet_ialloc(m, n, tag, dev));
-        *host = *dev;
-        return QC_OK;
-    }
-    *host = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    if (!*host)
-        return qc_errorf(QC_ERR_NOMEM, "model: host copy of %s (%lld entries)", tag, (long long)n);
+    void *h = NULL;
+    QC_TRY(qcnet_input_begin(m, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &h));
+    *host = h;
     return QC_OK;
 }
 
 static enum qc_status index_commit(struct qc_qcnet *m, int64_t n, const char *tag, int64_t **dev,
-                                   const int64_t *host)
+                                   int64_t *host)
 {
-    if (!qc_exec_is_device(m->ex) || m->dry)
-        return QC_OK;
     void *p = NULL;
-    QC_TRY(qcnet_upload(m, host, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, &p));
+    QC_TRY(qcnet_input_end(m, host, (size_t)(n > 0 ? n : 0) * sizeof(int64_t), tag, true, &p));
     *dev = p;
     return QC_OK;
 }
@@ -121,20 +109,12 @@ static enum qc_status drop_keys(struct qc_qcnet *m, int64_t n, const struct drop
                                 const int64_t *edge_ptr, const int64_t *sk, int64_t *count,
                                 const char *tag, int64_t **out)
 {
-    if (m->dry) /* the allocation only */
-        return qcnet_ialloc(m, n, tag, out);
-    const int64_t B = m->tape.batch->num_scenes;
-    if (!qc_exec_is_device(m->ex)) {
-        QC_TRY(qcnet_ialloc(m, n, tag, out));
-        drop_keys_fill(*out, sp, edge_ptr, sk, count, B);
-        return QC_OK;
-    }
-    int64_t *host = qcnet_host_tmp((size_t)(n > 0 ? n : 0) * sizeof *host, tag);
-    if (!host)
-        return QC_ERR_NOMEM;
-    drop_keys_fill(host, sp, edge_ptr, sk, count, B);
-    void *p = NULL;
-    QC_TRY(qcnet_upload_tmp(m, host, (size_t)(n > 0 ? n : 0) * sizeof *host, tag, &p));
+    const size_t bytes = (size_t)(n > 0 ? n : 0) * sizeof(int64_t);
+    void *host = NULL, *p = NULL;
+    QC_TRY(qcnet_input_begin(m, bytes, tag, &host));
+    if (host)
+        drop_keys_fill(host, sp, edge_ptr, sk, count, m->tape.batch->num_scenes);
+    QC_TRY(qcnet_input_end(m, host, bytes, tag, false, &p));
     *out = p;
     return QC_OK;
 }
@@ -146,7 +126,7 @@ static enum qc_status drop_keys_all(struct qc_qcnet *m, int64_t *sk, int64_t *co
     struct qcnet_tape *t = &m->tape;
     const struct qc_batch *b = t->batch;
     const int64_t A = t->A, P = t->P, K = t->K, T = QCNET_T;
-    for (int64_t s = 0; s < b->num_scenes && !m->dry; s++) {
+    for (int64_t s = 0; s < b->num_scenes; s++) {
         const int64_t idx = b->scene_index ? b->scene_index[s] : -1;
         const int64_t v = idx >= 0 ? idx : s;
         if (v >= QC_DROPOUT_SCENE_MAX)
@@ -214,21 +194,21 @@ enum qc_status qcnet_tape_graphs(struct qc_qcnet *m)
      * polygon row directly (QCNET.md §8.8 polygon time-broadcast) */
     const struct qc_edges *pl2a = &g->e[QC_EDGE_PL2A];
     const char *tag = "graph/pl2a.src_polygon";
-    QC_TRY(index_host(m, pl2a->num_edges, tag, &t->pl2a_src, &t->pl2a_src_host));
-    for (int64_t e = 0; e < pl2a->num_edges && !m->dry; e++)
+    QC_TRY(index_host(m, pl2a->num_edges, tag, &t->pl2a_src_host));
+    for (int64_t e = 0; e < pl2a->num_edges && t->pl2a_src_host; e++)
         t->pl2a_src_host[e] = pl2a->src[e] % P;
     QC_TRY(index_commit(m, pl2a->num_edges, tag, &t->pl2a_src, t->pl2a_src_host));
     /* pl2m and a2m queries are mode-major rows k·A + a */
     tag = "graph/mode_major_query";
-    QC_TRY(index_host(m, A * K, tag, &t->pl2m_query, &t->pl2m_query_host));
-    for (int64_t a = 0; a < A && !m->dry; a++)
+    QC_TRY(index_host(m, A * K, tag, &t->pl2m_query_host));
+    for (int64_t a = 0; a < A && t->pl2m_query_host; a++)
         for (int64_t k = 0; k < K; k++)
             t->pl2m_query_host[a * K + k] = k * A + a;
     QC_TRY(index_commit(m, A * K, tag, &t->pl2m_query, t->pl2m_query_host));
     const struct qc_edges *pl2pl = &g->e[QC_EDGE_PL2PL];
     tag = "graph/pl2pl.type";
-    QC_TRY(index_host(m, pl2pl->num_edges, tag, &t->pl2pl_type, &t->pl2pl_type_host));
-    for (int64_t e = 0; e < pl2pl->num_edges && !m->dry; e++) {
+    QC_TRY(index_host(m, pl2pl->num_edges, tag, &t->pl2pl_type_host));
+    for (int64_t e = 0; e < pl2pl->num_edges && t->pl2pl_type_host; e++) {
         const int64_t ty = pl2pl->type ? (int64_t)pl2pl->type[e] : 0;
         if (ty < 0 || ty >= 5) /* the type_pl2pl_emb vocabulary */
             return qc_errorf(QC_ERR_INVALID, "model forward: pl2pl edge %lld: type %lld",

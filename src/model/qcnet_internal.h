@@ -323,6 +323,21 @@ void *qcnet_host_tmp(size_t bytes, const char *what);
 /* qcnet_upload of a qcnet_host_tmp buffer, which is freed either way. */
 enum qc_status qcnet_upload_tmp(struct qc_qcnet *m, void *host, size_t bytes, const char *tag,
                                 void **out);
+/* An input the host computes from the batch for the ops (features, indices, masks, dropout
+ * keys): `bytes` of recorded context memory under tag, written by the host between
+ * qcnet_input_begin and qcnet_input_end. One path for every backend, so the dry run's allocation
+ * is the real one, at the same place in the sequence as long as nothing else is allocated
+ * between a begin and its end but other inputs begun and ended in the same order:
+ *   CPU     begin allocates the buffer and *host is the buffer itself (no copy);
+ *   device  *host is a host temporary; end allocates the buffer and uploads into it;
+ *   dry     *host is NULL (nothing to compute: the caller skips its host work); end allocates.
+ * end gives the buffer (*out) and frees a host temporary unless keep (then *host stays the
+ * caller's, freed with free(); on CPU and dry nothing is kept apart from the buffer). After a
+ * failure between the two, qcnet_input_drop(m, host) frees what begin gave. */
+enum qc_status qcnet_input_begin(struct qc_qcnet *m, size_t bytes, const char *tag, void **host);
+enum qc_status qcnet_input_end(struct qc_qcnet *m, void *host, size_t bytes, const char *tag,
+                               bool keep, void **out);
+void qcnet_input_drop(struct qc_qcnet *m, void *host);
 /* Scalars and small results back to the host (synchronizing on device backends). */
 enum qc_status qcnet_download(struct qc_qcnet *m, void *host, const void *dev, size_t bytes);
 

@@ -35,17 +35,11 @@ enum qc_status qcnet_targets(struct qc_qcnet *m)
     }
     /* TargetBuilder on the host batch, uploaded */
     const size_t bytes = (size_t)(t->A * QCNET_S * 4) * sizeof(float);
-    if (m->dry) {
-        QC_TRY(qcnet_falloc(m, t->A * QCNET_S * 4, "loss/target", &t->target_own));
-        t->target = t->target_own;
-        return QC_OK;
-    }
-    float *h = qcnet_host_tmp(bytes, "loss/target");
-    if (!h)
-        return QC_ERR_NOMEM;
-    qc_batch_target(b, 0, t->A, h);
-    void *p = NULL;
-    QC_TRY(qcnet_upload_tmp(m, h, bytes, "loss/target", &p));
+    void *host = NULL, *p = NULL;
+    QC_TRY(qcnet_input_begin(m, bytes, "loss/target", &host));
+    if (host)
+        qc_batch_target(b, 0, t->A, host);
+    QC_TRY(qcnet_input_end(m, host, bytes, "loss/target", false, &p));
     t->target_own = p;
     t->target = t->target_own;
     return QC_OK;
@@ -86,36 +80,32 @@ static enum qc_status loss_masks(struct qc_qcnet *m)
     if (t->reg_mask)
         return QC_OK;
     const int64_t A = t->A, S = QCNET_S;
-    if (m->dry) {
-        void *p = NULL;
-        QC_TRY(qcnet_balloc(m, (size_t)(A * S), "loss/reg_mask", &p));
-        t->reg_mask = p;
-        QC_TRY(qcnet_balloc(m, (size_t)A, "loss/cls_mask", &p));
-        t->cls_mask = p;
-        return QC_OK;
+    /* reg (A, S) and cls (A), from the host batch's predict_mask */
+    void *reg_h = NULL, *cls_h = NULL, *p = NULL;
+    QC_TRY(qcnet_input_begin(m, (size_t)(A * S), "loss/reg_mask", &reg_h));
+    enum qc_status st = qcnet_input_begin(m, (size_t)A, "loss/cls_mask", &cls_h);
+    if (st != QC_OK) {
+        qcnet_input_drop(m, reg_h);
+        return st;
     }
-    /* host: reg (A,S) then cls (A), from the host batch's predict_mask */
-    uint8_t *h = qcnet_host_tmp((size_t)(A * S + A), "loss/masks");
-    if (!h)
-        return QC_ERR_NOMEM;
-    uint8_t *reg = h, *cls = h + A * S;
+    uint8_t *reg = reg_h, *cls = cls_h;
     const uint8_t *pm = t->batch->predict_mask;
-    for (int64_t a = 0; a < A; a++) {
+    for (int64_t a = 0; reg && a < A; a++) {
         for (int64_t s = 0; s < S; s++)
             reg[a * S + s] = pm[a * QCNET_STEPS + QCNET_T + s] ? 1 : 0;
         cls[a] = pm[a * QCNET_STEPS + QCNET_STEPS - 1] ? 1 : 0;
     }
-    void *p = NULL;
-    enum qc_status st = qcnet_upload(m, reg, (size_t)(A * S), "loss/reg_mask", &p);
-    if (st == QC_OK) {
-        t->reg_mask = p;
-        st = qcnet_upload(m, cls, (size_t)A, "loss/cls_mask", &p);
+    st = qcnet_input_end(m, reg_h, (size_t)(A * S), "loss/reg_mask", false, &p);
+    if (st != QC_OK) {
+        qcnet_input_drop(m, cls_h);
+        return st;
     }
+    t->reg_mask = p;
+    st = qcnet_input_end(m, cls_h, (size_t)A, "loss/cls_mask", false, &p);
     if (st == QC_OK)
         t->cls_mask = p;
     else
         t->reg_mask = NULL; /* made again by the next call (the buffer is released with the tape) */
-    free(h);
     return st;
 }
 
