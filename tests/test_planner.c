@@ -1,6 +1,6 @@
 /*
- * test_planner.c — planning without a run (src/train/memory/plan_run.c, qc_train.h's planner session,
- * the API `qctrain plan` and `qctrain tune` use; qc_plan.h, "Planning without a run"):
+ * test_planner.c — planning without a run (src/train/memory/plan_run.c, qc_train.h's planner
+ * session, the API `qctrain plan` and `qctrain tune` use; qc_plan.h, "Planning without a run"):
  *   - the session's plan of a run's first batch predicts that run's measured peak from the
  *     configuration alone: kept whole exactly (the dry run replays every block's memory spec,
  *     src/plan/README.md), under a budget within PLAN_ERR (3 %; the docs state 5 %) and as the

@@ -1,8 +1,8 @@
 /*
  * bench_memory.c — `qctrain bench memory [--data FILE...] [--batch-size N] [--budgets LIST]
  * [--warmup N] [--repeats N] [--rounds N] [--json]`: training steps under device budgets, the
- * memory system's benchmark (src/train/memory/stepmem.c, src/plan). A benchmark, never a test: it prints
- * figures and gates nothing.
+ * memory system's benchmark (src/train/memory/stepmem.c, src/plan). A benchmark, never a test:
+ * it prints figures and gates nothing.
  *
  * Every budget is a fresh training run (qc_trainer, the code path of `qctrain train`, plan.policy
  * auto) on the same scenes in the same order (train.shuffle off): --warmup untimed steps, then

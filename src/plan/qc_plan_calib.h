@@ -10,7 +10,8 @@
  * (qc_file_write_atomic). A cache file that does not parse, is not a calibration, or was made
  * for another machine, build or model shape is refused with its reason, and probed again.
  *
- * Pure: this file and calibrate.c run no kernel; the probe is the caller's (src/train/memory/calib.c).
+ * Pure: this file and calibrate.c run no kernel; the probe is the caller's
+ * (src/train/memory/calib.c).
  */
 #ifndef QC_PLAN_QC_PLAN_CALIB_H
 #define QC_PLAN_QC_PLAN_CALIB_H
