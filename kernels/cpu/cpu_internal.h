@@ -153,7 +153,7 @@ static inline void cpu_dropout_keep_run(uint8_t *keep, const struct qc_dropout *
 
 /* keep[j] = qc_dropout_keep(d->seed, d->step, d->block, qc_dropout_index(d, g0 + j), d->p) for j
  * in [0, n); g0 is the site's flat index (d->index_base not added). Scene-keyed: one run of
- * consecutive Philox indices per row. */
+ * consecutive Philox indices per stretch of rows whose indices continue each other. */
 static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout *d, int64_t g0,
                                           int64_t n)
 {
@@ -162,9 +162,13 @@ static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout
         return;
     }
     for (int64_t j = 0; j < n;) {
-        const int64_t g = g0 + j, c = g % d->row_len;
-        const int64_t m = d->row_len - c < n - j ? d->row_len - c : n - j;
-        cpu_dropout_keep_run(keep + j, d, qc_dropout_index(d, g), m);
+        const int64_t g = g0 + j, c = g % d->row_len, i0 = qc_dropout_index(d, g);
+        int64_t m = d->row_len - c < n - j ? d->row_len - c : n - j;
+        /* the next rows continue the run while their indices do (consecutive rows of one scene
+         * with reps 1): one run of Philox blocks instead of a partial block per row */
+        while (j + m < n && qc_dropout_index(d, g0 + j + m) == i0 + m)
+            m += d->row_len < n - j - m ? d->row_len : n - j - m;
+        cpu_dropout_keep_run(keep + j, d, i0, m);
         j += m;
     }
 }
