@@ -81,6 +81,35 @@
  * (stepmem.c), the ranks (train_dist.c: the communicator, the reduction's wait), the non-finite
  * policy (nonfinite.h: its host buffer and skip counts), fp16 loss scaling (loss_scale.h: the
  * scale is in st, which checkpoints carry). */
+/* What the run writes and shows. */
+struct train_outputs {
+    struct qc_metrics_log *log; /* RUN/metrics.jsonl (rank 0); NULL on the others */
+    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
+    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
+    struct qc_memreport_series mem_steps; /* per-step memory of this process (memory report) */
+    struct qc_progress *prog;
+    bool quiet;
+    FILE *out;
+};
+
+/* Validation during the run (--eval-every). */
+struct train_validation {
+    int64_t every;            /* 0 = no validation */
+    struct qc_eval_opts opts; /* validation data (held-out synthetic scenes or files) */
+    const char **paths;       /* copy of the caller's list (pointers only) */
+};
+
+/* A run that stops on an error: what its report says. Several ranks: a step that failed on some
+ * rank, agreed in the step's exchange (every rank knows it and is still in the job). */
+struct train_failure {
+    bool agreed;       /* the failure was agreed in the step's exchange */
+    bool report_alone; /* the memory report without the ranks' exchange (trainer_comm_failed) */
+    int rank, ranks;   /* the first failed rank, how many failed */
+    char msg[TRAIN_DIST_FAILURE_MESSAGE];    /* its error */
+    const struct qc_memreport_stop *stopped; /* set while a stopped run writes its report */
+};
+
+/* The loop's own state: what computes a step, where the run stands, and the three parts above. */
 struct qc_trainer {
     struct qc_config cfg;
     char out_dir[4096];
@@ -108,24 +137,9 @@ struct qc_trainer {
     int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
     int64_t empty_steps;     /* steps in which every scene was skipped as oversized */
     int stop_sig, stop_rank; /* several ranks: the graceful stop agreed on, and whose signal */
-    /* several ranks: a step that failed on some rank, agreed in the step's exchange (every rank
-     * knows it and is still in the job): the first failed rank, how many failed, its error */
-    bool failure_agreed;
-    bool report_alone; /* the memory report without the ranks' exchange (trainer_comm_failed) */
-    int failed_rank, failed_ranks;
-    char failed_msg[TRAIN_DIST_FAILURE_MESSAGE];
-    const struct qc_memreport_stop *stopped; /* set while a stopped run writes its report */
-    /* what the run writes and shows */
-    struct qc_metrics_log *log; /* RUN/metrics.jsonl (rank 0); NULL on the others */
-    struct qc_tb *tb;           /* RUN/tb/ TensorBoard events (metrics.jsonl's tee); NULL = off */
-    struct qc_steptrace *trace; /* RUN/trace/: chosen steps' allocation traces; NULL = off */
-    struct qc_memreport_series mem_steps; /* per-step memory of this process (memory report) */
-    struct qc_progress *prog;
-    bool quiet;
-    FILE *out;
-    int64_t eval_every;       /* 0 = no validation */
-    struct qc_eval_opts eval; /* validation data (held-out synthetic scenes or files) */
-    const char **val_paths;   /* copy of the caller's list (pointers only) */
+    struct train_outputs io;
+    struct train_validation val;
+    struct train_failure fail;
 };
 
 static double now_s(void)
@@ -208,10 +222,10 @@ static enum qc_status trainer_open_logs(struct qc_trainer *t, bool resumed)
     QC_TRY(st);
     if (t->cfg.alloc_trace && t->cfg.alloc_trace_max_bytes > 0)
         QC_TRY(qc_steptrace_create(t->alloc, t->out_dir, t->cfg.alloc_trace_every,
-                                   t->cfg.alloc_trace_max_bytes, &t->trace));
+                                   t->cfg.alloc_trace_max_bytes, &t->io.trace));
     if (t->cfg.log_tensorboard) {
-        QC_TRY(qc_tb_open(t->out_dir, t->st.step + 1, &t->tb));
-        qc_metrics_set_tee(t->log, tb_tee, t->tb);
+        QC_TRY(qc_tb_open(t->out_dir, t->st.step + 1, &t->io.tb));
+        qc_metrics_set_tee(t->io.log, tb_tee, t->io.tb);
     }
     return QC_OK;
 }
@@ -227,25 +241,25 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     t->cfg = *opts->cfg;
     qc_kernels_cpu_set_threads((int)t->cfg.cpu_threads); /* 0: the process's own counts */
-    t->quiet = opts->quiet;
-    t->out = opts->progress_out ? opts->progress_out : stderr;
+    t->io.quiet = opts->quiet;
+    t->io.out = opts->progress_out ? opts->progress_out : stderr;
     t->G = t->cfg.grad_accum > 0 ? t->cfg.grad_accum : 1;
     t->st.seed = (uint64_t)t->cfg.seed;
     t->st.loss_scale = train_loss_scale_initial(&t->cfg);
     t->last_saved = -1;
-    t->eval_every = opts->eval_every > 0 ? opts->eval_every : 0;
+    t->val.every = opts->eval_every > 0 ? opts->eval_every : 0;
     if (opts->nval > 0) {
-        t->val_paths = calloc((size_t)opts->nval, sizeof(*t->val_paths));
-        if (!t->val_paths) {
+        t->val.paths = calloc((size_t)opts->nval, sizeof(*t->val.paths));
+        if (!t->val.paths) {
             free(t);
             return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
         }
         for (int i = 0; i < opts->nval; i++)
-            t->val_paths[i] = opts->val_data[i];
+            t->val.paths[i] = opts->val_data[i];
     }
-    t->eval = (struct qc_eval_opts){
+    t->val.opts = (struct qc_eval_opts){
         .cfg = &t->cfg,
-        .data = t->val_paths,
+        .data = t->val.paths,
         .ndata = opts->nval,
         .synthetic_seed = (uint64_t)t->cfg.seed + 1,
         .synthetic_scenes = opts->val_scenes > 0 ? opts->val_scenes : 8,
@@ -258,7 +272,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         goto fail;
     t->P = t->G * t->world;
     if (t->rank != 0)
-        t->quiet = true; /* rank 0 reports */
+        t->io.quiet = true; /* rank 0 reports */
 
     /* the run folder: locked before anything in it is read (one writer per run folder,
      * run_dir.c); a folder that does not exist yet is created, then locked, once the data
@@ -366,7 +380,7 @@ enum qc_status qc_trainer_create(const struct qc_train_opts *opts, struct qc_tra
         if (st == QC_OK && !t->lock)
             st = take_run_dir(t);
         if (st == QC_OK)
-            st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->log);
+            st = qc_metrics_open(t->out_dir, opts->resume ? t->st.step : -1, &t->io.log);
         if (st == QC_OK)
             st = trainer_open_logs(t, opts->resume != NULL);
         if (st != QC_OK)
@@ -385,11 +399,11 @@ void qc_trainer_destroy(struct qc_trainer *t)
 {
     if (!t)
         return;
-    qc_progress_destroy(t->prog);
-    qc_metrics_close(t->log);
+    qc_progress_destroy(t->io.prog);
+    qc_metrics_close(t->io.log);
     qc_run_lock_release(t->lock);
-    qc_tb_close(t->tb);
-    qc_steptrace_destroy(t->trace);
+    qc_tb_close(t->io.tb);
+    qc_steptrace_destroy(t->io.trace);
     if (t->model)
         qc_qcnet_release(t->model);
     if (t->be) {
@@ -404,8 +418,8 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_optim_destroy(t->optim);
     qc_qcnet_destroy(t->model);
     qc_train_backend_destroy(t->be); /* the allocator with it: after everything it serves */
-    free(t->val_paths);
-    qc_memreport_series_free(&t->mem_steps);
+    free(t->val.paths);
+    qc_memreport_series_free(&t->io.mem_steps);
     train_nonfinite_deinit(&t->nf);
     free(t);
 }
@@ -518,8 +532,8 @@ static enum qc_status step_begin(struct qc_trainer *t, struct step *s)
     /* the step first: the step window's peak snapshot taken by the reset carries it */
     qc_alloc_set_step(t->alloc, t->st.step + 1);
     qc_alloc_reset_peak(t->alloc);
-    if (t->trace)
-        qc_steptrace_begin(t->trace, t->st.step + 1);
+    if (t->io.trace)
+        qc_steptrace_begin(t->io.trace, t->st.step + 1);
     qc_qcnet_zero_grad(t->model);
     QC_TRY(train_dist_step_begin(t->dist, t->st.step + 1));
     train_mem_step_begin(t->mem, t->model);
@@ -595,7 +609,7 @@ static void keep_failure(enum qc_status *first, enum qc_status st, char *why, si
 
 /* After a step's exchange said that rank sums->failed_rank failed (this rank too when mine is not
  * QC_OK, its error in why): every rank gets that rank's error (train_dist_failure_gather), the
- * failure is agreed (t->failure_agreed: trainer_failed writes the report collectively) and the
+ * failure is agreed (t->fail.agreed: trainer_failed writes the report collectively) and the
  * step fails on every rank: the failed rank with its own error, rank 0 naming the failed rank and
  * its error, the others naming the failed rank only. */
 static enum qc_status step_failed_agreed(struct qc_trainer *t, const struct train_dist_sums *sums,
@@ -603,12 +617,12 @@ static enum qc_status step_failed_agreed(struct qc_trainer *t, const struct trai
 {
     enum qc_status fst = QC_ERR_IO;
     const enum qc_status gst = train_dist_failure_gather(t->dist, mine, why, sums->failed_rank,
-                                                         &fst, t->failed_msg, sizeof t->failed_msg);
+                                                         &fst, t->fail.msg, sizeof t->fail.msg);
     if (gst != QC_OK)
         return mine != QC_OK ? qc_errorf(mine, "%s", why) : gst;
-    t->failure_agreed = true;
-    t->failed_rank = sums->failed_rank;
-    t->failed_ranks = sums->failed_ranks;
+    t->fail.agreed = true;
+    t->fail.rank = sums->failed_rank;
+    t->fail.ranks = sums->failed_ranks;
     if (mine != QC_OK)
         return qc_errorf(mine, "%s", why);
     const int64_t step = t->st.step + 1;
@@ -620,7 +634,7 @@ static enum qc_status step_failed_agreed(struct qc_trainer *t, const struct trai
                          "train: step %" PRId64 ": rank %d of %d failed%s; rank 0 prints its "
                          "error and writes the report",
                          step, sums->failed_rank, t->world, more);
-    const char *e = t->failed_msg;
+    const char *e = t->fail.msg;
     return qc_errorf(fst, "train: step %" PRId64 ": rank %d of %d failed%s: %s", step,
                      sums->failed_rank, t->world, more, strncmp(e, "train: ", 7) == 0 ? e + 7 : e);
 }
@@ -791,9 +805,9 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
     struct qc_alloc_stats as;
     qc_alloc_stats_get(t->alloc, &as);
     train_mem_step_end(t->mem, t->model, as.bytes_active_peak, t->st.step);
-    if (t->trace) { /* a step that ran out of memory and re-planned keeps its trace */
-        qc_steptrace_mark_replans(t->trace, train_mem_last_step(t->mem)->replans);
-        QC_TRY(qc_steptrace_end(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
+    if (t->io.trace) { /* a step that ran out of memory and re-planned keeps its trace */
+        qc_steptrace_mark_replans(t->io.trace, train_mem_last_step(t->mem)->replans);
+        QC_TRY(qc_steptrace_end(t->io.trace, as.bytes_allocated_peak, as.bytes_reserved_peak));
     }
     *m = (struct qc_step_metrics){
         .step = t->st.step,
@@ -819,8 +833,8 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
         .bytes_allocated_peak = as.bytes_allocated_peak,
         .bytes_reserved_peak = as.bytes_reserved_peak,
     };
-    QC_TRY(qc_memreport_series_add(&t->mem_steps, &mem));
-    return t->log ? qc_metrics_write_step(t->log, m) : QC_OK;
+    QC_TRY(qc_memreport_series_add(&t->io.mem_steps, &mem));
+    return t->io.log ? qc_metrics_write_step(t->io.log, m) : QC_OK;
 }
 
 enum qc_status qc_trainer_step(struct qc_trainer *t, struct qc_step_metrics *out)
@@ -859,7 +873,7 @@ enum qc_status qc_trainer_save(struct qc_trainer *t, char *path_out, size_t n)
     if (t->rank == 0) /* train.keep_last / keep_best */
         QC_TRY(qc_checkpoint_retain(t->out_dir, &t->cfg, NULL));
     t->last_saved = t->st.step;
-    return t->tb ? qc_tb_sync(t->tb) : QC_OK;
+    return t->io.tb ? qc_tb_sync(t->io.tb) : QC_OK;
 }
 
 // ---- the run ------------------------------------------------------------------------------------
@@ -883,17 +897,17 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
     qc_qcnet_mem_get(t->model, &mm);
     r.bytes_params_grads = mm.bytes_params;
     r.bytes_peak_rss = peak_rss_bytes();
-    r.steps = t->mem_steps.steps;
-    r.nsteps = t->mem_steps.n;
+    r.steps = t->io.mem_steps.steps;
+    r.nsteps = t->io.mem_steps.n;
     /* data-parallel: every rank's bytes (collective), rank 0 writes */
     struct qc_memreport_rank *ranks = NULL;
-    if (!t->report_alone)
+    if (!t->fail.report_alone)
         QC_TRY(train_dist_mem_ranks(t->dist, t->model, t->optim, r.stats.bytes_allocated_peak,
                                     &ranks, &r.nranks));
     r.ranks = ranks;
     r.zero_stage = t->cfg.zero_stage;
     r.plan = t->mem ? train_mem_plan_shown(t->mem) : NULL;
-    r.stopped = t->stopped;
+    r.stopped = t->fail.stopped;
     const enum qc_status st =
         t->rank == 0 ? qc_memreport_write(t->out_dir, &r, txt_path, n) : QC_OK;
     free(ranks);
@@ -904,17 +918,17 @@ enum qc_status qc_trainer_memory_report(struct qc_trainer *t, char *txt_path, si
 static enum qc_status trainer_validate(struct qc_trainer *t)
 {
     struct qc_eval_result r;
-    QC_TRY(qc_eval_model(t->model, t->alloc, &t->eval, &r));
+    QC_TRY(qc_eval_model(t->model, t->alloc, &t->val.opts, &r));
     char ev[1024], line[1100];
     qc_eval_format_json(&r, ev, sizeof(ev));
     /* {"eval":{...}} -> {"step":S,"eval":{...}} */
     snprintf(line, sizeof(line), "{\"step\":%" PRId64 ",%s", t->st.step, ev + 1);
-    QC_TRY(qc_metrics_write_raw(t->log, line));
+    QC_TRY(qc_metrics_write_raw(t->io.log, line));
     QC_TRY(qc_checkpoint_retain(t->out_dir, &t->cfg, NULL)); /* ranks by this line too */
-    if (!t->quiet) {
-        qc_progress_clear(t->prog);
+    if (!t->io.quiet) {
+        qc_progress_clear(t->io.prog);
         char b[6][16];
-        fprintf(t->out,
+        fprintf(t->io.out,
                 "eval @ step %" PRId64 ": val_loss %.4f minADE %s minFDE %s MR %s "
                 "brier-minFDE %s minAHE %s minFHE %s (%" PRId64 " scenes)\n",
                 t->st.step, r.loss, qc_eval_format_metric(r.metrics.min_ade, b[0], sizeof b[0]),
@@ -950,9 +964,9 @@ enum qc_status qc_trainer_run(struct qc_trainer *t)
  * saying why (stop). */
 static enum qc_status stopped_report(struct qc_trainer *t, const struct qc_memreport_stop *stop)
 {
-    t->stopped = stop;
+    t->fail.stopped = stop;
     enum qc_status st = qc_trainer_memory_report(t, NULL, 0);
-    t->stopped = NULL;
+    t->fail.stopped = NULL;
     if (st == QC_OK && t->cfg.log_report && t->rank == 0) {
         const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
         struct qc_report_info ri;
@@ -966,7 +980,7 @@ static enum qc_status stopped_report(struct qc_trainer *t, const struct qc_memre
 /* A step failed (st, the message in qc_error_last): one rank alone keeps the failed step's
  * trace and writes memory.json and report.html explaining why (the error names the scene and
  * the budget it needs when one does not fit). Several ranks do the same when the failure was
- * agreed in the step's exchange (t->failure_agreed: every rank is here): the report is
+ * agreed in the step's exchange (t->fail.agreed: every rank is here): the report is
  * collective, rank 0 writes it naming the failed rank and its error, then every rank meets at a
  * barrier (none ends the job before rank 0 has written) and the world ends without MPI_Abort
  * (qc_dist_world_failure_agreed), every rank printing its error and exiting non-zero. Any other
@@ -976,19 +990,19 @@ static enum qc_status trainer_failed(struct qc_trainer *t, enum qc_status st)
 {
     char msg[4096]; /* qc_error_last holds at most 4095 bytes */
     snprintf(msg, sizeof msg, "%s", qc_error_last());
-    qc_progress_clear(t->prog);
-    if (t->world == 1 || t->failure_agreed) {
+    qc_progress_clear(t->io.prog);
+    if (t->world == 1 || t->fail.agreed) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
         enum qc_status st2 = QC_OK;
-        if (t->trace)
-            st2 =
-                qc_steptrace_end_failed(t->trace, as.bytes_allocated_peak, as.bytes_reserved_peak);
+        if (t->io.trace)
+            st2 = qc_steptrace_end_failed(t->io.trace, as.bytes_allocated_peak,
+                                          as.bytes_reserved_peak);
         struct qc_memreport_stop stop = {.reason = "error", .message = msg, .step = t->st.step + 1};
         if (t->world > 1) {
-            stop.message = t->failed_msg;
-            stop.rank = t->failed_rank;
-            stop.failed_ranks = t->failed_ranks;
+            stop.message = t->fail.msg;
+            stop.rank = t->fail.rank;
+            stop.failed_ranks = t->fail.ranks;
             stop.world = t->world;
         }
         /* (several ranks: a trace that failed to close skips no collective) */
@@ -1020,7 +1034,7 @@ static void trainer_comm_failed(void *ctx, int peer, const char *message)
         .failed_ranks = peer >= 0 ? 1 : 0,
         .world = t->world,
     };
-    t->report_alone = true;
+    t->fail.report_alone = true;
     if (stopped_report(t, &stop) != QC_OK)
         fprintf(stderr, "qctrain: rank 0: the report of the failed run could not be written: %s\n",
                 qc_error_last());
@@ -1028,15 +1042,15 @@ static void trainer_comm_failed(void *ctx, int peer, const char *message)
 
 static enum qc_status trainer_stop(struct qc_trainer *t, int sig)
 {
-    qc_progress_clear(t->prog);
+    qc_progress_clear(t->io.prog);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
     const struct qc_memreport_stop stop = {
         .reason = sig == SIGINT ? "SIGINT" : "SIGTERM", .message = "", .step = t->st.step};
-    if (t->mem_steps.n > 0)
+    if (t->io.mem_steps.n > 0)
         QC_TRY(stopped_report(t, &stop));
-    if (t->log)
-        QC_TRY(qc_metrics_sync(t->log));
+    if (t->io.log)
+        QC_TRY(qc_metrics_sync(t->io.log));
     QC_TRY(train_dist_barrier(t->dist));
     qc_cleanup_stop_agree(sig);
     const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
@@ -1059,26 +1073,26 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
     po.unit = "steps";
     po.total = (uint64_t)(t->total_steps > 0 ? t->total_steps : 0);
     po.start = (uint64_t)(t->st.step > 0 ? t->st.step : 0); /* resumed: the rate from here */
-    po.out = t->out;
-    po.quiet = t->quiet;
+    po.out = t->io.out;
+    po.quiet = t->io.quiet;
     if (t->cfg.log_every <= 1)
         po.interval_s = 0;
-    qc_progress_destroy(t->prog);
-    t->prog = NULL;
-    QC_TRY(qc_progress_create(&po, &t->prog));
-    if (!t->quiet) {
+    qc_progress_destroy(t->io.prog);
+    t->io.prog = NULL;
+    QC_TRY(qc_progress_create(&po, &t->io.prog));
+    if (!t->io.quiet) {
         /* a batch holds at most the epoch's scenes (one scene of a one-scene file) */
         const int64_t nsc = qc_loader_num_scenes(t->loader);
         const int64_t per_batch =
             t->nb == 1 && nsc > 0 && nsc < t->cfg.batch_size ? nsc : t->cfg.batch_size;
-        fprintf(t->out,
+        fprintf(t->io.out,
                 "train: %" PRId64 " parameters, %" PRId64 " batch%s/epoch of %" PRId64
                 " scene%s x %" PRId64 " group%s/step, steps %" PRId64 " -> %" PRId64 ", out %s\n",
                 qc_qcnet_num_params(t->model), t->nb, t->nb == 1 ? "" : "es", per_batch,
                 per_batch == 1 ? "" : "s", t->P, t->P == 1 ? "" : "s", t->st.step, t->total_steps,
                 t->out_dir);
         if (t->world > 1) /* (mpirun kills its ranks 1 s after a signal of its own) */
-            fprintf(t->out,
+            fprintf(t->io.out,
                     "dist: %d ranks (%s) x %" PRId64 " groups, ZeRO stage %" PRId64
                     ", data.balance %s, %s backend\n"
                     "dist: to stop gracefully, send SIGINT or SIGTERM to any rank (rank 0 is "
@@ -1087,7 +1101,7 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
                     t->cfg.balance == QC_BALANCE_COST ? "cost" : "none",
                     t->cfg.device_kind == QC_CONFIG_DEVICE_CUDA ? "NCCL" : "MPI", (int)getpid());
     }
-    qc_progress_update(t->prog, (uint64_t)t->st.step);
+    qc_progress_update(t->io.prog, (uint64_t)t->st.step);
     double first_loss = (double)NAN, last_loss = (double)NAN;
     uint64_t run_peak = 0;
     double sps_sum = 0;
@@ -1106,24 +1120,24 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         run_peak = m.peak_device_bytes > run_peak ? m.peak_device_bytes : run_peak;
         sps_sum += m.samples_per_s;
         sps_n++;
-        qc_progress_set(t->prog, "loss", "%.4f", m.loss);
-        qc_progress_set(t->prog, "lr", "%.2e", m.lr);
-        qc_progress_set(t->prog, "samples/s", "%.2f", m.samples_per_s);
-        qc_progress_set_bytes(t->prog, "mem", m.bytes_in_use);
-        qc_progress_set_bytes(t->prog, "peak", m.peak_device_bytes);
+        qc_progress_set(t->io.prog, "loss", "%.4f", m.loss);
+        qc_progress_set(t->io.prog, "lr", "%.2e", m.lr);
+        qc_progress_set(t->io.prog, "samples/s", "%.2f", m.samples_per_s);
+        qc_progress_set_bytes(t->io.prog, "mem", m.bytes_in_use);
+        qc_progress_set_bytes(t->io.prog, "peak", m.peak_device_bytes);
         if (m.offload_host_bytes + m.offload_nvme_bytes > 0 && m.step_s > 0)
-            qc_progress_set(t->prog, "offload", "%.2f GB/s",
+            qc_progress_set(t->io.prog, "offload", "%.2f GB/s",
                             (double)(m.offload_host_bytes + m.offload_nvme_bytes) / m.step_s / 1e9);
         const bool log_now =
             t->cfg.log_every <= 1 || m.step % t->cfg.log_every == 0 || m.step == t->total_steps;
         if (log_now)
-            qc_progress_update(t->prog, (uint64_t)m.step);
+            qc_progress_update(t->io.prog, (uint64_t)m.step);
         if (t->cfg.save_every > 0 && m.step % t->cfg.save_every == 0) {
-            qc_progress_clear(t->prog);
+            qc_progress_clear(t->io.prog);
             QC_TRY(qc_trainer_save(t, NULL, 0));
             QC_TRY(qc_trainer_memory_report(t, NULL, 0));
         }
-        if (t->eval_every > 0 && (m.step % t->eval_every == 0 || m.step == t->total_steps) &&
+        if (t->val.every > 0 && (m.step % t->val.every == 0 || m.step == t->total_steps) &&
             t->rank == 0) /* the others go on (their communicators answer rank 0's meanwhile) */
             QC_TRY(trainer_validate(t));
         /* several ranks stop on the signal agreed in the step's exchange, never on one that
@@ -1132,15 +1146,15 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         if (sig)
             return trainer_stop(t, sig);
     }
-    qc_progress_finish(t->prog);
+    qc_progress_finish(t->io.prog);
     if (sps_n > 0 && empty_n == sps_n)
         return qc_errorf(QC_ERR_INVALID,
                          "train: every one of the %" PRId64 " steps run had no scene that fits the "
                          "device budget (all skipped as oversized): nothing was trained\nhint: "
                          "raise device.budget, or give scenes that fit it",
                          sps_n);
-    if (!t->quiet && sps_n == 0)
-        fprintf(t->out, "train: already at step %" PRId64 " of %" PRId64 ": nothing to do\n",
+    if (!t->io.quiet && sps_n == 0)
+        fprintf(t->io.out, "train: already at step %" PRId64 " of %" PRId64 ": nothing to do\n",
                 t->st.step, t->total_steps);
     if (t->last_saved != t->st.step && t->st.step > 0)
         QC_TRY(qc_trainer_save(t, NULL, 0));
@@ -1148,14 +1162,14 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
      * previous one) */
     char mem_txt[4200] = "";
     struct qc_report_info ri = {.path = ""};
-    if (t->mem_steps.n > 0) {
+    if (t->io.mem_steps.n > 0) {
         QC_TRY(qc_trainer_memory_report(t, mem_txt, sizeof(mem_txt)));
         if (t->cfg.log_report && t->rank == 0) { /* rank 0 writes the run folder */
             const struct qc_report_opts ro = {.run_dir = t->out_dir, .step = -1};
             QC_TRY(qc_report_write(&ro, &ri));
         }
     }
-    if (!t->quiet && sps_n > 0) {
+    if (!t->io.quiet && sps_n > 0) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(t->alloc, &as);
         struct qc_qcnet_mem mm;
@@ -1170,17 +1184,17 @@ static enum qc_status trainer_loop(struct qc_trainer *t)
         qc_format_bytes(peak_rss_bytes(), b4, sizeof(b4));
         if (as.bytes_budget)
             qc_format_bytes(as.bytes_budget, b5, sizeof(b5));
-        fprintf(t->out,
+        fprintf(t->io.out,
                 "train: loss %.4f -> %.4f over %" PRId64 " steps%s, %.2f samples/s\n"
                 "memory: device peak %s allocated, %s reserved (budget %s); params+grads %s; "
                 "peak RSS %s\n"
                 "saved %s/ckpt-%06" PRId64 "/, metrics in %s/metrics.jsonl%s%s%s\n"
                 "memory report: %s\n",
                 first_loss, last_loss, sps_n, empty_txt, sps_sum / (double)sps_n, b1, b2, b5, b3,
-                b4, t->out_dir, t->st.step, t->out_dir, t->tb ? ", TensorBoard in " : "",
-                t->tb ? t->out_dir : "", t->tb ? "/tb/" : "", mem_txt);
+                b4, t->out_dir, t->st.step, t->out_dir, t->io.tb ? ", TensorBoard in " : "",
+                t->io.tb ? t->out_dir : "", t->io.tb ? "/tb/" : "", mem_txt);
         if (ri.path[0])
-            fprintf(t->out, "open %s\n", ri.path);
+            fprintf(t->io.out, "open %s\n", ri.path);
     }
     return QC_OK;
 }
