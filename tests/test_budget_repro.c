@@ -104,6 +104,60 @@ static const char *field(const char *line, const char *key, char *out, size_t n)
     return out;
 }
 
+/* --skip-oversized on `one` then the dense d1 (unshuffled, dropout 0, 80 MiB, 1 step, the
+ * settings `batch`: NULL-ended "--set" pairs): d1 is skipped, and step 1's loss, skipped_scenes
+ * 1, samples 1 and the weights equal those of `one` trained alone with train.batch_size of
+ * `batch` (its first pair) and nothing else of it. what: the skipped thing, for the messages. */
+static void skipped_equals_alone(const char *name, const char *const *batch, const char *one,
+                                 const char *d1, const char *log, const char *what)
+{
+    char both[300], alone[300], a[400], b[400], tag[64];
+    tpath(both, sizeof both, name);
+    snprintf(tag, sizeof tag, "%s-alone", name);
+    tpath(alone, sizeof alone, tag);
+    const char *common[] = {"--set", "data.shuffle=false",  "--set",   "model.dropout=0",
+                            "--set", "device.budget=80MiB", "--steps", "1"};
+    const int nc = (int)(sizeof common / sizeof common[0]);
+    const char *x[40], *y[40];
+    int n = 0, k = 0;
+    for (int i = 0; batch[i]; i++)
+        x[n++] = batch[i];
+    y[k++] = batch[0]; /* the batch size alone */
+    y[k++] = batch[1];
+    for (int i = 0; i < nc; i++)
+        x[n++] = y[k++] = common[i];
+    const char *tail_x[] = {"--data", one, "--data", d1, "--skip-oversized", "--out", both, NULL};
+    const char *tail_y[] = {"--data", one, "--out", alone, NULL};
+    for (int i = 0; tail_x[i]; i++)
+        x[n++] = tail_x[i];
+    for (int i = 0; tail_y[i]; i++)
+        y[k++] = tail_y[i];
+    x[n] = y[k] = NULL;
+    char *out = NULL;
+    int rc = train(x, NULL, log, &out);
+    T_EXPECT(rc == 0, "one + dense with --skip-oversized: exit %d\n%s", rc, out ? out : "");
+    T_EXPECT(out && strstr(out, "skipped"), "no scene was skipped:\n%s", out ? out : "");
+    free(out);
+    rc = train(y, NULL, log, &out);
+    T_EXPECT(rc == 0, "one alone: exit %d\n%s", rc, out ? out : "");
+    free(out);
+    char *l1 = metrics_line(both, 1), *l2 = metrics_line(alone, 1);
+    char f1[64], f2[64];
+    T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f2, sizeof f2)) == 0,
+             "loss %s with %s, %s for the other scene alone", f1, what, f2);
+    T_EXPECT(strcmp(field(l1, "skipped_scenes", f1, sizeof f1), "1") == 0 &&
+                 strcmp(field(l1, "samples", f2, sizeof f2), "1") == 0,
+             "skipped_scenes %s, samples %s: 1 and 1 expected", f1, f2);
+    free(l1);
+    free(l2);
+    snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", both);
+    snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
+    T_EXPECT(same_tensors(a, b),
+             "the weights differ from the other scene's alone: %s still "
+             "weighs on the gradients",
+             what);
+}
+
 static void gen(const char *path, const char *scenes, const char *profile, const char *seed)
 {
     char log[300];
@@ -171,56 +225,8 @@ int main(void)
     }
 
     QC_TEST ("skip-oversized: a skipped scene keeps no share of the loss") {
-        char both[300], alone[300], a[400], b[400];
-        tpath(both, sizeof both, "skip-both");
-        tpath(alone, sizeof alone, "skip-alone");
-        const char *s1[] = {"--set",
-                            "train.batch_size=2",
-                            "--set",
-                            "data.shuffle=false",
-                            "--set",
-                            "model.dropout=0",
-                            "--set",
-                            "device.budget=80MiB",
-                            "--data",
-                            one,
-                            "--data",
-                            d1,
-                            "--skip-oversized",
-                            "--steps",
-                            "1",
-                            "--out",
-                            both,
-                            NULL};
-        char *out = NULL;
-        int rc = train(s1, NULL, log, &out);
-        T_EXPECT(rc == 0, "one + dense with --skip-oversized: exit %d\n%s", rc, out ? out : "");
-        T_EXPECT(out && strstr(out, "skipped"), "no scene was skipped:\n%s", out ? out : "");
-        free(out);
-        const char *s2[] = {"--set",   "train.batch_size=2",
-                            "--set",   "data.shuffle=false",
-                            "--set",   "model.dropout=0",
-                            "--set",   "device.budget=80MiB",
-                            "--data",  one,
-                            "--steps", "1",
-                            "--out",   alone,
-                            NULL};
-        rc = train(s2, NULL, log, &out);
-        T_EXPECT(rc == 0, "one alone: exit %d\n%s", rc, out ? out : "");
-        free(out);
-        char *l1 = metrics_line(both, 1), *l2 = metrics_line(alone, 1);
-        char f1[64], f2[64];
-        T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f2, sizeof f2)) == 0,
-                 "loss %s with the dense scene skipped, %s for the other scene alone", f1, f2);
-        T_EXPECT(strcmp(field(l1, "skipped_scenes", f1, sizeof f1), "1") == 0 &&
-                     strcmp(field(l1, "samples", f2, sizeof f2), "1") == 0,
-                 "skipped_scenes %s, samples %s: 1 and 1 expected", f1, f2);
-        free(l1);
-        free(l2);
-        snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", both);
-        snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
-        T_EXPECT(same_tensors(a, b), "the weights differ from the other scene's alone: the skipped "
-                                     "scene still weighs on the gradients");
+        const char *batch[] = {"--set", "train.batch_size=2", NULL};
+        skipped_equals_alone("skip", batch, one, d1, log, "the skipped scene");
     }
 
     QC_TEST ("skip-oversized: a group whose every scene is skipped keeps no share of the step "
@@ -228,57 +234,8 @@ int main(void)
         /* group 1 = the scene that fits, group 2 = the dense one, skipped: the step's loss and
          * update are group 1's alone, as the one-group run of that scene gives (the seed 1/2
          * and the rescale by 2 are exact) */
-        char accum[300], alone[300], a[400], b[400];
-        tpath(accum, sizeof accum, "skip-accum");
-        tpath(alone, sizeof alone, "skip-accum-alone");
-        const char *s1[] = {"--set",
-                            "train.batch_size=1",
-                            "--set",
-                            "train.grad_accum=2",
-                            "--set",
-                            "data.shuffle=false",
-                            "--set",
-                            "model.dropout=0",
-                            "--set",
-                            "device.budget=80MiB",
-                            "--data",
-                            one,
-                            "--data",
-                            d1,
-                            "--skip-oversized",
-                            "--steps",
-                            "1",
-                            "--out",
-                            accum,
-                            NULL};
-        char *out = NULL;
-        int rc = train(s1, NULL, log, &out);
-        T_EXPECT(rc == 0, "grad_accum 2, dense group skipped: exit %d\n%s", rc, out ? out : "");
-        free(out);
-        const char *s2[] = {"--set",   "train.batch_size=1",
-                            "--set",   "data.shuffle=false",
-                            "--set",   "model.dropout=0",
-                            "--set",   "device.budget=80MiB",
-                            "--data",  one,
-                            "--steps", "1",
-                            "--out",   alone,
-                            NULL};
-        rc = train(s2, NULL, log, &out);
-        T_EXPECT(rc == 0, "one alone: exit %d\n%s", rc, out ? out : "");
-        free(out);
-        char *l1 = metrics_line(accum, 1), *l2 = metrics_line(alone, 1);
-        char f1[64], f2[64];
-        T_EXPECT(strcmp(field(l1, "loss", f1, sizeof f1), field(l2, "loss", f2, sizeof f2)) == 0,
-                 "loss %s with the dense group skipped, %s for the other scene alone", f1, f2);
-        T_EXPECT(strcmp(field(l1, "skipped_scenes", f1, sizeof f1), "1") == 0 &&
-                     strcmp(field(l1, "samples", f2, sizeof f2), "1") == 0,
-                 "skipped_scenes %s, samples %s: 1 and 1 expected", f1, f2);
-        free(l1);
-        free(l2);
-        snprintf(a, sizeof a, "%s/ckpt-000001/model.safetensors", accum);
-        snprintf(b, sizeof b, "%s/ckpt-000001/model.safetensors", alone);
-        T_EXPECT(same_tensors(a, b), "the weights differ from the other scene's alone: the "
-                                     "skipped group still weighs on the gradients");
+        const char *accum[] = {"--set", "train.batch_size=1", "--set", "train.grad_accum=2", NULL};
+        skipped_equals_alone("skip-accum", accum, one, d1, log, "the skipped group");
     }
 
     QC_TEST ("skip-oversized: a step without a scene is no step; a run of only such steps "
