@@ -161,15 +161,18 @@ static inline void cpu_dropout_keep_range(uint8_t *keep, const struct qc_dropout
         cpu_dropout_keep_run(keep, d, g0, n);
         return;
     }
+    int64_t i0 = n > 0 ? qc_dropout_index(d, g0) : 0; /* the index of element j */
     for (int64_t j = 0; j < n;) {
-        const int64_t g = g0 + j, c = g % d->row_len, i0 = qc_dropout_index(d, g);
-        int64_t m = d->row_len - c < n - j ? d->row_len - c : n - j;
+        const int64_t c = (g0 + j) % d->row_len;
+        int64_t m = d->row_len - c < n - j ? d->row_len - c : n - j, next = 0;
         /* the next rows continue the run while their indices do (consecutive rows of one scene
-         * with reps 1): one run of Philox blocks instead of a partial block per row */
-        while (j + m < n && qc_dropout_index(d, g0 + j + m) == i0 + m)
+         * with reps 1): one run of Philox blocks instead of a partial block per row; the index
+         * that breaks the run starts the next one */
+        while (j + m < n && (next = qc_dropout_index(d, g0 + j + m)) == i0 + m)
             m += d->row_len < n - j - m ? d->row_len : n - j - m;
         cpu_dropout_keep_run(keep + j, d, i0, m);
         j += m;
+        i0 = next;
     }
 }
 
