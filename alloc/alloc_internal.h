@@ -8,8 +8,11 @@
  *   block    a contiguous piece of a segment; the blocks of a segment tile it exactly, in
  *            address order (prev/next);
  *   pool     small (requests <= small_max) or large; free mapped blocks of a pool sit in one
- *            treap ordered by (stream id, size, address);
- *   stream   every segment belongs to one stream; its blocks are only handed to that stream.
+ *            treap ordered by (place, size, address);
+ *   stream   every segment belongs to one stream; its blocks are only handed to that stream;
+ *   life     every segment belongs to one lifetime class (enum qc_alloc_life); its free blocks
+ *            go to requests of another class only when the budget allows no new segment;
+ *   place    (stream id, life): the treap's first key.
  *
  * Invariants (checked by alloc_check_invariants):
  *   Σ_{b in seg} b.size = seg.size and b.next.ptr = b.ptr + b.size;
@@ -150,6 +153,8 @@ struct alloc_segment {
     void *handle;             /* raw reservation handle (expandable) */
     struct qc_stream *stream; /* owner stream (NULL = compute stream) */
     uint32_t stream_id;
+    uint8_t life;              /* enum qc_alloc_life: its free blocks serve this class only
+                                  (while the budget allows a segment of the request's own) */
     struct alloc_block *first; /* lowest-address block */
     struct alloc_segment *prev, *next;
 };

@@ -97,18 +97,31 @@ static void block_put(struct qc_alloc *a, struct alloc_block *b)
 
 // ---- treap of free blocks --------------------------------------------------------------------
 
-/* Key (stream id, size, address) packed as two words: sizes stay below 2^48 bytes (256 TiB)
- * and stream ids below 2^16, so (khi, addr) compares like the triple. */
+/* Key (place, size, address) packed as two words: a place is a stream id (below 2^16) and a
+ * lifetime class (2 bits), sizes stay below 2^46 bytes (64 TiB), so (khi, addr) compares like
+ * the triple. */
 struct alloc_key {
     uint64_t hi;
     uintptr_t addr;
 };
 
-#define ALLOC_KEY_SIZE_BITS 48
+#define ALLOC_KEY_SIZE_BITS 46
+#define ALLOC_LIFE_BITS     2
 
-static uint64_t key_hi(uint32_t sid, size_t size)
+/* The free blocks of a segment serve requests of its stream and lifetime class only. */
+static uint32_t place_of(uint32_t sid, int life)
 {
-    return (uint64_t)sid << ALLOC_KEY_SIZE_BITS | (uint64_t)size;
+    return sid << ALLOC_LIFE_BITS | (uint32_t)life;
+}
+
+static uint32_t seg_place(const struct alloc_segment *seg)
+{
+    return place_of(seg->stream_id, seg->life);
+}
+
+static uint64_t key_hi(uint32_t place, size_t size)
+{
+    return (uint64_t)place << ALLOC_KEY_SIZE_BITS | (uint64_t)size;
 }
 
 static struct alloc_key key_of(const struct alloc_block *b)
@@ -163,7 +176,7 @@ static struct alloc_block *treap_merge(struct alloc_block *l, struct alloc_block
 static void treap_insert(struct qc_alloc *a, struct alloc_block *b)
 {
     struct alloc_block **t = &a->free_root[b->seg->pool];
-    b->khi = key_hi(b->seg->stream_id, b->size);
+    b->khi = key_hi(seg_place(b->seg), b->size);
     struct alloc_key k = key_of(b);
     b->prio = next_prio(a);
     while (*t && (*t)->prio >= b->prio)
@@ -184,12 +197,12 @@ static void treap_remove(struct qc_alloc *a, struct alloc_block *b)
     b->tl = b->tr = NULL;
 }
 
-/* Smallest free block of stream sid with size >= size, or NULL. *link (when a block is found)
- * is the tree pointer that points at it, valid until the treap next changes. */
-static struct alloc_block *treap_lower_bound(struct alloc_block **root, uint32_t sid, size_t size,
+/* Smallest free block of place with size >= size, or NULL. *link (when a block is found) is
+ * the tree pointer that points at it, valid until the treap next changes. */
+static struct alloc_block *treap_lower_bound(struct alloc_block **root, uint32_t place, size_t size,
                                              struct alloc_block ***link)
 {
-    struct alloc_key k = {key_hi(sid, size), 0};
+    struct alloc_key k = {key_hi(place, size), 0};
     struct alloc_block *best = NULL, **best_link = NULL, **t = root;
     while (*t) {
         if (!key_less(key_of(*t), k)) {
@@ -200,7 +213,7 @@ static struct alloc_block *treap_lower_bound(struct alloc_block **root, uint32_t
             t = &(*t)->tr;
         }
     }
-    if (!best || best->seg->stream_id != sid)
+    if (!best || seg_place(best->seg) != place)
         return NULL;
     *link = best_link;
     return best;
@@ -338,13 +351,15 @@ static enum qc_status segment_meta_get(struct qc_alloc *a, struct alloc_segment 
 /* Fills in a new segment of `size` bytes at base whose one block b is FREE (not in the treap),
  * and links it. mapped: the block's memory is mapped (false: an expandable reservation). */
 static void segment_init(struct qc_alloc *a, struct alloc_segment *seg, struct alloc_block *b,
-                         int pool, struct qc_stream *s, void *base, size_t size, bool mapped)
+                         int pool, struct qc_stream *s, int life, void *base, size_t size,
+                         bool mapped)
 {
     seg->base = base;
     seg->size = size;
     seg->pool = pool;
     seg->stream = s;
     seg->stream_id = stream_id_of(s);
+    seg->life = (uint8_t)life;
     seg->first = b;
     b->ptr = base;
     b->size = size;
@@ -356,7 +371,7 @@ static void segment_init(struct qc_alloc *a, struct alloc_segment *seg, struct a
 
 /* A new fixed segment of `size` bytes holding one FREE block (not in the treap); *out = block.
  * QC_ERR_NOMEM when over budget or the backend is out of memory. */
-static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_stream *s,
+static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_stream *s, int life,
                                         size_t size, struct alloc_block **out)
 {
     if (over_budget(a, size))
@@ -371,22 +386,22 @@ static enum qc_status segment_new_fixed(struct qc_alloc *a, int pool, struct qc_
         block_put(a, b);
         return st;
     }
-    segment_init(a, seg, b, pool, s, p, size, true);
+    segment_init(a, seg, b, pool, s, life, p, size, true);
     reserved_add(a, seg, size);
     alloc_trace_event(a, QC_ALLOC_EV_MAP, p, size, 0, seg->stream_id, pool, NULL);
     *out = b;
     return QC_OK;
 }
 
-static struct alloc_segment *segment_find_expandable(struct qc_alloc *a, uint32_t sid)
+static struct alloc_segment *segment_find_expandable(struct qc_alloc *a, uint32_t place)
 {
     for (struct alloc_segment *seg = a->segments; seg; seg = seg->next)
-        if (seg->expandable && seg->stream_id == sid)
+        if (seg->expandable && seg_place(seg) == place)
             return seg;
     return NULL;
 }
 
-static enum qc_status segment_new_expandable(struct qc_alloc *a, struct qc_stream *s,
+static enum qc_status segment_new_expandable(struct qc_alloc *a, struct qc_stream *s, int life,
                                              struct alloc_segment **out)
 {
     struct alloc_segment *seg = NULL;
@@ -401,7 +416,7 @@ static enum qc_status segment_new_expandable(struct qc_alloc *a, struct qc_strea
     }
     seg->expandable = true;
     seg->handle = handle;
-    segment_init(a, seg, b, ALLOC_POOL_LARGE, s, base, a->va_size, false);
+    segment_init(a, seg, b, ALLOC_POOL_LARGE, s, life, base, a->va_size, false);
     *out = seg;
     return QC_OK;
 }
@@ -589,10 +604,10 @@ static size_t round_size(const struct qc_alloc *a, size_t size)
     return size < r ? r : align_up(size, r);
 }
 
-static struct alloc_block *find_free(struct qc_alloc *a, int pool, uint32_t sid, size_t rsize,
+static struct alloc_block *find_free(struct qc_alloc *a, int pool, uint32_t place, size_t rsize,
                                      struct alloc_block ***link)
 {
-    struct alloc_block *b = treap_lower_bound(&a->free_root[pool], sid, rsize, link);
+    struct alloc_block *b = treap_lower_bound(&a->free_root[pool], place, rsize, link);
     size_t lim = a->params.split_limit;
     if (b && pool == ALLOC_POOL_LARGE && lim) {
         /* Oversize blocks (> split limit) only serve big requests, with bounded waste. */
@@ -685,16 +700,35 @@ static enum qc_status expand_in(struct qc_alloc *a, struct alloc_segment *seg, s
     return QC_OK;
 }
 
-/* Makes room for rsize bytes of pool on stream s: a new fixed segment or an expansion.
- * *out = a FREE mapped block >= rsize. QC_ERR_NOMEM when the budget or the backend says no. */
-static enum qc_status grow(struct qc_alloc *a, int pool, struct qc_stream *s, size_t rsize,
-                           struct alloc_block **out)
+/* The best fit among the free blocks of sid's other lifetime classes (the smallest that fits;
+ * ties: the lower class), or NULL: where a request goes when its own class has no room and
+ * the budget allows no more. */
+static struct alloc_block *find_free_other(struct qc_alloc *a, int pool, uint32_t sid, int life,
+                                           size_t rsize, struct alloc_block ***link)
+{
+    struct alloc_block *best = NULL;
+    for (int l = 0; l < QC_ALLOC_LIFE_COUNT; l++) {
+        struct alloc_block **lk = NULL;
+        struct alloc_block *b = l == life ? NULL : find_free(a, pool, place_of(sid, l), rsize, &lk);
+        if (b && (!best || b->size < best->size)) {
+            best = b;
+            *link = lk;
+        }
+    }
+    return best;
+}
+
+/* Makes room for rsize bytes of pool on stream s in lifetime class life: a new fixed segment
+ * or an expansion. *out = a FREE mapped block >= rsize. QC_ERR_NOMEM when the budget or the
+ * backend says no. exact: near the budget a fixed segment may have the request's own size. */
+static enum qc_status grow(struct qc_alloc *a, int pool, struct qc_stream *s, int life,
+                           size_t rsize, bool exact, struct alloc_block **out)
 {
     const struct qc_alloc_params *p = &a->params;
     if (pool == ALLOC_POOL_LARGE && p->expandable) {
-        struct alloc_segment *seg = segment_find_expandable(a, stream_id_of(s));
+        struct alloc_segment *seg = segment_find_expandable(a, place_of(stream_id_of(s), life));
         if (!seg)
-            QC_TRY(segment_new_expandable(a, s, &seg));
+            QC_TRY(segment_new_expandable(a, s, life, &seg));
         return expand_in(a, seg, rsize, out);
     }
     size_t size;
@@ -707,10 +741,10 @@ static enum qc_status grow(struct qc_alloc *a, int pool, struct qc_stream *s, si
     /* near the budget: a request that fits what is left but not a whole segment of the usual
      * size gets a segment of its own size (rsize is a multiple of the rounding) rather than
      * failing on the segment size (issue 25) */
-    if (size > rsize && over_budget(a, size) && !over_budget(a, rsize))
+    if (exact && size > rsize && over_budget(a, size) && !over_budget(a, rsize))
         size = rsize;
     struct alloc_block *b = NULL;
-    QC_TRY(segment_new_fixed(a, pool, s, size, &b));
+    QC_TRY(segment_new_fixed(a, pool, s, life, size, &b));
     treap_insert(a, b);
     *out = b;
     return QC_OK;
@@ -967,10 +1001,48 @@ static void block_take(struct qc_alloc *a, struct alloc_block *b, struct alloc_b
 enum qc_status qc_alloc_malloc(struct qc_alloc *a, size_t size, struct qc_stream *stream,
                                const char *tag, void **out)
 {
+    return qc_alloc_malloc_life(a, size, stream, QC_ALLOC_LIFE_LONG, tag, out);
+}
+
+/* Where a request goes: a free block of its own place (for a SPAN request, else of another
+ * class); else room made for it there (a new segment or granules); else, over the budget, a
+ * free block of another lifetime class; else a segment of the request's own size near the
+ * budget. */
+static enum qc_status place_block(struct qc_alloc *a, int pool, struct qc_stream *s, int life,
+                                  size_t rsize, struct alloc_block **b, struct alloc_block ***link)
+{
+    uint32_t sid = stream_id_of(s);
+    *link = NULL;
+    *b = find_free(a, pool, place_of(sid, life), rsize, link);
+    if (*b)
+        return QC_OK;
+    if (life == QC_ALLOC_LIFE_SPAN) {
+        /* scratch is freed before its span ends: in another class's free block it pins
+         * nothing for long, and the classes' peaks (at different moments) overlap */
+        *b = find_free_other(a, pool, sid, life, rsize, link);
+        if (*b)
+            return QC_OK;
+    }
+    *link = NULL;
+    enum qc_status st = grow(a, pool, s, life, rsize, false, b);
+    if (st != QC_ERR_NOMEM)
+        return st;
+    *b = find_free_other(a, pool, sid, life, rsize, link);
+    if (*b)
+        return QC_OK;
+    *link = NULL;
+    return grow(a, pool, s, life, rsize, true, b);
+}
+
+enum qc_status qc_alloc_malloc_life(struct qc_alloc *a, size_t size, struct qc_stream *stream,
+                                    enum qc_alloc_life life, const char *tag, void **out)
+{
+    QC_ASSERT((unsigned)life < QC_ALLOC_LIFE_COUNT, "lifetime class %d", (int)life);
     struct qc_stream *s = stream ? stream : a->compute;
     QC_ASSERT(!s || a->dev, "allocator without a device given a stream");
     uint32_t sid = stream_id_of(s);
-    QC_ASSERT(sid < (1u << (64 - ALLOC_KEY_SIZE_BITS)), "stream id %u too large", sid);
+    QC_ASSERT(sid < (1u << (64 - ALLOC_KEY_SIZE_BITS - ALLOC_LIFE_BITS)), "stream id %u too large",
+              sid);
     pthread_mutex_lock(&a->lock);
     if (size > ((size_t)1 << ALLOC_KEY_SIZE_BITS) - ALLOC_SLOP_LIMIT) {
         a->st.n_ooms++;
@@ -984,23 +1056,13 @@ enum qc_status qc_alloc_malloc(struct qc_alloc *a, size_t size, struct qc_stream
     if (a->npending)
         process_events(a, false);
     struct alloc_block **link = NULL;
-    struct alloc_block *b = find_free(a, pool, sid, rsize, &link);
-    enum qc_status st = QC_OK;
-    if (!b) {
-        link = NULL;
-        st = grow(a, pool, s, rsize, &b);
-    }
+    struct alloc_block *b = NULL;
+    enum qc_status st = place_block(a, pool, s, (int)life, rsize, &b, &link);
     if (st == QC_ERR_NOMEM) {
         /* Release the cache and retry once. */
         a->st.n_retries++;
         release_cache(a);
-        b = find_free(a, pool, sid, rsize, &link);
-        if (!b) {
-            link = NULL;
-            st = grow(a, pool, s, rsize, &b);
-        } else {
-            st = QC_OK;
-        }
+        st = place_block(a, pool, s, (int)life, rsize, &b, &link);
     }
     if (st != QC_OK) {
         char why[512];
@@ -1139,7 +1201,7 @@ static enum qc_status check_treap(const struct alloc_block *t, int pool,
     if (!t)
         return QC_OK;
     if (t->state != ALLOC_BLOCK_FREE || !t->mapped || t->seg->pool != pool ||
-        t->khi != key_hi(t->seg->stream_id, t->size))
+        t->khi != key_hi(seg_place(t->seg), t->size))
         return qc_errorf(QC_ERR_INVALID, "treap %d holds block %p (state %d, mapped %d)", pool,
                          (void *)t->ptr, t->state, t->mapped);
     if ((lo && !key_less(key_of(lo), key_of(t))) || (hi && !key_less(key_of(t), key_of(hi))))

@@ -2,9 +2,10 @@
  * qc_alloc.h — the caching device allocator: every byte of device memory qctrain uses comes
  * from here (alloc/README.md has the glossary and the invariants as equations).
  *
- * Design in one paragraph: requests are rounded (512 B) and served best-fit from per-stream
- * free blocks of two pools (small <= 1 MiB in 2 MiB segments; large in 20 MiB+ segments, or in
- * one expandable segment per stream that grows and shrinks in place). Free neighbours coalesce.
+ * Design in one paragraph: requests are rounded (512 B) and served best-fit from the free
+ * blocks of their stream and lifetime class (qc_alloc_malloc_life) in two pools (small <= 1 MiB
+ * in 2 MiB segments; large in 20 MiB+ segments, or in one expandable segment per stream and
+ * class that grows and shrinks in place). Free neighbours coalesce.
  * Frees are stream-ordered: a block freed on its own stream is reusable by that stream at once;
  * a block also used by other streams (qc_alloc_record_stream, or freed on another stream) is
  * reused only after events recorded on those streams complete. Reserved memory is capped by a
@@ -94,6 +95,20 @@ void qc_alloc_destroy(struct qc_alloc *a);
  * not fit the budget even after releasing the cache; *out is written only on QC_OK. */
 enum qc_status qc_alloc_malloc(struct qc_alloc *a, size_t size, struct qc_stream *stream,
                                const char *tag, void **out);
+/* How long a block will live, as its caller knows it (the memory context, from the step's
+ * program): blocks of one class share segments, so what a step frees together leaves whole
+ * segments free together, and a block that outlives its neighbours pins no segment of theirs.
+ * A request goes to a segment of another class only when the budget allows no new one for its
+ * own. qc_alloc_malloc is QC_ALLOC_LIFE_LONG. */
+enum qc_alloc_life {
+    QC_ALLOC_LIFE_LONG = 0, /* outlives the step's work, or not known */
+    QC_ALLOC_LIFE_PHASE,    /* freed later in the step (activations, stashes, gradients) */
+    QC_ALLOC_LIFE_SPAN,     /* freed inside the span that allocated it (a block's scratch) */
+    QC_ALLOC_LIFE_COUNT
+};
+/* qc_alloc_malloc for a block of lifetime class life. */
+enum qc_status qc_alloc_malloc_life(struct qc_alloc *a, size_t size, struct qc_stream *stream,
+                                    enum qc_alloc_life life, const char *tag, void **out);
 /* Frees p in the order of `stream` (NULL = compute stream): the memory becomes reusable once
  * the work enqueued so far on `stream` and on every stream recorded for p has completed.
  * NULL p is a no-op; a pointer not from this allocator aborts (programmer error). */

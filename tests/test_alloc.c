@@ -147,6 +147,7 @@ struct model_cfg {
     size_t budget;
     size_t split_limit;
     int ops;
+    bool lives; /* requests of random lifetime classes (else all QC_ALLOC_LIFE_LONG) */
 };
 
 static void model_compare(struct qc_alloc *a, struct live *lv, size_t n, const struct model_cfg *c,
@@ -216,7 +217,10 @@ static void run_model(const struct model_cfg *c, uint64_t seed)
             struct qc_alloc_stats before = stats(a);
             retries_before = before.n_retries;
             void *p = NULL;
-            enum qc_status st = qc_alloc_malloc(a, size, NULL, tag, &p);
+            const enum qc_alloc_life life =
+                c->lives ? (enum qc_alloc_life)(qc_test_rand(&rng) % QC_ALLOC_LIFE_COUNT)
+                         : QC_ALLOC_LIFE_LONG;
+            enum qc_status st = qc_alloc_malloc_life(a, size, NULL, life, tag, &p);
             if (st == QC_ERR_NOMEM) {
                 ooms++;
                 T_EXPECT(c->budget > 0, "%s: OOM without a budget", c->name);
@@ -450,11 +454,13 @@ int main(void)
 
     QC_TEST ("alloc: seeded property test against a reference model") {
         const struct model_cfg cfgs[] = {
-            {"expandable", true, 0, 0, 2500},
-            {"expandable+budget", true, 160 * MiB, 0, 2500},
-            {"pytorch-like", false, 0, 0, 2500},
-            {"pytorch-like+budget", false, 160 * MiB, 0, 2500},
-            {"pytorch-like+split-limit", false, 0, 8 * MiB, 2000},
+            {"expandable", true, 0, 0, 2500, false},
+            {"expandable+budget", true, 160 * MiB, 0, 2500, false},
+            {"pytorch-like", false, 0, 0, 2500, false},
+            {"pytorch-like+budget", false, 160 * MiB, 0, 2500, false},
+            {"pytorch-like+split-limit", false, 0, 8 * MiB, 2000, false},
+            {"expandable+budget+lives", true, 160 * MiB, 0, 2500, true},
+            {"pytorch-like+budget+lives", false, 160 * MiB, 0, 2500, true},
         };
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0] && !qc_test_st.failed_in_test; i++)
             run_model(&cfgs[i], seed ^ (0x1000 * (i + 1)));
@@ -697,6 +703,50 @@ int main(void)
         check_inv(a, "pools give way");
         for (int i = 0; i < 24; i++)
             qc_alloc_free(a, s[i], NULL);
+        qc_alloc_destroy(a);
+    }
+
+    QC_TEST ("alloc: blocks of one lifetime class share segments; scratch and, at the budget, "
+             "any class take another class's free block") {
+        /* an activation beside a long-lived block: with classes it has a segment of its own,
+         * wholly free (and released) once the activation is freed, the long-lived block
+         * pinning nothing of it */
+        struct qc_alloc *a = make(true, 4 * MiB, 0);
+        void *p = NULL, *q = NULL, *r = NULL, *x = NULL;
+        void *lng = must_alloc(a, 100 * KiB, "long");
+        T_EXPECT(qc_alloc_malloc_life(a, 100 * KiB, NULL, QC_ALLOC_LIFE_PHASE, "act", &p) == QC_OK,
+                 "phase: %s", qc_error_last());
+        T_EXPECT_EQ_U64(stats(a).bytes_reserved_small, 4 * MiB, "two small segments");
+        T_EXPECT((uintptr_t)p / (2 * MiB) != (uintptr_t)lng / (2 * MiB), "apart");
+        check_inv(a, "two classes");
+        qc_alloc_free(a, p, NULL);
+        T_EXPECT(qc_alloc_empty_cache(a) == QC_OK, "empty cache");
+        T_EXPECT_EQ_U64(stats(a).bytes_reserved_small, 2 * MiB, "the phase segment released");
+        /* scratch (freed within its span) takes the free room of another class first */
+        T_EXPECT(qc_alloc_malloc_life(a, 100 * KiB, NULL, QC_ALLOC_LIFE_SPAN, "tmp", &x) == QC_OK,
+                 "span: %s", qc_error_last());
+        T_EXPECT_EQ_U64(stats(a).bytes_reserved_small, 2 * MiB, "no segment for the scratch");
+        T_EXPECT((uintptr_t)x / (2 * MiB) == (uintptr_t)lng / (2 * MiB), "beside the long block");
+        qc_alloc_free(a, x, NULL);
+        /* the budget holds two segments: the long class has 512 KiB free, the phase class
+         * 1 MiB; a 768 KiB long-lived request takes the phase segment's room, not an OOM */
+        void *lng2 = must_alloc(a, 1 * MiB + 400 * KiB, "long2");
+        T_EXPECT(qc_alloc_malloc_life(a, 1 * MiB, NULL, QC_ALLOC_LIFE_PHASE, "act", &q) == QC_OK,
+                 "phase: %s", qc_error_last());
+        struct qc_alloc_stats st = stats(a);
+        T_EXPECT_EQ_U64(st.bytes_reserved, 4 * MiB, "long and phase segments: the budget");
+        T_EXPECT(qc_alloc_malloc(a, 768 * KiB, NULL, "long3", &r) == QC_OK,
+                 "long over the budget: %s", qc_error_last());
+        st = stats(a);
+        T_EXPECT_EQ_U64(st.n_ooms, 0, "no OOM");
+        T_EXPECT_EQ_U64(st.bytes_reserved, 4 * MiB, "no third segment");
+        T_EXPECT((uintptr_t)r / (2 * MiB) == (uintptr_t)q / (2 * MiB), "in the phase segment");
+        check_inv(a, "two classes in two segments");
+        qc_alloc_free(a, r, NULL);
+        qc_alloc_free(a, q, NULL);
+        qc_alloc_free(a, lng2, NULL);
+        qc_alloc_free(a, lng, NULL);
+        check_inv(a, "freed");
         qc_alloc_destroy(a);
     }
 
