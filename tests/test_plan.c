@@ -19,7 +19,9 @@
 
 #include "batch_testlib.h"
 #include "qc_batch.h"
+#include "qc_alloc.h"
 #include "qc_graph.h"
+#include "qc_memctx.h"
 #include "qc_plan.h"
 #include "qc_qcnet.h"
 #include "qc_synth.h"
@@ -556,6 +558,74 @@ static void test_edge_modes(void)
     qc_plan_program_free(&e.p);
 }
 
+/* Lifetime classes (qc_plan_program_lives) of a hand-made program, and the memory context
+ * placing its blocks by them (qc_memctx_set_lives): a stash apart from what outlives the
+ * step. */
+static void test_lives(void)
+{
+    struct qc_plan_program p;
+    qc_plan_program_init(&p);
+    qc_plan_program_block(&p, "b0", QC_PLAN_MLP);
+    const char *tags[] = {"glue/tmp", "b0/stash", "b0/scratch", "b0/out", "b0/grad", "opt/tmp"};
+    int32_t id[6];
+    id[0] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 1, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FREE, -1, id[0], 0, 0, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FWD, 0, -1, 0, 0, 0);
+    id[1] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 1, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_STASH, 0, id[1], 0, 0, 0);
+    id[2] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 2, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FREE, -1, id[2], 0, 0, 0);
+    id[3] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 1, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FWD_END, 0, -1, 0, 0, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_BWD, 0, -1, 0, 0, 1);
+    id[4] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 2, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FREE, -1, id[1], 0, 0, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_BWD_END, 0, -1, 0, 0, 1);
+    qc_plan_program_event(&p, QC_PLAN_OP_FREE, -1, id[3], 0, 0, 0);
+    id[5] = qc_plan_program_event(&p, QC_PLAN_OP_ALLOC, -1, -1, 1000, 2, 0);
+    qc_plan_program_event(&p, QC_PLAN_OP_FREE, -1, id[5], 0, 0, 0);
+    for (int i = 0; i < 6; i++)
+        T_EXPECT(qc_plan_program_tag(&p, id[i], tags[i]) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_program_finish(&p) == QC_OK, "%s", qc_error_last());
+    uint8_t life[6];
+    T_EXPECT(qc_plan_program_lives(&p, life) == QC_OK, "%s", qc_error_last());
+    /* glue's scratch and the optimizer's after the last marker: no marker between; the stash
+     * freed in the backward: a later span; the output freed after the last marker and the
+     * gradient never freed: past the step's blocks */
+    const uint8_t want[6] = {QC_PLAN_LIFE_SPAN, QC_PLAN_LIFE_PHASE, QC_PLAN_LIFE_SPAN,
+                             QC_PLAN_LIFE_LONG, QC_PLAN_LIFE_LONG,  QC_PLAN_LIFE_SPAN};
+    for (int i = 0; i < 6; i++)
+        T_EXPECT(life[i] == want[i], "%s: class %d, want %d", tags[i], life[i], want[i]);
+
+    /* the context places by tag: the stash in a segment of its own, released whole once it is
+     * freed although the output lives on; without the table they share one segment */
+    for (int with = 0; with < 2; with++) {
+        struct qc_alloc *a = NULL;
+        T_EXPECT(qc_alloc_create(NULL, NULL, &a) == QC_OK, "%s", qc_error_last());
+        struct qc_memctx_params mp = {.alloc = a};
+        struct qc_memctx *mc = NULL;
+        T_EXPECT(qc_memctx_create(&mp, &mc) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_memctx_set_lives(mc, with ? &p : NULL) == QC_OK, "%s", qc_error_last());
+        void *out = qc_memctx_alloc(mc, QC_MEM_MODEL, 100000, "b0/out");
+        void *tmp = qc_memctx_alloc(mc, QC_MEM_MODEL, 100000, "b0/stash");
+        T_EXPECT(out && tmp, "allocations");
+        qc_memctx_free(mc, QC_MEM_MODEL, tmp, 100000);
+        T_EXPECT(qc_alloc_empty_cache(a) == QC_OK, "%s", qc_error_last());
+        struct qc_alloc_stats st;
+        qc_alloc_stats_get(a, &st);
+        T_EXPECT_EQ_U64(st.bytes_reserved_small, (uint64_t)2 * MB,
+                        "%s: one small segment left once the stash is freed",
+                        with ? "lifetimes" : "one class");
+        T_EXPECT(with ? (uintptr_t)out / (2 * MB) != (uintptr_t)tmp / (2 * MB)
+                      : (uintptr_t)out / (2 * MB) == (uintptr_t)tmp / (2 * MB),
+                 "%s: output %p, stash %p", with ? "apart" : "together", out, tmp);
+        qc_memctx_free(mc, QC_MEM_MODEL, out, 100000);
+        qc_memctx_destroy(mc);
+        qc_alloc_destroy(a);
+    }
+    qc_plan_program_free(&p);
+}
+
 int main(void)
 {
     QC_TEST ("plan: the simulation of a hand-made program")
@@ -569,5 +639,8 @@ int main(void)
     QC_TEST ("plan: the edge modes: the tiled mode's FE priced, the sets ordered by bytes per "
              "second, tiled only as far as the budget needs")
         test_edge_modes();
+    QC_TEST ("plan: each allocation's lifetime class from the program; the memory context "
+             "places blocks by it")
+        test_lives();
     return qc_test_summary();
 }

@@ -232,6 +232,10 @@ static const struct qc_config_option options[] = {
              "minimum segment size of the large pool"),
     OPT_SIZE("alloc.split_limit", alloc_split_limit, "0", 0, 4 * PIB,
              "cached blocks larger than this are never split; 0 = no limit"),
+    OPT_BOOL("alloc.by_lifetime", alloc_by_lifetime, "true",
+             "train under device.budget: blocks the step's program frees together share "
+             "segments (a block's scratch, what a later span frees, what outlives the step "
+             "apart)"),
     OPT_BOOL("alloc.trace", alloc_trace, "true", "record the allocation trace (for the report)"),
     OPT_STRING("alloc.trace_file", alloc_trace_file, "",
                "write the trace to this file; empty = in-memory ring buffer only"),

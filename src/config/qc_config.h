@@ -122,6 +122,7 @@ struct qc_config {
     uint64_t alloc_small_segment; /* bytes, 2 MiB */
     uint64_t alloc_large_segment; /* bytes, 20 MiB */
     uint64_t alloc_split_limit;   /* bytes; blocks larger are never split; 0 = no limit */
+    bool alloc_by_lifetime;       /* train: segments by lifetime class, true */
     bool alloc_trace;             /* keep the allocation trace */
     char alloc_trace_file[QC_CONFIG_STR_MAX]; /* "" = ring buffer only */
     int64_t alloc_trace_every;                /* steps; also trace every N-th step, 0 = off */

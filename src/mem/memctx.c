@@ -107,6 +107,37 @@ static void map_clear(struct id_map *m)
     memset(m, 0, sizeof *m);
 }
 
+/* Tag -> lifetime class (qc_memctx_set_lives): open addressing by the tag's 64-bit hash (0:
+ * empty), capacity a power of two at least twice the tags. Two tags with one hash share a class
+ * (the longer); a placement hint, never a correctness matter. */
+struct life_map {
+    uint64_t *key;
+    uint8_t *life;
+    size_t cap;
+};
+
+_Static_assert(QC_PLAN_LIFE_LONG == (int)QC_ALLOC_LIFE_LONG &&
+                   QC_PLAN_LIFE_PHASE == (int)QC_ALLOC_LIFE_PHASE &&
+                   QC_PLAN_LIFE_SPAN == (int)QC_ALLOC_LIFE_SPAN,
+               "the program's lifetime classes are the allocator's");
+
+/* FNV-1a of the tag's first 127 bytes (what a program keeps of a tag), never 0. */
+static uint64_t tag_hash(const char *tag)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; tag[i] && i < 127; i++)
+        h = (h ^ (uint8_t)tag[i]) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+static uint8_t *life_slot(const struct life_map *m, uint64_t h)
+{
+    size_t j = (size_t)(h * 0x9e3779b97f4a7c15ull >> 20) & (m->cap - 1);
+    while (m->key[j] && m->key[j] != h)
+        j = (j + 1) & (m->cap - 1);
+    return &m->life[j];
+}
+
 /* A fetch in flight: its handle, and the events bracketing its copy. */
 struct fetch {
     uint64_t handle;        /* 0: a free slot */
@@ -132,6 +163,7 @@ struct qc_memctx {
     struct fetch *fetch;         /* [MEMCTX_FETCHES], with an offload engine */
     struct qc_plan_program *rec; /* recording into this program, or NULL */
     struct id_map ids;           /* while recording: live pointer -> program id */
+    struct life_map lives;       /* where the allocator places blocks by tag (empty: LONG) */
 };
 
 enum qc_status qc_memctx_create(const struct qc_memctx_params *p, struct qc_memctx **out)
@@ -164,6 +196,8 @@ void qc_memctx_destroy(struct qc_memctx *mc)
         QC_ASSERT(mc->st.nlive[c] == 0, "memory context destroyed with %lld live allocations",
                   (long long)mc->st.nlive[c]);
     map_clear(&mc->ids);
+    free(mc->lives.key);
+    free(mc->lives.life);
     if (mc->fetch) {
         for (int i = 0; i < MEMCTX_FETCHES; i++) {
             qc_event_destroy(mc->fetch[i].ready);
@@ -220,7 +254,10 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
         /* a distinct, never-dereferenced address with room for offsets into the block */
         p = (void *)(uintptr_t)(++mc->dry_seq << 36);
     } else if (mc->alloc) {
-        if (qc_alloc_malloc(mc->alloc, bytes, mc->compute, tag, &p) != QC_OK)
+        enum qc_alloc_life life = QC_ALLOC_LIFE_LONG;
+        if (mc->lives.cap && tag)
+            life = (enum qc_alloc_life) * life_slot(&mc->lives, tag_hash(tag));
+        if (qc_alloc_malloc_life(mc->alloc, bytes, mc->compute, life, tag, &p) != QC_OK)
             p = NULL; /* the allocator's OOM report is the error */
     } else if (mc->emu) {
         p = qc_emu_alloc(mc->emu, bytes);
@@ -261,6 +298,41 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
                   "memory context: recording out of memory");
     }
     return p;
+}
+
+enum qc_status qc_memctx_set_lives(struct qc_memctx *mc, const struct qc_plan_program *prog)
+{
+    free(mc->lives.key);
+    free(mc->lives.life);
+    memset(&mc->lives, 0, sizeof mc->lives);
+    if (!prog || prog->nalloc == 0 || !mc->alloc)
+        return QC_OK;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)prog->nalloc)
+        cap *= 2;
+    uint8_t *of_id = malloc((size_t)prog->nalloc);
+    struct life_map m = {calloc(cap, sizeof *m.key), calloc(cap, 1), cap};
+    enum qc_status st =
+        of_id && m.key && m.life
+            ? qc_plan_program_lives(prog, of_id)
+            : qc_errorf(QC_ERR_NOMEM, "memory context: lifetimes of %d tags", prog->nalloc);
+    for (int32_t id = 0; st == QC_OK && id < prog->nalloc; id++) {
+        const uint64_t h = tag_hash(qc_plan_program_tag_of(prog, id));
+        uint8_t *l = life_slot(&m, h);
+        const size_t j = (size_t)(l - m.life);
+        /* the longer class of the tag's allocations (LONG < PHASE < SPAN in the enum) */
+        if (!m.key[j] || of_id[id] < *l)
+            *l = of_id[id];
+        m.key[j] = h;
+    }
+    free(of_id);
+    if (st != QC_OK) {
+        free(m.key);
+        free(m.life);
+        return st;
+    }
+    mc->lives = m;
+    return QC_OK;
 }
 
 void qc_memctx_free(struct qc_memctx *mc, enum qc_mem_class cls, void *p, size_t bytes)

@@ -79,6 +79,14 @@ void *qc_memctx_alloc(struct qc_memctx *mc, enum qc_mem_class cls, size_t bytes,
  * those of its allocation. */
 void qc_memctx_free(struct qc_memctx *mc, enum qc_mem_class cls, void *p, size_t bytes);
 
+/* Where the caching allocator places the context's blocks (qc_alloc.h, enum qc_alloc_life):
+ * an allocation whose tag prog names gets the longest lifetime class of that tag's allocations
+ * in prog (qc_plan_program_lives: a block's scratch, what a later span frees, what outlives the
+ * step's blocks), so the blocks a step frees together share segments; other tags, and every
+ * tag after prog NULL, QC_ALLOC_LIFE_LONG. The table is the context's own copy. A no-op
+ * without a caching allocator. QC_ERR_NOMEM (the table is then empty). */
+enum qc_status qc_memctx_set_lives(struct qc_memctx *mc, const struct qc_plan_program *prog);
+
 /* The allocator (NULL for host malloc or a bare arena) and the compute stream (NULL when there
  * is none). */
 struct qc_alloc *qc_memctx_allocator(const struct qc_memctx *mc);

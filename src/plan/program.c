@@ -123,6 +123,34 @@ const char *qc_plan_program_tag_of(const struct qc_plan_program *p, int32_t id)
     return o >= 0 && o < p->tags_len ? p->tags + o : "";
 }
 
+enum qc_status qc_plan_program_lives(const struct qc_plan_program *p, uint8_t *life)
+{
+    /* span[id]: the block markers before its ALLOC */
+    int32_t *span = malloc((size_t)(p->nalloc > 0 ? p->nalloc : 1) * sizeof *span);
+    if (!span)
+        return qc_errorf(QC_ERR_NOMEM, "plan: lifetimes of %d allocations", p->nalloc);
+    int32_t markers = 0;
+    for (int32_t i = 0; i < p->nev; i++)
+        if (p->ev[i].op <= QC_PLAN_OP_BWD_END)
+            markers++;
+    for (int32_t id = 0; id < p->nalloc; id++)
+        life[id] = QC_PLAN_LIFE_LONG;
+    int32_t seen = 0;
+    for (int32_t i = 0; i < p->nev; i++) {
+        const struct qc_plan_event *e = &p->ev[i];
+        if (e->op <= QC_PLAN_OP_BWD_END)
+            seen++;
+        else if (e->op == QC_PLAN_OP_ALLOC && e->id >= 0 && e->id < p->nalloc)
+            span[e->id] = seen;
+        else if (e->op == QC_PLAN_OP_FREE && e->id >= 0 && e->id < p->nalloc)
+            life[e->id] = span[e->id] == seen ? QC_PLAN_LIFE_SPAN
+                          : seen == markers   ? QC_PLAN_LIFE_LONG
+                                              : QC_PLAN_LIFE_PHASE;
+    }
+    free(span);
+    return QC_OK;
+}
+
 int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int32_t block,
                               int32_t id, uint64_t bytes, int cls, int phase)
 {

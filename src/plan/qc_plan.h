@@ -170,6 +170,13 @@ int32_t qc_plan_program_event(struct qc_plan_program *p, enum qc_plan_op op, int
 enum qc_status qc_plan_program_tag(struct qc_plan_program *p, int32_t id, const char *tag);
 /* The tag of allocation id, or "" when it has none. */
 const char *qc_plan_program_tag_of(const struct qc_plan_program *p, int32_t id);
+/* How long each allocation of the program lives (= qc_alloc.h's enum qc_alloc_life): LONG when
+ * it is freed after the program's last block marker or not at all, SPAN when no block marker
+ * lies between its ALLOC and its FREE (a block's scratch, or glue's; this first), PHASE
+ * otherwise. */
+enum { QC_PLAN_LIFE_LONG = 0, QC_PLAN_LIFE_PHASE, QC_PLAN_LIFE_SPAN };
+/* life[id] for every allocation id (p->nalloc entries; the caller's array). QC_ERR_NOMEM. */
+enum qc_status qc_plan_program_lives(const struct qc_plan_program *p, uint8_t *life);
 /* Records that user's forward and backward read used's stash (once per pair). */
 enum qc_status qc_plan_program_use(struct qc_plan_program *p, int32_t user, int32_t used);
 /* Derives the per-block fields (stash ids and bytes, marker positions, fwd_last, bwd_first,
