@@ -26,10 +26,14 @@ struct id_map {
 #define MAP_EMPTY ((uintptr_t)0)
 #define MAP_TOMB  ((uintptr_t)1)
 
+/* Fibonacci hashing: the product's top log2(cap) bits. (Its low bits are no hash for keys with
+ * zero low bits: the dry run's addresses are multiples of 2^36, and `(x >> 17) & (cap - 1)`
+ * put every one of them in slot 0, every lookup a walk of the whole table.) */
 static size_t map_hash(uintptr_t k, size_t cap)
 {
-    uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15ull;
-    return (size_t)(x >> 17) & (cap - 1);
+    const uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15ull;
+    const int bits = __builtin_ctzll((unsigned long long)cap);
+    return bits ? (size_t)(x >> (64 - bits)) : 0;
 }
 
 static bool map_rehash(struct id_map *m, size_t cap)
