@@ -21,10 +21,23 @@ void qc_block_mem_set(struct qc_block_mem *bm, struct qc_memctx *mc, const char 
     snprintf(bm->name, sizeof bm->name, "%s", name && *name ? name : "block");
 }
 
+/* snprintf(dst, cap, "%s/%s", a, b) without the format interpreter (this runs for every block
+ * allocation, the planner's dry runs included, where snprintf was a third of the time). */
+static void tag_join(char *dst, size_t cap, const char *a, const char *b)
+{
+    size_t k = strnlen(a, cap - 1);
+    memcpy(dst, a, k);
+    if (k < cap - 1)
+        dst[k++] = '/';
+    const size_t nb = strnlen(b, cap - 1 - k);
+    memcpy(dst + k, b, nb);
+    dst[k + nb] = '\0';
+}
+
 void *qc_block_alloc(const struct qc_block_mem *bm, size_t bytes, const char *tensor)
 {
     char tag[QC_BLOCK_NAME_MAX + 64];
-    snprintf(tag, sizeof tag, "%s/%s", bm && bm->name[0] ? bm->name : "block", tensor);
+    tag_join(tag, sizeof tag, bm && bm->name[0] ? bm->name : "block", tensor);
     return qc_memctx_alloc(bm ? bm->mc : NULL, QC_MEM_BLOCK, bytes ? bytes : 1, tag);
 }
 
