@@ -80,6 +80,11 @@ struct train_mem {
      * configured hardware figures (never measured), at the configured margin par.margin */
     struct qc_plan_cost *cost0;
     struct qc_plan_hw hw0;
+    /* the admission of the whole group that prog describes (admit_parts), for its first run:
+     * run_batch takes it instead of describing and planning the same batch again; any new
+     * description drops it */
+    const struct qc_batch *admitted_batch;
+    struct qc_plan_result admitted;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
     int64_t fault_k;
     int64_t step_no;    /* the step running (1-based) */
@@ -132,6 +137,7 @@ void train_mem_destroy(struct train_mem *tm)
         return;
     qc_oom_set_planner(QC_OOM_PLANNER_NONE, false);
     qc_qcnet_destroy(tm->dry);
+    qc_plan_result_free(&tm->admitted);
     qc_plan_program_free(&tm->prog);
     qc_plan_cost_destroy(tm->cost);
     qc_plan_cost_destroy(tm->cost0);
@@ -350,6 +356,8 @@ static enum qc_status keep_plan(struct train_mem *tm, const struct qc_plan_resul
 static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *host,
                                    uint32_t tiled)
 {
+    qc_plan_result_free(&tm->admitted);
+    tm->admitted_batch = NULL;
     tm->tiled = 0;
     QC_TRY(qc_train_edge_modes_set(tm->dry, &tm->cfg, tiled));
     QC_TRY(qc_qcnet_describe(tm->dry, host, tm->cuda, &tm->prog));
@@ -773,7 +781,13 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         if (tm->par.budget > 0) {
             /* admission: from the batch and the configuration alone (the edge modes too) */
             struct qc_plan_result r0 = {0};
-            QC_TRY(admit(tm, host, &r0));
+            if (a == 0 && tm->admitted_batch == host) { /* admitted whole just now */
+                r0 = tm->admitted;
+                tm->admitted = (struct qc_plan_result){0};
+                tm->admitted_batch = NULL;
+            } else {
+                QC_TRY(admit(tm, host, &r0));
+            }
             if (!r0.fits) {
                 need = r0.peak;
                 ran_out = false;
@@ -890,7 +904,12 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
     enum qc_status st = admit(tm, b, &r);
     const bool fits = st == QC_OK && r.fits;
     const uint64_t peak = r.peak;
-    qc_plan_result_free(&r);
+    if (fits && !own) { /* the caller's batch: its first run needs this admission again */
+        tm->admitted = r;
+        tm->admitted_batch = b;
+    } else {
+        qc_plan_result_free(&r);
+    }
     if (st == QC_OK && fits) {
         parts[(*np)++] = (struct part){.off = off, .n = n};
     } else if (st == QC_OK && n == 1) {
