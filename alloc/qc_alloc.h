@@ -193,6 +193,11 @@ struct qc_alloc_peak_snapshot {
     int64_t step;                /* qc_alloc_set_step value when taken; -1: none taken yet */
     size_t bytes_allocated;      /* allocated when taken, bytes */
     size_t bytes_reserved;       /* reserved when taken, bytes */
+    size_t bytes_reserved_live;  /* of those, the segments (fixed) and granules (expandable)
+                                    holding a live or pending block: reserved less the cache,
+                                    so bytes_reserved_live / bytes_allocated is the
+                                    fragmentation at the peak, whatever earlier steps left
+                                    cached; bytes_allocated <= it <= bytes_reserved */
     size_t bytes_allocated_peak; /* the window's true allocated peak (filled on read), bytes */
     uint64_t n_snapshots;        /* snapshots taken in the window */
     uint64_t n_tags;             /* distinct tags live when taken */

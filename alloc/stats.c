@@ -438,6 +438,38 @@ static uint32_t select_top(const struct alloc_names *t, struct qc_alloc_tag_byte
     return k;
 }
 
+/* The reserved bytes that hold data: every fixed segment with a block not FREE, and every
+ * granule of an expandable segment that a block not FREE touches (blocks are in address
+ * order, so a granule shared by neighbours is counted once). O(blocks). */
+static size_t reserved_live(const struct qc_alloc *a)
+{
+    const size_t g = a->raw.granularity;
+    size_t n = 0;
+    for (const struct alloc_segment *seg = a->segments; seg; seg = seg->next) {
+        if (!seg->expandable) {
+            for (const struct alloc_block *b = seg->first; b; b = b->next)
+                if (b->state != ALLOC_BLOCK_FREE) {
+                    n += seg->size;
+                    break;
+                }
+            continue;
+        }
+        size_t next = 0; /* the first granule (offset) not yet counted */
+        for (const struct alloc_block *b = seg->first; b; b = b->next) {
+            if (b->state == ALLOC_BLOCK_FREE)
+                continue;
+            const size_t off = (size_t)(b->ptr - seg->base);
+            size_t lo = off / g * g;
+            const size_t hi = (off + b->size + g - 1) / g * g;
+            lo = lo > next ? lo : next;
+            if (hi > lo)
+                n += hi - lo;
+            next = hi > next ? hi : next;
+        }
+    }
+    return n;
+}
+
 void alloc_peak_take(struct qc_alloc *a, bool force_step)
 {
     const size_t allocated = a->st.bytes_allocated;
@@ -450,6 +482,7 @@ void alloc_peak_take(struct qc_alloc *a, bool force_step)
     s->step = a->st.step;
     s->bytes_allocated = allocated;
     s->bytes_reserved = a->st.bytes_reserved;
+    s->bytes_reserved_live = reserved_live(a);
     s->bytes_allocated_peak = 0;
     s->n_snapshots = k;
     s->ntop_tags =
@@ -488,6 +521,12 @@ static enum qc_status snapshot_check(const struct qc_alloc_peak_snapshot *s, siz
         return qc_errorf(QC_ERR_INVALID,
                          "%s peak snapshot: %zu bytes, peak %zu: not within 1 %% below it", window,
                          s->bytes_allocated, peak);
+    if (s->n_snapshots &&
+        (s->bytes_reserved_live < s->bytes_allocated || s->bytes_reserved_live > s->bytes_reserved))
+        return qc_errorf(QC_ERR_INVALID,
+                         "%s peak snapshot: %zu reserved bytes hold data, not within allocated %zu "
+                         "and reserved %zu",
+                         window, s->bytes_reserved_live, s->bytes_allocated, s->bytes_reserved);
     size_t tags = s->tag_other.bytes, blocks = s->block_other.bytes;
     for (uint32_t i = 0; i < s->ntop_tags; i++)
         tags += s->tags[i].bytes;

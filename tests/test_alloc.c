@@ -750,6 +750,31 @@ int main(void)
         qc_alloc_destroy(a);
     }
 
+    QC_TEST ("alloc: the peak snapshot's reserved bytes holding data leave the cache out") {
+        /* a small block (its 2 MiB segment) and a 5 MiB large one (3 granules of the
+         * expandable segment): all 8 MiB hold data; the large one freed (its granules stay
+         * cached) and a 1.5 MiB one taken from the first granule: 4 of the 8 MiB hold data */
+        struct qc_alloc *a = make(true, 0, 0);
+        void *p = must_alloc(a, 100 * KiB, "small");
+        void *q = must_alloc(a, 5 * MiB, "large");
+        qc_alloc_reset_peak(a);
+        struct qc_alloc_peak_snapshot snap;
+        qc_alloc_peak_snapshot_step(a, &snap);
+        T_EXPECT_EQ_U64(snap.bytes_reserved, 8 * MiB, "reserved");
+        T_EXPECT_EQ_U64(snap.bytes_reserved_live, 8 * MiB, "every byte reserved holds data");
+        qc_alloc_free(a, q, NULL);
+        void *r = must_alloc(a, 1 * MiB + 512 * KiB, "large2");
+        qc_alloc_reset_peak(a);
+        qc_alloc_peak_snapshot_step(a, &snap);
+        T_EXPECT_EQ_U64(snap.bytes_reserved, 8 * MiB, "the freed granules cached");
+        T_EXPECT_EQ_U64(snap.bytes_reserved_live, 4 * MiB,
+                        "the small segment and the large block's granule");
+        check_inv(a, "reserved live");
+        qc_alloc_free(a, r, NULL);
+        qc_alloc_free(a, p, NULL);
+        qc_alloc_destroy(a);
+    }
+
     QC_TEST ("alloc: per-step peaks and statistics identities") {
         struct qc_alloc *a = make(true, 0, 0);
         void *p = must_alloc(a, 10 * MiB, "x");

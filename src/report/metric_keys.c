@@ -17,6 +17,7 @@ static const struct qc_report_metric metrics[] = {
     {"samples_per_s", false, "train/samples_per_s", "speed", "1/s"},
     {"peak_device_bytes", false, "memory/peak_device_bytes", "memory", "bytes"},
     {"reserved_bytes", false, "memory/reserved_bytes", "memory", "bytes"},
+    {"peak_reserved_live_bytes", false, "memory/peak_reserved_live_bytes", "memory", "bytes"},
     {"predicted_peak_bytes", false, "memory/predicted_peak_bytes", "memory", "bytes"},
     {"peak_active_bytes", false, "memory/peak_active_bytes", "memory", "bytes"},
     {"offload_host_bytes", false, "memory/offload_host_bytes", "offload", "bytes"},

@@ -828,6 +828,9 @@ static enum qc_status step_record(struct qc_trainer *t, const struct step *s,
     m->samples_per_s = m->step_s > 0 ? (double)s->sums.scenes / m->step_s : 0.0;
     train_dist_step_figures(t->dist, &s->sums, m);
     metrics_memory(m, &as, train_mem_last_step(t->mem));
+    struct qc_alloc_peak_snapshot snap;
+    qc_alloc_peak_snapshot_step(t->alloc, &snap);
+    m->peak_reserved_live_bytes = snap.bytes_reserved_live;
     const struct qc_memreport_step mem = {
         .step = m->step,
         .bytes_allocated_peak = as.bytes_allocated_peak,

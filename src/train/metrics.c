@@ -50,12 +50,13 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
            "{\"step\":%" PRId64 ",\"epoch\":%" PRId64 ",\"samples\":%" PRId64 ",\"loss\":%s,"
            "\"reg_loss_propose\":%s,\"reg_loss_refine\":%s,\"cls_loss\":%s,\"lr\":%s,"
            "\"step_s\":%s,\"samples_per_s\":%s,\"bytes_in_use\":%" PRIu64
-           ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64,
+           ",\"peak_device_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64
+           ",\"peak_reserved_live_bytes\":%" PRIu64,
            s->step, s->epoch, s->samples, QC_JSON_NUM("%.9g", s->loss),
            QC_JSON_NUM("%.9g", s->reg_loss_propose), QC_JSON_NUM("%.9g", s->reg_loss_refine),
            QC_JSON_NUM("%.9g", s->cls_loss), QC_JSON_NUM("%.17g", s->lr),
            QC_JSON_NUM("%.6g", s->step_s), QC_JSON_NUM("%.6g", s->samples_per_s), s->bytes_in_use,
-           s->peak_device_bytes, s->reserved_bytes);
+           s->peak_device_bytes, s->reserved_bytes, s->peak_reserved_live_bytes);
     /* the memory system (stepmem.c) */
     append(buf, cap, &len,
            ",\"predicted_peak_bytes\":%" PRIu64 ",\"peak_active_bytes\":%" PRIu64

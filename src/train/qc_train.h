@@ -153,12 +153,17 @@ struct qc_step_metrics {
     double reg_loss_propose; /* the same means of the three parts */
     double reg_loss_refine;
     double cls_loss;
-    double lr;                  /* learning rate used by this step */
-    double step_s;              /* wall seconds of the step */
-    double samples_per_s;       /* scenes / step_s */
-    uint64_t bytes_in_use;      /* allocator: allocated bytes at the end of the step */
-    uint64_t peak_device_bytes; /* allocator: allocated peak during the step */
-    uint64_t reserved_bytes;    /* allocator: reserved (mapped) bytes */
+    double lr;                         /* learning rate used by this step */
+    double step_s;                     /* wall seconds of the step */
+    double samples_per_s;              /* scenes / step_s */
+    uint64_t bytes_in_use;             /* allocator: allocated bytes at the end of the step */
+    uint64_t peak_device_bytes;        /* allocator: allocated peak during the step */
+    uint64_t reserved_bytes;           /* allocator: reserved (mapped) bytes */
+    uint64_t peak_reserved_live_bytes; /* allocator, at the step's allocated peak (its snapshot,
+                                          within 1 % below it): the reserved bytes holding data
+                                          (segments and granules with a live block), so
+                                          / peak_device_bytes is the step's fragmentation with
+                                          what earlier steps left cached out */
     /* the memory system (stepmem.c): */
     uint64_t predicted_peak_bytes; /* the planner's peak for the step: the highest of the plans
                                       that ran to the end (in a step with re-plans the measured
