@@ -174,7 +174,13 @@ static void print_text(FILE *out, const struct plan_view *v)
     if (r->peak_block >= 0)
         fprintf(out, "peak during      %s's %s\n", prog->blocks[r->peak_block].name,
                 r->peak_phase ? "backward" : "forward");
-    if (r->window < cfg->offload_prefetch_window) {
+    if (r->prefetch_none) {
+        qc_format_bytes(cfg->offload_prefetch_window, s3, sizeof s3);
+        fprintf(out,
+                "prefetch window  none: each offloaded stash comes back at its own backward "
+                "(offload.prefetch_window %s: only this fits)\n",
+                s3);
+    } else if (r->window < cfg->offload_prefetch_window) {
         qc_format_bytes(r->window, s2, sizeof s2);
         qc_format_bytes(cfg->offload_prefetch_window, s3, sizeof s3);
         fprintf(out, "prefetch window  %s (offload.prefetch_window %s: a smaller one fits)\n", s2,
@@ -317,6 +323,7 @@ static enum qc_status print_json(FILE *out, const struct plan_view *v)
     cJSON_AddNumberToObject(o, "keep_peak_bytes", (double)r->keep_peak);
     cJSON_AddNumberToObject(o, "fixed_bytes", (double)prog->fixed_bytes);
     cJSON_AddNumberToObject(o, "prefetch_window_bytes", (double)r->window);
+    cJSON_AddBoolToObject(o, "prefetch_none", r->prefetch_none);
     if (r->peak_block >= 0) {
         cJSON_AddStringToObject(o, "peak_block", prog->blocks[r->peak_block].name);
         cJSON_AddStringToObject(o, "peak_phase", r->peak_phase ? "backward" : "forward");

@@ -135,6 +135,19 @@ static void test_simulation(void)
     T_EXPECT_EQ_U64(r.host_bytes, 200 * MB, "host bytes");
     T_EXPECT_EQ_U64(r.peak, 10 * MB + 15 * MB + 600 * MB + MB, "b comes back for c's backward");
     qc_plan_result_free(&r);
+    /* the same with nothing fetched ahead: b stays out through c's backward (626 MiB there
+     * before) and comes back at its own, stalling it; the peak is now c's forward (625 MiB:
+     * b's put still in flight) */
+    par.prefetch_none = true;
+    T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(r.peak == 10 * MB + 15 * MB + 600 * MB && r.peak_phase == 0,
+             "nothing fetched ahead: peak %llu in phase %d, want c's forward's",
+             (unsigned long long)r.peak, r.peak_phase);
+    T_EXPECT(r.prefetch_none && r.stall_s > 0,
+             "the result fetches nothing ahead, and b's fetch stalls its backward (%g s)",
+             r.stall_s);
+    qc_plan_result_free(&r);
+    par.prefetch_none = false;
     pol[0] = QC_POLICY_OFFLOAD_HOST;
     pol[1] = QC_POLICY_KEEP;
     T_EXPECT(qc_plan_evaluate(&p, cost, &hw, &par, pol, &r) == QC_OK, "%s", qc_error_last());

@@ -158,13 +158,14 @@ enum qc_status qc_qcnet_describe(struct qc_qcnet *m, const struct qc_batch *batc
  * model of the same config); NULL prog or policy: keep everything. keep leaves a stash on the
  * device; offload puts it to the memory context's offload tier after its last forward use and
  * fetches it back before the first backward that reads it, prefetching in the backward order
- * within prefetch_window bytes; recompute frees it and runs the block's forward again before
+ * within prefetch_window bytes (the next backward's always; with prefetch_none nothing: each
+ * at its own backward); recompute frees it and runs the block's forward again before
  * that backward. Every policy gives the same bits (dropout is keyed). A stash whose fetch fails
  * with QC_ERR_IO is recomputed (a warning names it; qc_qcnet_mem_get's repaired counts it). A
  * forward whose blocks are not the program's fails with QC_ERR_INVALID. Only between steps;
  * the plan stays until replaced. QC_ERR_UNSUPPORTED for offload without an offload engine. */
 enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_program *prog,
-                                 const uint8_t *policy, size_t prefetch_window);
+                                 const uint8_t *policy, size_t prefetch_window, bool prefetch_none);
 struct qc_plan_measure;
 /* What the last forward and backward measured per block application (host seconds of each
  * forward and backward, the blocks' transient memory), in the program's block order, for the

@@ -9,7 +9,8 @@
  *              stream-ordered). Before a backward, the offloaded stashes of the next backwards
  *              in the plan's order are fetched (qc_memctx_fetch on the copy-in stream), looking
  *              ahead as far as the stashes of those backwards (whatever their policy) fit the
- *              prefetch window (the next backward's always); a backward waits only on the
+ *              prefetch window (the next backward's always, unless the plan fetches nothing
+ *              ahead: then each comes back at its own backward); a backward waits only on the
  *              fetches of the stashes it reads (qc_memctx_wait), and the host time of those
  *              waits is the stall.
  *   recompute  after the last forward use the arenas are freed; before the first backward that
@@ -43,6 +44,7 @@ struct qcnet_plan {
     int nbwd;
     int bwd_cursor;     /* the next position of bwd_order */
     size_t window;      /* prefetch window, bytes */
+    bool none;          /* nothing fetched ahead: each stash at its own backward */
     size_t fetch_bytes; /* stash bytes being fetched (state FETCH) */
     bool warned_full;   /* a tier refused a put this step (logged once) */
 };
@@ -56,7 +58,7 @@ static uint64_t name_hash(const char *s)
 }
 
 enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_program *prog,
-                                 const uint8_t *policy, size_t prefetch_window)
+                                 const uint8_t *policy, size_t prefetch_window, bool prefetch_none)
 {
     QC_ASSERT(!m->tape.active, "model: plan changed inside a step");
     if (!prog || !policy) {
@@ -92,6 +94,7 @@ enum qc_status qc_qcnet_set_plan(struct qc_qcnet *m, const struct qc_plan_progra
     p->nbwd = prog->nbwd;
     memcpy(p->bwd_order, prog->bwd_order, (size_t)prog->nbwd * sizeof *p->bwd_order);
     p->window = prefetch_window;
+    p->none = prefetch_none;
     return QC_OK;
 }
 
@@ -271,9 +274,9 @@ enum qc_status qcnet_policy_before_backward(struct qc_qcnet *m, int n)
         QC_TRY(make_resident(m, p, need[i]));
     /* prefetch: the offloaded stashes the next backwards read, looking ahead in the backward
      * order as far as their stashes (whatever their policy) fit the window; the next
-     * backward's always */
+     * backward's always, unless the plan fetches nothing ahead */
     size_t window_used = 0;
-    for (int j = pos + 1; j < p->nbwd; j++) {
+    for (int j = pos + 1; j < p->nbwd && !p->none; j++) {
         int ahead[3];
         const int na = qcnet_entry_needs(m, p->bwd_order[j], ahead);
         for (int i = 0; i < na; i++) {

@@ -155,6 +155,7 @@ enum qc_status qc_plan_explain(const struct qc_plan_program *prog, const struct 
     memset(out, 0, sizeof *out);
     struct qc_plan_params pw = *p;
     pw.prefetch_window = r->window; /* the window the plan chose */
+    pw.prefetch_none = r->prefetch_none;
     struct sim s;
     QC_TRY(plan_sim_compile(&s, prog, cost, hw, &pw));
     const size_t na = (size_t)prog->nalloc + 1, nb = (size_t)(s.nb > 0 ? s.nb : 1);

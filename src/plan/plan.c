@@ -285,6 +285,7 @@ enum qc_status plan_sim_compile(struct sim *s, const struct qc_plan_program *p,
     s->fixed = p->fixed_bytes;
     s->target = par->budget ? (uint64_t)((double)par->budget * (1.0 - par->margin)) : UINT64_MAX;
     s->window = par->prefetch_window;
+    s->none = par->prefetch_none;
     s->host_cap = hw->host_capacity;
     s->nvme_cap = hw->nvme_capacity;
     s->d2h = hw->d2h_gbps > 0 ? hw->d2h_gbps * 1e9 : 1e12;
@@ -469,13 +470,19 @@ static void make_resident(struct ctx *c, int32_t k, int depth)
 
 /* pf_end for the window in force: the prefetch at rank r's backward reads the needs of the
  * backwards after it, in order, while their stashes (whatever their policy) fit the window,
- * the next backward's always. The end only moves forward as r grows. */
+ * the next backward's always — or, with none, nothing (each stash is fetched at its own
+ * backward). The end only moves forward as r grows. */
 static void prefetch_limits(struct sim *s)
 {
     const int32_t nbwd = s->prog->nbwd;
     int32_t e = 0;
     for (int32_t r = 0; r < nbwd; r++) {
         const int32_t s0 = s->pf_start[r + 1], end1 = s->pf_start[r + 2 <= nbwd ? r + 2 : nbwd];
+        if (s->none) {
+            s->pf_end[r] = e > s0 ? e : s0;
+            e = s->pf_end[r];
+            continue;
+        }
         if (e < end1)
             e = end1;
         while (e < s->nflat && s->pf_cum[e + 1] - s->pf_cum[s0] <= s->window)
@@ -483,6 +490,7 @@ static void prefetch_limits(struct sim *s)
         s->pf_end[r] = e;
     }
     s->pf_window = s->window;
+    s->pf_none = s->none;
 }
 
 /* Fetches the offloaded stashes the next backwards read (prefetch_limits). What an earlier
@@ -513,7 +521,7 @@ static void sim_run(struct sim *s, const uint8_t *pol, uint64_t snap_from, struc
     memset(s->added, 0, (size_t)s->nb * sizeof *s->added);
     memset(s->free_at, 0, (size_t)s->nb * sizeof *s->free_at);
     s->npending = 0;
-    if (s->pf_window != s->window)
+    if (s->pf_window != s->window || s->pf_none != s->none)
         prefetch_limits(s);
     struct ctx c = {.s = s,
                     .pol = pol,
@@ -659,6 +667,7 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
     sim_run(&s, policy, UINT64_MAX, &r);
     result_fill(out, &s, policy, &r, &rk);
     out->window = s.window;
+    out->prefetch_none = s.none;
     free(keep);
     if (!r.valid) {
         st =
@@ -802,11 +811,15 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
                 break;
         }
         /* one more action: fetch less far ahead (a quarter of the window at a time, down to
-         * the next backward's stashes alone), scored like the others */
+         * the next backward's stashes alone, then not even those), scored like the others */
         const uint64_t window = s->window;
+        const bool none = s->none;
         bool shrink = false;
-        if (window > 0 && best_score < 1e30) {
-            s->window = window >= ((uint64_t)4 << 20) ? window / 4 : 0;
+        if ((window > 0 || !none) && best_score < 1e30) {
+            if (window > 0)
+                s->window = window >= ((uint64_t)4 << 20) ? window / 4 : 0;
+            else
+                s->none = true;
             sim_run(s, pol, UINT64_MAX, &t);
             if (t.valid && t.peak < r->peak) {
                 const double gain = (double)(r->peak - t.peak), cost = t.time - r->time;
@@ -815,8 +828,10 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
             }
             if (!shrink && best < 0) /* nothing else lowers the peak: shrink and go on */
                 shrink = true;
-            if (!shrink)
+            if (!shrink) {
                 s->window = window;
+                s->none = none;
+            }
         }
         if (shrink) {
             expect = t.peak; /* t ran this window */
@@ -870,6 +885,7 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
     sim_run(&s, pol, UINT64_MAX, &r);
     result_fill(out, &s, pol, &r, &keep);
     out->window = s.window;
+    out->prefetch_none = s.none;
     out->iterations = iters;
     out->plan_s = now_s() - t0;
     free(pol);
@@ -885,6 +901,7 @@ enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc
     struct qc_plan_result e;
     struct qc_plan_params pw = *p;
     pw.prefetch_window = r->window; /* the window the plan chose */
+    pw.prefetch_none = r->prefetch_none;
     QC_TRY(qc_plan_evaluate(prog, cost, hw, &pw, r->policy, &e));
     enum qc_status st = QC_OK;
     uint64_t planned = 0;

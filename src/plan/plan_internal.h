@@ -58,6 +58,8 @@ struct sim {
      * prefetch of rank r's backward stops under pf_window (the window it was computed for) */
     int32_t *pf_flat, *pf_start, *pf_end, nflat;
     uint64_t *pf_cum, pf_window;
+    bool none, pf_none; /* nothing fetched ahead (qc_plan_params.prefetch_none); pf_none: the
+                           value pf_end was computed for */
     uint64_t fixed, target, window, host_cap, nvme_cap;
     double d2h, h2d, nvme_w, nvme_r; /* bytes per second */
     bool serial;                     /* copies add to the compute's time (hw.serial_copies) */

@@ -277,6 +277,9 @@ struct qc_plan_params {
     double margin;            /* fraction of the budget kept free (0.02) */
     uint64_t round;           /* the allocator's request rounding (512) */
     uint64_t prefetch_window; /* bytes fetched back ahead of backward */
+    bool prefetch_none;       /* not even the next backward's stashes are fetched ahead: each
+                                 offloaded stash comes back at its own backward (a stall);
+                                 the search sets it when nothing else fits */
     enum qc_plan_mode mode;   /* auto = search; the others force one policy on every block */
     enum qc_plan_place place; /* where offloaded stashes go (auto: host, NVMe when it is full) */
     uint64_t min_stash;       /* auto: smaller stashes are always kept (64 KiB) */
@@ -300,10 +303,13 @@ struct qc_plan_result {
     bool fits;                                        /* peak <= target (true without a budget) */
     int32_t peak_block; /* the block running at the peak, its phase (0 fwd, 1 bwd) */
     int peak_phase;
-    int iterations;  /* search steps */
-    double plan_s;   /* host seconds spent in qc_plan_make */
-    uint64_t window; /* the prefetch window the plan assumes: params.prefetch_window, or less
-                        when only a smaller one fits (the runtime must fetch within it) */
+    int iterations;     /* search steps */
+    double plan_s;      /* host seconds spent in qc_plan_make */
+    uint64_t window;    /* the prefetch window the plan assumes: params.prefetch_window, or less
+                           when only a smaller one fits (the runtime must fetch within it) */
+    bool prefetch_none; /* the plan fetches nothing ahead, not even the next backward's stashes
+                           (params.prefetch_none, or the search's last resort when window 0
+                           does not fit): the runtime must not either */
 };
 
 /* Chooses the policies (module comment; README.md "The search"). prog must be finished; its

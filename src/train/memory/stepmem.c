@@ -839,7 +839,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         if (st == QC_OK)
             st = edge_modes_run(tm, model);
         if (st == QC_OK)
-            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window);
+            st = qc_qcnet_set_plan(model, &tm->prog, r.policy, r.window, r.prefetch_none);
         if (st == QC_OK && tm->cfg.alloc_by_lifetime && tm->par.budget > 0)
             st = qc_memctx_set_lives(qc_train_backend_memctx(tm->be), &tm->prog);
         /* the rollback copy, when earlier groups of the step accumulated gradients */
