@@ -22,7 +22,8 @@
  *      not fit alone is an error naming it, its sizes and the budget it needs at the
  *      configured margin, or, with skip_oversized, skipped with a warning: it keeps no share of
  *      the denominators (a group of skipped scenes only runs nothing: loop.c makes a step
- *      without a scene no step);
+ *      without a scene no step; one skipped only after running out beside others of its group
+ *      has the group run again without it: run_admitted);
  *   3. run with its plan (qc_qcnet_set_plan): the calibrated plan at the margin in force (else
  *      at the configured margin, else the admission plan from an empty cache). When the allocator
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
@@ -99,7 +100,10 @@ struct train_mem {
     bool skip_oversized;
     struct qc_plan_measure *meas;
     int32_t cap_meas;
-    float *grads_host; /* the rollback copy of the gradients */
+    float *grads_host;  /* the rollback copy of the gradients */
+    float *grads_group; /* the gradients before a group of several scenes (run_admitted) */
+    int64_t rt_skips;   /* scenes skipped after running out of memory (not by admission) */
+    int64_t rt_skipped; /* the dataset index of the last of them */
     int64_t nparams;
     /* several ranks: the group's reduced ranges [owned_from, nparams) kept aside over a
      * rollback (nparams: none) */
@@ -143,6 +147,7 @@ void train_mem_destroy(struct train_mem *tm)
     qc_plan_cost_destroy(tm->cost0);
     free(tm->meas);
     free(tm->grads_host);
+    free(tm->grads_group);
     free(tm->aside);
     plan_free(&tm->shown);
     plan_free(&tm->cur);
@@ -874,7 +879,12 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
     qc_plan_result_free(&r);
     if (host->num_scenes == 1) {
         bool skipped = false;
-        return scene_too_big(tm, host, need, ran_out, a, &skipped);
+        st = scene_too_big(tm, host, need, ran_out, a, &skipped);
+        if (st == QC_OK && skipped) {
+            tm->rt_skips++;
+            tm->rt_skipped = host->scene_index[0];
+        }
+        return st;
     }
     return run_halves(tm, model, loader, host, ctx, norm, weight, last, out);
 }
@@ -933,9 +943,57 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
     return st;
 }
 
-/* The group (host, dev) split into parts by admission: each part run with the denominators of
- * the scenes that run (a skipped scene keeps no share of them: the losses and gradients are
- * those of the other scenes alone). */
+/* Runs the scenes run[0 .. nrun) of the group (host, dev; all of them when nrun is its size):
+ * admitted into parts, each part run with the denominators of the scenes that run (a scene
+ * skipped by admission keeps no share of them). *kept: the scenes that ran. */
+static enum qc_status run_scenes(struct train_mem *tm, struct qc_qcnet *model,
+                                 struct qc_loader *loader, const struct qc_batch *host,
+                                 const struct qc_batch *dev, const int64_t *run, int64_t nrun,
+                                 struct part *parts, int64_t *idx, const struct qc_qcnet_ctx *ctx,
+                                 float weight, bool last, struct train_group_out *out,
+                                 int64_t *kept)
+{
+    const int64_t n = host->num_scenes;
+    memcpy(idx, run, (size_t)nrun * sizeof *idx);
+    int64_t np = 0;
+    enum qc_status st = admit_parts(tm, loader, nrun == n ? host : NULL, idx, 0, nrun, parts, &np);
+    int64_t k = 0, last_run = -1;
+    for (int64_t i = 0; st == QC_OK && i < np; i++)
+        if (!parts[i].skip) {
+            for (int64_t j = 0; j < parts[i].n; j++) /* the running scenes, in order */
+                idx[k + j] = run[parts[i].off + j];
+            parts[i].off = k;
+            k += parts[i].n;
+            last_run = i;
+        }
+    *kept = k;
+    if (st == QC_OK && np == 1 && !parts[0].skip && nrun == n) /* whole: as it came */
+        return run_batch(tm, model, loader, host, dev, ctx, NULL, weight, last, out);
+    if (st != QC_OK || k == 0)
+        return st;
+    float norm[QC_QCNET_LOSS_NORM];
+    if (k == n) {
+        qc_qcnet_loss_norm(host, norm);
+    } else { /* the denominators of the scenes that run */
+        struct qc_batch *kb = NULL;
+        QC_TRY(qc_loader_build(loader, idx, k, &kb));
+        qc_qcnet_loss_norm(kb, norm);
+        qc_loader_release(loader, kb);
+    }
+    for (int64_t i = 0; st == QC_OK && i <= last_run; i++)
+        if (!parts[i].skip)
+            st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, ctx, norm, weight,
+                          last && i == last_run, out);
+    return st;
+}
+
+/* The group (host, dev) under a budget (run_scenes). A scene admitted with others that then
+ * ran out of memory under every plan and was skipped (skip_oversized) leaves the others run with
+ * its share of the loss denominators: the group is run again without it, from the gradients
+ * and losses it started with, so that a skipped scene keeps no share whether admission or the
+ * allocator skipped it. With several ranks the group's backward may already have reported
+ * gradients to the reduction, which cannot be taken back: the others then keep its share, said
+ * in a warning. */
 static enum qc_status run_admitted(struct train_mem *tm, struct qc_qcnet *model,
                                    struct qc_loader *loader, const struct qc_batch *host,
                                    const struct qc_batch *dev, const struct qc_qcnet_ctx *ctx,
@@ -943,45 +1001,56 @@ static enum qc_status run_admitted(struct train_mem *tm, struct qc_qcnet *model,
 {
     const int64_t n = host->num_scenes;
     struct part *parts = malloc((size_t)(2 * n + 1) * sizeof *parts);
-    int64_t *idx = malloc((size_t)n * sizeof *idx);
-    if (!parts || !idx) {
-        free(parts);
-        free(idx);
-        return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
-    }
-    memcpy(idx, host->scene_index, (size_t)n * sizeof *idx);
-    int64_t np = 0;
-    enum qc_status st = admit_parts(tm, loader, host, idx, 0, n, parts, &np);
-    int64_t kept = 0, last_run = -1;
-    for (int64_t i = 0; st == QC_OK && i < np; i++)
-        if (!parts[i].skip) {
-            for (int64_t j = 0; j < parts[i].n; j++) /* the running scenes, in order */
-                idx[kept + j] = host->scene_index[parts[i].off + j];
-            parts[i].off = kept;
-            kept += parts[i].n;
-            last_run = i;
+    int64_t *idx = malloc((size_t)n * sizeof *idx), *run = malloc((size_t)n * sizeof *run);
+    enum qc_status st = QC_OK;
+    if (!parts || !idx || !run)
+        st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
+    const struct train_group_out out0 = *out;
+    const bool dirty0 = tm->grads_dirty;
+    if (st == QC_OK && n > 1 && dirty0 && !tm->grads_group &&
+        !(tm->grads_group = malloc((size_t)tm->nparams * sizeof(float))))
+        st = qc_errorf(QC_ERR_NOMEM, "train: gradient copy of %" PRId64 " floats", tm->nparams);
+    if (st == QC_OK && n > 1 && dirty0)
+        st = qc_qcnet_grads_download(model, tm->grads_group);
+    int64_t nrun = n;
+    if (st == QC_OK)
+        memcpy(run, host->scene_index, (size_t)n * sizeof *run);
+    while (st == QC_OK) {
+        const int64_t skips0 = tm->rt_skips;
+        int64_t kept = 0;
+        st = run_scenes(tm, model, loader, host, dev, run, nrun, parts, idx, ctx, weight, last, out,
+                        &kept);
+        if (st != QC_OK || tm->rt_skips == skips0 || kept <= 1)
+            break;
+        if (tm->td) {
+            qc_log(QC_LOG_WARN,
+                   "train: scene (dataset index %" PRId64 ") skipped after running out of memory "
+                   "beside other scenes of its group: with several ranks the group is not run "
+                   "again, the others keep its share of the loss denominators",
+                   tm->rt_skipped);
+            break;
         }
-    if (st == QC_OK && np == 1 && !parts[0].skip) { /* whole: as it came */
-        st = run_batch(tm, model, loader, host, dev, ctx, NULL, weight, last, out);
-    } else if (st == QC_OK && kept > 0) {
-        float norm[QC_QCNET_LOSS_NORM];
-        if (kept == n) {
-            qc_qcnet_loss_norm(host, norm);
-        } else { /* the denominators of the scenes that run */
-            struct qc_batch *k = NULL;
-            st = qc_loader_build(loader, idx, kept, &k);
-            if (st == QC_OK) {
-                qc_qcnet_loss_norm(k, norm);
-                qc_loader_release(loader, k);
-            }
-        }
-        for (int64_t i = 0; st == QC_OK && i <= last_run; i++)
-            if (!parts[i].skip)
-                st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, ctx, norm, weight,
-                              last && i == last_run, out);
+        int64_t j = 0;
+        for (int64_t i = 0; i < nrun; i++)
+            if (run[i] != tm->rt_skipped)
+                run[j++] = run[i];
+        if (j == nrun) /* not one of this group's: nothing to run again */
+            break;
+        nrun = j;
+        *out = out0;
+        tm->grads_dirty = dirty0;
+        if (dirty0)
+            st = qc_qcnet_grads_upload(model, tm->grads_group);
+        else
+            qc_qcnet_zero_grad(model);
+        qc_log(QC_LOG_INFO,
+               "train: scene (dataset index %" PRId64 ") skipped: its group runs again without "
+               "it (%" PRId64 " scenes)",
+               tm->rt_skipped, nrun);
     }
     free(parts);
     free(idx);
+    free(run);
     return st;
 }
 
