@@ -68,8 +68,13 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
     QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
     uint32_t mask = 0;
     struct qc_plan_edge_gain order[QC_PLAN_EDGE_SETS_MAX];
-    const int n =
-        choose && !r.fits ? qc_plan_edge_order(pr, cost, order, QC_PLAN_EDGE_SETS_MAX) : 0;
+    /* a plan that fits only by fetching nothing ahead leaves no room for what the plan does
+     * not see (the allocator's rounding and fragmentation: at AV2 size under 0.48 GiB such a
+     * materialised plan, 481 of 482 MiB, ran out in 2 of 3 steps): edge sets are tiled first,
+     * and nothing ahead stays the last resort of the smallest program */
+    const int n = choose && (!r.fits || r.prefetch_none)
+                      ? qc_plan_edge_order(pr, cost, order, QC_PLAN_EDGE_SETS_MAX)
+                      : 0;
     if (n > 0) { /* every set tiled first: when even that does not fit, it is the answer (the
                     smallest program; one description instead of n) */
         uint32_t all = 0;
@@ -87,7 +92,7 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
         qc_plan_result_free(&r);
         r.fits = false;
     }
-    for (int i = 0; i < n && !r.fits; i++) {
+    for (int i = 0; i < n && !(r.fits && !r.prefetch_none); i++) {
         mask |= (uint32_t)1 << order[i].set;
         qc_plan_result_free(&r);
         QC_TRY(d->describe(d->user, mask, &pr));
