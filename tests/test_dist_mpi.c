@@ -685,10 +685,11 @@ static void test_budget(void)
         T_EXPECT(replans >= 1, "the injected OOM was not rolled back and re-planned");
         T_EXPECT(peak > 0 && peak <= 96.0 * 1048576, "peak %.0f B over the budget", peak);
     }
-    /* groups of 4 scenes under 100 MiB: split into 2 + 2 (their smallest plan, about 124 MiB,
-     * does not fit; each half's is 54-70 MiB), the first part's reports held, the injected OOM
-     * rolling back the last part. (Budgets near one scene's smallest plan are not used here:
-     * at this tiny model's sizes most tensors sit in the allocator's small pool, whose
+    /* groups of 4 scenes under 90 MiB: split into 2 + 2 (each half's smallest plan is 54-70
+     * MiB), the first part's reports held, the injected OOM rolling back the last part. (At 100
+     * MiB, since edge modes are no longer chosen by a plan that fits only with nothing fetched
+     * ahead, the groups ran unsplit: 2026-12-06.) (Budgets near one scene's smallest plan are not
+     * used here: at this tiny model's sizes most tensors sit in the allocator's small pool, whose
      * fragmentation can fail a scene at 1.5x its smallest plan: src/plan/README.md.) */
     const char *r[] = {"--steps",
                        "4",
@@ -715,28 +716,28 @@ static void test_budget(void)
                        "--set",
                        "model.dropout=0",
                        "--set",
-                       "device.budget=100MiB",
+                       "device.budget=90MiB",
                        NULL};
     setenv("QC_FAULT_OOM_AFTER_REPORT", "2", 1);
-    const char *split = trained("np2-budget100-split", 2, s);
+    const char *split = trained("np2-budget90-split", 2, s);
     unsetenv("QC_FAULT_OOM_AFTER_REPORT");
     if (ref && split) {
         const bool rows_exact = kt_gemm_rows_exact(16) && kt_gemm_rows_exact(64);
         if (!rows_exact)
             printf("  this CPU's GEMM gives a row other bits in a GEMM of another row count: the "
                    "split group's bounds for such a BLAS\n");
-        expect_close_tol_n("2 ranks x 1 split group under 100 MiB vs 1 rank x 2 groups", ref, split,
+        expect_close_tol_n("2 ranks x 1 split group under 90 MiB vs 1 rank x 2 groups", ref, split,
                            CMP_STEP, rows_exact ? tol_split : tol_split_rows,
                            rows_exact ? 0 : SPLIT_ROWS_OUTLIERS);
         double peak = 0;
         const double splits = metric_sum(split, "splits", &peak);
         const double replans = metric_sum(split, "replans", &peak);
-        printf("  budget 100 MiB, groups of 4: rank 0 split %.0f times, %.0f re-plans, peak %.0f "
+        printf("  budget 90 MiB, groups of 4: rank 0 split %.0f times, %.0f re-plans, peak %.0f "
                "B\n",
                splits, replans, peak);
-        T_EXPECT(splits >= 1, "no group was split under 100 MiB");
+        T_EXPECT(splits >= 1, "no group was split under 90 MiB");
         T_EXPECT(replans >= 1, "the injected OOM was not rolled back and re-planned");
-        T_EXPECT(peak > 0 && peak <= 100.0 * 1048576, "peak %.0f B over the budget", peak);
+        T_EXPECT(peak > 0 && peak <= 90.0 * 1048576, "peak %.0f B over the budget", peak);
     }
 }
 
