@@ -245,7 +245,13 @@ static enum qc_status fake_measure(void *user, const struct qc_config *cfg, cons
         f->ran[f->calls] = s;
     f->calls++;
     memset(out, 0, sizeof *out);
-    const double micro = f->favour == 0 ? 1.0 / (double)s.batch_size : (double)s.batch_size;
+    /* a micro-batch of b scenes costs 1/b (favour 0: the step, grad_accum x 1/b, falls with b)
+     * or b^2 (favour 1: the step, grad_accum x b^2 = global x b, grows with b). b alone would
+     * tie every split of the global batch and leave the choice to the loader-thread and
+     * attention terms below, which the search measures in an order set by this machine's
+     * measured copy bandwidths */
+    const double b = (double)s.batch_size;
+    const double micro = f->favour == 1 ? b * b : 1.0 / b;
     out->step_s = (double)s.grad_accum * micro + 0.01 * (double)s.loader_threads +
                   (s.attention == QC_ATTENTION_UNFUSED ? 0.001 : 0.0);
     if (f->favour == 2 && s.precision == QC_PREC_BF16)
