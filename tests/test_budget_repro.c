@@ -4,7 +4,8 @@
  *   - an out-of-memory inside a step (QC_FAULT_OOM_STEP: what the cache's history or timing can
  *     cause) changes no bits: the group is rolled back and re-run whole, never split on it, and
  *     the step is logged "rolled_back":true;
- *   - --skip-oversized: a skipped scene keeps no share of the loss denominators (the logged loss
+ *   - --skip-oversized: a skipped scene (by admission, or after running out beside another:
+ *     QC_FAULT_OOM_SCENE) keeps no share of the loss denominators (the logged loss
  *     and the weights equal those of the other scene trained alone), nor does a group
  *     (train.grad_accum) whose every scene is skipped keep a share of the step;
  *   - a step whose every scene is skipped is no step ("loss":null, "empty":true, no update) and
@@ -111,9 +112,9 @@ static const char *field(const char *line, const char *key, char *out, size_t n)
  * `batch` (its first pair) and nothing else of it. after_oom: d1 is skipped only after running
  * out of memory beside `one` (the group runs again without it). what: the skipped thing, for
  * the messages. */
-static void skipped_equals_alone(const char *name, const char *budget, bool after_oom,
-                                 const char *const *batch, const char *one, const char *d1,
-                                 const char *log, const char *what)
+static void skipped_equals_alone(const char *name, const char *budget, const char *env,
+                                 bool after_oom, const char *const *batch, const char *one,
+                                 const char *d1, const char *log, const char *what)
 {
     char budget_set[64];
     snprintf(budget_set, sizeof budget_set, "device.budget=%s", budget);
@@ -140,7 +141,7 @@ static void skipped_equals_alone(const char *name, const char *budget, bool afte
         y[k++] = tail_y[i];
     x[n] = y[k] = NULL;
     char *out = NULL;
-    int rc = train(x, NULL, log, &out);
+    int rc = train(x, env, log, &out);
     T_EXPECT(rc == 0, "one + dense with --skip-oversized: exit %d\n%s", rc, out ? out : "");
     T_EXPECT(out && strstr(out, "skipped"), "no scene was skipped:\n%s", out ? out : "");
     /* after_oom: skipped only after running out beside `one`, so the group ran again */
@@ -237,12 +238,15 @@ int main(void)
 
     QC_TEST ("skip-oversized: a skipped scene keeps no share of the loss") {
         const char *batch[] = {"--set", "train.batch_size=2", NULL};
-        /* 64 MiB: d1's smallest plan (72.3 MiB) does not fit, admission skips it. (The skip
-         * after running out, at 80 MiB, is not checked here: whether d1 then runs depends on
-         * the allocator's fragmentation, and since edge sets are tiled before nothing is
-         * fetched ahead it sometimes does) */
-        skipped_equals_alone("skip", "64MiB", false, batch, one, d1, log,
+        /* 64 MiB: d1's smallest plan (72.3 MiB) does not fit, admission skips it */
+        skipped_equals_alone("skip", "64MiB", NULL, false, batch, one, d1, log,
                              "the scene skipped by admission");
+        /* 256 MiB: both are admitted; every run of a group holding d1 (dataset scene 1) runs
+         * out (QC_FAULT_OOM_SCENE: a plan that fits, allocations that never do), so the group
+         * splits, `one` runs under the group's denominators, d1 is skipped after running out
+         * alone, and the group runs again without it */
+        skipped_equals_alone("skip-rt", "256MiB", "QC_FAULT_OOM_SCENE=1", true, batch, one, d1, log,
+                             "the scene skipped after running out");
     }
 
     QC_TEST ("skip-oversized: a group whose every scene is skipped keeps no share of the step "
@@ -251,7 +255,7 @@ int main(void)
          * update are group 1's alone, as the one-group run of that scene gives (the seed 1/2
          * and the rescale by 2 are exact) */
         const char *accum[] = {"--set", "train.batch_size=1", "--set", "train.grad_accum=2", NULL};
-        skipped_equals_alone("skip-accum", "64MiB", false, accum, one, d1, log,
+        skipped_equals_alone("skip-accum", "64MiB", NULL, false, accum, one, d1, log,
                              "the skipped group");
     }
 

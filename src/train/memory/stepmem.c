@@ -88,7 +88,8 @@ struct train_mem {
     struct qc_plan_result admitted;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
     int64_t fault_k;
-    int64_t step_no;    /* the step running (1-based) */
+    int64_t fault_scene; /* test hook QC_FAULT_OOM_SCENE=I: -1 = off (fault_from_env) */
+    int64_t step_no;     /* the step running (1-based) */
     uint64_t frag_seen; /* the batch's runs: the most reserved-but-unallocated bytes at a failure */
     double margin;      /* in force: par.margin raised by failures and misses, decaying back */
     bool choose_edges;  /* the planner chooses the edge modes (qc_train_edge_choose) */
@@ -209,7 +210,10 @@ static void probe(struct train_mem *tm)
 /* QC_FAULT_OOM_STEP=S[:K] (tests, docs/RELIABILITY.md): in step S the first group's first
  * attempt runs out of device memory at its K-th allocation (default 50), once, as the cache's
  * history or the timing of stream-ordered frees can make it: the group is rolled back and
- * re-run. Unset or invalid: off. */
+ * re-run. QC_FAULT_OOM_SCENE=I: every attempt of a group holding the dataset's scene I runs out
+ * at its 50th allocation, as a scene whose plan fits but whose allocations never do (the
+ * allocator's fragmentation): the group splits, the scene alone is too big (skipped with
+ * --skip-oversized, after running beside others). Unset or invalid: off. */
 static void fault_from_env(struct train_mem *tm)
 {
     const char *e = getenv("QC_FAULT_OOM_STEP");
@@ -225,6 +229,21 @@ static void fault_from_env(struct train_mem *tm)
         tm->fault_step = (int64_t)v;
         tm->fault_k = (int64_t)k;
     }
+    tm->fault_scene = -1;
+    const char *sc = getenv("QC_FAULT_OOM_SCENE");
+    char *send = NULL;
+    const long long i = sc ? strtoll(sc, &send, 10) : -1;
+    if (sc && send != sc && *send == '\0' && i >= 0)
+        tm->fault_scene = (int64_t)i;
+}
+
+/* Whether batch b holds the dataset scene idx. */
+static bool batch_holds(const struct qc_batch *b, int64_t idx)
+{
+    for (int64_t s = 0; b->scene_index && s < b->num_scenes; s++)
+        if (b->scene_index[s] == idx)
+            return true;
+    return false;
 }
 
 enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_backend *be,
@@ -855,6 +874,8 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             tm->fault_step = 0; /* the test hook (fault_from_env): once */
             qc_memctx_fail_at(qc_train_backend_memctx(tm->be), tm->fault_k, 1);
         }
+        if (st == QC_OK && tm->fault_scene >= 0 && batch_holds(host, tm->fault_scene))
+            qc_memctx_fail_at(qc_train_backend_memctx(tm->be), 50, 1);
         if (st == QC_OK)
             st = attempt(tm, model, host, dev, ctx, norm, weight, last, out);
         qc_memctx_fail_at(qc_train_backend_memctx(tm->be), 0, 0); /* disarm an unused fault */
