@@ -8,9 +8,13 @@ know the formats, not with our writers' assumptions:
               resolved through persistent ids, sizes and strides checked) and as Lightning's
               load_from_checkpoint uses it ("pytorch-lightning_version", "state_dict" with
               QCNet's keys and the run's bytes, "hyper_parameters" = exactly the official QCNet
-              constructor arguments). With torch installed, torch.load reads it as Lightning
-              does (and with weights_only=True on torch >= 2.0); without torch that step is
-              reported as not run.
+              constructor arguments), its keys and shapes the official model's (the parity
+              fixture's state_dict, made by ZikangZhou/QCNet with the same shaping arguments).
+              Then torch (this interpreter's, or Debian's python3-torch) reads it as Lightning
+              does: torch.load (and with weights_only=True on torch >= 2.0), and
+              load_state_dict(strict=True) into a module tree of the official model's
+              parameter names and shapes. Without torch that step is reported as not run,
+              and under CI=true it fails (tools/install-deps installs python3-torch).
   submission  eval --predictions of a tiny run on AV2-like scenes, tools/av2_submission to
               parquet (and eval --submission, which runs the tool itself: the same rows), read back with pyarrow as av2's ChallengeSubmission.from_parquet does
               (group by scenario_id and track_id, one row per mode: probability and the 60 x / y
@@ -192,30 +196,113 @@ def case_lightning():
     check(all(hp[k] == cfg[k] for k in OFFICIAL_ARGS) and hp["hidden_dim"] == 32,
           "hyper_parameters equal the checkpoint's qcnet_config")
     check(obj["global_step"] == 2, "global_step is the optimizer step")
-    try:
-        import torch
-    except ImportError:
+    # the official model built from these hyper_parameters has the parity fixture's state_dict
+    # (ZikangZhou/QCNet's own, tests/data/qcnet-parity-tiny: the same constructor arguments but
+    # radii, time_span and num_t2m_steps, which shape no tensor): the same keys and shapes
+    fixture = os.path.join(REPO, "tests", "data", "qcnet-parity-tiny")
+    with open(os.path.join(fixture, "manifest.json")) as f:
+        official = json.load(f)["config"]
+    shaping = ["input_dim", "hidden_dim", "output_dim", "output_head", "num_historical_steps",
+               "num_future_steps", "num_modes", "num_recurrent_steps", "num_freq_bands",
+               "num_map_layers", "num_agent_layers", "num_dec_layers", "num_heads", "head_dim"]
+    check(all(hp[k] == official[k] for k in shaping),
+          "the tiny run's shaping arguments are the parity fixture's")
+    _, ref = safetensors(os.path.join(fixture, "weights.safetensors"))
+    check(set(ref) == set(sd) and all(list(sd[k].size) == ref[k][0] for k in ref),
+          "state_dict: the official model's %d keys and shapes (extra %s, missing %s)" %
+          (len(ref), sorted(set(sd) - set(ref))[:4], sorted(set(ref) - set(sd))[:4]))
+    py = torch_python()
+    if py is None:
+        if os.environ.get("CI") in ("true", "1"):
+            fail("no python3 here imports torch (tools/install-deps installs Debian's "
+                 "python3-torch): under CI=true torch.load must run")
         print("note torch is not installed: torch.load not run")
         return
+    out = run([py, "-c", TORCH_CHECK, ck,
+               os.path.join(WORK, "run", "ckpt-000002", "model.safetensors"),
+               os.path.join(fixture, "weights.safetensors"), json.dumps(hp)])
+    print(out.rstrip())
 
-    def same_tensors(t, how):
-        for name, (shape, data) in tensors.items():
-            if list(t["state_dict"][name].shape) != shape or \
-                    t["state_dict"][name].numpy().tobytes() != data:
-                fail("%s: tensor %s differs" % (how, name))
-        check(t["hyper_parameters"] == hp and t["global_step"] == 2,
-              "%s reads every tensor, the hyper_parameters and global_step" % how)
 
-    # what Lightning's load_from_checkpoint calls (pl_load: torch.load(f, map_location=...))
-    same_tensors(torch.load(ck, map_location="cpu"), "torch.load")
-    # torch < 2.0's weights_only unpickler has no BINFLOAT (opcode 71), so no checkpoint with a
-    # float hyper-parameter loads through it, torch.save's own included; from 2.0 on it must read
-    if int(torch.__version__.split(".")[0]) >= 2:
-        same_tensors(torch.load(ck, map_location="cpu", weights_only=True),
-                     "torch.load(weights_only=True)")
-    else:
-        print("note torch %s: its weights_only unpickler reads no float (BINFLOAT), "
-              "torch.load(weights_only=True) not run" % torch.__version__)
+def torch_python():
+    """An interpreter that imports torch: this one, else Debian's (python3-torch lives in
+    /usr/lib/python3/dist-packages, which a pyenv or venv python does not see), else None."""
+    for py in (sys.executable, "/usr/bin/python3"):
+        if os.path.exists(py) and subprocess.run(
+                [py, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL).returncode == 0:
+            return py
+    return None
+
+
+# run by an interpreter with torch: argv = checkpoint, the run's model.safetensors, the parity
+# fixture's weights (the official model's state_dict), the hyper_parameters (JSON)
+TORCH_CHECK = r"""
+import json, struct, sys
+import torch
+ck, model, official, hp = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+
+def st(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    h = json.loads(blob[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["shape"], blob[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+
+def fail(msg):
+    print("FAIL  " + msg)
+    sys.exit(1)
+
+run, ref = st(model), st(official)
+
+def same_tensors(t, how):
+    for name, (shape, data) in run.items():
+        x = t["state_dict"][name]
+        if list(x.shape) != shape or x.numpy().tobytes() != data:
+            fail("%s: tensor %s differs" % (how, name))
+    if t["hyper_parameters"] != hp or t["global_step"] != 2:
+        fail("%s: hyper_parameters or global_step differ" % how)
+    print("ok    %s (torch %s) reads every tensor, the hyper_parameters and global_step"
+          % (how, torch.__version__))
+
+# what Lightning's load_from_checkpoint calls (pl_load: torch.load(f, map_location=...))
+obj = torch.load(ck, map_location="cpu")
+same_tensors(obj, "torch.load")
+# torch < 2.0's weights_only unpickler has no BINFLOAT (opcode 71), so no checkpoint with a float
+# hyper-parameter loads through it, torch.save's own included; from 2.0 on it must read
+if int(torch.__version__.split(".")[0]) >= 2:
+    same_tensors(torch.load(ck, map_location="cpu", weights_only=True),
+                 "torch.load(weights_only=True)")
+else:
+    print("note  torch %s: its weights_only unpickler reads no float (BINFLOAT), "
+          "torch.load(weights_only=True) not run" % torch.__version__)
+
+# then load_from_checkpoint builds the model and calls load_state_dict(strict=True): a module
+# tree with the official state_dict's names and shapes, as QCNet(**hyper_parameters) has them
+class Node(torch.nn.Module):
+    pass
+
+root = Node()
+for name, (shape, _) in ref.items():
+    *path, leaf = name.split(".")
+    m = root
+    for p in path:
+        if not hasattr(m, p):
+            m.add_module(p, Node())
+        m = getattr(m, p)
+    m.register_parameter(leaf, torch.nn.Parameter(torch.zeros(shape)))
+res = root.load_state_dict(obj["state_dict"], strict=True)
+if res.missing_keys or res.unexpected_keys:
+    fail("load_state_dict: missing %s, unexpected %s" % (res.missing_keys, res.unexpected_keys))
+with torch.no_grad():
+    for name, p in root.named_parameters():
+        if p.numpy().tobytes() != run[name][1]:
+            fail("load_state_dict: %s does not hold the run's bytes" % name)
+print("ok    load_state_dict(strict=True) into the official model's %d parameters: every one "
+      "holds the run's bytes" % len(ref))
+"""
 
 
 # ---- the AV2 submission ------------------------------------------------------------------------
