@@ -360,8 +360,8 @@ enum qc_status qc_cmd_tune(struct qc_cli *cli, int argc, char **argv)
         {"global-batch", QC_CLI_INT, &G, d_g,
          "scenes per optimizer step over all ranks (train.global_batch)"},
         {"measure-steps", QC_CLI_INT, &steps, "4",
-         "optimizer steps per measured candidate: the first is a warm-up, the others are timed "
-         "(at least 2, for the spread that tells two candidates apart)"},
+         "optimizer steps per measured candidate, at least 3: the first is a warm-up, the "
+         "others are timed (two or more give the spread that tells two candidates apart)"},
         {"max-runs", QC_CLI_INT, &runs, "3",
          "best predicted candidates measured (then loader-thread variants of the fastest)"},
         {"tail-scenes", QC_CLI_INT, &tail, "32", "scenes weighed to find the heaviest"},
