@@ -107,7 +107,9 @@ static const char eval_summary[] =
     "cv_MR: each agent keeps its velocity at t = 49). Batches follow the file order (no "
     "shuffling): with --batch-size N the first batch "
     "is the first N scenes, and --dump writes its outputs (loc_propose_pos, scale_propose_pos, "
-    "loc_refine_pos, scale_refine_pos, pi). Without --data: synthetic scenes (--scenes, "
+    "loc_refine_pos, scale_refine_pos, pi). Without --data: the validation files of the run "
+    "--weights names (its --val-data); else, unless that run trained on data files, synthetic "
+    "scenes (--scenes, "
     "--synthetic-seed). Without --weights: the untrained model of the seed. Runs on the global "
     "--device: cpu, cuda, or emu (CPU ops on emulated device memory, for tests and debugging).";
 
@@ -178,12 +180,23 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         struct qc_run_data rec = {0};
         QC_TRY(qc_run_data_read(run, &rec));
         const bool trained_on_files = rec.recorded && rec.n > 0;
+        /* without --data: the run's validation files (--val-data), as it validated */
+        static char val[QC_CLI_STRINGS_MAX][4096];
+        if (data.n == 0 && !synthetic && rec.val_recorded && rec.nval > 0) {
+            for (int i = 0; i < rec.nval && i < QC_CLI_STRINGS_MAX; i++) {
+                snprintf(val[i], sizeof val[i], "%s", rec.val[i]);
+                data.v[data.n++] = val[i];
+            }
+            qc_log(QC_LOG_INFO, "eval: the run's validation data (--val-data): %d file%s, %s%s",
+                   data.n, data.n == 1 ? "" : "s", val[0], data.n > 1 ? ", ..." : "");
+        }
         qc_run_data_free(&rec);
         if (trained_on_files && data.n == 0 && !synthetic)
             return qc_errorf(QC_ERR_INVALID,
-                             "eval: the run of %s was trained on data files and no --data is "
-                             "given: eval would use generated scenes\nhint: give --data "
-                             "VAL.qcshard..., or --synthetic to evaluate on generated scenes",
+                             "eval: the run of %s was trained on data files, validated on none "
+                             "(no --val-data), and no --data is given: eval would use generated "
+                             "scenes\nhint: give --data VAL.qcshard..., or --synthetic to "
+                             "evaluate on generated scenes",
                              weights);
     } else {
         QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));

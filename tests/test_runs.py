@@ -21,8 +21,10 @@ binary on tiny runs:
   metadata     model.safetensors' qcnet_config holds every constructor argument of the official
                QCNet with the run's values, so QCNet(**cfg) builds it.
   utf8         an --out that is not UTF-8 is refused before anything is written.
-  eval         eval --weights RUN needs no preset, refuses a contradicting model option and, for a
-               run trained on data files, refuses to fall back to generated scenes.
+  eval         eval --weights RUN needs no preset, refuses a contradicting model option, takes the
+               run's --val-data when no --data is given and, for a run trained on data files
+               without them, refuses to fall back to generated scenes; a run
+               trained under device.budget evaluates under it (a forward keeps no stash).
 
 usage: test_runs.py QCTRAIN WORKDIR [case...]
 """
@@ -336,6 +338,15 @@ def case_eval():
     out = run(["eval", "--weights", "ev"], expect=2)
     check("--data" in out and "generated scenes" in out,
           "eval --weights RUN of a run on data files refuses generated scenes unasked")
+    # a run that validated on files: eval --weights RUN without --data evaluates on them
+    gen("e2.qcshard", 5)
+    run(["gen", "--scenes", "3", "--profile", "mixed", "--seed", "6", "--out", "e3.qcshard"])
+    run(TINY + ["train", "--data", "e1.qcshard", "--steps", "1", "--val-data", "e2.qcshard",
+                "--val-data", "e3.qcshard", "--out", "evv"])
+    out = run(["eval", "--weights", "evv", "--json"])
+    check(json.loads(out.strip().splitlines()[-1])["eval"]["scenes"] == 7 and
+          "validation data" in out,
+          "eval --weights RUN without --data: the run's --val-data (4 + 3 scenes): %s" % out[-300:])
     out = run(["eval", "--weights", "ev", "--data", "e1.qcshard", "--json"])
     check(json.loads(out.strip().splitlines()[-1])["eval"]["scenes"] == 4,
           "eval --weights RUN needs no preset (hidden_dim 32 from the run)")
@@ -344,6 +355,19 @@ def case_eval():
                "model.num_freq_bands=16"], expect=2)
     check("model.num_freq_bands = 8" in out and "model.num_freq_bands = 16" in out,
           "eval: a contradicting model option is refused naming both values")
+    # a run trained under a budget evaluates under it: the forward alone keeps no stash for a
+    # backward (before, every MLP, Fourier and GRU stash stayed to the end of the forward and
+    # eval of a 48 MiB run ran out of memory at any batch size)
+    run(TINY + ["train", "--data", "e1.qcshard", "--steps", "2", "--set", "device.budget=48MiB",
+                "--out", "evb"])
+    train_peak = max(m["peak_device_bytes"] for m in metrics("evb") if "peak_device_bytes" in m)
+    out = run(["eval", "--weights", "evb", "--data", "e1.qcshard", "--batch-size", "1", "--json"])
+    ev = json.loads(out.strip().splitlines()[-1])["eval"]
+    check(ev["scenes"] == 4 and ev["peak_device_bytes"] <= 48 << 20,
+          "eval --weights RUN under the run's 48 MiB budget: peak %d" % ev["peak_device_bytes"])
+    check(ev["peak_device_bytes"] < train_peak,
+          "eval's forward (peak %d) needs less than a training step under the budget (%d)" %
+          (ev["peak_device_bytes"], train_peak))
 
 
 CASES = {"new-run": case_new_run, "resume": case_resume, "validation": case_validation,

@@ -153,6 +153,8 @@ static enum qc_status entry_fwd_end(struct qc_qcnet *m, int n)
 {
     struct qcnet_entry *e = &m->tape.e[n];
     QC_TRY(stash_pack(m, n));
+    if (!m->tape.need_backward) /* eval: no backward reads the stash (its outputs are apart) */
+        qcnet_stash_free(m, &e->st);
     e->t_fwd = now_s() - m->tape.t_entry;
     QC_TRY(mark(m, QC_PLAN_OP_FWD_END, n, 0, 0));
     return qcnet_policy_after_forward(m, n);
