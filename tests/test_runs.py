@@ -21,6 +21,9 @@ binary on tiny runs:
   metadata     model.safetensors' qcnet_config holds every constructor argument of the official
                QCNet with the run's values, so QCNet(**cfg) builds it.
   utf8         an --out that is not UTF-8 is refused before anything is written.
+  stopped      a run that stops, by a fatal out-of-memory (QC_FAULT_OOM_STEP with no budget:
+               nothing to re-plan) or by Ctrl-C (exit 130), still writes memory.json and
+               report.html saying why (the reason, the step, the error).
   eval         eval --weights RUN needs no preset, refuses a contradicting model option, takes the
                run's --val-data when no --data is given and, for a run trained on data files
                without them, refuses to fall back to generated scenes; a run
@@ -32,8 +35,10 @@ import json
 import os
 import shutil
 import struct
+import signal
 import subprocess
 import sys
+import time
 
 TINY = ["--preset", "cpu-smoke", "--quiet", "--set", "train.batch_size=1", "--set",
         "data.synthetic_scenes=8", "--set", "data.loader_threads=1", "--set",
@@ -370,9 +375,49 @@ def case_eval():
           (ev["peak_device_bytes"], train_peak))
 
 
+def stopped_report(run_dir, reason, step, words):
+    """memory.json's "stopped" names reason, step and every one of words; report.html was
+    written at the stop and embeds the same."""
+    with open(os.path.join(WORK, run_dir, "memory.json")) as f:
+        stop = json.load(f).get("stopped") or {}
+    check(stop.get("reason") == reason and stop.get("step") == step and
+          all(w in stop.get("message", "") for w in words),
+          "%s: memory.json says why the run stopped: %s" % (run_dir, stop))
+    path = os.path.join(WORK, run_dir, "report.html")
+    check(os.path.exists(path), "%s: report.html was written at the stop" % run_dir)
+    with open(path, encoding="utf-8") as f:
+        html = f.read()
+    check('"stopped":{"reason":"%s","step":%d' % (reason, step) in html,
+          "%s: report.html, written at the stop, carries it" % run_dir)
+
+
+def case_stopped():
+    # a fatal out-of-memory (no budget: nothing to re-plan; QC_FAULT_OOM_STEP makes step 2 run
+    # out) exits 1 and still writes memory.json and report.html explaining it
+    out = run(TINY + ["train", "--steps", "3", "--out", "fatal"], expect=1,
+              env={"QC_FAULT_OOM_STEP": "2"})
+    check("step 2" in out and "failed" in out, "the fatal out-of-memory is named: %s" % out[-400:])
+    stopped_report("fatal", "error", 2, ["step 2", "allocation of", "failed"])
+    # Ctrl-C: the step running ends, a checkpoint is written, exit 130, and the report says so
+    p = subprocess.Popen([QC] + TINY + ["train", "--steps", "200", "--out", "int"], cwd=WORK,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    mpath = os.path.join(WORK, "int", "metrics.jsonl")
+    for _ in range(1200):  # up to 120 s for step 1's line
+        if os.path.exists(mpath) and os.path.getsize(mpath) > 0:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out = p.communicate(timeout=300)[0].decode("utf-8", "replace")
+    check(p.returncode == 130, "SIGINT: exit %d (130 expected)\n%s" % (p.returncode, out[-600:]))
+    last = [m for m in metrics("int") if "peak_device_bytes" in m][-1]["step"]
+    check(last < 200, "SIGINT stopped the run early (step %d)" % last)
+    stopped_report("int", "SIGINT", last, [])
+
+
 CASES = {"new-run": case_new_run, "resume": case_resume, "validation": case_validation,
          "recovered-oom": case_recovered_oom, "retention": case_retention,
-         "metadata": case_metadata, "utf8": case_utf8_raw, "eval": case_eval}
+         "metadata": case_metadata, "utf8": case_utf8_raw, "eval": case_eval,
+         "stopped": case_stopped}
 
 
 def main():
