@@ -390,6 +390,52 @@ int main(void)
         T_EXPECT(t_exited(st, 0), "%s\n%s", t_status_str(st, sb, sizeof sb), out ? out : "");
         free(out);
     }
+    QC_TEST ("budget: the margin in force covers the fragmentation measured at earlier steps' "
+             "peaks") {
+        /* at 48 MiB the tiny settings' allocator holds 2 to 9 MiB reserved beyond what is
+         * allocated at a step's peak (partly used granules and small segments), over the
+         * planner's 2 %: each step's first plan keeps that much (plus a 2 MiB granule) below
+         * the budget */
+        char run[300];
+        tpath(run, sizeof run, "frag");
+        const char *s[] = {
+            "--set", "device.budget=48MiB", "--steps", "5", "--log-level", "debug", "--out", run,
+            NULL};
+        char *out = NULL;
+        const int rc = train(s, NULL, log, &out);
+        T_EXPECT(rc == 0, "exit %d\n%s", rc, out ? out : "");
+        const double budget = 48.0 * 1048576.0;
+        double need = 0; /* the largest fragmentation so far, with the granule, in % */
+        int checked = 0;
+        for (int step = 1; step <= 5 && out; step++) {
+            char key[80];
+            snprintf(key, sizeof key, "plan: step %d, calibrated cost model, ", step);
+            const char *p = strstr(out, key);
+            double margin = -1;
+            if (p)
+                margin = strtod(p + strlen(key), NULL);
+            if (step > 1) {
+                T_EXPECT(p && margin + 0.051 >= need,
+                         "step %d planned at a %.1f %% margin, under the %.2f %% fragmentation "
+                         "measured before it",
+                         step, margin, need);
+                checked++;
+            }
+            char *l = metrics_line(run, step);
+            char a[64], b[64];
+            const double live = strtod(field(l, "peak_reserved_live_bytes", a, sizeof a), NULL);
+            const double peak = strtod(field(l, "peak_device_bytes", b, sizeof b), NULL);
+            free(l);
+            const double f = live > peak ? 100.0 * (live - peak + 2097152.0) / budget : 0.0;
+            printf("  step %d: margin %.1f %%, fragmentation at the peak %.0f bytes (%.2f %% with "
+                   "the granule)\n",
+                   step, margin, live - peak, f);
+            need = f > need ? f : need;
+        }
+        T_EXPECT(checked == 4 && need > 6.0, "%d steps checked, the fragmentation %.2f %%", checked,
+                 need);
+        free(out);
+    }
     t_rm_rf(tmp_root);
     return qc_test_summary();
 }

@@ -29,7 +29,8 @@
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
  * released, the gradients restored from a host copy, or zeroed when the step had none yet:
  * parameters and optimizer state are untouched until the step's end), the cache emptied, the margin
- * in force raised, and the group re-run whole under built-in plans of larger margins (run_batch),
+ * in force raised (it never decays below the largest fragmentation measured so far: learn_frag),
+ * and the group re-run whole under built-in plans of larger margins (run_batch),
  * up to 3 times (8 for one scene) before it is split. Dropout is keyed, so the re-run gives the
  * bits of a run that never ran out. A step with a rollback is flagged (rolled_back) and its
  * measured peak is kept out of the margin's misprediction figure. with several ranks
@@ -66,6 +67,7 @@
 #define MARGIN_STEP    0.03  /* the least a failure raises the margin by */
 #define MARGIN_JUMP    0.10  /* the most */
 #define MARGIN_DECAY   0.005 /* a step without a failure or a miss gives back this much */
+#define FRAG_SLACK     ((uint64_t)2 << 20) /* a request's commit granule (2 MiB on every backend) */
 
 struct train_mem {
     struct qc_config cfg;
@@ -91,7 +93,11 @@ struct train_mem {
     int64_t fault_scene; /* test hook QC_FAULT_OOM_SCENE=I: -1 = off (fault_from_env) */
     int64_t step_no;     /* the step running (1-based) */
     uint64_t frag_seen; /* the batch's runs: the most reserved-but-unallocated bytes at a failure */
-    double margin;      /* in force: par.margin raised by failures and misses, decaying back */
+    double margin;      /* in force: par.margin raised by failures and misses, decaying back
+                           to frag_floor */
+    double frag_floor;  /* the largest fragmentation this run measured (reserved holding data −
+                           allocated, at a step's peak or at a failure) plus FRAG_SLACK, of the
+                           budget: the margin never decays below it (learn_frag) */
     bool choose_edges;  /* the planner chooses the edge modes (qc_train_edge_choose) */
     uint32_t tiled;     /* the edge sets tiled in prog (the dry model's, and the model's when it
                            runs prog): bit s = enum qc_edge_set s */
@@ -698,6 +704,25 @@ static enum qc_status run_halves(struct train_mem *tm, struct qc_qcnet *model,
     return st;
 }
 
+/* The allocator holds frag bytes reserved beyond what is allocated (partly used segments and
+ * granules) at a step's peak or at a failure: plans under the budget less the margin keep to
+ * allocated bytes, so a margin below that fragmentation lets a plan that fits run out (the
+ * soak of issue 26: 3 to 5 % of a tight budget at every heavy step, against the planner's 2 %).
+ * The margin's floor becomes the largest such figure seen, plus a commit granule, and the margin
+ * in force rises to it at once. It steers policies only (the same bits): whether a batch runs
+ * whole is decided at the configured margin. */
+static void learn_frag(struct train_mem *tm, uint64_t frag)
+{
+    if (tm->par.budget == 0)
+        return;
+    double f = (double)(frag + FRAG_SLACK) / (double)tm->par.budget;
+    f = f < MARGIN_MAX ? f : MARGIN_MAX;
+    if (f > tm->frag_floor)
+        tm->frag_floor = f;
+    if (tm->margin < tm->frag_floor)
+        tm->margin = tm->frag_floor;
+}
+
 /* Rolls back a group whose attempt ran out of device memory (msg: the allocator's error):
  * nothing of it stays (the gradients restored from the host copy when dirty, else zeroed), the
  * allocator's cache is emptied (the re-run starts from a cold cache, as a resumed process
@@ -738,6 +763,9 @@ static enum qc_status rollback(struct train_mem *tm, struct qc_qcnet *model, boo
     up = up < MARGIN_STEP ? MARGIN_STEP : up > MARGIN_JUMP ? MARGIN_JUMP : up;
     const double m = tm->margin + up;
     tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
+    /* (the floor after the raise: a raise from the floor would count the failure twice) */
+    if (ms.fail_reserved > ms.fail_allocated)
+        learn_frag(tm, ms.fail_reserved - ms.fail_allocated);
     tm->step.replans++;
     tm->step.rolled_back = true;
     tm->step_missed = true;
@@ -823,11 +851,15 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 /* the calibrated plan at the margin in force, else at the configured margin,
                  * else the admission plan (all give the same bits) */
                 st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
-                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
+                /* none fits the margin in force: the smallest peak its search found when that
+                 * is under the configured target (more room than a plan at the configured
+                 * margin would leave), else the plan at the configured margin */
+                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin && r.peak > r0.target) {
                     qc_plan_result_free(&r);
                     st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
                 }
-                admit_plan = st == QC_OK && !r.fits;
+                admit_plan =
+                    st == QC_OK && !r.fits && (tm->margin <= tm->par.margin || r.peak > r0.target);
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
                  * by MARGIN_JUMP per run, or, when none fits there, the smallest peak its
@@ -1129,9 +1161,14 @@ void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t m
             tm->margin = MARGIN_MAX;
         tm->step_missed = true;
     }
-    if (!tm->step_missed && tm->margin > tm->par.margin)
-        tm->margin =
-            tm->margin - MARGIN_DECAY > tm->par.margin ? tm->margin - MARGIN_DECAY : tm->par.margin;
+    /* the fragmentation at this step's peak (the step's snapshot: reserved holding data) */
+    struct qc_alloc_peak_snapshot snap;
+    qc_alloc_peak_snapshot_step(qc_train_backend_alloc(tm->be), &snap);
+    if (snap.step >= 0 && snap.bytes_reserved_live > snap.bytes_allocated)
+        learn_frag(tm, snap.bytes_reserved_live - snap.bytes_allocated);
+    const double floor = tm->par.margin > tm->frag_floor ? tm->par.margin : tm->frag_floor;
+    if (!tm->step_missed && tm->margin > floor)
+        tm->margin = tm->margin - MARGIN_DECAY > floor ? tm->margin - MARGIN_DECAY : floor;
     /* memory.json shows the plan of the step with the highest measured peak */
     if (tm->cur.blocks && measured_peak >= tm->shown_measured) {
         struct train_mem_plan t = tm->shown;
