@@ -169,7 +169,7 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         struct qc_config saved;
         QC_TRY(qc_checkpoint_resolve(weights, ckpt, sizeof(ckpt)));
         QC_TRY(qc_checkpoint_read_state(ckpt, &rs, &saved));
-        QC_TRY(qc_train_cli_rebase(cli, &saved, &cfg));
+        QC_TRY(qc_train_cli_rebase(cli, &saved, ckpt, &cfg));
         QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));
         QC_TRY(qc_checkpoint_check_model_config(&saved, &cfg, ckpt));
         /* a model trained on data files is not evaluated on generated scenes unasked */
@@ -200,6 +200,7 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
                              weights);
     } else {
         QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));
+        QC_TRY(qc_config_validate(&cfg)); /* main left it to eval (--weights FILE) */
     }
     if (synthetic && data.n > 0)
         return qc_errorf(QC_ERR_INVALID, "eval: --synthetic and --data are exclusive");

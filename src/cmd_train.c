@@ -153,7 +153,7 @@ enum qc_status qc_cmd_train(struct qc_cli *cli, int argc, char **argv)
         struct qc_train_state rs;
         QC_TRY(qc_checkpoint_resolve(resume, ckpt, sizeof(ckpt)));
         QC_TRY(qc_checkpoint_read_state(ckpt, &rs, &saved));
-        QC_TRY(qc_train_cli_rebase(cli, &saved, &cfg));
+        QC_TRY(qc_train_cli_rebase(cli, &saved, ckpt, &cfg));
         parent_dir(ckpt, ckpt_run, sizeof(ckpt_run));
     }
     QC_TRY(qc_train_cli_finish("train", NULL, 0, &data, attention, &cfg));

@@ -172,8 +172,26 @@ static bool means_gpu(const char *v)
     return strcmp(low, "cuda") != 0 && (strstr(low, "gpu") || strstr(low, "nvidia"));
 }
 
-/* defaults < presets < --set < --device/--log-level/--quiet, then validation. */
-static enum qc_status build_config(const struct globals *gl, struct qc_cli *cli)
+/* Whether command cmd (its argv) continues a saved run: train --resume, eval --weights. Its
+ * configuration is then the run's with the presets and --set over it, which the command
+ * validates (qc_train_cli_rebase); over the defaults alone the same --set may not be valid
+ * (model.hidden_dim=64 against the defaults' 8 heads of 16 dimensions), and that error would
+ * blame the defaults for what contradicts the run. */
+static bool continues_run(const char *cmd, int argc, char *const *argv)
+{
+    const char *flag = strcmp(cmd, "train") == 0  ? "--resume"
+                       : strcmp(cmd, "eval") == 0 ? "--weights"
+                                                  : NULL;
+    const size_t n = flag ? strlen(flag) : 0;
+    for (int i = 1; flag && i < argc; i++)
+        if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+            return true;
+    return false;
+}
+
+/* defaults < presets < --set < --device/--log-level/--quiet, then validation (validate false:
+ * the command validates the configuration it builds, continues_run). */
+static enum qc_status build_config(const struct globals *gl, bool validate, struct qc_cli *cli)
 {
     qc_config_defaults(&cli->cfg);
     for (int i = 0; i < gl->presets.n; i++)
@@ -191,7 +209,8 @@ static enum qc_status build_config(const struct globals *gl, struct qc_cli *cli)
         QC_TRY(qc_config_set(&cli->cfg, "log.level", gl->log_level, "--log-level"));
     if (gl->quiet)
         cli->cfg.quiet = true;
-    QC_TRY(qc_config_validate(&cli->cfg));
+    if (validate)
+        QC_TRY(qc_config_validate(&cli->cfg));
     cli->preset = gl->presets.n ? gl->presets.v[gl->presets.n - 1] : NULL;
     cli->presets = &gl->presets;
     cli->sets = &gl->sets;
@@ -285,7 +304,8 @@ static enum qc_status run(int argc, char **argv)
             return unknown_command(cmd_name);
     }
 
-    QC_TRY(build_config(&gl, &cli));
+    QC_TRY(build_config(
+        &gl, gl.config_dump || !cmd_name || !continues_run(cmd_name, cmd_argc, cmd_argv), &cli));
     if (gl.config_dump) {
         QC_TRY(qc_config_dump_json(&cli.cfg, stdout));
         return fflush(stdout) == 0 ? QC_OK : qc_errorf(QC_ERR_IO, "writing to stdout failed");

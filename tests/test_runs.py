@@ -145,6 +145,14 @@ def case_resume():
               expect=2)
     check("model.num_freq_bands = 8" in out and "model.num_freq_bands = 16" in out,
           "a contradicting --set is refused naming the key and both values")
+    # a model key the merged configuration's own checks would blame on another key
+    # (num_heads x head_dim != hidden_dim): the contradiction with the run is named first
+    out = run(["train", "--resume", "r", "--steps", "4", "--set", "model.hidden_dim=64"],
+              expect=2)
+    check("model.hidden_dim = 32" in out and "model.hidden_dim = 64" in out and
+          "num_heads" not in out,
+          "--set model.hidden_dim=64 on resume: the contradiction with the run, named: %s" %
+          out[-400:])
     out = run(["train", "--resume", "r", "--steps", "4", "--batch-size", "2"], expect=2)
     check("train.batch_size = 1" in out and "train.batch_size = 2" in out,
           "a contradicting flag is refused naming the key and both values")

@@ -633,9 +633,12 @@ struct qc_cli;
  * RUN): base (the saved run's) < the user's presets < --set < --device / --log-level / --quiet,
  * validated, into out. device.kind, device.ordinal and dist.world_size are this process's
  * (where and on how many ranks the run executes is not part of what it computes). Errors of a
- * preset or --set as main's. */
+ * preset or --set as main's. ckpt_dir (may be NULL): a model.* key that contradicts base is
+ * refused first, naming the key, both values and the checkpoint
+ * (qc_checkpoint_check_model_config), before the merged configuration's own checks could
+ * blame another key for it. */
 enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_config *base,
-                                   struct qc_config *out);
+                                   const char *ckpt_dir, struct qc_config *out);
 
 /* What `qctrain train` and `qctrain eval` do after qc_cli_parse: the data files after the first
  * --data arrive as positionals and are appended to data (a positional without --data is an

@@ -52,7 +52,7 @@ enum qc_status qc_train_cli_finish(const char *cmd, const char *const *pos, int 
 }
 
 enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_config *base,
-                                   struct qc_config *out)
+                                   const char *ckpt_dir, struct qc_config *out)
 {
     struct qc_config c = *base;
     for (int i = 0; cli->presets && i < cli->presets->n; i++)
@@ -71,6 +71,8 @@ enum qc_status qc_train_cli_rebase(const struct qc_cli *cli, const struct qc_con
     if (cli->log_level)
         QC_TRY(qc_config_set(&c, "log.level", cli->log_level, "--log-level"));
     c.quiet = cli->cfg.quiet;
+    if (ckpt_dir)
+        QC_TRY(qc_checkpoint_check_model_config(base, &c, ckpt_dir));
     QC_TRY(qc_config_validate(&c));
     *out = c;
     return QC_OK;
