@@ -851,15 +851,11 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 /* the calibrated plan at the margin in force, else at the configured margin,
                  * else the admission plan (all give the same bits) */
                 st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
-                /* none fits the margin in force: the smallest peak its search found when that
-                 * is under the configured target (more room than a plan at the configured
-                 * margin would leave), else the plan at the configured margin */
-                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin && r.peak > r0.target) {
+                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
                     qc_plan_result_free(&r);
                     st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
                 }
-                admit_plan =
-                    st == QC_OK && !r.fits && (tm->margin <= tm->par.margin || r.peak > r0.target);
+                admit_plan = st == QC_OK && !r.fits;
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
                  * by MARGIN_JUMP per run, or, when none fits there, the smallest peak its
@@ -1060,10 +1056,14 @@ static enum qc_status run_admitted(struct train_mem *tm, struct qc_qcnet *model,
         st = qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     const struct train_group_out out0 = *out;
     const bool dirty0 = tm->grads_dirty;
-    if (st == QC_OK && n > 1 && dirty0 && !tm->grads_group &&
+    /* the gradients the group starts from, for running it again without a scene skipped after
+     * running out (only with skip_oversized: else such a scene is an error; and on one rank:
+     * several ranks do not run the group again) */
+    const bool keep = n > 1 && dirty0 && tm->skip_oversized && !tm->td;
+    if (st == QC_OK && keep && !tm->grads_group &&
         !(tm->grads_group = malloc((size_t)tm->nparams * sizeof(float))))
         st = qc_errorf(QC_ERR_NOMEM, "train: gradient copy of %" PRId64 " floats", tm->nparams);
-    if (st == QC_OK && n > 1 && dirty0)
+    if (st == QC_OK && keep)
         st = qc_qcnet_grads_download(model, tm->grads_group);
     int64_t nrun = n;
     if (st == QC_OK)
