@@ -34,11 +34,17 @@
 extern char **environ;
 
 /* tools/av2_submission: the source tree's (a build run where it was made) or the installed copy
- * (cmake --install); NULL when neither is readable. */
+ * (cmake --install: beside the executable, for any prefix, or under the configured prefix);
+ * NULL when none is readable. */
 static const char *submission_tool(char *buf, size_t cap)
 {
-    const char *dirs[] = {QC_SOURCE_DIR "/tools", QC_INSTALL_TOOLS};
+    char beside[4200];
+    const char *dirs[] = {QC_SOURCE_DIR "/tools",
+                          qc_file_exe_share("tools", beside, sizeof beside) ? beside : NULL,
+                          QC_INSTALL_TOOLS};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!dirs[i])
+            continue;
         snprintf(buf, cap, "%s/av2_submission", dirs[i]);
         if (access(buf, R_OK) == 0)
             return buf;

@@ -4,6 +4,7 @@
 #include "qc_file.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -66,4 +67,25 @@ enum qc_status qc_file_open_regular(const char *path, const char *what, int *fd_
     if (size_out)
         *size_out = (uint64_t)sb.st_size;
     return QC_OK;
+}
+
+bool qc_file_exe_share(const char *sub, char *out, size_t cap)
+{
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (cap > 0)
+        out[0] = '\0';
+    if (n <= 0 || cap == 0)
+        return false;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return false;
+    *slash = '\0'; /* the folder of the executable (bin/) */
+    const int w = snprintf(out, cap, "%s/../share/qctrain/%s", exe, sub);
+    if (w < 0 || (size_t)w >= cap) {
+        out[0] = '\0';
+        return false;
+    }
+    return true;
 }

@@ -19,6 +19,7 @@
 #ifndef QC_BASE_QC_FILE_H
 #define QC_BASE_QC_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -43,6 +44,12 @@ const char *qc_file_kind(mode_t mode);
  * message names the path. */
 enum qc_status qc_file_open_regular(const char *path, const char *what, int *fd_out,
                                     uint64_t *size_out);
+
+/* The installed data folder beside the running executable, whatever prefix it was installed
+ * under (cmake --install --prefix P puts bin/qctrain and share/qctrain/ side by side):
+ * "<folder of /proc/self/exe>/../share/qctrain/<sub>" into out (cap bytes). False (out empty)
+ * when the executable's path cannot be read or does not fit. */
+bool qc_file_exe_share(const char *sub, char *out, size_t cap);
 
 // ---- writing ------------------------------------------------------------------------------
 

@@ -56,14 +56,18 @@ static bool is_path(const char *ref)
     return strchr(ref, '/') || (n >= 5 && strcmp(ref + n - 5, ".json") == 0);
 }
 
-/* The search folders, in order; returns how many (the env one only when set). */
-static int search_dirs(const char *dirs[3])
+/* The search folders, in order; returns how many (the env one only when set; the installed
+ * ones beside the executable, for any install prefix, then under the configured prefix). */
+static int search_dirs(const char *dirs[4])
 {
+    static char beside[4200];
     int n = 0;
     const char *env = getenv("QC_PROFILES_DIR");
     if (env && env[0])
         dirs[n++] = env;
     dirs[n++] = QC_SOURCE_DIR "/profiles";
+    if (qc_file_exe_share("profiles", beside, sizeof beside))
+        dirs[n++] = beside;
     dirs[n++] = QC_INSTALL_PROFILES;
     return n;
 }
@@ -76,7 +80,7 @@ static int cmp_str(const void *a, const void *b)
 /* "preset 'x' not found", with a near name or the list of available presets as the hint. */
 static enum qc_status preset_not_found(const char *name)
 {
-    const char *dirs[3];
+    const char *dirs[4];
     int ndirs = search_dirs(dirs);
     char *names[128];
     int nnames = 0;
@@ -158,7 +162,7 @@ static enum qc_status resolve(const char *ref, const char *base_dir, char *out, 
             return qc_errorf(QC_ERR_INVALID, "preset path too long: %.80s...", ref);
         return QC_OK;
     }
-    const char *dirs[3];
+    const char *dirs[4];
     int ndirs = search_dirs(dirs);
     for (int d = 0; d < ndirs; d++) {
         int w = snprintf(out, n, "%s/%s.json", dirs[d], ref);
