@@ -228,7 +228,21 @@ struct fake {
                    3: as 0, bf16 and fp16 2x slower (as on a CPU) */
     const struct qc_tune_settings *over; /* these settings measure over the budget */
     double noise; /* the step times' spread: fastest step_s (1 - noise), slowest (1 + noise) */
+    /* the progress callback's calls: done and total, and the measurements made by then */
+    int64_t nprog, prog_done[256], prog_total[256], prog_calls[256];
 };
+
+static void fake_progress(void *user, const char *what, int64_t done, int64_t total)
+{
+    (void)what;
+    struct fake *f = user;
+    if (f->nprog < 256) {
+        f->prog_done[f->nprog] = done;
+        f->prog_total[f->nprog] = total;
+        f->prog_calls[f->nprog] = f->calls;
+    }
+    f->nprog++;
+}
 
 /* step time a pure function of the settings: no clock */
 static enum qc_status fake_measure(void *user, const struct qc_config *cfg, const char *const *data,
@@ -282,6 +296,8 @@ static enum qc_status run_fake_prec(struct fake *f, uint64_t b, bool dry, bool a
     o.max_measured = 3;
     o.measure = fake_measure;
     o.measure_user = f;
+    o.progress = fake_progress;
+    o.progress_user = f;
     o.scratch = tmp_root;
     return qc_tune_run(&o, r);
 }
@@ -436,6 +452,31 @@ static void test_search(void)
             qc_plan_result_free(&pr);
             qc_train_planner_destroy(pl);
         }
+        qc_tune_result_free(&r);
+    }
+
+    QC_TEST ("the progress bar counts candidates measured, of those the search means to "
+             "measure") {
+        struct fake f = {0};
+        struct qc_tune_result r;
+        T_EXPECT(run_fake(&f, budget, false, &r) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(f.nprog > f.calls && f.nprog <= 256,
+                 "%" PRId64 " progress calls, %" PRId64 " measured", f.nprog, f.calls);
+        bool counts = true;
+        for (int64_t i = 0; i < f.nprog && i < 256; i++) {
+            /* done = the candidates measured when it is called (never seconds), total >= done
+             * and never shrinking below it */
+            counts &= f.prog_done[i] == f.prog_calls[i] && f.prog_total[i] >= f.prog_done[i] &&
+                      (i == 0 || f.prog_done[i] >= f.prog_done[i - 1]);
+            if (!counts)
+                printf("  call %" PRId64 ": done %" PRId64 " of %" PRId64 ", %" PRId64
+                       " measured by then\n",
+                       i, f.prog_done[i], f.prog_total[i], f.prog_calls[i]);
+        }
+        T_EXPECT(counts, "the progress counts measured candidates");
+        T_EXPECT(f.prog_total[f.nprog - 1] >= r.runs && r.runs == f.calls,
+                 "the last total %" PRId64 " covers the %" PRId64 " runs",
+                 f.prog_total[f.nprog - 1], r.runs);
         qc_tune_result_free(&r);
     }
 
