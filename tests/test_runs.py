@@ -381,6 +381,15 @@ def case_eval():
     check(ev["peak_device_bytes"] < train_peak,
           "eval's forward (peak %d) needs less than a training step under the budget (%d)" %
           (ev["peak_device_bytes"], train_peak))
+    # the device path of the same forward (the emulated device) gives the CPU's figures
+    out = run(["--device", "emu", "eval", "--weights", "evb", "--data", "e1.qcshard",
+               "--batch-size", "1", "--json"])
+    emu = json.loads(out.strip().splitlines()[-1])["eval"]
+    cpu = ev
+    keys = [k for k in cpu if k not in ("seconds", "peak_device_bytes")]
+    check(all(emu[k] == cpu[k] for k in keys),
+          "eval on the emulated device equals the CPU's: %s" %
+          [(k, emu[k], cpu[k]) for k in keys if emu[k] != cpu[k]])
 
 
 def stopped_report(run_dir, reason, step, words):
