@@ -177,7 +177,6 @@ enum qc_status qc_cmd_eval(struct qc_cli *cli, int argc, char **argv)
         QC_TRY(qc_checkpoint_read_state(ckpt, &rs, &saved));
         QC_TRY(qc_train_cli_rebase(cli, &saved, ckpt, &cfg));
         QC_TRY(qc_train_cli_finish("eval", NULL, 0, &data, attention, &cfg));
-        QC_TRY(qc_checkpoint_check_model_config(&saved, &cfg, ckpt));
         /* a model trained on data files is not evaluated on generated scenes unasked */
         snprintf(run, sizeof(run), "%s", ckpt);
         char *slash = strrchr(run, '/');

@@ -753,19 +753,18 @@ static enum qc_status rollback(struct train_mem *tm, struct qc_qcnet *model, boo
                             : 0.0;
     struct qc_memctx_stats ms;
     qc_memctx_stats_get(qc_train_backend_memctx(tm->be), &ms);
-    if (ms.fail_reserved > ms.fail_allocated &&
-        ms.fail_reserved - ms.fail_allocated > tm->frag_seen)
-        tm->frag_seen = ms.fail_reserved - ms.fail_allocated;
-    const double frag = ms.fail_reserved > ms.fail_allocated
-                            ? (double)(ms.fail_reserved - ms.fail_allocated) / budget
-                            : 0.0;
+    const uint64_t fail_frag =
+        ms.fail_reserved > ms.fail_allocated ? ms.fail_reserved - ms.fail_allocated : 0;
+    if (fail_frag > tm->frag_seen)
+        tm->frag_seen = fail_frag;
+    const double frag = (double)fail_frag / budget;
     double up = seen > frag ? seen : frag;
     up = up < MARGIN_STEP ? MARGIN_STEP : up > MARGIN_JUMP ? MARGIN_JUMP : up;
     const double m = tm->margin + up;
     tm->margin = m < MARGIN_MAX ? m : MARGIN_MAX;
     /* (the floor after the raise: a raise from the floor would count the failure twice) */
-    if (ms.fail_reserved > ms.fail_allocated)
-        learn_frag(tm, ms.fail_reserved - ms.fail_allocated);
+    if (fail_frag > 0)
+        learn_frag(tm, fail_frag);
     tm->step.replans++;
     tm->step.rolled_back = true;
     tm->step_missed = true;
