@@ -878,6 +878,66 @@ static void test_fourier(void)
     }
 }
 
+/* |got − exact| in units of the fp32 spacing at the exact value (an ulp of the result). */
+static double ulps_from(float got, double exact)
+{
+    float e = fabsf((float)exact);
+    double ulp = (double)nextafterf(e, INFINITY) - (double)e;
+    return fabs((double)got - exact) / ulp;
+}
+
+static void test_fourier_sincos(void)
+{
+    QC_TEST ("fourier_features: cos θ and sin θ correctly rounded for the fp32 θ (sincos)") {
+        /* AV2-size arguments: c up to ±300 m, learnt frequencies up to ±4, so |θ| up to ~7,500;
+         * plus zeros, a sign, NaN, ±inf and |θ| beyond the fast path's 1e6. F = 70 cuts the
+         * bands into chunks of 32, 32, 6. */
+        uint64_t st = qc_test_seed() + 91;
+        int64_t N = 4000, D = 3, F = 70, W = 2 * F + 1;
+        float *c = kt_rand(N * D, -300.0f, 300.0f, &st), *fr = kt_rand(D * F, -4.0f, 4.0f, &st);
+        c[0] = 0.0f, c[1] = -0.0f, c[2] = NAN, c[3] = INFINITY, c[4] = -1.0e6f, c[5] = 3.0e5f;
+        c[6] = 1e-30f;
+        float *phi = kt_zeros(N * D * W);
+        qc_fourier_features_forward_cpu(phi, c, fr, N, D, F);
+        double worst = 0.0;
+        int64_t bad_special = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t i = 0; i < D; i++) {
+                const float ci = c[n * D + i], *p = phi + (n * D + i) * W;
+                for (int64_t f = 0; f < F; f++) {
+                    const float th = ((ci * fr[i * F + f]) * 2.0f) * QC_PI_F; /* PyTorch's θ */
+                    if (!isfinite(th)) {
+                        bad_special += !(isnan(p[f]) && isnan(p[F + f]));
+                        continue;
+                    }
+                    const double uc = ulps_from(p[f], cos((double)th));
+                    const double us = ulps_from(p[F + f], sin((double)th));
+                    worst = uc > worst ? uc : worst;
+                    worst = us > worst ? us : worst;
+                }
+                bad_special += memcmp(&p[2 * F], &ci, sizeof ci) != 0 && !isnan(ci);
+            }
+        printf("      worst error %.6f ulp over %lld values\n", worst, (long long)(2 * N * D * F));
+        /* correctly rounded but within ~1e-13 relative of a rounding boundary: ≤ 0.5 ulp + ε
+         * (glibc's sincosf reaches 0.56; the Taylor series one term shorter, 0.50009; an
+         * argument reduction without the low part of π/2, 1.6e6 near the zeros) */
+        T_EXPECT(worst <= 0.5 + 1e-5, "worst %.6f ulp > 0.5", worst);
+        T_EXPECT(bad_special == 0, "%lld non-finite θ not NaN, or c not passed through",
+                 (long long)bad_special);
+        /* the backward's recompute of cos / sin equals the saved φ bit for bit across chunks */
+        float *dphi = kt_rand(N * D * W, -1.0f, 1.0f, &st);
+        float *dc = kt_zeros(N * D), *dfr = kt_zeros(D * F);
+        float *dc2 = kt_zeros(N * D), *dfr2 = kt_zeros(D * F);
+        c[2] = 1.0f, c[3] = 2.0f; /* finite gradients to compare */
+        qc_fourier_features_forward_cpu(phi, c, fr, N, D, F);
+        qc_fourier_features_backward_cpu(dc, dfr, dphi, c, fr, N, D, F);
+        qc_fourier_features_backward_saved_cpu(dc2, dfr2, dphi, phi, c, fr, N, D, F);
+        T_EXPECT(memcmp(dc, dc2, (size_t)(N * D) * 4) == 0, "recomputed-φ dc differs");
+        T_EXPECT(memcmp(dfr, dfr2, (size_t)(D * F) * 4) == 0, "recomputed-φ dfreqs differs");
+        free(c), free(fr), free(phi), free(dphi), free(dc), free(dfr), free(dc2), free(dfr2);
+    }
+}
+
 /* ==== GRU ================================================================================== */
 
 static double sigm_d(double x)
@@ -1417,6 +1477,7 @@ int main(void)
     test_csr_gather_scatter();
     test_attention_ops();
     test_fourier();
+    test_fourier_sincos();
     test_gru();
     test_softmax_rows();
     test_laplace();

@@ -63,6 +63,10 @@ static inline void cpu_lanes_reduce(float *dst, const float *lanes0, int nlanes,
     }
 }
 
+/* co[i] = cos th[i], si[i] = sin th[i] for i < n: the correctly rounded values but within
+ * ~1e-13 of a rounding boundary, vectorized (cpu/sincos.c). */
+void cpu_sincos(float *restrict co, float *restrict si, const float *restrict th, int64_t n);
+
 /* keep ? x : +0.0f without a branch (the dropout flags are random: a branch mispredicts on every
  * dropped element; as a mask the loop vectorizes). The same bits as the conditional. */
 static inline float cpu_keep_or_zero(float x, uint8_t keep)
