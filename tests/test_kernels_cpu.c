@@ -137,6 +137,12 @@ static void test_philox(void)
         T_EXPECT(fabs(rate - 0.9) < 0.004, "keep rate %.5f", rate);
         T_EXPECT(scale_ok, "kept elements are not x / (1 - p)");
         T_EXPECT(memcmp(y, y2, (size_t)n * sizeof(float)) == 0, "same key gave a different mask");
+        /* every flag is qc_dropout_keep's (the op draws 64 counters side by side) */
+        int64_t off_map = 0;
+        for (int64_t i = 0; i < n; i++)
+            off_map += (y[i] != 0.0f) != qc_dropout_keep(2023, 11, 3, i, 0.1f);
+        T_EXPECT(off_map == 0, "%lld of %lld flags differ from qc_dropout_keep", (long long)off_map,
+                 (long long)n);
         /* tiles with index_base reproduce the whole-tensor mask */
         for (int64_t off = 0; off < n; off += 1237) {
             int64_t len = off + 1237 <= n ? 1237 : n - off;

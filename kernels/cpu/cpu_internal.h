@@ -7,7 +7,8 @@
  *
  * Dropout keep flags of a range of elements: one Philox-4x32-10 evaluation serves the 4
  * elements of a counter (qc_philox.h: element i uses word i & 3 of counter i >> 2), instead of
- * one evaluation per element; the flags are those of qc_dropout_keep, bit for bit.
+ * one evaluation per element, and up to 64 counters are evaluated side by side (vectorized);
+ * the flags are those of qc_dropout_keep, bit for bit.
  */
 #ifndef QC_KERNELS_CPU_CPU_INTERNAL_H
 #define QC_KERNELS_CPU_CPU_INTERNAL_H
@@ -84,15 +85,20 @@ static inline int64_t cpu_round16(int64_t n)
     return (n + 15) & ~(int64_t)15;
 }
 
-/* Philox-4x32-10 of 4 consecutive counters g .. g+3 (block, step as given) at once: the same
- * rounds as qc_philox4x32_10 (qc_philox.h) on 4 independent lanes, which overlap in the pipeline
- * (and vectorize) where one evaluation is a chain of dependent multiplies. x[l] = the words of
- * counter g + l. */
-static inline void cpu_philox4x32_10_x4(uint32_t x[4][4], uint64_t g, uint32_t block, uint32_t step,
-                                        uint32_t key0, uint32_t key1)
+#define CPU_PHILOX_LANES 64 /* counters per cpu_philox4x32_10_lanes call (256 dropout flags) */
+
+/* Philox-4x32-10 of `count` (<= CPU_PHILOX_LANES) consecutive counters g .. g+count−1 (block,
+ * step as given) at once: the same rounds as qc_philox4x32_10 (qc_philox.h) on independent
+ * lanes, one loop over the lanes per round, which the compiler vectorizes (the widening
+ * multiplies 4 lanes at a time); one evaluation alone is a chain of dependent multiplies.
+ * x[w][l] = word w of counter g + l. 64 lanes: ~2.0 ns per flag against ~5.5 ns with 4 (issue 29,
+ * docs/BENCHMARKS.md "Dropout"). */
+static inline void cpu_philox4x32_10_lanes(uint32_t x[4][CPU_PHILOX_LANES], uint64_t g, int count,
+                                           uint32_t block, uint32_t step, uint32_t key0,
+                                           uint32_t key1)
 {
-    uint32_t c0[4], c1[4], c2[4], c3[4];
-    for (int l = 0; l < 4; l++) {
+    uint32_t *c0 = x[0], *c1 = x[1], *c2 = x[2], *c3 = x[3];
+    for (int l = 0; l < count; l++) {
         const uint64_t q = g + (uint64_t)l;
         c0[l] = (uint32_t)q;
         c1[l] = (uint32_t)(q >> 32);
@@ -100,7 +106,7 @@ static inline void cpu_philox4x32_10_x4(uint32_t x[4][4], uint64_t g, uint32_t b
         c3[l] = step;
     }
     for (int r = 0; r < 10; r++) {
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < count; l++) {
             const uint64_t p0 = (uint64_t)QC_PHILOX_M0 * c0[l];
             const uint64_t p1 = (uint64_t)QC_PHILOX_M1 * c2[l];
             const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ key0;
@@ -112,12 +118,6 @@ static inline void cpu_philox4x32_10_x4(uint32_t x[4][4], uint64_t g, uint32_t b
         }
         key0 += QC_PHILOX_W0;
         key1 += QC_PHILOX_W1;
-    }
-    for (int l = 0; l < 4; l++) {
-        x[l][0] = c0[l];
-        x[l][1] = c1[l];
-        x[l][2] = c2[l];
-        x[l][3] = c3[l];
     }
 }
 
@@ -131,16 +131,19 @@ static inline void cpu_dropout_keep_run(uint8_t *keep, const struct qc_dropout *
     const uint32_t k0 = (uint32_t)d->seed, k1 = (uint32_t)(d->seed >> 32);
     const uint32_t thr = (uint32_t)ceil((double)d->p * 16777216.0); /* p < 1: thr <= 2^24 */
     int64_t j = 0;
-    /* 16 elements (4 counters) at a time from an index aligned to 4 */
+    /* whole counters (4 elements each), up to CPU_PHILOX_LANES at a time, from an index aligned
+     * to 4; a partial counter at either end alone */
     while (j < n) {
         const uint64_t q = (uint64_t)(index0 + j);
-        if ((q & 3u) == 0 && n - j >= 16) {
-            uint32_t x[4][4];
-            cpu_philox4x32_10_x4(x, q >> 2, d->block, d->step, k0, k1);
-            for (int l = 0; l < 4; l++)
+        if ((q & 3u) == 0 && n - j >= 4) {
+            const int64_t whole = (n - j) / 4;
+            const int count = whole < CPU_PHILOX_LANES ? (int)whole : CPU_PHILOX_LANES;
+            uint32_t x[4][CPU_PHILOX_LANES];
+            cpu_philox4x32_10_lanes(x, q >> 2, count, d->block, d->step, k0, k1);
+            for (int l = 0; l < count; l++)
                 for (int w = 0; w < 4; w++)
-                    keep[j + 4 * l + w] = (x[l][w] >> 8) >= thr;
-            j += 16;
+                    keep[j + 4 * l + w] = (x[w][l] >> 8) >= thr;
+            j += 4 * (int64_t)count;
             continue;
         }
         const uint64_t g = q >> 2;
