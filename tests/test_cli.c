@@ -5,6 +5,7 @@
  */
 #include <cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -528,6 +529,41 @@ int main(void)
         unlink(cyc_a);
         unlink(cyc_b);
         rmdir(dir);
+    }
+
+    QC_TEST ("cli: bench step reports the step's GEMM FLOPs, their efficiency against the SGEMM "
+             "peak and the step over the GEMM floor") {
+        struct run_result r =
+            RUN("--preset", "cpu-smoke", "bench", "step", "--quick", "--batch-sizes", "1",
+                "--profiles", "typical", "--attention", "fused", "--json");
+        T_EXPECT_EQ_I64(r.rc, 0, "bench step: %s", r.err);
+        cJSON *root = cJSON_Parse(r.out);
+        const cJSON *res =
+            root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "results"), 0) : NULL;
+        T_EXPECT(res != NULL, "no results in [%s]", r.out);
+        const char *keys[] = {"step_s",      "gemm_flops",        "gemm_s",
+                              "gemm_gflops", "sgemm_peak_gflops", "gemm_efficiency",
+                              "floor_s",     "floor_ratio"};
+        double v[8] = {0};
+        for (int i = 0; i < 8 && res; i++) {
+            const cJSON *x = cJSON_GetObjectItem(res, keys[i]);
+            T_EXPECT(cJSON_IsNumber(x) && x->valuedouble > 0, "%s missing or not > 0", keys[i]);
+            v[i] = cJSON_IsNumber(x) ? x->valuedouble : 0;
+        }
+        /* the figures agree with each other: achieved = FLOPs / GEMM seconds; efficiency =
+         * achieved / peak; floor = FLOPs at the peak; ratio = step / floor */
+        T_EXPECT(fabs(v[3] - v[1] * 1e-9 / v[2]) <= 1e-9 * v[3], "gemm_gflops %g", v[3]);
+        T_EXPECT(fabs(v[5] - v[3] / v[4]) <= 1e-9 * v[5], "gemm_efficiency %g", v[5]);
+        T_EXPECT(fabs(v[6] - v[1] * 1e-9 / v[4]) <= 1e-9 * v[6], "floor_s %g", v[6]);
+        T_EXPECT(fabs(v[7] - v[0] / v[6]) <= 1e-9 * v[7], "floor_ratio %g", v[7]);
+        /* and the world: GEMMs run below the peak (noise allowed), take part of a step, and a
+         * step takes longer than its GEMMs would at the peak */
+        T_EXPECT(v[5] < 1.5, "GEMM efficiency %.2f of the SGEMM peak", v[5]);
+        T_EXPECT(v[2] < 1.5 * v[0], "GEMM %.3f s in a %.3f s step", v[2], v[0]);
+        T_EXPECT(v[7] > 1.0, "step %.3f s under its GEMM floor %.3f s", v[0], v[6]);
+        T_EXPECT_STR_CONTAINS(r.err, "of the SGEMM peak");
+        cJSON_Delete(root);
+        run_free(&r);
     }
 
     QC_TEST ("cli: config check, config options and version") {

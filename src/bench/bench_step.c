@@ -27,6 +27,13 @@
  * (docs/PRECISION.md); the summary then gives each one's peak device bytes and samples/s
  * relative to fp32's.
  *
+ * GEMM efficiency and the floor (issue 29): after the timed steps of each configuration and
+ * round, one more step runs with the profiler on (qc_prof), and its GEMMs' FLOPs and wall time
+ * are set against an SGEMM of 2048^3 timed on the same backend and threads (the reference rate
+ * of `qctrain profile`, measured once per configuration): gemm_efficiency = achieved GEMM
+ * GFLOP/s / that peak, floor_s = the step's GEMM FLOPs at the peak (the step if nothing but its
+ * GEMMs ran, at the peak), floor_ratio = step_s / floor_s. The profiled step is not a timed one.
+ *
  * "Device" memory is host RAM on the cpu and emu backends, so the allocator runs under a
  * budget (--budget; default device.budget, or half the physical RAM); on cuda the default is
  * device.budget (0 = the whole device). A configuration that does not fit is reported as
@@ -55,6 +62,8 @@
 #include "qc_exec.h"
 #include "qc_half.h"
 #include "qc_kernels.h" /* qc_kernels_cpu_set_blas_threads */
+#include "qc_prof.h"
+#include "qc_profile.h" /* the SGEMM peak, the profiled step's GEMMs */
 #include "qc_progress.h"
 #include "qc_train.h"
 
@@ -64,7 +73,8 @@ static const char step_usage[] =
     "[--attention fused,unfused] [--precision fp32,bf16,fp16]";
 static const char step_summary[] =
     "Whole training steps on synthetic scenes, or on the scenes of --data: step time (median), "
-    "samples/s, allocator peak and peak RSS for each batch size x scene profile x attention "
+    "samples/s, the GEMMs' share of the SGEMM peak (one more step, profiled) and the step over "
+    "its GEMM floor, allocator peak and peak RSS for each batch size x scene profile x attention "
     "implementation x thread count (use --preset qcnet-av2 for AV2 size) on the backend of "
     "--device; --rounds repeats the sweep with the configurations interleaved.";
 
@@ -170,6 +180,10 @@ struct step_result {
     bool rss_reset, oom;
     int ntimed;
     double timed[STEP_MAX_TIMED]; /* s, every timed step of every round */
+    double sgemm_gflops;          /* the SGEMM peak on this configuration's threads */
+    double gemm_flops;            /* GEMM FLOPs of one step (the profiled step) */
+    int ngemm;
+    double gemm_s[STEP_MAX_TIMED]; /* the profiled step's GEMM wall seconds, one per round */
 };
 
 /* The scenes of one run: --data files, or none (synthetic). */
@@ -187,6 +201,41 @@ static void set_threads(int64_t n)
     qc_kernels_cpu_set_blas_threads((int)n);
 }
 
+/* One profiled step of an open trainer: its GEMMs' FLOPs and wall seconds into r (and the SGEMM
+ * peak, the first time). */
+static enum qc_status gemm_measure(struct qc_trainer *t, const struct qc_exec *ex,
+                                   struct step_result *r)
+{
+    struct qc_profile_peaks pk = {0};
+    if (r->sgemm_gflops <= 0) {
+        QC_TRY(qc_profile_peaks_measure(ex, qc_trainer_alloc(t), 2048, &pk));
+        r->sgemm_gflops = pk.gemm_gflops_n;
+    }
+    qc_prof_reset();
+    qc_prof_start();
+    struct qc_prof_mark m;
+    qc_prof_span_begin(&m, QC_PROF_CAT_PHASE, "step", QC_PROF_PASS_NONE);
+    enum qc_status st = qc_trainer_step(t, NULL);
+    if (st == QC_OK)
+        st = qc_op_sync(ex);
+    qc_prof_span_end(&m, QC_PROF_CAT_PHASE, NULL, 0);
+    if (st == QC_OK)
+        st = qc_prof_resolve();
+    qc_prof_stop();
+    struct qc_profile_summary *sum = NULL;
+    if (st == QC_OK)
+        st = qc_profile_summary_create(&pk, 1, &sum);
+    if (st == QC_OK) {
+        double secs = 0;
+        qc_profile_summary_gemm(sum, &r->gemm_flops, &secs);
+        if (r->ngemm < STEP_MAX_TIMED)
+            r->gemm_s[r->ngemm++] = secs;
+    }
+    qc_profile_summary_destroy(sum);
+    qc_prof_reset();
+    return st;
+}
+
 static enum qc_status bench_one(const struct qc_config *base, const struct step_data *data,
                                 enum qc_scene_profile profile, int64_t batch,
                                 enum qc_attention_impl attn, int prec, int64_t warmup,
@@ -197,9 +246,9 @@ static enum qc_status bench_one(const struct qc_config *base, const struct step_
     cfg.batch_size = batch;
     cfg.grad_accum = 1;
     cfg.synthetic_profile = profile;
-    cfg.synthetic_scenes = batch * (warmup + repeats);
+    cfg.synthetic_scenes = batch * (warmup + repeats + 1);
     cfg.attention = attn;
-    cfg.steps = warmup + repeats;
+    cfg.steps = warmup + repeats + 1; /* + the profiled step */
     cfg.save_every = 0;
     r->rss_reset = rss_reset();
     struct qc_bench_run run;
@@ -223,6 +272,8 @@ static enum qc_status bench_one(const struct qc_config *base, const struct step_
         r->peak_device_bytes =
             m.peak_device_bytes > r->peak_device_bytes ? m.peak_device_bytes : r->peak_device_bytes;
     }
+    if (st == QC_OK)
+        st = gemm_measure(t, ex, r);
     if (st == QC_OK) {
         struct qc_alloc_stats as;
         qc_alloc_stats_get(qc_trainer_alloc(t), &as);
@@ -263,6 +314,32 @@ struct step_cfg {
     double step_s; /* median of r.timed */
 };
 
+/* A configuration's GEMM figures (file comment); ok false when nothing was measured. */
+struct gemm_figures {
+    bool ok;
+    double gemm_s;  /* median over rounds of the profiled step's GEMM wall seconds */
+    double gflops;  /* achieved GEMM GFLOP/s */
+    double eff;     /* gflops / the SGEMM peak */
+    double floor_s; /* the step's GEMM FLOPs at the SGEMM peak */
+    double ratio;   /* step_s / floor_s */
+};
+
+static struct gemm_figures gemm_figures_of(const struct step_cfg *c)
+{
+    struct gemm_figures g = {0};
+    double tmp[STEP_MAX_TIMED];
+    memcpy(tmp, c->r.gemm_s, (size_t)c->r.ngemm * sizeof *tmp);
+    g.gemm_s = median(tmp, c->r.ngemm);
+    if (g.gemm_s <= 0 || c->r.gemm_flops <= 0 || c->r.sgemm_gflops <= 0 || c->step_s <= 0)
+        return g;
+    g.ok = true;
+    g.gflops = c->r.gemm_flops / g.gemm_s * 1e-9;
+    g.eff = g.gflops / c->r.sgemm_gflops;
+    g.floor_s = c->r.gemm_flops * 1e-9 / c->r.sgemm_gflops;
+    g.ratio = c->step_s / g.floor_s;
+    return g;
+}
+
 static void add_result_json(cJSON *arr, const struct step_cfg *c, const char *pname,
                             const char *aname)
 {
@@ -293,6 +370,16 @@ static void add_result_json(cJSON *arr, const struct step_cfg *c, const char *pn
     cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)c->r.peak_rss_bytes);
     cJSON_AddBoolToObject(j, "rss_reset", c->r.rss_reset);
     cJSON_AddNumberToObject(j, "loss", c->r.loss);
+    const struct gemm_figures g = gemm_figures_of(c);
+    if (g.ok) {
+        cJSON_AddNumberToObject(j, "gemm_flops", c->r.gemm_flops);
+        cJSON_AddNumberToObject(j, "gemm_s", g.gemm_s);
+        cJSON_AddNumberToObject(j, "gemm_gflops", g.gflops);
+        cJSON_AddNumberToObject(j, "sgemm_peak_gflops", c->r.sgemm_gflops);
+        cJSON_AddNumberToObject(j, "gemm_efficiency", g.eff);
+        cJSON_AddNumberToObject(j, "floor_s", g.floor_s);
+        cJSON_AddNumberToObject(j, "floor_ratio", g.ratio);
+    }
     cJSON_AddItemToArray(arr, j);
 }
 
@@ -525,6 +612,16 @@ enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv)
         if (c->attn == 0 && u && u->step_s > 0) {
             fprintf(o, "  fused/unfused %.2fx", c->step_s / u->step_s);
             cJSON_AddNumberToObject(j, "fused_over_unfused", c->step_s / u->step_s);
+        }
+        const struct gemm_figures g = gemm_figures_of(c);
+        if (g.ok) {
+            fprintf(o,
+                    "  GEMM %.1f GFLOP at %.1f GFLOP/s (%.0f %% of the SGEMM peak), step %.2fx the "
+                    "GEMM floor %.3f s",
+                    c->r.gemm_flops * 1e-9, g.gflops, 100.0 * g.eff, g.ratio, g.floor_s);
+            cJSON_AddNumberToObject(j, "gemm_efficiency", g.eff);
+            cJSON_AddNumberToObject(j, "floor_s", g.floor_s);
+            cJSON_AddNumberToObject(j, "floor_ratio", g.ratio);
         }
         const struct step_cfg *one = find_cfg(cfgs, ncfg, c->prof, c->batch, c->attn, 1, c->prec);
         if (nt > 1 && one && c->step_s > 0) {

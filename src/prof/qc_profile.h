@@ -65,6 +65,9 @@ struct qc_profile_summary; /* aggregated from the recorded events (opaque) */
 enum qc_status qc_profile_summary_create(const struct qc_profile_peaks *peaks, int64_t steps,
                                          struct qc_profile_summary **out);
 void qc_profile_summary_destroy(struct qc_profile_summary *s);
+/* The GEMMs (linear_* ops) per profiled step: FLOPs and attributed wall seconds (the summary's
+ * "GEMM (linear_*)" line). */
+void qc_profile_summary_gemm(const struct qc_profile_summary *s, double *flops, double *wall_s);
 /* The text summary, `top` rows per table. */
 void qc_profile_summary_print(const struct qc_profile_summary *s, FILE *f, int top);
 /* The same as one JSON object (caller deletes). NULL on allocation failure. */

@@ -246,6 +246,13 @@ enum qc_status qc_profile_summary_create(const struct qc_profile_peaks *peaks, i
     return QC_OK;
 }
 
+void qc_profile_summary_gemm(const struct qc_profile_summary *s, double *flops, double *wall_s)
+{
+    const double st = s->steps > 0 ? (double)s->steps : 1.0;
+    *flops = s->gemm_flops / st;
+    *wall_s = s->gemm_wall_s / st;
+}
+
 void qc_profile_summary_destroy(struct qc_profile_summary *s)
 {
     if (!s)
