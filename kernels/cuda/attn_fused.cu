@@ -144,15 +144,33 @@ FUSED_HD float fused_dropf(float a, const struct fused_drop &d, int64_t index)
     return qc_dropout_keep(d.seed, d.step, d.block, index, d.p) ? qc_fmul_rn(a, d.scale) : 0.0f;
 }
 
-/* Σ_{c<Dh} x[c]·y[c], ascending c from +0 (x in registers). */
+/* Σ_{c<Dh} x[c]·y[c] in the CPU's order (cpu/attn_fused.c, head_dots): with Dh a multiple of 8,
+ * lane l adds the products of c ≡ l (mod 8) in ascending c and the 8 lanes are added in a fixed
+ * pairwise tree; other Dh ascending c from +0 (x in registers). */
 template <int MAXDH> FUSED_HD float fused_dot(const float (&x)[MAXDH], const float *y, int Dh)
 {
-    float acc = 0.0f;
+    static_assert(MAXDH % 8 == 0, "fused_dot: MAXDH a multiple of the 8 lanes");
+    if (Dh % 8 != 0) {
+        float acc = 0.0f;
+        FUSED_UNROLL
+        for (int c = 0; c < MAXDH; c++)
+            if (c < Dh)
+                acc = qc_fadd_rn(acc, qc_fmul_rn(x[c], y[c]));
+        return acc;
+    }
+    float lane[8];
     FUSED_UNROLL
-    for (int c = 0; c < MAXDH; c++)
-        if (c < Dh)
-            acc = qc_fadd_rn(acc, qc_fmul_rn(x[c], y[c]));
-    return acc;
+    for (int l = 0; l < 8; l++)
+        lane[l] = qc_fmul_rn(x[l], y[l]);
+    FUSED_UNROLL
+    for (int c0 = 8; c0 < MAXDH; c0 += 8)
+        if (c0 < Dh) {
+            FUSED_UNROLL
+            for (int l = 0; l < 8; l++)
+                lane[l] = qc_fadd_rn(lane[l], qc_fmul_rn(x[c0 + l], y[c0 + l]));
+        }
+    return qc_fadd_rn(qc_fadd_rn(qc_fadd_rn(lane[0], lane[1]), qc_fadd_rn(lane[2], lane[3])),
+                      qc_fadd_rn(qc_fadd_rn(lane[4], lane[5]), qc_fadd_rn(lane[6], lane[7])));
 }
 
 /* Loads a head slice (Dh floats) into registers; the rest are 0. */
