@@ -39,30 +39,6 @@ static const char profile_summary[] =
     "peak, memory-bound ops' GB/s against a measured copy rate. Scenes: --data, or synthetic "
     "ones (data.synthetic_profile) when none is given.";
 
-/* Runs the profiled steps of an open trainer; the recorder holds their events after. */
-static enum qc_status profile_steps(struct qc_trainer *t, int64_t warmup, int64_t steps)
-{
-    const struct qc_exec *ex = qc_qcnet_exec(qc_trainer_model(t));
-    for (int64_t i = 0; i < warmup; i++)
-        QC_TRY(qc_trainer_step(t, NULL));
-    QC_TRY(qc_op_sync(ex));
-    qc_prof_reset();
-    qc_prof_start();
-    enum qc_status st = QC_OK;
-    for (int64_t i = 0; st == QC_OK && i < steps; i++) {
-        struct qc_prof_mark m;
-        qc_prof_span_begin(&m, QC_PROF_CAT_PHASE, "step", QC_PROF_PASS_NONE);
-        st = qc_trainer_step(t, NULL);
-        if (st == QC_OK)
-            st = qc_op_sync(ex);
-        qc_prof_span_end(&m, QC_PROF_CAT_PHASE, NULL, 0);
-        if (st == QC_OK)
-            st = qc_prof_resolve();
-    }
-    qc_prof_stop();
-    return st;
-}
-
 enum qc_status qc_cmd_profile(struct qc_cli *cli, int argc, char **argv)
 {
     struct qc_config cfg = cli->cfg;
@@ -116,7 +92,7 @@ enum qc_status qc_cmd_profile(struct qc_cli *cli, int argc, char **argv)
         st = qc_profile_peaks_measure(qc_qcnet_exec(qc_trainer_model(t)), qc_trainer_alloc(t), 2048,
                                       &peaks);
     if (st == QC_OK)
-        st = profile_steps(t, warmup, steps);
+        st = qc_bench_profiled_steps(t, warmup, steps);
     if (st == QC_OK)
         st = qc_profile_trace_write(out);
     if (st == QC_OK)

@@ -1,5 +1,6 @@
 /*
- * bench_common.c — the scratch training run of the benches (bench_common.h).
+ * bench_common.c — the scratch training run of the benches, and steps under the profiler
+ * (bench_common.h).
  */
 #include "bench_common.h"
 
@@ -9,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "qc_exec.h"
+#include "qc_prof.h"
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -83,4 +87,27 @@ enum qc_status qc_bench_copy_file(const char *src, const char *dst)
     if (fclose(out) != 0 || !ok)
         return qc_errorf(QC_ERR_IO, "copying %s to %s failed", src, dst);
     return QC_OK;
+}
+
+enum qc_status qc_bench_profiled_steps(struct qc_trainer *t, int64_t warmup, int64_t steps)
+{
+    const struct qc_exec *ex = qc_qcnet_exec(qc_trainer_model(t));
+    for (int64_t i = 0; i < warmup; i++)
+        QC_TRY(qc_trainer_step(t, NULL));
+    QC_TRY(qc_op_sync(ex));
+    qc_prof_reset();
+    qc_prof_start();
+    enum qc_status st = QC_OK;
+    for (int64_t i = 0; st == QC_OK && i < steps; i++) {
+        struct qc_prof_mark m;
+        qc_prof_span_begin(&m, QC_PROF_CAT_PHASE, "step", QC_PROF_PASS_NONE);
+        st = qc_trainer_step(t, NULL);
+        if (st == QC_OK)
+            st = qc_op_sync(ex);
+        qc_prof_span_end(&m, QC_PROF_CAT_PHASE, NULL, 0);
+        if (st == QC_OK)
+            st = qc_prof_resolve();
+    }
+    qc_prof_stop();
+    return st;
 }

@@ -2,7 +2,7 @@
  * bench_common.h — what the training benches (bench step, bench dist, bench memory) and
  * `qctrain profile` share: a quiet trainer in a scratch run folder of its own, warmed up, and the
  * folder removed with everything the trainer wrote into it (bench memory seeds the folder before
- * its trainer starts).
+ * its trainer starts); and steps run under the profiler (profile's, bench step's GEMM figures).
  */
 #ifndef QC_BENCH_BENCH_COMMON_H
 #define QC_BENCH_BENCH_COMMON_H
@@ -33,6 +33,11 @@ enum qc_status qc_bench_run_trainer(struct qc_bench_run *r, const struct qc_trai
                                     int64_t warmup);
 /* Destroys the trainer and removes the folder, deepest first (checkpoints included). */
 void qc_bench_run_end(struct qc_bench_run *r);
+
+/* Runs `warmup` steps of an open trainer, then `steps` steps with the profiler on, each inside a
+ * "step" phase span and resolved (device times) after it: the recorder holds their events after
+ * (the profiler is stopped, not reset). `qctrain profile`, and bench step's GEMM figures. */
+enum qc_status qc_bench_profiled_steps(struct qc_trainer *t, int64_t warmup, int64_t steps);
 
 /* Copies the file src to dst (created or truncated). QC_ERR_IO naming the file. */
 enum qc_status qc_bench_copy_file(const char *src, const char *dst);

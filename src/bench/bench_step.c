@@ -211,17 +211,7 @@ static enum qc_status gemm_measure(struct qc_trainer *t, const struct qc_exec *e
         QC_TRY(qc_profile_peaks_measure(ex, qc_trainer_alloc(t), 2048, &pk));
         r->sgemm_gflops = pk.gemm_gflops_n;
     }
-    qc_prof_reset();
-    qc_prof_start();
-    struct qc_prof_mark m;
-    qc_prof_span_begin(&m, QC_PROF_CAT_PHASE, "step", QC_PROF_PASS_NONE);
-    enum qc_status st = qc_trainer_step(t, NULL);
-    if (st == QC_OK)
-        st = qc_op_sync(ex);
-    qc_prof_span_end(&m, QC_PROF_CAT_PHASE, NULL, 0);
-    if (st == QC_OK)
-        st = qc_prof_resolve();
-    qc_prof_stop();
+    enum qc_status st = qc_bench_profiled_steps(t, 0, 1);
     struct qc_profile_summary *sum = NULL;
     if (st == QC_OK)
         st = qc_profile_summary_create(&pk, 1, &sum);
