@@ -306,9 +306,12 @@ void qc_embedding_backward_cpu(float *dtable, const float *dout, const int64_t *
 
 /* ---- cumsum along the middle axis of (outer, L, inner) ---------------------------------- */
 
-/* out[o,l,i] = Σ_{l' <= l} inp[o,l',i] (fp32, ascending l). OVERWRITE, in place ok. */
+/* out[o,l,i] = Σ_{l' <= l} inp[o,l',i] (ascending l, a double accumulator rounded to fp32 at
+ * each l, as PyTorch's CPU cumsum: an fp32 accumulator put scale_propose twice as far from
+ * float64, docs/NUMERICS.md). OVERWRITE, in place ok. */
 void qc_cumsum_forward_cpu(float *out, const float *inp, int64_t outer, int64_t L, int64_t inner);
-/* dinp[o,l,i] = Σ_{l' >= l} dout[o,l',i] (descending l). OVERWRITE, in place ok. */
+/* dinp[o,l,i] = Σ_{l' >= l} dout[o,l',i] (descending l, double accumulator). OVERWRITE, in
+ * place ok. */
 void qc_cumsum_backward_cpu(float *dinp, const float *dout, int64_t outer, int64_t L,
                             int64_t inner);
 

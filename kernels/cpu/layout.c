@@ -14,11 +14,11 @@ void qc_cumsum_forward_cpu(float *out, const float *inp, int64_t outer, int64_t 
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
-            float acc = 0.0f;
+            double acc = 0.0;
             for (int64_t l = 0; l < L; l++) {
                 int64_t k = (o * L + l) * inner + i;
-                acc += inp[k];
-                out[k] = acc;
+                acc += (double)inp[k];
+                out[k] = (float)acc;
             }
         }
     }
@@ -30,11 +30,11 @@ void qc_cumsum_backward_cpu(float *dinp, const float *dout, int64_t outer, int64
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
-            float acc = 0.0f;
+            double acc = 0.0;
             for (int64_t l = L - 1; l >= 0; l--) {
                 int64_t k = (o * L + l) * inner + i;
-                acc += dout[k];
-                dinp[k] = acc;
+                acc += (double)dout[k];
+                dinp[k] = (float)acc;
             }
         }
     }

@@ -1,8 +1,8 @@
 /*
  * layout.cu — cumsum, strided 2-D copies, repeat_interleave, tile, transpose01 and the
- * embedding lookup (kernels/cpu/layout.c, embedding.c). Every sum runs in the CPU's order in
- * fp32 (scans in ascending / descending l, repeats in ascending r, lookups in ascending n), so
- * the results are bit-identical to the CPU's.
+ * embedding lookup (kernels/cpu/layout.c, embedding.c). Every sum runs in the CPU's order and
+ * precision (scans in ascending / descending l with a double accumulator, repeats in ascending
+ * r, lookups in ascending n, fp32), so the results are bit-identical to the CPU's.
  */
 #include "cuda_common.cuh"
 
@@ -16,12 +16,12 @@ static __global__ void cumsum_kernel(float *out, const float *inp, int64_t outer
     int64_t cols = outer * inner;
     for (int64_t t = cuda_tid(); t < cols; t += cuda_nthreads()) {
         int64_t o = t / inner, i = t % inner;
-        float acc = 0.0f;
+        double acc = 0.0;
         for (int64_t j = 0; j < L; j++) {
             int64_t l = reverse ? L - 1 - j : j;
             int64_t k = (o * L + l) * inner + i;
-            acc += inp[k];
-            out[k] = acc;
+            acc += (double)inp[k];
+            out[k] = (float)acc;
         }
     }
 }
