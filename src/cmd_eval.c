@@ -9,13 +9,10 @@
  */
 #include "qc_cli.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "qc_file.h"
@@ -23,34 +20,6 @@
 #include "qc_train.h"
 
 #define NOT_GIVEN INT64_MIN /* an option left out: the configuration's value */
-
-#ifndef QC_SOURCE_DIR
-#    define QC_SOURCE_DIR "."
-#endif
-#ifndef QC_INSTALL_TOOLS
-#    define QC_INSTALL_TOOLS "/usr/local/share/qctrain/tools"
-#endif
-
-extern char **environ;
-
-/* tools/av2_submission: the source tree's (a build run where it was made) or the installed copy
- * (cmake --install: beside the executable, for any prefix, or under the configured prefix);
- * NULL when none is readable. */
-static const char *submission_tool(char *buf, size_t cap)
-{
-    char beside[4200];
-    const char *dirs[] = {QC_SOURCE_DIR "/tools",
-                          qc_file_exe_share("tools", beside, sizeof beside) ? beside : NULL,
-                          QC_INSTALL_TOOLS};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        if (!dirs[i])
-            continue;
-        snprintf(buf, cap, "%s/av2_submission", dirs[i]);
-        if (access(buf, R_OK) == 0)
-            return buf;
-    }
-    return NULL;
-}
 
 /* --submission OUT: the folder OUT goes into must exist before the evaluation runs. */
 static enum qc_status check_submission_path(const char *out)
@@ -73,34 +42,10 @@ static enum qc_status check_submission_path(const char *out)
  * not at all (a .tmp renamed) and prints its own error. */
 static enum qc_status write_submission(const char *pred, const char *out)
 {
-    char tool[4096];
-    if (!submission_tool(tool, sizeof tool))
-        return qc_errorf(QC_ERR_IO,
-                         "eval --submission: tools/av2_submission is in neither %s/tools nor %s",
-                         QC_SOURCE_DIR, QC_INSTALL_TOOLS);
-    char py[] = "python3", pred_arg[4096], out_arg[4096];
-    snprintf(pred_arg, sizeof pred_arg, "%s", pred);
-    snprintf(out_arg, sizeof out_arg, "%s", out);
-    char *argv[] = {py, tool, pred_arg, out_arg, NULL};
-    pid_t pid;
-    fflush(NULL);
-    const int rc = posix_spawnp(&pid, "python3", NULL, NULL, argv, environ);
-    if (rc != 0)
-        return qc_errorf(QC_ERR_IO, "eval --submission: cannot run python3 %s: %s", tool,
-                         strerror(rc));
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return qc_errorf(QC_ERR_IO, "eval --submission: waiting for python3 %s: %s", tool,
-                             strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return QC_OK;
-    if (WIFEXITED(status))
-        return qc_errorf(QC_ERR_IO,
-                         "eval --submission %s: python3 %s %s %s exited %d (its message above)",
-                         out, tool, pred, out, WEXITSTATUS(status));
-    return qc_errorf(QC_ERR_IO, "eval --submission %s: python3 %s was killed by signal %d", out,
-                     tool, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    const char *args[] = {pred, out};
+    char what[4200];
+    snprintf(what, sizeof what, "eval --submission %s", out);
+    return qc_cli_tool_run(what, "av2_submission", args, 2);
 }
 
 static const char eval_usage[] = "--data FILE... [--weights FILE|RUN] [--batch-size N] "

@@ -98,6 +98,16 @@ enum qc_status qc_cli_parse(const char *cmd, const char *usage, const char *summ
                             const struct qc_cli_opt *opts, int nopts, int argc, char **argv,
                             const char **pos, int max_pos, int *npos, bool *help_shown);
 
+/* The Python scripts of tools/ that commands run (cli/python_tool.c). qc_cli_tool_find: the
+ * path of tools/NAME in the source tree, beside the executable (cmake --install) or under the
+ * configured prefix, written to buf; NULL when none is readable. qc_cli_tool_run: runs
+ * `python3 TOOL ARGS...` (at most 16) and waits for it; QC_OK when it exits 0, else QC_ERR_IO
+ * starting with `what` and naming the script and its exit status (the script prints its own
+ * message). */
+const char *qc_cli_tool_find(const char *name, char *buf, size_t cap);
+enum qc_status qc_cli_tool_run(const char *what, const char *name, const char *const *args,
+                               int nargs);
+
 /* The command implementations (one file per subcommand, src/cmd_<name>.c). */
 enum qc_status qc_cmd_version(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_cmd_config(struct qc_cli *cli, int argc, char **argv);

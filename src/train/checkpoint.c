@@ -195,25 +195,6 @@ static enum qc_status meta_i64(struct qc_st_writer *w, const char *key, int64_t 
     return qc_st_writer_set_metadata(w, key, buf);
 }
 
-/* The official constructor arguments beyond the model's sizes, from the run's configuration
- * (the official values when there is none). */
-static void official_args(const struct qc_config *cfg, struct qc_qcnet_official *o)
-{
-    qc_qcnet_official_default(o);
-    if (!cfg)
-        return;
-    o->time_span = cfg->time_span;
-    o->num_t2m_steps = cfg->num_t2m_steps;
-    o->pl2pl_radius = cfg->pl2pl_radius;
-    o->pl2a_radius = cfg->pl2a_radius;
-    o->a2a_radius = cfg->a2a_radius;
-    o->pl2m_radius = cfg->pl2m_radius;
-    o->a2m_radius = cfg->a2m_radius;
-    o->lr = cfg->lr;
-    o->weight_decay = cfg->weight_decay;
-    o->t_max = cfg->t_max;
-}
-
 static enum qc_status write_model_file(const struct qc_qcnet *m, const struct qc_train_state *s,
                                        const struct qc_config *cfg, const char *path)
 {
@@ -221,7 +202,7 @@ static enum qc_status write_model_file(const struct qc_qcnet *m, const struct qc
     QC_TRY(qc_st_writer_create(&w));
     char cfgjson[2048];
     struct qc_qcnet_official off;
-    official_args(cfg, &off);
+    qc_train_official_args(cfg, &off);
     qc_qcnet_config_json_official(qc_qcnet_config(m), &off, cfgjson, sizeof(cfgjson));
     enum qc_status st = qc_qcnet_add_to_writer(m, w, NULL, true);
     if (st == QC_OK)

@@ -451,6 +451,10 @@ const char *qc_trainer_out_dir(const struct qc_trainer *t);
 
 /* The model configuration of an effective configuration (model.* keys). */
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out);
+struct qc_qcnet_official;
+/* The official QCNet's constructor arguments beyond the model's sizes (radii, time_span,
+ * num_t2m_steps, lr, weight_decay, T_max) from cfg; the official values for cfg NULL. */
+void qc_train_official_args(const struct qc_config *cfg, struct qc_qcnet_official *o);
 struct qc_graph_params;
 /* The graph hyper-parameters of cfg (model.* radii, time_span, num_t2m_steps, num_modes,
  * max_num_neighbors). */

@@ -10,6 +10,23 @@
 #include "qc_graph.h"
 #include "qc_loader.h"
 
+void qc_train_official_args(const struct qc_config *cfg, struct qc_qcnet_official *o)
+{
+    qc_qcnet_official_default(o);
+    if (!cfg)
+        return;
+    o->time_span = cfg->time_span;
+    o->num_t2m_steps = cfg->num_t2m_steps;
+    o->pl2pl_radius = cfg->pl2pl_radius;
+    o->pl2a_radius = cfg->pl2a_radius;
+    o->a2a_radius = cfg->a2a_radius;
+    o->pl2m_radius = cfg->pl2m_radius;
+    o->a2m_radius = cfg->a2m_radius;
+    o->lr = cfg->lr;
+    o->weight_decay = cfg->weight_decay;
+    o->t_max = cfg->t_max;
+}
+
 void qc_train_model_config(const struct qc_config *cfg, struct qc_qcnet_config *out)
 {
     qc_qcnet_config_default(out);
