@@ -16,6 +16,8 @@ const struct qc_cli_bench_target qc_cli_bench_targets[] = {
     {"step", "whole training steps: samples/s and peak memory", qc_bench_step},
     {"memory", "training steps under device budgets: peaks (measured, predicted), time, offload",
      qc_bench_memory},
+    {"numerics", "fp32 forward and loss against float64 (tools/qcnet_f64.py: python3, NumPy)",
+     qc_bench_numerics},
     {"report", "size and writing time of the HTML report of a long synthetic run", qc_bench_report},
     {"dist",
      "data-parallel steps under mpirun/srun: bytes reduced, collective time, overlap, "

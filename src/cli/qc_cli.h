@@ -129,6 +129,7 @@ enum qc_status qc_bench_ops(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_step(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_memory(struct qc_cli *cli, int argc, char **argv);
 enum qc_status qc_bench_report(struct qc_cli *cli, int argc, char **argv);
+enum qc_status qc_bench_numerics(struct qc_cli *cli, int argc, char **argv);
 /* The synthetic run folder of `bench report` (src/bench/bench_report.c): `steps` steps of
  * metrics.jsonl, a memory.json with a plan, one step's trace of about `events` events. */
 enum qc_status qc_bench_report_make_run(const char *dir, int64_t steps, int64_t events);
