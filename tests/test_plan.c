@@ -429,6 +429,7 @@ static void test_cost_model(void)
 struct edge_prog {
     struct qc_plan_program p;
     uint64_t r_mb[2];
+    uint64_t scratch_mb; /* a transient of a1's backward (0: none) */
     int described;
 };
 
@@ -467,6 +468,11 @@ static enum qc_status edge_describe(void *user, uint32_t tiled, const struct qc_
     }
     for (int b = 4; b >= 0; b--) {
         qc_plan_program_event(p, QC_PLAN_OP_BWD, b, -1, 0, 0, 1);
+        if (b == 3 && e->scratch_mb) {
+            const int32_t t =
+                qc_plan_program_event(p, QC_PLAN_OP_ALLOC, -1, -1, e->scratch_mb * MB, 2, 0);
+            qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, t, 0, 0, 0);
+        }
         if (b < 2 && rid[b] >= 0)
             qc_plan_program_event(p, QC_PLAN_OP_FREE, -1, rid[b], 0, 0, 0);
         qc_plan_program_event(p, QC_PLAN_OP_BWD_END, b, -1, 0, 0, 1);
@@ -571,6 +577,61 @@ static void test_edge_modes(void)
     qc_plan_program_free(&e.p);
 }
 
+/* A plan that fits only by fetching nothing ahead does not decide the edge modes (cff0a52,
+ * src/plan/README.md): such a plan leaves no room for what the plan does not see (the
+ * allocator's rounding and fragmentation), so sets are tiled first, and nothing fetched ahead
+ * stays the last resort of the smallest program. The program of test_edge_modes with a host
+ * tier: budgets are scanned down from the materialised peak to the first one where the
+ * materialised plan (no choice) fits only with nothing fetched ahead; there, with the choice, a
+ * set is tiled and the plan fits fetching ahead. (272 MiB: fetched ahead, r0 meets a1's scratch
+ * at 273 MiB; nothing fetched ahead 233 MiB; set 0 tiled 233 MiB, fetching ahead.) */
+static void test_edge_modes_prefetch(void)
+{
+    /* a1's backward needs 120 MiB of its own: r0, fetched ahead there for a0's backward, meets
+     * it unless nothing is fetched ahead */
+    struct edge_prog e = {.r_mb = {40, 100}, .scratch_mb = 120};
+    qc_plan_program_init(&e.p);
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    struct qc_plan_hw hw;
+    hw_fast(&hw); /* a host tier the r stashes can go to between their uses */
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    par.margin = 0;
+    const struct qc_plan_describer d = {edge_describe, &e};
+    const struct qc_plan_program *p = NULL;
+    uint64_t found = 0;
+    for (uint64_t mb = 400; mb >= 1 && !found; mb--) {
+        par.budget = mb * MB;
+        uint32_t tiled = 99;
+        struct qc_plan_result r = {0};
+        T_EXPECT(qc_plan_make_edges(&d, false, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
+                 qc_error_last());
+        if (r.fits && r.prefetch_none)
+            found = mb;
+        qc_plan_result_free(&r);
+    }
+    T_EXPECT(found > 0, "no budget where the materialised plan fits only fetching nothing ahead");
+    if (found) {
+        par.budget = found * MB;
+        uint32_t tiled = 99;
+        struct qc_plan_result r = {0};
+        T_EXPECT(qc_plan_make_edges(&d, true, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
+                 qc_error_last());
+        printf("  %llu MiB: materialised fits only fetching nothing ahead; with the choice: "
+               "tiled 0x%x, fits %d, nothing ahead %d, peak %llu MiB\n",
+               (unsigned long long)found, tiled, (int)r.fits, (int)r.prefetch_none,
+               (unsigned long long)(r.peak / MB));
+        T_EXPECT(tiled != 0 && r.fits && !r.prefetch_none,
+                 "%llu MiB: tiled 0x%x, fits %d, nothing fetched ahead %d: the sets are not "
+                 "tiled before fetching nothing ahead",
+                 (unsigned long long)found, tiled, (int)r.fits, (int)r.prefetch_none);
+        qc_plan_result_free(&r);
+    }
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&e.p);
+}
+
 /* Lifetime classes (qc_plan_program_lives) of a hand-made program, and the memory context
  * placing its blocks by them (qc_memctx_set_lives): a stash apart from what outlives the
  * step. */
@@ -652,6 +713,8 @@ int main(void)
     QC_TEST ("plan: the edge modes: the tiled mode's FE priced, the sets ordered by bytes per "
              "second, tiled only as far as the budget needs")
         test_edge_modes();
+    QC_TEST ("plan: a plan that fits only fetching nothing ahead tiles the edge sets first")
+        test_edge_modes_prefetch();
     QC_TEST ("plan: each allocation's lifetime class from the program; the memory context "
              "places blocks by it")
         test_lives();
