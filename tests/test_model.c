@@ -90,6 +90,33 @@ static struct qc_qcnet *tiny_model(enum qc_attn_impl impl)
     return m;
 }
 
+/* The parity-tiny model (attention impl, the ops rounding to precision prec: docs/PRECISION.md)
+ * with the fixture's weights, its eval-mode forward on the parity batch and its loss: *out the
+ * model (qc_qcnet_release + qc_qcnet_destroy), *o and *loss its results. The status of the
+ * first step that failed (reported). */
+static enum qc_status parity_forward(enum qc_attn_impl impl, int prec, bool need_backward,
+                                     struct qc_qcnet **out, struct qc_qcnet_output *o,
+                                     struct qc_qcnet_loss *loss)
+{
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_parity_tiny(&cfg);
+    cfg.attention = impl;
+    cfg.precision = prec;
+    static struct qc_exec ex[QC_PREC_COUNT]; /* the model keeps a pointer to its exec */
+    ex[prec] = (struct qc_exec){.backend = QC_EXEC_CPU, .precision = prec};
+    if (qc_qcnet_create_on(&cfg, NULL, &ex[prec], out) != QC_OK)
+        T_FATAL("create: %s", qc_error_last());
+    enum qc_status rc = qc_qcnet_load(*out, PARITY_DIR "/weights.safetensors");
+    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
+    const struct qc_qcnet_ctx ctx = {.training = false, .need_backward = need_backward, .seed = 1};
+    if (rc == QC_OK)
+        rc = qc_qcnet_forward(*out, &g_batch, &ctx, o);
+    if (rc == QC_OK)
+        rc = qc_qcnet_loss(*out, loss);
+    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    return rc;
+}
+
 // ---- comparison helpers -----------------------------------------------------------------------
 
 struct cmp_row {
@@ -306,22 +333,11 @@ static void test_parity(enum qc_attn_impl impl)
              qc_error_last());
     T_EXPECT(qc_safetensors_open(PARITY_DIR "/after_step.safetensors", &after) == QC_OK, "%s",
              qc_error_last());
-    struct qc_qcnet *m = tiny_model(impl);
-    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
-    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
-    if (!ref || !grads || !after || rc != QC_OK)
-        goto out;
-
-    struct qc_qcnet_ctx ctx = {.training = false, .need_backward = true, .seed = 1};
+    struct qc_qcnet *m = NULL;
     struct qc_qcnet_output o;
-    rc = qc_qcnet_forward(m, &g_batch, &ctx, &o);
-    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
-    if (rc != QC_OK)
-        goto out;
     struct qc_qcnet_loss loss;
-    rc = qc_qcnet_loss(m, &loss);
-    T_EXPECT(rc == QC_OK, "loss: %s", qc_error_last());
-    if (rc != QC_OK)
+    enum qc_status rc = parity_forward(impl, QC_PREC_FP32, true, &m, &o, &loss);
+    if (!ref || !grads || !after || rc != QC_OK)
         goto out;
 
     /* forward outputs */
@@ -1217,24 +1233,10 @@ static void test_precision_parity(int prec, double tol)
     struct qc_safetensors *ref = NULL;
     T_EXPECT(qc_safetensors_open(PARITY_DIR "/outputs.safetensors", &ref) == QC_OK, "%s",
              qc_error_last());
-    struct qc_qcnet_config cfg;
-    qc_qcnet_config_parity_tiny(&cfg);
-    cfg.attention = QC_ATTN_FUSED;
-    cfg.precision = prec;
-    const struct qc_exec ex = {.backend = QC_EXEC_CPU, .precision = prec};
     struct qc_qcnet *m = NULL;
-    if (qc_qcnet_create_on(&cfg, NULL, &ex, &m) != QC_OK)
-        T_FATAL("create: %s", qc_error_last());
-    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
-    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
-    struct qc_qcnet_ctx ctx = {.training = false, .need_backward = true, .seed = 1};
     struct qc_qcnet_output o;
     struct qc_qcnet_loss loss;
-    if (rc == QC_OK)
-        rc = qc_qcnet_forward(m, &g_batch, &ctx, &o);
-    if (rc == QC_OK)
-        rc = qc_qcnet_loss(m, &loss);
-    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    const enum qc_status rc = parity_forward(QC_ATTN_FUSED, prec, true, &m, &o, &loss);
     if (rc == QC_OK && ref) {
         struct cmp_list l = {0};
         const int64_t A = o.A, K = o.K, S = o.S, D = o.D;
@@ -1307,17 +1309,10 @@ static void test_numerics_f64(enum qc_attn_impl impl)
              qc_error_last());
     T_EXPECT(qc_safetensors_open(PARITY_DIR "/outputs_f64.safetensors", &f64) == QC_OK, "%s",
              qc_error_last());
-    struct qc_qcnet *m = tiny_model(impl);
-    enum qc_status rc = qc_qcnet_load(m, PARITY_DIR "/weights.safetensors");
-    T_EXPECT(rc == QC_OK, "load: %s", qc_error_last());
-    struct qc_qcnet_ctx ctx = {.training = false, .need_backward = false, .seed = 1};
+    struct qc_qcnet *m = NULL;
     struct qc_qcnet_output o;
     struct qc_qcnet_loss loss;
-    if (rc == QC_OK)
-        rc = qc_qcnet_forward(m, &g_batch, &ctx, &o);
-    if (rc == QC_OK)
-        rc = qc_qcnet_loss(m, &loss);
-    T_EXPECT(rc == QC_OK, "forward: %s", qc_error_last());
+    const enum qc_status rc = parity_forward(impl, QC_PREC_FP32, false, &m, &o, &loss);
     if (rc == QC_OK && ref && f64) {
         const int64_t A = o.A, K = o.K, S = o.S, D = o.D;
         const struct f64_row rows[] = {
