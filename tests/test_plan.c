@@ -616,8 +616,12 @@ static void test_edge_modes_prefetch(void)
         par.budget = found * MB;
         uint32_t tiled = 99;
         struct qc_plan_result r = {0};
+        const int described = e.described;
         T_EXPECT(qc_plan_make_edges(&d, true, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
                  qc_error_last());
+        /* the default modes fit (fetching nothing ahead), so every set tiled is not tried
+         * first: two descriptions, the default modes' and set 0 tiled */
+        T_EXPECT_EQ_I64(e.described - described, 2, "descriptions");
         printf("  %llu MiB: materialised fits only fetching nothing ahead; with the choice: "
                "tiled 0x%x, fits %d, nothing ahead %d, peak %llu MiB\n",
                (unsigned long long)found, tiled, (int)r.fits, (int)r.prefetch_none,

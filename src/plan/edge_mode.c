@@ -11,8 +11,9 @@
  *   2. else the materialised sets of that program, ordered by the bytes tiling saves per second
  *      it adds (qc_plan_edge_order: a function of the program and the cost model), go tiled one
  *      at a time, the new program planned each time, until one fits;
- *   3. no fit with every set tiled (tried right after 1, so that a batch that cannot fit costs
- *      two descriptions): that plan, fits false (the caller splits the batch).
+ *   3. no fit with every set tiled (tried right after 1 when 1 does not fit, so that a batch
+ *      that cannot fit costs two descriptions): that plan, fits false (the caller splits the
+ *      batch).
  *
  * Above plan.c and cost.c (it calls both; neither calls it).
  */
@@ -75,8 +76,10 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
     const int n = choose && (!r.fits || r.prefetch_none)
                       ? qc_plan_edge_order(pr, cost, order, QC_PLAN_EDGE_SETS_MAX)
                       : 0;
-    if (n > 0) { /* every set tiled first: when even that does not fit, it is the answer (the
-                    smallest program; one description instead of n) */
+    if (n > 0 && !r.fits) { /* every set tiled first: when even that does not fit, it is the
+                               answer (the smallest program; one description instead of n). Not
+                               when the default modes fit fetching nothing ahead: a fit exists,
+                               and the loop below ends at every set tiled anyway */
         uint32_t all = 0;
         for (int i = 0; i < n; i++)
             all |= (uint32_t)1 << order[i].set;

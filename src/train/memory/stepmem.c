@@ -476,7 +476,8 @@ static enum qc_status edge_modes_run(struct train_mem *tm, struct qc_qcnet *mode
         if (tm->tiled)
             qc_log(QC_LOG_INFO,
                    "plan: step %" PRId64 ": edge sets %s tiled (model.edge_mode=auto: the "
-                   "materialised plan does not fit the budget)",
+                   "materialised plan does not fit the budget, or only by fetching nothing "
+                   "ahead)",
                    tm->step_no, sets);
         else
             qc_log(QC_LOG_INFO, "plan: step %" PRId64 ": every edge set materialised again",
