@@ -13,7 +13,9 @@
              distance from float64: every row is there, qctrain's rms distance is within 2x the
              plain fp32's for every output (the issue's goal, on another model size than
              test_model's fixture), the edge features equal the reference's fp32 ones within
-             1e-5, and best_mode agrees with float64 for every agent. Bad arguments exit 2.
+             1e-5, and best_mode agrees with float64 for every agent. With train.precision=bf16
+             every output sits ~2^-8 from float64 (the precision is honoured). Bad arguments
+             exit 2.
 
 usage: test_numerics.py QCTRAIN WORKDIR REPO case
 """
@@ -99,6 +101,20 @@ def case_bench():
     if not m or m.group(1) != m.group(2):
         fail(f"bench numerics: best_mode differs from float64's:\n{out}")
     print(out)
+
+    # train.precision is honoured: in bf16 every output sits ~2^-8 from float64 (not fp32's
+    # ~1e-7), and within the bf16 bound test_model states for the parity fixture (1e-1)
+    out16 = run([QC, "--preset", "cpu-smoke", "--set", "train.precision=bf16", "bench",
+                 "numerics"])
+    rms16 = out16.split("distance from float64, rms")[1].split("distance from float64, max")[0]
+    for k in OUTPUTS:
+        if k.startswith("loss."):
+            continue
+        m = re.search(re.escape(k) + r"\s+([0-9.e+-]+)", rms16)
+        if not m or not 1e-4 < float(m.group(1)) < 1e-1:
+            fail(f"bench numerics in bf16: {k} not ~2^-8 from float64:\n{out16}")
+    if ", bf16," not in out16:
+        fail(f"bench numerics in bf16: the header does not name the precision:\n{out16}")
 
     err = run(base + ["--seeds", "13"], expect=2)
     if "--seeds 13" not in err:

@@ -5,7 +5,8 @@
  * It writes a case folder in the layout of tests/data/qcnet-parity-tiny — batch.safetensors (the
  * collated scenes under QCNet's field names), weights.safetensors (the model of the
  * configuration, initialised from train.seed), manifest.json (the model configuration) — and
- * qctrain.safetensors: this build's fp32 outputs (pred.*, enc.*, loss.*, CPU backend, eval mode)
+ * qctrain.safetensors: this build's outputs (pred.*, enc.*, loss.*, CPU backend, eval mode, the
+ * ops rounding to train.precision: fp32 by default; bf16 / fp16 show what 16 bits cost)
  * and the edge_index every attention layer saw (edge_index.<layer>.call0, official order). Then
  * it runs tools/qcnet_f64.py on the folder, an independent NumPy implementation of the official
  * model, which computes the same forward in float64 and in float32 and prints, per output, the
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "qc_batch.h"
+#include "qc_exec.h"
 #include "qc_file.h"
 #include "qc_graph.h"
 #include "qc_qcnet.h"
@@ -267,7 +269,8 @@ static enum qc_status nm_write_case(const struct qc_config *cfg, const struct nm
 {
     struct qc_qcnet_config mc;
     qc_train_model_config(cfg, &mc);
-    mc.precision = QC_PREC_FP32;
+    /* the ops round to train.precision as a training run's do (docs/PRECISION.md) */
+    const struct qc_exec ex = {.backend = QC_EXEC_CPU, .precision = mc.precision};
     const struct qc_scene **ptrs = malloc((size_t)sc->n * sizeof *ptrs);
     if (!ptrs)
         return qc_errorf(QC_ERR_NOMEM, "bench numerics: out of memory");
@@ -286,7 +289,7 @@ static enum qc_status nm_write_case(const struct qc_config *cfg, const struct nm
     qc_graph_builder_destroy(gb);
     struct qc_qcnet *m = NULL;
     if (st == QC_OK)
-        st = qc_qcnet_create(&mc, &m);
+        st = qc_qcnet_create_on(&mc, NULL, &ex, &m);
     char path[4200];
     if (st == QC_OK) {
         qc_qcnet_init_params(m, seed);
@@ -414,10 +417,10 @@ enum qc_status qc_bench_numerics(struct qc_cli *cli, int argc, char **argv)
     if (st == QC_OK) {
         if (!cli->quiet)
             printf("bench numerics: %" PRId64 " scene(s), %" PRId64 " seed(s) from %" PRId64
-                   ", %s attention, cases in %s%s\n",
+                   ", %s attention, %s, cases in %s%s\n",
                    scenes, seeds, cfg.seed,
-                   cfg.attention == QC_ATTENTION_FUSED ? "fused" : "unfused", dir,
-                   out ? "" : " (removed after)");
+                   cfg.attention == QC_ATTENTION_FUSED ? "fused" : "unfused",
+                   qc_precision_str(cfg.precision), dir, out ? "" : " (removed after)");
         args[made] = "--ours";
         args[made + 1] = "qctrain.safetensors";
         st = qc_cli_tool_run("bench numerics", "qcnet_f64.py", args, (int)made + 2);
