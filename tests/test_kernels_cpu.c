@@ -1049,6 +1049,61 @@ static void test_gru(void)
     }
 }
 
+/* The sequence's rows run in blocks, one per thread (gru.c): with 1 and 3 threads (257 rows:
+ * blocks of 85/86) the states, gates, dx and dh0 have the same bits, and the forward's states
+ * and gates are those of L cell steps over all rows at once. */
+static void test_gru_row_blocks(void)
+{
+    QC_TEST ("gru: row blocks on 1 and 3 threads give the bits of the whole-row cell steps") {
+        uint64_t st = qc_test_seed() + 120;
+        const int64_t L = 5, N = 257, IC = 24, C = 16;
+        float *x = kt_rand(L * N * IC, -1, 1, &st), *h0 = kt_rand(N * C, -1, 1, &st);
+        float *wih = kt_rand(3 * C * IC, -0.5f, 0.5f, &st), *bih = kt_rand(3 * C, -0.3f, 0.3f, &st);
+        float *whh = kt_rand(3 * C * C, -0.5f, 0.5f, &st), *bhh = kt_rand(3 * C, -0.3f, 0.3f, &st);
+        float *dh = kt_rand(N * C, -1, 1, &st);
+        const int64_t n[7] = {(L + 1) * N * C, L * N * 4 * C, L * N * IC, N * C,
+                              3 * C * IC,      3 * C,         3 * C * C};
+        static const char *names[7] = {"states", "gates", "dx", "dh0", "dw_ih", "db_ih", "dw_hh"};
+        float *res[2][7];
+        for (int run = 0; run < 2; run++) {
+            omp_set_num_threads(run ? 3 : 1);
+            for (int i = 0; i < 7; i++)
+                res[run][i] = kt_zeros(n[i]);
+            float *dbhh = kt_zeros(3 * C);
+            float *sf = kt_zeros(qc_gru_forward_scratch_numel(L, N, C));
+            float *sb = kt_zeros(qc_gru_backward_scratch_numel(L, N, C));
+            qc_gru_forward_cpu(res[run][0], res[run][1], x, h0, wih, bih, whh, bhh, L, N, IC, C,
+                               sf);
+            qc_gru_backward_cpu(res[run][2], res[run][3], res[run][4], res[run][5], res[run][6],
+                                dbhh, dh, res[run][0], res[run][1], x, wih, whh, L, N, IC, C, sb);
+            free(dbhh), free(sf), free(sb);
+        }
+        omp_set_num_threads(2);
+        /* the weight gradients are one OpenBLAS GEMM over all L·N rows, whose bits depend on
+         * OpenBLAS's own thread count: not compared */
+        for (int i = 0; i < 4; i++)
+            T_EXPECT(memcmp(res[0][i], res[1][i], (size_t)n[i] * 4) == 0, "%s: 1 vs 3 threads",
+                     names[i]);
+        /* L cell steps over all N rows (one GEMM of N rows per step) */
+        float *h = kt_zeros(N * C), *hn = kt_zeros(N * C), *g = kt_zeros(N * 4 * C);
+        float *sc = kt_zeros(qc_gru_cell_scratch_numel(N, C));
+        memcpy(h, h0, (size_t)(N * C) * 4);
+        for (int64_t t = 0; t < L; t++) {
+            qc_gru_cell_forward_cpu(hn, g, x + t * N * IC, h, wih, bih, whh, bhh, N, IC, C, sc);
+            T_EXPECT(memcmp(hn, res[1][0] + (t + 1) * N * C, (size_t)(N * C) * 4) == 0,
+                     "step %lld: states differ from the cell's", (long long)t);
+            T_EXPECT(memcmp(g, res[1][1] + t * N * 4 * C, (size_t)(N * 4 * C) * 4) == 0,
+                     "step %lld: gates differ from the cell's", (long long)t);
+            memcpy(h, hn, (size_t)(N * C) * 4);
+        }
+        free(h), free(hn), free(g), free(sc);
+        for (int run = 0; run < 2; run++)
+            for (int i = 0; i < 7; i++)
+                free(res[run][i]);
+        free(x), free(h0), free(wih), free(bih), free(whh), free(bhh), free(dh);
+    }
+}
+
 /* ==== log_softmax / logsumexp / losses ===================================================== */
 
 static void lsm_fwd_d(struct gc *g)
@@ -1485,6 +1540,7 @@ int main(void)
     test_fourier();
     test_fourier_sincos();
     test_gru();
+    test_gru_row_blocks();
     test_softmax_rows();
     test_laplace();
     test_losses();

@@ -1,16 +1,19 @@
 /*
  * gru.c — GRU cell and sequence (PyTorch nn.GRU, gate order r, z, n; b_hn inside r ⊙ (·)).
  * Input projections of the whole sequence are one GEMM (x·W_ihᵀ + b_ih for all L·N rows); the
- * recurrent projection is one GEMM per step. The backward collects the per-step gate gradients
- * and finishes dx, dW_ih, dW_hh with one GEMM each. The elementwise gates are gru_math.h's
+ * recurrent projection is one GEMM per step and row block (below: each thread runs every step on
+ * its own rows). The backward collects the per-step gate gradients and finishes dx, dW_ih, dW_hh
+ * with one GEMM each. The elementwise gates are gru_math.h's
  * (shared with the CUDA kernels), in the order of PyTorch's CPU gru_cell: h' = (h − n)·z + n.
  *
  * Saved per (step, row): gates = [r | z | n | hn] (4C) and the input state h (C, in hs).
  */
 #include "qc_kernels.h"
 
+#include <omp.h>
 #include <string.h>
 
+#include "cpu_internal.h"
 #include "gru_math.h"
 #include "qc_status.h"
 
@@ -92,6 +95,50 @@ int64_t qc_gru_backward_scratch_numel(int64_t L, int64_t N, int64_t C)
     return 6 * L * N * C + N * C;
 }
 
+/* The rows of a sequence are independent recurrences: with more than one thread each thread
+ * runs every step on its own contiguous block of rows (its GEMMs on one thread, cpu_team_begin),
+ * so a step costs no team wake-up or barrier; below GRU_PAR_ROWS rows a thread, the calling
+ * thread runs them all. Each element's arithmetic is the same for any block (the GEMM's sum over
+ * C for one row and column does not depend on the other rows): the bits do not depend on the
+ * thread count (test_kernels_cpu, "gru: row blocks"). */
+#define GRU_PAR_ROWS 64
+
+static int gru_threads(int64_t N)
+{
+    int t = omp_get_max_threads();
+    if ((int64_t)t > N / GRU_PAR_ROWS)
+        t = (int)(N / GRU_PAR_ROWS);
+    return t < 1 ? 1 : t;
+}
+
+/* Rows [*n0, *n1) of N for thread i of T. */
+static void gru_rows(int64_t N, int i, int T, int64_t *n0, int64_t *n1)
+{
+    *n0 = N * i / T;
+    *n1 = N * (i + 1) / T;
+}
+
+/* Steps 0..L-1 of rows [n0, n1): the recurrent GEMM and the gates (gru_gates' arithmetic). */
+static void gru_forward_rows(float *hs, float *gates, const float *xg, float *hg, const float *w_hh,
+                             const float *b_hh, int64_t L, int64_t N, int64_t C, int64_t n0,
+                             int64_t n1)
+{
+    const int64_t R = n1 - n0;
+    for (int64_t t = 0; t < L; t++) {
+        const float *h = hs + (t * N + n0) * C;
+        float *hn = hs + ((t + 1) * N + n0) * C;
+        for (int64_t n = 0; b_hh && n < R; n++) /* as qc_linear_forward_cpu adds a bias */
+            memcpy(hg + n * 3 * C, b_hh, (size_t)(3 * C) * sizeof(float));
+        qc_linear_forward_cpu(hg, h, C, w_hh, NULL, R, C, 3 * C, b_hh != NULL);
+        const float *xr0 = xg + (t * N + n0) * 3 * C;
+        float *g0 = gates ? gates + (t * N + n0) * 4 * C : NULL;
+        for (int64_t n = 0; n < R; n++)
+            for (int64_t c = 0; c < C; c++)
+                qc_gru_gate_forward(hn + n * C + c, g0 ? g0 + n * 4 * C : NULL, xr0 + n * 3 * C,
+                                    hg + n * 3 * C, h[n * C + c], c, C);
+    }
+}
+
 void qc_gru_forward_cpu(float *hs, float *gates, const float *x, const float *h0, const float *w_ih,
                         const float *b_ih, const float *w_hh, const float *b_hh, int64_t L,
                         int64_t N, int64_t IC, int64_t C, float *scratch)
@@ -104,13 +151,38 @@ void qc_gru_forward_cpu(float *hs, float *gates, const float *x, const float *h0
     memcpy(hs, h0, (size_t)(N * C) * sizeof(float));
     if (L == 0)
         return;
-    float *xg = scratch, *hg = scratch + 3 * L * N * C;
+    float *xg = scratch, *hg = scratch + 3 * L * N * C; /* hg: (N,3C), row block n0.. per thread */
     qc_linear_forward_cpu(xg, x, IC, w_ih, b_ih, L * N, IC, 3 * C, false);
-    for (int64_t t = 0; t < L; t++) {
-        const float *h = hs + t * N * C;
-        qc_linear_forward_cpu(hg, h, C, w_hh, b_hh, N, C, 3 * C, false);
-        gru_gates(hs + (t + 1) * N * C, gates ? gates + t * N * 4 * C : NULL, xg + t * N * 3 * C,
-                  hg, h, N, C);
+    const int T = gru_threads(N);
+    if (T == 1) {
+        gru_forward_rows(hs, gates, xg, hg, w_hh, b_hh, L, N, C, 0, N);
+        return;
+    }
+    const struct cpu_team tm = cpu_team_begin(T);
+#pragma omp parallel for schedule(static, 1) num_threads(T)
+    for (int i = 0; i < T; i++) {
+        int64_t n0, n1;
+        gru_rows(N, i, T, &n0, &n1);
+        gru_forward_rows(hs, gates, xg, hg + n0 * 3 * C, w_hh, b_hh, L, N, C, n0, n1);
+    }
+    cpu_team_end(tm);
+}
+
+/* Steps L-1..0 of rows [n0, n1): the gates' backward and dh += dhg_t·W_hh. */
+static void gru_backward_rows(float *dxg, float *dhg, float *dh, const float *hs,
+                              const float *gates, const float *w_hh, int64_t L, int64_t N,
+                              int64_t C, int64_t n0, int64_t n1)
+{
+    const int64_t R = n1 - n0;
+    for (int64_t t = L - 1; t >= 0; t--) {
+        float *dxg_t = dxg + (t * N + n0) * 3 * C, *dhg_t = dhg + (t * N + n0) * 3 * C;
+        const float *g = gates + (t * N + n0) * 4 * C, *h = hs + (t * N + n0) * C;
+        for (int64_t n = 0; n < R; n++)
+            for (int64_t c = 0; c < C; c++)
+                dh[n * C + c] =
+                    qc_gru_gate_backward(dxg_t + n * 3 * C, dhg_t + n * 3 * C, g + n * 4 * C,
+                                         dh[n * C + c], h[n * C + c], c, C);
+        qc_linear_backward_cpu(dh, C, NULL, NULL, dhg_t, NULL, C, w_hh, R, C, 3 * C, true);
     }
 }
 
@@ -128,10 +200,18 @@ void qc_gru_backward_cpu(float *dx, float *dh0, float *dw_ih, float *db_ih, floa
     float *dhg = scratch + 3 * L * N * C; /* (L,N,3C) */
     float *dh = scratch + 6 * L * N * C;  /* (N,C) running gradient of the state */
     memcpy(dh, dh_last, (size_t)(N * C) * sizeof(float));
-    for (int64_t t = L - 1; t >= 0; t--) {
-        float *dxg_t = dxg + t * N * 3 * C, *dhg_t = dhg + t * N * 3 * C;
-        gru_gates_backward(dxg_t, dhg_t, dh, dh, gates + t * N * 4 * C, hs + t * N * C, N, C);
-        qc_linear_backward_cpu(dh, C, NULL, NULL, dhg_t, NULL, C, w_hh, N, C, 3 * C, true);
+    const int T = gru_threads(N);
+    if (T == 1) {
+        gru_backward_rows(dxg, dhg, dh, hs, gates, w_hh, L, N, C, 0, N);
+    } else {
+        const struct cpu_team tm = cpu_team_begin(T);
+#pragma omp parallel for schedule(static, 1) num_threads(T)
+        for (int i = 0; i < T; i++) {
+            int64_t n0, n1;
+            gru_rows(N, i, T, &n0, &n1);
+            gru_backward_rows(dxg, dhg, dh + n0 * C, hs, gates, w_hh, L, N, C, n0, n1);
+        }
+        cpu_team_end(tm);
     }
     if (dh0)
         memcpy(dh0, dh, (size_t)(N * C) * sizeof(float));
