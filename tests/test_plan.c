@@ -23,6 +23,7 @@
 #include "qc_graph.h"
 #include "qc_memctx.h"
 #include "qc_plan.h"
+#include "qc_plan_calib.h" /* qc_plan_cost_clone */
 #include "qc_qcnet.h"
 #include "qc_synth.h"
 
@@ -387,6 +388,43 @@ static void test_cost_model(void)
     T_EXPECT(fabs(qc_plan_cost_time(c, &p, 1, 0) - 0.33) < 1e-12, "EMA: %g",
              qc_plan_cost_time(c, &p, 1, 0));
     T_EXPECT_STR_CONTAINS(qc_plan_cost_source(c, src, sizeof src), "calibrated over 2 steps");
+    /* a warm-up measurement prices until the next update, which folds as if it never came:
+     * the same coefficients, bit for bit, as the model updated without it; on a fresh model,
+     * on one with history (c), and on a clone taken while the warm-up is pending */
+    {
+        struct qc_plan_measure slow[3] = {{1.0, 2.0}, {3.0, 6.0}, {5.0, 10.0}};
+        struct qc_plan_measure m2[3] = {{0.2, 0.3}, {0.35, 0.7}, {0.45, 0.9}};
+        struct qc_plan_cost *w = NULL, *ref = NULL, *wc = NULL, *hist = NULL;
+        T_EXPECT(qc_plan_cost_create(&w) == QC_OK && qc_plan_cost_create(&ref) == QC_OK, "create");
+        T_EXPECT(qc_plan_cost_update_warmup(w, &p, slow, 30.0, true) == QC_OK, "%s",
+                 qc_error_last());
+        T_EXPECT(fabs(qc_plan_cost_time(w, &p, 1, 0) - 3.0) < 1e-12,
+                 "the warm-up prices until the next update: %g", qc_plan_cost_time(w, &p, 1, 0));
+        T_EXPECT(qc_plan_cost_clone(w, &wc) == QC_OK, "clone");
+        qc_plan_cost_update(w, &p, m2, 3.0, true);
+        qc_plan_cost_update(wc, &p, m2, 3.0, true);
+        qc_plan_cost_update(ref, &p, m2, 3.0, true);
+        T_EXPECT(qc_plan_cost_clone(c, &hist) == QC_OK, "clone");
+        T_EXPECT(qc_plan_cost_update_warmup(c, &p, slow, 30.0, true) == QC_OK, "%s",
+                 qc_error_last());
+        qc_plan_cost_update(c, &p, m2, 3.0, true);
+        qc_plan_cost_update(hist, &p, m2, 3.0, true);
+        for (int32_t b = 0; b < 3; b++)
+            for (int ph = 0; ph < 2; ph++) {
+                T_EXPECT(qc_plan_cost_time(w, &p, b, ph) == qc_plan_cost_time(ref, &p, b, ph),
+                         "fresh: block %d phase %d: %.17g, without the warm-up %.17g", b, ph,
+                         qc_plan_cost_time(w, &p, b, ph), qc_plan_cost_time(ref, &p, b, ph));
+                T_EXPECT(qc_plan_cost_time(wc, &p, b, ph) == qc_plan_cost_time(ref, &p, b, ph),
+                         "clone: block %d phase %d", b, ph);
+                T_EXPECT(qc_plan_cost_time(c, &p, b, ph) == qc_plan_cost_time(hist, &p, b, ph),
+                         "with history: block %d phase %d: %.17g vs %.17g", b, ph,
+                         qc_plan_cost_time(c, &p, b, ph), qc_plan_cost_time(hist, &p, b, ph));
+            }
+        T_EXPECT_EQ_I64(qc_plan_cost_steps(w), 1, "the warm-up is not a step");
+        T_EXPECT_EQ_I64(qc_plan_cost_steps(c), 3, "history: 2 steps and this one");
+        qc_plan_cost_destroy(w), qc_plan_cost_destroy(ref), qc_plan_cost_destroy(wc);
+        qc_plan_cost_destroy(hist);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/plan_cost_test_%d.json", QC_BINARY_DIR, (int)getpid());
     T_EXPECT(qc_plan_cost_save(c, path) == QC_OK, "%s", qc_error_last());
@@ -397,7 +435,7 @@ static void test_cost_model(void)
                          1e-12 * qc_plan_cost_time(c, &p, b, ph),
                      "round trip (JSON's 15 digits): block %d phase %d: %.17g vs %.17g", b, ph,
                      qc_plan_cost_time(c, &p, b, ph), qc_plan_cost_time(d, &p, b, ph));
-    T_EXPECT_EQ_I64(qc_plan_cost_steps(d), 2, "steps round trip");
+    T_EXPECT_EQ_I64(qc_plan_cost_steps(d), 3, "steps round trip");
     /* a broken file names itself */
     FILE *f = fopen(path, "w");
     fputs("{\"format\": \"qctrain-plan-cost\", \"version\": 2, \"steps\": -1}", f);

@@ -65,6 +65,9 @@ struct qc_plan_cost {
     struct qc_plan_calib cal; /* where the figures come from (qc_plan_calib.h) */
     bool roofline;            /* times from roof (qc_plan_cost_create_roofline), not coefficients */
     struct qc_plan_roofline roof;
+    /* after a warm-up update (qc_plan_cost_update_warmup): the model as it was before it, which
+     * the next update restores before folding its own measurement; NULL otherwise */
+    struct qc_plan_cost *settled;
 };
 
 double qc_plan_work(const struct qc_plan_block *b)
@@ -100,6 +103,7 @@ void qc_plan_cost_destroy(struct qc_plan_cost *c)
 {
     if (!c)
         return;
+    qc_plan_cost_destroy(c->settled);
     free(c->b);
     free(c);
 }
@@ -304,9 +308,22 @@ static void fold(double *x, double v, int64_t n)
     *x = n == 0 ? v : (1.0 - EMA) * *x + EMA * v;
 }
 
+/* c as it was before its warm-up update (c->settled), keeping where its figures come from. */
+static void restore_settled(struct qc_plan_cost *c)
+{
+    struct qc_plan_cost *s = c->settled;
+    const struct qc_plan_calib cal = c->cal;
+    free(c->b);
+    *c = *s; /* s->settled is NULL; s->b is c's now */
+    c->cal = cal;
+    free(s);
+}
+
 void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
                          const struct qc_plan_measure *m, double step_s, bool per_block)
 {
+    if (c->settled)
+        restore_settled(c);
     double blocks_s = 0.0, predicted = 0.0;
     if (c->roofline) /* a roofline calibrates its step factor only */
         per_block = false;
@@ -352,6 +369,19 @@ void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p
     c->steps++;
 }
 
+enum qc_status qc_plan_cost_update_warmup(struct qc_plan_cost *c, const struct qc_plan_program *p,
+                                          const struct qc_plan_measure *m, double step_s,
+                                          bool per_block)
+{
+    if (c->settled)
+        restore_settled(c);
+    struct qc_plan_cost *s = NULL;
+    QC_TRY(qc_plan_cost_clone(c, &s));
+    qc_plan_cost_update(c, p, m, step_s, per_block);
+    c->settled = s;
+    return QC_OK;
+}
+
 int64_t qc_plan_cost_steps(const struct qc_plan_cost *c)
 {
     return c->steps;
@@ -381,6 +411,11 @@ enum qc_status qc_plan_cost_clone(const struct qc_plan_cost *src, struct qc_plan
         memcpy(b, src->b, (size_t)src->nb * sizeof *b);
     c->b = b;
     c->cap = src->nb;
+    c->settled = NULL;
+    if (src->settled && qc_plan_cost_clone(src->settled, &c->settled) != QC_OK) {
+        qc_plan_cost_destroy(c);
+        return QC_ERR_NOMEM;
+    }
     *out = c;
     return QC_OK;
 }
@@ -502,6 +537,8 @@ static bool num(const cJSON *o, const char *key, double *out)
 
 enum qc_status qc_plan_cost_load(struct qc_plan_cost *c, const char *path)
 {
+    qc_plan_cost_destroy(c->settled); /* a load replaces a pending warm-up */
+    c->settled = NULL;
     FILE *f = fopen(path, "rb");
     if (!f)
         return qc_errorf(QC_ERR_IO, "plan cost %s: %s", path, strerror(errno));

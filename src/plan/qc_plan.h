@@ -238,6 +238,14 @@ struct qc_plan_measure {
  * see the device's work, CUDA). */
 void qc_plan_cost_update(struct qc_plan_cost *c, const struct qc_plan_program *p,
                          const struct qc_plan_measure *m, double step_s, bool per_block);
+/* qc_plan_cost_update of a warm-up measurement (a process's first measured group: memory to
+ * fault in, cold caches, thread pools starting): it prices the plans until the next update,
+ * which first puts the model back as it was before it and then folds its own measurement, so
+ * the warm-up weighs in no coefficient (folded like any step, the EMA would keep (1 − α)^k of
+ * it after k more steps: 34 % after 3). QC_ERR_NOMEM: nothing changed. */
+enum qc_status qc_plan_cost_update_warmup(struct qc_plan_cost *c, const struct qc_plan_program *p,
+                                          const struct qc_plan_measure *m, double step_s,
+                                          bool per_block);
 /* Predicted forward (phase 0) / backward (1) seconds of block b of p. On a TILED edge set
  * (edge_mode) the tiled mode's FE work is priced from the set's edge context (edges_block)
  * as if it materialised r: an application adds the context's forward to its forward and the

@@ -54,7 +54,7 @@ struct qc_plan_calib {
  * rates set, a block the model has not measured is priced from them (cost.c, probe_time). */
 const struct qc_plan_calib *qc_plan_cost_calib(const struct qc_plan_cost *c);
 void qc_plan_cost_set_calib(struct qc_plan_cost *c, const struct qc_plan_calib *cal);
-/* A copy of src (coefficients, glue, step factor, calibration record). */
+/* A copy of src (coefficients, glue, step factor, calibration record, a pending warm-up). */
 enum qc_status qc_plan_cost_clone(const struct qc_plan_cost *src, struct qc_plan_cost **out);
 
 /* The cache folder: $QC_CACHE_DIR, else $XDG_CACHE_HOME/qctrain, else $HOME/.cache/qctrain. */

@@ -107,10 +107,11 @@ struct train_mem {
     bool skip_oversized;
     struct qc_plan_measure *meas;
     int32_t cap_meas;
-    float *grads_host;  /* the rollback copy of the gradients */
-    float *grads_group; /* the gradients before a group of several scenes (run_admitted) */
-    int64_t rt_skips;   /* scenes skipped after running out of memory (not by admission) */
-    int64_t rt_skipped; /* the dataset index of the last of them */
+    int64_t groups_measured; /* groups folded into cost by this process (the first: a warm-up) */
+    float *grads_host;       /* the rollback copy of the gradients */
+    float *grads_group;      /* the gradients before a group of several scenes (run_admitted) */
+    int64_t rt_skips;        /* scenes skipped after running out of memory (not by admission) */
+    int64_t rt_skipped;      /* the dataset index of the last of them */
     int64_t nparams;
     /* several ranks: the group's reduced ranges [owned_from, nparams) kept aside over a
      * rollback (nparams: none) */
@@ -497,7 +498,12 @@ static void calibrate(struct train_mem *tm, struct qc_qcnet *model, double group
         tm->meas = n;
         tm->cap_meas = tm->prog.nblocks;
     }
-    if (qc_qcnet_measure(model, tm->meas, tm->prog.nblocks) == QC_OK)
+    if (qc_qcnet_measure(model, tm->meas, tm->prog.nblocks) != QC_OK)
+        return;
+    /* the process's first group warms up (faults in the allocator's fresh memory, starts the
+     * thread pools): it prices the next plans and then gives way (qc_plan_cost_update_warmup) */
+    if (tm->groups_measured++ > 0 ||
+        qc_plan_cost_update_warmup(tm->cost, &tm->prog, tm->meas, group_s, !tm->cuda) != QC_OK)
         qc_plan_cost_update(tm->cost, &tm->prog, tm->meas, group_s, !tm->cuda);
 }
 
