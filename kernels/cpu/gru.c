@@ -17,11 +17,12 @@
 #include "gru_math.h"
 #include "qc_status.h"
 
-/* Gates of N rows from xg = x·W_ihᵀ + b_ih and hg = h·W_hhᵀ + b_hh (each (N,3C)). */
+/* Gates of N rows from xg = x·W_ihᵀ + b_ih and hg = h·W_hhᵀ + b_hh (each (N,3C)). A team only
+ * for CPU_PAR_MIN elements (a row block of the sequence, below, runs them on its own thread). */
 static void gru_gates(float *h_out, float *gates, const float *xg, const float *hg, const float *h,
                       int64_t N, int64_t C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *xr = xg + n * 3 * C, *hr = hg + n * 3 * C;
         float *g = gates ? gates + n * 4 * C : NULL;
@@ -36,7 +37,7 @@ static void gru_gates(float *h_out, float *gates, const float *xg, const float *
 static void gru_gates_backward(float *dxg, float *dhg, float *dh_direct, const float *dh_out,
                                const float *gates, const float *h, int64_t N, int64_t C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= CPU_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *g = gates + n * 4 * C;
         float *xo = dxg + n * 3 * C, *ho = dhg + n * 3 * C;
@@ -118,7 +119,7 @@ static void gru_rows(int64_t N, int i, int T, int64_t *n0, int64_t *n1)
     *n1 = N * (i + 1) / T;
 }
 
-/* Steps 0..L-1 of rows [n0, n1): the recurrent GEMM and the gates (gru_gates' arithmetic). */
+/* Steps 0..L-1 of rows [n0, n1): the recurrent GEMM and the gates. */
 static void gru_forward_rows(float *hs, float *gates, const float *xg, float *hg, const float *w_hh,
                              const float *b_hh, int64_t L, int64_t N, int64_t C, int64_t n0,
                              int64_t n1)
@@ -130,12 +131,8 @@ static void gru_forward_rows(float *hs, float *gates, const float *xg, float *hg
         for (int64_t n = 0; b_hh && n < R; n++) /* as qc_linear_forward_cpu adds a bias */
             memcpy(hg + n * 3 * C, b_hh, (size_t)(3 * C) * sizeof(float));
         qc_linear_forward_cpu(hg, h, C, w_hh, NULL, R, C, 3 * C, b_hh != NULL);
-        const float *xr0 = xg + (t * N + n0) * 3 * C;
-        float *g0 = gates ? gates + (t * N + n0) * 4 * C : NULL;
-        for (int64_t n = 0; n < R; n++)
-            for (int64_t c = 0; c < C; c++)
-                qc_gru_gate_forward(hn + n * C + c, g0 ? g0 + n * 4 * C : NULL, xr0 + n * 3 * C,
-                                    hg + n * 3 * C, h[n * C + c], c, C);
+        gru_gates(hn, gates ? gates + (t * N + n0) * 4 * C : NULL, xg + (t * N + n0) * 3 * C, hg, h,
+                  R, C);
     }
 }
 
@@ -176,12 +173,8 @@ static void gru_backward_rows(float *dxg, float *dhg, float *dh, const float *hs
     const int64_t R = n1 - n0;
     for (int64_t t = L - 1; t >= 0; t--) {
         float *dxg_t = dxg + (t * N + n0) * 3 * C, *dhg_t = dhg + (t * N + n0) * 3 * C;
-        const float *g = gates + (t * N + n0) * 4 * C, *h = hs + (t * N + n0) * C;
-        for (int64_t n = 0; n < R; n++)
-            for (int64_t c = 0; c < C; c++)
-                dh[n * C + c] =
-                    qc_gru_gate_backward(dxg_t + n * 3 * C, dhg_t + n * 3 * C, g + n * 4 * C,
-                                         dh[n * C + c], h[n * C + c], c, C);
+        gru_gates_backward(dxg_t, dhg_t, dh, dh, gates + (t * N + n0) * 4 * C,
+                           hs + (t * N + n0) * C, R, C);
         qc_linear_backward_cpu(dh, C, NULL, NULL, dhg_t, NULL, C, w_hh, R, C, 3 * C, true);
     }
 }
