@@ -928,6 +928,63 @@ static void test_fused_vs_unfused(void)
     acase_free(&c);
 }
 
+// ---- the node-level half in row chunks == in one piece ----------------------------------------
+
+/* attn_node_forward_post / _backward_post run over the destination rows in chunks
+ * (qc_attn.post_rows): every row's forward is the same operations whatever the chunk (outputs
+ * and input gradients equal to 1e-6 of their scale; OpenBLAS may pick other kernels for other
+ * row counts), and the parameter gradients are the same sums in another grouping (1e-5). The
+ * FFN dropout is on: a chunk that drew its mask from the wrong rows of the site would differ
+ * by the mask's scale. */
+static void post_chunks_case(const char *what, struct acase *c, enum qc_attn_impl impl)
+{
+    const int64_t D = c->D;
+    c->l.post_rows = 0; /* one chunk: Nd is far below the default */
+    acase_run(c, impl, 37);
+    float *out = fnew(c->Nd * D), *dw = fnew(c->l.params.numel), *dxd = fnew(c->Nd * D);
+    float *dxs = fnew(c->Ns * D);
+    memcpy(out, c->out, (size_t)(c->Nd * D) * sizeof *out);
+    memcpy(dw, c->dw, (size_t)c->l.params.numel * sizeof *dw);
+    memcpy(dxd, c->dxd, (size_t)(c->Nd * D) * sizeof *dxd);
+    memcpy(dxs, c->dxs, (size_t)(c->Ns * D) * sizeof *dxs);
+    c->l.post_rows = 13; /* 13-row chunks and a shorter last one */
+    T_EXPECT(c->Nd % 13 != 0 && c->Nd > 3 * 13, "%s: %lld rows do not end in a partial chunk", what,
+             (long long)c->Nd);
+    acase_run(c, impl, 37);
+    c->l.post_rows = 0;
+    const double e_out = rel_diff(c->out, out, c->Nd * D);
+    const double e_dw = rel_diff(c->dw, dw, c->l.params.numel);
+    const double e_dxd = rel_diff(c->dxd, dxd, c->Nd * D), e_dxs = rel_diff(c->dxs, dxs, c->Ns * D);
+    printf("  %s: 13-row chunks vs one: out %.1e dW %.1e dx_dst %.1e dx_src %.1e\n", what, e_out,
+           e_dw, e_dxd, e_dxs);
+    T_EXPECT(e_out < 1e-6, "%s: outputs differ by %.3g", what, e_out);
+    T_EXPECT(e_dw < 1e-5, "%s: layer gradients differ by %.3g", what, e_dw);
+    T_EXPECT(e_dxd < 1e-6, "%s: dx_dst differ by %.3g", what, e_dxd);
+    T_EXPECT(e_dxs < 1e-6, "%s: dx_src differ by %.3g", what, e_dxs);
+    free(out), free(dw), free(dxd), free(dxs);
+}
+
+static void test_post_chunks(void)
+{
+    struct acase c;
+    acase_make(&c, 32, 2, 8, 3, true, true, false, 6, 30, 50, 40, true);
+    T_EXPECT(c.ctx.training && c.ctx.dropout > 0.0f, "the case runs without dropout");
+    post_chunks_case("pl2m-like (Q 6, FE(3)), fused", &c, QC_ATTN_FUSED);
+    post_chunks_case("pl2m-like (Q 6, FE(3)), unfused", &c, QC_ATTN_UNFUSED);
+    /* scene-keyed FFN dropout (the model's): rows of two scenes, 70 rows in the first */
+    int64_t *row_key = calloc((size_t)c.Nd, sizeof *row_key);
+    for (int64_t r = 0; r < c.Nd; r++)
+        row_key[r] = r < 70 ? r : ((int64_t)1 << 34) + (r - 70);
+    c.ctx.row_key = row_key;
+    post_chunks_case("pl2m-like, scene-keyed dropout, fused", &c, QC_ATTN_FUSED);
+    c.ctx.row_key = NULL;
+    free(row_key);
+    acase_free(&c);
+    acase_make(&c, 32, 2, 8, 0, false, false, false, 1, 60, 0, 6, true);
+    post_chunks_case("m2m-like (self, no pos), fused", &c, QC_ATTN_FUSED);
+    acase_free(&c);
+}
+
 // ---- mode sharing == per-mode edges -------------------------------------------------------
 
 /* The plain graph of a Q-query case, as PyTorch builds it: every base edge, its features and its
@@ -1232,6 +1289,9 @@ int main(void)
     }
     QC_TEST ("blocks: fused == unfused (outputs and gradients)") {
         test_fused_vs_unfused();
+    }
+    QC_TEST ("blocks: the node-level half in row chunks == in one piece (dropout on)") {
+        test_post_chunks();
     }
     QC_TEST ("blocks: mode sharing == per-mode edges (unfused)") {
         test_mode_sharing(QC_ATTN_UNFUSED);

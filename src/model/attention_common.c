@@ -304,8 +304,9 @@ static void app_forward_spec(const struct qc_attn_kv *kv, struct qc_memspec *s)
             }
         }
         if (Nd > 0) {
+            const int64_t R = attn_post_rows_of(l), n = Nd < R ? Nd : R;
             qc_memspec_alloc(s, AMS_POST, bm, "forward_post.scratch",
-                             qc_memspec_floats(4 * Nd * D + Nd * FF), 0, QC_MEMSPEC_LOCAL);
+                             qc_memspec_floats(n * (4 * D + FF)), 0, QC_MEMSPEC_LOCAL);
             qc_memspec_free(s, AMS_POST);
         }
     }
@@ -325,8 +326,9 @@ void qc_attn_memspec(struct qc_attn_kv *kv, bool backward, struct qc_memspec *s)
     qc_memspec_alloc(s, AMS_T, bm, "backward.du_dxhat_dq", qc_memspec_floats(3 * Nd * D), 0,
                      QC_MEMSPEC_LOCAL);
     if (Nd > 0) {
+        const int64_t R = attn_post_rows_of(l), n = Nd < R ? Nd : R;
         qc_memspec_alloc(s, AMS_POST, bm, "backward_post.scratch",
-                         qc_memspec_floats(8 * Nd * D + 2 * Nd * FF), 0, QC_MEMSPEC_LOCAL);
+                         qc_memspec_floats(n * (8 * D + 2 * FF)), 0, QC_MEMSPEC_LOCAL);
         qc_memspec_free(s, AMS_POST);
     }
     attn_edge_backward_spec(kv, s);
@@ -719,47 +721,130 @@ void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_st
     qc_op_linear_forward(ex, q, SF(ix->xhat_d), D, w + l->o_wq, w + l->o_bq, Nd, D, D, false);
 }
 
+int64_t attn_post_rows(int64_t D, int64_t FF)
+{
+    const int64_t per_row = (8 * D + 2 * FF) * (int64_t)sizeof(float);
+    int64_t rows = (int64_t)QC_ATTN_POST_CHUNK_BYTES / (per_row > 0 ? per_row : 1);
+    rows -= rows % 64;
+    return rows > 64 ? rows : 64;
+}
+
+/* Rows [r0, r0 + n) of the node-level forward half. */
+static void forward_post_rows(const struct qc_attn *l, float *out, const struct qc_stash *st,
+                              const struct attn_app_idx *ix, const float *x_dst, int64_t r0,
+                              int64_t n, const struct qc_dropout *drop_all, float *t)
+{
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
+    const float *w = l->w;
+    const int64_t D = l->D, FF = l->FF, o = r0 * D;
+    float *cat = t, *up = t + 2 * n * D, *tmp = t + 3 * n * D, *hd = t + 4 * n * D;
+    const float *xhat = SF(ix->xhat_d) + o, *u = SF(ix->u) + o;
+    float *g = SF(ix->g) + o, *sres = SF(ix->sres) + o, *a = SF(ix->a) + o, *x1 = SF(ix->x1) + o;
+    float *y = SF(ix->y) + o, *h1 = SF(ix->h1) + r0 * FF, *f = SF(ix->f) + o;
+    /* 9. g = σ([u ‖ x̂_d]·W_gᵀ + b_g); u' = u + g ⊙ (to_s(x̂_d) − u) */
+    qc_op_copy2d(ex, cat, 2 * D, u, D, n, D, false);
+    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, n, D, false);
+    qc_op_linear_forward(ex, g, cat, 2 * D, w + l->o_wg, w + l->o_bg, n, 2 * D, D, false);
+    qc_op_sigmoid_forward(ex, g, g, n * D);
+    qc_op_linear_forward(ex, sres, xhat, D, w + l->o_ws, w + l->o_bs, n, D, D, false);
+    qc_op_gate_update_forward(ex, up, u, g, sres, n * D);
+    /* 10–11. a = to_out(u'); x1 = x0 + LN_post(a) */
+    qc_op_linear_forward(ex, a, up, D, w + l->o_wo, w + l->o_bo, n, D, D, false);
+    qc_op_layernorm_forward(ex, tmp, SF(ix->post_mean) + r0, SF(ix->post_rstd) + r0, a,
+                            w + l->o_ln_post_w, w + l->o_ln_post_b, n, D);
+    qc_op_add_forward(ex, x1, x_dst + o, tmp, n * D);
+    /* 12–13. FFN with dropout, out = x1 + LN_ffpost(f) */
+    qc_op_layernorm_forward(ex, y, SF(ix->ffpre_mean) + r0, SF(ix->ffpre_rstd) + r0, x1,
+                            w + l->o_ln_ffpre_w, w + l->o_ln_ffpre_b, n, D);
+    qc_op_linear_forward(ex, h1, y, D, w + l->o_ff0w, w + l->o_ff0b, n, D, FF, false);
+    qc_op_relu_forward(ex, h1, h1, n * FF);
+    struct qc_dropout drop = *drop_all;
+    drop.index_base = r0 * FF; /* the site is the whole (Nd, FF) hidden */
+    qc_op_dropout_forward(ex, hd, h1, n * FF, &drop);
+    qc_op_linear_forward(ex, f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, n, FF, D, false);
+    qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean) + r0, SF(ix->ffpost_rstd) + r0, f,
+                            w + l->o_ln_ffpost_w, w + l->o_ln_ffpost_b, n, D);
+    qc_op_add_forward(ex, out + o, x1, tmp, n * D);
+}
+
 enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                                       const struct qc_stash *st, const struct attn_app_idx *ix,
                                       const float *x_dst, int64_t Nd, const struct qc_attn_ctx *ctx,
                                       struct qc_memspec *ms)
 {
-    const struct qc_exec *ex = qc_block_exec(&l->mem);
-    const float *w = l->w;
-    const int64_t D = l->D, FF = l->FF;
     if (Nd == 0)
         return QC_OK;
     float *t;
-    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* 4·Nd·D + Nd·FF */
-    float *cat = t, *up = t + 2 * Nd * D, *tmp = t + 3 * Nd * D, *hd = t + 4 * Nd * D;
-    const float *xhat = SF(ix->xhat_d), *u = SF(ix->u);
-    float *g = SF(ix->g), *sres = SF(ix->sres), *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y);
-    float *h1 = SF(ix->h1), *f = SF(ix->f);
-    /* 9. g = σ([u ‖ x̂_d]·W_gᵀ + b_g); u' = u + g ⊙ (to_s(x̂_d) − u) */
-    qc_op_copy2d(ex, cat, 2 * D, u, D, Nd, D, false);
-    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, Nd, D, false);
-    qc_op_linear_forward(ex, g, cat, 2 * D, w + l->o_wg, w + l->o_bg, Nd, 2 * D, D, false);
-    qc_op_sigmoid_forward(ex, g, g, Nd * D);
-    qc_op_linear_forward(ex, sres, xhat, D, w + l->o_ws, w + l->o_bs, Nd, D, D, false);
-    qc_op_gate_update_forward(ex, up, u, g, sres, Nd * D);
-    /* 10–11. a = to_out(u'); x1 = x0 + LN_post(a) */
-    qc_op_linear_forward(ex, a, up, D, w + l->o_wo, w + l->o_bo, Nd, D, D, false);
-    qc_op_layernorm_forward(ex, tmp, SF(ix->post_mean), SF(ix->post_rstd), a, w + l->o_ln_post_w,
-                            w + l->o_ln_post_b, Nd, D);
-    qc_op_add_forward(ex, x1, x_dst, tmp, Nd * D);
-    /* 12–13. FFN with dropout, out = x1 + LN_ffpost(f) */
-    qc_op_layernorm_forward(ex, y, SF(ix->ffpre_mean), SF(ix->ffpre_rstd), x1, w + l->o_ln_ffpre_w,
-                            w + l->o_ln_ffpre_b, Nd, D);
-    qc_op_linear_forward(ex, h1, y, D, w + l->o_ff0w, w + l->o_ff0b, Nd, D, FF, false);
-    qc_op_relu_forward(ex, h1, h1, Nd * FF);
-    struct qc_dropout drop = attn_drop_ffn(ctx, Nd, FF);
-    qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
-    qc_op_linear_forward(ex, f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, Nd, FF, D, false);
-    qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean), SF(ix->ffpost_rstd), f,
-                            w + l->o_ln_ffpost_w, w + l->o_ln_ffpost_b, Nd, D);
-    qc_op_add_forward(ex, out, x1, tmp, Nd * D);
+    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* R·(4·D + FF), R = min(Nd, post rows) */
+    const struct qc_dropout drop = attn_drop_ffn(ctx, Nd, l->FF);
+    const int64_t R = attn_post_rows_of(l);
+    for (int64_t r0 = 0; r0 < Nd; r0 += R)
+        forward_post_rows(l, out, st, ix, x_dst, r0, Nd - r0 < R ? Nd - r0 : R, &drop, t);
     qc_memspec_give(ms, AMS_POST);
     return QC_OK;
+}
+
+/* Rows [r0, r0 + n) of the node-level backward half; the parameter gradients accumulate. */
+static void backward_post_rows(const struct qc_attn *l, float *du, float *dxhat, float *dx_dst,
+                               const float *dout, const struct qc_stash *st,
+                               const struct attn_app_idx *ix, int64_t r0, int64_t n,
+                               const struct qc_dropout *drop_all, float *t)
+{
+    const struct qc_exec *ex = qc_block_exec(&l->mem);
+    const float *w = l->w;
+    float *dw = l->dw;
+    const int64_t D = l->D, FF = l->FF, o = r0 * D;
+    /* dy and da are adjacent so that, once free, they hold the (n,2D) gradient of [u ‖ x̂_d] */
+    float *df = t, *dy = t + n * D, *da = t + 2 * n * D, *up = t + 3 * n * D;
+    float *dup = t + 4 * n * D, *dg = t + 5 * n * D, *cat = t + 6 * n * D; /* cat (n,2D) */
+    float *hd = t + 8 * n * D, *dhd = t + 8 * n * D + n * FF;
+    const float *xhat = SF(ix->xhat_d) + o, *u = SF(ix->u) + o, *g = SF(ix->g) + o;
+    const float *sres = SF(ix->sres) + o, *a = SF(ix->a) + o, *x1 = SF(ix->x1) + o;
+    const float *y = SF(ix->y) + o, *h1 = SF(ix->h1) + r0 * FF, *f = SF(ix->f) + o;
+    du += o;
+    dxhat += o;
+    dx_dst += o;
+    dout += o;
+
+    /* 13. out = x1 + LN_ffpost(f): dx1 = dout (residual, kept in dx_dst), df */
+    qc_op_copy(ex, dx_dst, dout, (size_t)(n * D) * sizeof *dx_dst);
+    qc_op_layernorm_backward(ex, df, dw + l->o_ln_ffpost_w, dw + l->o_ln_ffpost_b, dout, f,
+                             SF(ix->ffpost_mean) + r0, SF(ix->ffpost_rstd) + r0,
+                             w + l->o_ln_ffpost_w, n, D, false);
+    /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
+    struct qc_dropout drop = *drop_all;
+    drop.index_base = r0 * FF;
+    qc_op_dropout_forward(ex, hd, h1, n * FF, &drop);
+    qc_op_linear_backward(ex, dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w, n,
+                          FF, D, false);
+    qc_op_dropout_backward(ex, dhd, dhd, n * FF, &drop);
+    qc_op_relu_backward(ex, dhd, dhd, h1, n * FF);
+    qc_op_linear_backward(ex, dy, D, dw + l->o_ff0w, dw + l->o_ff0b, dhd, y, D, w + l->o_ff0w, n, D,
+                          FF, false);
+    qc_op_layernorm_backward(ex, dx_dst, dw + l->o_ln_ffpre_w, dw + l->o_ln_ffpre_b, dy, x1,
+                             SF(ix->ffpre_mean) + r0, SF(ix->ffpre_rstd) + r0, w + l->o_ln_ffpre_w,
+                             n, D, true);
+    /* 11. x1 = x0 + LN_post(a): dx0 = dx1 (dx_dst keeps it), da */
+    qc_op_layernorm_backward(ex, da, dw + l->o_ln_post_w, dw + l->o_ln_post_b, dx_dst, a,
+                             SF(ix->post_mean) + r0, SF(ix->post_rstd) + r0, w + l->o_ln_post_w, n,
+                             D, false);
+    /* 10. a = u'·W_oᵀ + b_o, u' recomputed from (u, g, to_s) */
+    qc_op_gate_update_forward(ex, up, u, g, sres, n * D);
+    qc_op_linear_backward(ex, dup, D, dw + l->o_wo, dw + l->o_bo, da, up, D, w + l->o_wo, n, D, D,
+                          false);
+    /* 9. gate */
+    float *dsres = up; /* u' is no longer needed */
+    qc_op_gate_update_backward(ex, du, dg, dsres, dup, u, g, sres, n * D);
+    qc_op_linear_backward(ex, dxhat, D, dw + l->o_ws, dw + l->o_bs, dsres, xhat, D, w + l->o_ws, n,
+                          D, D, false);
+    qc_op_sigmoid_backward(ex, dg, dg, g, n * D);
+    qc_op_copy2d(ex, cat, 2 * D, u, D, n, D, false);
+    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, n, D, false);
+    float *dcat2 = dy; /* dy (n,D) and da (n,D) are adjacent and free: (n,2D) */
+    qc_op_linear_backward(ex, dcat2, 2 * D, dw + l->o_wg, dw + l->o_bg, dg, cat, 2 * D, w + l->o_wg,
+                          n, 2 * D, D, false);
+    qc_op_copy2d(ex, du, D, dcat2, 2 * D, n, D, true);
+    qc_op_copy2d(ex, dxhat, D, dcat2 + D, 2 * D, n, D, true);
 }
 
 enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float *dxhat,
@@ -767,59 +852,15 @@ enum qc_status attn_node_backward_post(const struct qc_attn *l, float *du, float
                                        const struct attn_app_idx *ix, int64_t Nd,
                                        const struct qc_attn_ctx *ctx, struct qc_memspec *ms)
 {
-    const struct qc_exec *ex = qc_block_exec(&l->mem);
-    const float *w = l->w;
-    float *dw = l->dw;
-    const int64_t D = l->D, FF = l->FF;
     if (Nd == 0)
         return QC_OK;
     float *t;
-    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* 8·Nd·D + 2·Nd·FF */
-    /* dy and da are adjacent so that, once free, they hold the (Nd,2D) gradient of [u ‖ x̂_d] */
-    float *df = t, *dy = t + Nd * D, *da = t + 2 * Nd * D, *up = t + 3 * Nd * D;
-    float *dup = t + 4 * Nd * D, *dg = t + 5 * Nd * D, *cat = t + 6 * Nd * D; /* cat (Nd,2D) */
-    float *hd = t + 8 * Nd * D, *dhd = t + 8 * Nd * D + Nd * FF;
-    const float *xhat = SF(ix->xhat_d), *u = SF(ix->u), *g = SF(ix->g), *sres = SF(ix->sres);
-    const float *a = SF(ix->a), *x1 = SF(ix->x1), *y = SF(ix->y), *h1 = SF(ix->h1), *f = SF(ix->f);
-
-    /* 13. out = x1 + LN_ffpost(f): dx1 = dout (residual, kept in dx_dst), df */
-    qc_op_copy(ex, dx_dst, dout, (size_t)(Nd * D) * sizeof *dx_dst);
-    qc_op_layernorm_backward(ex, df, dw + l->o_ln_ffpost_w, dw + l->o_ln_ffpost_b, dout, f,
-                             SF(ix->ffpost_mean), SF(ix->ffpost_rstd), w + l->o_ln_ffpost_w, Nd, D,
-                             false);
-    /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
-    struct qc_dropout drop = attn_drop_ffn(ctx, Nd, FF);
-    qc_op_dropout_forward(ex, hd, h1, Nd * FF, &drop);
-    qc_op_linear_backward(ex, dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w,
-                          Nd, FF, D, false);
-    qc_op_dropout_backward(ex, dhd, dhd, Nd * FF, &drop);
-    qc_op_relu_backward(ex, dhd, dhd, h1, Nd * FF);
-    qc_op_linear_backward(ex, dy, D, dw + l->o_ff0w, dw + l->o_ff0b, dhd, y, D, w + l->o_ff0w, Nd,
-                          D, FF, false);
-    qc_op_layernorm_backward(ex, dx_dst, dw + l->o_ln_ffpre_w, dw + l->o_ln_ffpre_b, dy, x1,
-                             SF(ix->ffpre_mean), SF(ix->ffpre_rstd), w + l->o_ln_ffpre_w, Nd, D,
-                             true);
-    /* 11. x1 = x0 + LN_post(a): dx0 = dx1 (dx_dst keeps it), da */
-    qc_op_layernorm_backward(ex, da, dw + l->o_ln_post_w, dw + l->o_ln_post_b, dx_dst, a,
-                             SF(ix->post_mean), SF(ix->post_rstd), w + l->o_ln_post_w, Nd, D,
-                             false);
-    /* 10. a = u'·W_oᵀ + b_o, u' recomputed from (u, g, to_s) */
-    qc_op_gate_update_forward(ex, up, u, g, sres, Nd * D);
-    qc_op_linear_backward(ex, dup, D, dw + l->o_wo, dw + l->o_bo, da, up, D, w + l->o_wo, Nd, D, D,
-                          false);
-    /* 9. gate */
-    float *dsres = up; /* u' is no longer needed */
-    qc_op_gate_update_backward(ex, du, dg, dsres, dup, u, g, sres, Nd * D);
-    qc_op_linear_backward(ex, dxhat, D, dw + l->o_ws, dw + l->o_bs, dsres, xhat, D, w + l->o_ws, Nd,
-                          D, D, false);
-    qc_op_sigmoid_backward(ex, dg, dg, g, Nd * D);
-    qc_op_copy2d(ex, cat, 2 * D, u, D, Nd, D, false);
-    qc_op_copy2d(ex, cat + D, 2 * D, xhat, D, Nd, D, false);
-    float *dcat2 = dy; /* dy (Nd,D) and da (Nd,D) are adjacent and free: (Nd,2D) */
-    qc_op_linear_backward(ex, dcat2, 2 * D, dw + l->o_wg, dw + l->o_bg, dg, cat, 2 * D, w + l->o_wg,
-                          Nd, 2 * D, D, false);
-    qc_op_copy2d(ex, du, D, dcat2, 2 * D, Nd, D, true);
-    qc_op_copy2d(ex, dxhat, D, dcat2 + D, 2 * D, Nd, D, true);
+    QC_TRY(qc_memspec_take_f32(ms, AMS_POST, &t)); /* R·(8·D + 2·FF), R = min(Nd, post rows) */
+    const struct qc_dropout drop = attn_drop_ffn(ctx, Nd, l->FF);
+    const int64_t R = attn_post_rows_of(l);
+    for (int64_t r0 = 0; r0 < Nd; r0 += R)
+        backward_post_rows(l, du, dxhat, dx_dst, dout, st, ix, r0, Nd - r0 < R ? Nd - r0 : R, &drop,
+                           t);
     qc_memspec_give(ms, AMS_POST);
     return QC_OK;
 }

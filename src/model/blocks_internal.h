@@ -71,6 +71,20 @@ void attn_app_index(const struct qc_stash *st, struct attn_app_idx *ix);
 /* x̂_d = LN_dst(x_dst) into the stash, q = x̂_d·W_qᵀ + b_q into q (Nd,D). */
 void attn_node_forward_pre(const struct qc_attn *l, float *q, const struct qc_stash *st,
                            const struct attn_app_idx *ix, const float *x_dst, int64_t Nd);
+/* The node-level half (steps 9–13) runs over the destination rows in chunks of
+ * attn_post_rows(D, FF) rows, so that its scratch (AMS_POST) is a chunk's, not Nd rows': the
+ * backward's 8·D + 2·FF floats per row were the largest working set of an attention backward
+ * (59 MiB of the a2a layers' at AV2 size, 4 scenes; docs/BENCHMARKS.md, "The attention's
+ * node-level half in row chunks"). A chunk's backward scratch is at most
+ * QC_ATTN_POST_CHUNK_BYTES (at least 64 rows); the parameter gradients accumulate chunk by
+ * chunk in row order, the same on every backend and under every stash policy. */
+#define QC_ATTN_POST_CHUNK_BYTES ((int64_t)16 << 20)
+int64_t attn_post_rows(int64_t D, int64_t FF);
+/* The layer's rows per chunk: l->post_rows when set, else attn_post_rows(D, FF). */
+static inline int64_t attn_post_rows_of(const struct qc_attn *l)
+{
+    return l->post_rows > 0 ? l->post_rows : attn_post_rows(l->D, l->FF);
+}
 /* Steps 9–13 of QCNET.md §3.3 from u (in the stash) to out (scratch: ms's AMS_POST). */
 enum qc_status attn_node_forward_post(const struct qc_attn *l, float *out,
                                       const struct qc_stash *st, const struct attn_app_idx *ix,

@@ -130,6 +130,9 @@ struct qc_attn {
                                 tile), 512: one OpenMP thread's working set */
     int64_t tile_edges_cuda; /* FUSED on CUDA: the same for the device launchers,
                                 QC_ATTN_CUDA_TILE_EDGES (<= 0: that default) */
+    int64_t post_rows;       /* destination rows per chunk of the node-level half (steps
+                                9–13); <= 0: attn_post_rows(D, FF), at most 16 MiB of backward
+                                scratch (blocks_internal.h). Tests set small ones */
     struct qc_block_mem mem; /* backend of the layer's ops, hook of its scratch, tiles and kv
                                 gradient buffers (dk, dv, dkt, dvt); zero after init = malloc,
                                 CPU */
