@@ -615,14 +615,16 @@ static void test_edge_modes(void)
     qc_plan_program_free(&e.p);
 }
 
-/* A plan that fits only by fetching nothing ahead does not decide the edge modes (cff0a52,
- * src/plan/README.md): such a plan leaves no room for what the plan does not see (the
- * allocator's rounding and fragmentation), so sets are tiled first, and nothing fetched ahead
- * stays the last resort of the smallest program. The program of test_edge_modes with a host
- * tier: budgets are scanned down from the materialised peak to the first one where the
- * materialised plan (no choice) fits only with nothing fetched ahead; there, with the choice, a
- * set is tiled and the plan fits fetching ahead. (272 MiB: fetched ahead, r0 meets a1's scratch
- * at 273 MiB; nothing fetched ahead 233 MiB; set 0 tiled 233 MiB, fetching ahead.) */
+/* A plan that fits only by fetching nothing ahead decides the edge modes only with room to
+ * spare (src/plan/README.md, "The edge modes"): it leaves no room for what the plan does not see
+ * (the allocator's rounding and fragmentation) and no smaller window to fall back on, so it is
+ * taken only when the program also fits with the margin taken twice (at least 2 % of the budget
+ * more); else sets are tiled first, and nothing fetched ahead stays the last resort of the
+ * smallest program. The program of test_edge_modes with a host tier, margin 0: budgets are
+ * scanned down from the materialised peak; the largest budget where the materialised plan (no
+ * choice) fits only with nothing fetched ahead has room (272 MiB: fetched ahead, r0 meets a1's
+ * scratch at 273 MiB; nothing fetched ahead 233 MiB), the smallest has none (233 MiB): there,
+ * with the choice, a set is tiled and the plan fits fetching ahead. */
 static void test_edge_modes_prefetch(void)
 {
     /* a1's backward needs 120 MiB of its own: r0, fetched ahead there for a0's backward, meets
@@ -638,36 +640,57 @@ static void test_edge_modes_prefetch(void)
     par.margin = 0;
     const struct qc_plan_describer d = {edge_describe, &e};
     const struct qc_plan_program *p = NULL;
-    uint64_t found = 0;
-    for (uint64_t mb = 400; mb >= 1 && !found; mb--) {
+    uint64_t first = 0, last = 0; /* budgets (MiB) where it fits only fetching nothing ahead */
+    uint64_t none_peak = 0;       /* the materialised plan's peak, nothing fetched ahead */
+    for (uint64_t mb = 400; mb >= 1; mb--) {
         par.budget = mb * MB;
         uint32_t tiled = 99;
         struct qc_plan_result r = {0};
         T_EXPECT(qc_plan_make_edges(&d, false, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
                  qc_error_last());
-        if (r.fits && r.prefetch_none)
-            found = mb;
+        const bool fits = r.fits;
+        if (r.fits && r.prefetch_none) {
+            first = first ? first : mb;
+            last = mb;
+            none_peak = r.peak;
+        }
         qc_plan_result_free(&r);
+        if (!fits)
+            break;
     }
-    T_EXPECT(found > 0, "no budget where the materialised plan fits only fetching nothing ahead");
-    if (found) {
-        par.budget = found * MB;
+    T_EXPECT(first > 0 && (double)none_peak <= 0.98 * (double)(first * MB) &&
+                 (double)none_peak > 0.98 * (double)(last * MB),
+             "budgets %llu .. %llu MiB (nothing ahead, peak %llu B): not one with room and one "
+             "without",
+             (unsigned long long)first, (unsigned long long)last, (unsigned long long)none_peak);
+    for (int k = 0; k < 2 && first; k++) {
+        const uint64_t mb = k == 0 ? first : last;
+        par.budget = mb * MB;
         uint32_t tiled = 99;
         struct qc_plan_result r = {0};
         const int described = e.described;
         T_EXPECT(qc_plan_make_edges(&d, true, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
                  qc_error_last());
-        /* the default modes fit (fetching nothing ahead), so every set tiled is not tried
-         * first: two descriptions, the default modes' and set 0 tiled */
-        T_EXPECT_EQ_I64(e.described - described, 2, "descriptions");
         printf("  %llu MiB: materialised fits only fetching nothing ahead; with the choice: "
                "tiled 0x%x, fits %d, nothing ahead %d, peak %llu MiB\n",
-               (unsigned long long)found, tiled, (int)r.fits, (int)r.prefetch_none,
+               (unsigned long long)mb, tiled, (int)r.fits, (int)r.prefetch_none,
                (unsigned long long)(r.peak / MB));
-        T_EXPECT(tiled != 0 && r.fits && !r.prefetch_none,
-                 "%llu MiB: tiled 0x%x, fits %d, nothing fetched ahead %d: the sets are not "
-                 "tiled before fetching nothing ahead",
-                 (unsigned long long)found, tiled, (int)r.fits, (int)r.prefetch_none);
+        if (k == 0) { /* room: the default modes, one description, and the room is the plan's */
+            T_EXPECT_EQ_I64(e.described - described, 1, "descriptions");
+            T_EXPECT(tiled == 0 && r.fits && r.prefetch_none &&
+                         (double)r.peak <= 0.98 * (double)par.budget,
+                     "%llu MiB: tiled 0x%x, fits %d, nothing ahead %d, peak %llu B: the "
+                     "materialised plan with room was not taken",
+                     (unsigned long long)mb, tiled, (int)r.fits, (int)r.prefetch_none,
+                     (unsigned long long)r.peak);
+        } else { /* no room: the default modes fit (fetching nothing ahead), so every set tiled
+                    is not tried first: two descriptions, the default modes' and set 0 tiled */
+            T_EXPECT_EQ_I64(e.described - described, 2, "descriptions");
+            T_EXPECT(tiled != 0 && r.fits && !r.prefetch_none,
+                     "%llu MiB: tiled 0x%x, fits %d, nothing fetched ahead %d: the sets are not "
+                     "tiled before fetching nothing ahead without room",
+                     (unsigned long long)mb, tiled, (int)r.fits, (int)r.prefetch_none);
+        }
         qc_plan_result_free(&r);
     }
     qc_plan_cost_destroy(cost);
@@ -755,7 +778,7 @@ int main(void)
     QC_TEST ("plan: the edge modes: the tiled mode's FE priced, the sets ordered by bytes per "
              "second, tiled only as far as the budget needs")
         test_edge_modes();
-    QC_TEST ("plan: a plan that fits only fetching nothing ahead tiles the edge sets first")
+    QC_TEST ("plan: fitting only by fetching nothing ahead decides the edge modes with room alone")
         test_edge_modes_prefetch();
     QC_TEST ("plan: each allocation's lifetime class from the program; the memory context "
              "places blocks by it")

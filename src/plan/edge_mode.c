@@ -11,6 +11,7 @@
  *   2. else the materialised sets of that program, ordered by the bytes tiling saves per second
  *      it adds (qc_plan_edge_order: a function of the program and the cost model), go tiled one
  *      at a time, the new program planned each time, until one fits;
+ *      (in 1 and 2 a plan that fits only by fetching nothing ahead fits only with room: decides)
  *   3. no fit with every set tiled (tried right after 1 when 1 does not fit, so that a batch
  *      that cannot fit costs two descriptions): that plan, fits false (the caller splits the
  *      batch).
@@ -58,6 +59,38 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
     return n;
 }
 
+/* Whether plan r of program pr decides the edge modes. A plan that fetches something ahead
+ * does when it fits. One that fits only by fetching nothing ahead (prefetch_none) has no room
+ * left for what the plan does not see (the allocator's rounding and fragmentation) nor a
+ * smaller window to fall back on when the step runs out: at AV2 size under 0.48 GiB such a
+ * materialised plan at 481 of 482 MiB ran out in 4 of 6 steps and split. It decides only when
+ * the program also fits with the margin taken twice (at least ROOM_MIN of the budget more),
+ * planned again there: that plan replaces r, so the admission's fallback has the room too. */
+#define ROOM_MIN 0.02
+static enum qc_status decides(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
+                              const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                              struct qc_plan_result *r, bool *yes)
+{
+    *yes = r->fits && !r->prefetch_none;
+    if (!r->fits || !r->prefetch_none || p->budget == 0)
+        return QC_OK;
+    struct qc_plan_params p2 = *p;
+    p2.margin = p->margin + (p->margin > ROOM_MIN ? p->margin : ROOM_MIN);
+    p2.margin = p2.margin < 0.5 ? p2.margin : 0.5;
+    struct qc_plan_result r2 = {0};
+    QC_TRY(qc_plan_make(pr, cost, hw, &p2, &r2));
+    if (!r2.fits) {
+        qc_plan_result_free(&r2);
+        return QC_OK;
+    }
+    /* r2 fits the target of twice the margin, so it fits the caller's: report that target */
+    r2.target = r->target;
+    qc_plan_result_free(r);
+    *r = r2;
+    *yes = true;
+    return QC_OK;
+}
+
 enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose,
                                   const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
                                   const struct qc_plan_params *p, uint32_t *tiled,
@@ -69,11 +102,15 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
     QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
     uint32_t mask = 0;
     struct qc_plan_edge_gain order[QC_PLAN_EDGE_SETS_MAX];
-    /* a plan that fits only by fetching nothing ahead leaves no room for what the plan does
-     * not see (the allocator's rounding and fragmentation: at AV2 size under 0.48 GiB such a
-     * materialised plan, 481 of 482 MiB, ran out in 2 of 3 steps): edge sets are tiled first,
-     * and nothing ahead stays the last resort of the smallest program */
-    const int n = choose && (!r.fits || r.prefetch_none)
+    bool done = !choose || !r.fits;
+    if (!done) {
+        const enum qc_status st = decides(pr, cost, hw, p, &r, &done);
+        if (st != QC_OK) {
+            qc_plan_result_free(&r);
+            return st;
+        }
+    }
+    const int n = choose && (!r.fits || !done)
                       ? qc_plan_edge_order(pr, cost, order, QC_PLAN_EDGE_SETS_MAX)
                       : 0;
     if (n > 0 && !r.fits) { /* every set tiled first: when even that does not fit, it is the
@@ -95,11 +132,19 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
         qc_plan_result_free(&r);
         r.fits = false;
     }
-    for (int i = 0; i < n && !(r.fits && !r.prefetch_none); i++) {
+    done = false;
+    for (int i = 0; i < n && !done; i++) {
         mask |= (uint32_t)1 << order[i].set;
         qc_plan_result_free(&r);
         QC_TRY(d->describe(d->user, mask, &pr));
         QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
+        if (i + 1 < n) { /* with every set tiled, the plan is taken as it is */
+            const enum qc_status st = decides(pr, cost, hw, p, &r, &done);
+            if (st != QC_OK) {
+                qc_plan_result_free(&r);
+                return st;
+            }
+        }
     }
     *tiled = mask;
     *prog = pr;

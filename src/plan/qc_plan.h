@@ -368,9 +368,11 @@ struct qc_plan_describer {
  * first (choose false, no budget, or a plan that fits: that one); else every materialised set
  * tiled (no fit there: that plan, fits false, and the caller splits the batch); else the sets
  * go tiled one at a time in qc_plan_edge_order's order of the first program, each new program
- * planned (qc_plan_make: its policies), until one fits. *tiled: the mask of the program
- * returned, *prog: that program (the describer's last), out: its plan. QC_ERR_NOMEM, the
- * describer's errors. */
+ * planned (qc_plan_make: its policies), until one fits. A plan that fits only by fetching
+ * nothing ahead fits here only when the program also fits with the margin taken twice (at
+ * least 2 % of the budget more): that plan is then the one returned. *tiled: the mask of the
+ * program returned, *prog: that program (the describer's last), out: its plan. QC_ERR_NOMEM,
+ * the describer's errors. */
 enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose,
                                   const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
                                   const struct qc_plan_params *p, uint32_t *tiled,
