@@ -668,6 +668,17 @@ static void test_edge_modes_prefetch(void)
         par.budget = mb * MB;
         uint32_t tiled = 99;
         struct qc_plan_result r = {0};
+        /* qc_plan_room on the materialised plan alone: room at the largest budget, none at the
+         * smallest (the plan left as it was) */
+        T_EXPECT(qc_plan_make_edges(&d, false, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
+                 qc_error_last());
+        const uint64_t peak0 = r.peak;
+        bool ok = k != 0;
+        T_EXPECT(qc_plan_room(p, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(ok == (k == 0) && r.fits && r.prefetch_none && r.peak == peak0,
+                 "%llu MiB: qc_plan_room says %d (peak %llu, was %llu)", (unsigned long long)mb,
+                 (int)ok, (unsigned long long)r.peak, (unsigned long long)peak0);
+        qc_plan_result_free(&r);
         const int described = e.described;
         T_EXPECT(qc_plan_make_edges(&d, true, cost, &hw, &par, &tiled, &p, &r) == QC_OK, "%s",
                  qc_error_last());
@@ -695,6 +706,104 @@ static void test_edge_modes_prefetch(void)
     }
     qc_plan_cost_destroy(cost);
     qc_plan_program_free(&e.p);
+}
+
+/* qc_plan_room over a small QCNet's step, serial copies (the CPU's), 2 % margin: for every
+ * budget from the kept peak down (1/400 steps) whose plan fits only fetching nothing ahead,
+ * either the room is there (the plan as it was, or the program planned again with the margin
+ * taken twice, which then replaces it: under 96 % of the budget, the caller's target kept,
+ * and qc_plan_check's re-simulation agrees) or it is not (the plan left as it was). Both the
+ * replaced and the refused outcome must occur on the way down. The official widths, fused,
+ * every edge set tiled (no r to hold: fetching ahead then makes the floor, as at AV2 size), a
+ * host tier that takes every stash. */
+static void test_room(void)
+{
+    struct qc_batch batch;
+    if (!make_batch(&batch)) {
+        T_FAIL_AT("batch: %s", qc_error_last());
+        return;
+    }
+    struct qc_qcnet_config cfg;
+    qc_qcnet_config_default(&cfg);
+    cfg.attention = QC_ATTN_FUSED;
+    struct qc_qcnet *dm = NULL;
+    struct qc_plan_program p;
+    qc_plan_program_init(&p);
+    struct qc_plan_cost *cost = NULL;
+    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
+    enum qc_attn_edge_mode tiled[QC_QCNET_EDGE_SETS];
+    for (int k = 0; k < QC_QCNET_EDGE_SETS; k++)
+        tiled[k] = QC_ATTN_EDGE_TILED; /* no r to hold: the prefetch makes the floor */
+    if (!dm || !cost || qc_qcnet_set_edge_modes(dm, tiled) != QC_OK ||
+        qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
+        T_FAIL_AT("describe: %s", qc_error_last());
+        goto out;
+    }
+    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
+    struct qc_plan_hw hw;
+    hw_fast(&hw);
+    hw.d2h_gbps = hw.h2d_gbps = 12;
+    hw.serial_copies = true;
+    hw.host_capacity = (uint64_t)64 << 30;
+    struct qc_plan_params par;
+    qc_plan_params_default(&par);
+    par.margin = 0.02;
+    struct qc_plan_result r;
+    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    const uint64_t keep = r.keep_peak;
+    qc_plan_result_free(&r);
+    int none = 0, kept = 0, replaced = 0, refused = 0;
+    for (int i = 1; i < 400; i++) {
+        par.budget = keep - keep * (uint64_t)i / 400;
+        if (qc_plan_make(&p, cost, &hw, &par, &r) != QC_OK) {
+            T_FAIL_AT("plan: %s", qc_error_last());
+            break;
+        }
+        if (!r.fits) {
+            qc_plan_result_free(&r);
+            break;
+        }
+        if (!r.prefetch_none) {
+            qc_plan_result_free(&r);
+            continue;
+        }
+        none++;
+        const uint64_t peak0 = r.peak, target0 = r.target;
+        bool ok = false;
+        T_EXPECT(qc_plan_room(&p, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
+        const uint64_t room = target_of(par.budget, 0.04);
+        if (!ok) {
+            refused++;
+            T_EXPECT(r.peak == peak0 && peak0 > room && r.fits,
+                     "budget %llu: no room, but the plan changed or had it (%llu, %llu)",
+                     (unsigned long long)par.budget, (unsigned long long)r.peak,
+                     (unsigned long long)peak0);
+        } else {
+            if (r.peak == peak0)
+                kept++;
+            else
+                replaced++;
+            T_EXPECT(r.fits && r.peak <= room && r.target == target0,
+                     "budget %llu: room, but peak %llu over %llu (target %llu, was %llu)",
+                     (unsigned long long)par.budget, (unsigned long long)r.peak,
+                     (unsigned long long)room, (unsigned long long)r.target,
+                     (unsigned long long)target0);
+            T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
+                     (unsigned long long)par.budget, qc_error_last());
+        }
+        qc_plan_result_free(&r);
+    }
+    printf("  %d budgets fit only fetching nothing ahead: room kept %d, planned again %d, "
+           "none %d\n",
+           none, kept, replaced, refused);
+    T_EXPECT(replaced > 0 && refused > 0, "not every outcome met: kept %d, replaced %d, none %d",
+             kept, replaced, refused);
+out:
+    qc_plan_cost_destroy(cost);
+    qc_plan_program_free(&p);
+    qc_qcnet_destroy(dm);
+    qc_batch_release(&batch);
 }
 
 /* Lifetime classes (qc_plan_program_lives) of a hand-made program, and the memory context
@@ -780,6 +889,8 @@ int main(void)
         test_edge_modes();
     QC_TEST ("plan: fitting only by fetching nothing ahead decides the edge modes with room alone")
         test_edge_modes_prefetch();
+    QC_TEST ("plan: room for a plan that fetches nothing ahead (qc_plan_room)")
+        test_room();
     QC_TEST ("plan: each allocation's lifetime class from the program; the memory context "
              "places blocks by it")
         test_lives();

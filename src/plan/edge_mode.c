@@ -11,7 +11,8 @@
  *   2. else the materialised sets of that program, ordered by the bytes tiling saves per second
  *      it adds (qc_plan_edge_order: a function of the program and the cost model), go tiled one
  *      at a time, the new program planned each time, until one fits;
- *      (in 1 and 2 a plan that fits only by fetching nothing ahead fits only with room: decides)
+ *      (in 1 and 2 a plan that fits only by fetching nothing ahead fits only with room:
+ *      qc_plan_room)
  *   3. no fit with every set tiled (tried right after 1 when 1 does not fit, so that a batch
  *      that cannot fit costs two descriptions): that plan, fits false (the caller splits the
  *      batch).
@@ -59,24 +60,23 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
     return n;
 }
 
-/* Whether plan r of program pr decides the edge modes. A plan that fetches something ahead
- * does when it fits. One that fits only by fetching nothing ahead (prefetch_none) has no room
- * left for what the plan does not see (the allocator's rounding and fragmentation) nor a
- * smaller window to fall back on when the step runs out: at AV2 size under 0.48 GiB such a
- * materialised plan at 481 of 482 MiB ran out in 4 of 6 steps and split. It decides only when
- * the program also fits with the margin taken twice (at least ROOM_MIN of the budget more),
- * planned again there: that plan replaces r, so the admission's fallback has the room too. */
-#define ROOM_MIN 0.02
-static enum qc_status decides(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
-                              const struct qc_plan_hw *hw, const struct qc_plan_params *p,
-                              struct qc_plan_result *r, bool *yes)
+#define ROOM_MIN 0.02 /* the least room qc_plan_room asks for, of the budget */
+
+enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *r, bool *ok)
 {
-    *yes = r->fits && !r->prefetch_none;
+    *ok = r->fits && !r->prefetch_none;
     if (!r->fits || !r->prefetch_none || p->budget == 0)
         return QC_OK;
     struct qc_plan_params p2 = *p;
     p2.margin = p->margin + (p->margin > ROOM_MIN ? p->margin : ROOM_MIN);
     p2.margin = p2.margin < 0.5 ? p2.margin : 0.5;
+    /* r has the room already (its last move went well under the target): no second search */
+    if (r->peak <= (uint64_t)((double)p->budget * (1.0 - p2.margin))) {
+        *ok = true;
+        return QC_OK;
+    }
     struct qc_plan_result r2 = {0};
     QC_TRY(qc_plan_make(pr, cost, hw, &p2, &r2));
     if (!r2.fits) {
@@ -87,7 +87,7 @@ static enum qc_status decides(const struct qc_plan_program *pr, const struct qc_
     r2.target = r->target;
     qc_plan_result_free(r);
     *r = r2;
-    *yes = true;
+    *ok = true;
     return QC_OK;
 }
 
@@ -104,7 +104,7 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
     struct qc_plan_edge_gain order[QC_PLAN_EDGE_SETS_MAX];
     bool done = !choose || !r.fits;
     if (!done) {
-        const enum qc_status st = decides(pr, cost, hw, p, &r, &done);
+        const enum qc_status st = qc_plan_room(pr, cost, hw, p, &r, &done);
         if (st != QC_OK) {
             qc_plan_result_free(&r);
             return st;
@@ -139,7 +139,7 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
         QC_TRY(d->describe(d->user, mask, &pr));
         QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
         if (i + 1 < n) { /* with every set tiled, the plan is taken as it is */
-            const enum qc_status st = decides(pr, cost, hw, p, &r, &done);
+            const enum qc_status st = qc_plan_room(pr, cost, hw, p, &r, &done);
             if (st != QC_OK) {
                 qc_plan_result_free(&r);
                 return st;

@@ -358,6 +358,17 @@ struct qc_plan_edge_gain {
 int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cost *c,
                        struct qc_plan_edge_gain *out, int cap);
 
+/* Room for a plan that fetches nothing ahead. Such a plan (prefetch_none) has no room left for
+ * what the plan does not see (the allocator's rounding and fragmentation) nor a smaller window
+ * to fall back on when the step runs out: at AV2 size under 0.48 GiB a materialised plan at 481
+ * of 482 MiB ran out in 4 of 6 steps and split. *ok: r fits fetching something ahead, or fits
+ * with the margin taken twice (at least 2 % of the budget more) — r itself when its peak is
+ * under that target, else pr planned again there, and that plan (its target reported as r's)
+ * replaces r. *ok false: r is left as it was. Without a budget, *ok = r->fits. */
+enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *r, bool *ok);
+
 /* Describes the step with the edge sets of mask `tiled` tiled and the others in their default
  * mode: *prog (finished, fixed_bytes set) stays valid until the next call. */
 struct qc_plan_describer {
@@ -368,11 +379,10 @@ struct qc_plan_describer {
  * first (choose false, no budget, or a plan that fits: that one); else every materialised set
  * tiled (no fit there: that plan, fits false, and the caller splits the batch); else the sets
  * go tiled one at a time in qc_plan_edge_order's order of the first program, each new program
- * planned (qc_plan_make: its policies), until one fits. A plan that fits only by fetching
- * nothing ahead fits here only when the program also fits with the margin taken twice (at
- * least 2 % of the budget more): that plan is then the one returned. *tiled: the mask of the
- * program returned, *prog: that program (the describer's last), out: its plan. QC_ERR_NOMEM,
- * the describer's errors. */
+ * planned (qc_plan_make: its policies), until one fits — a plan that fits only by fetching
+ * nothing ahead fits here only with room (qc_plan_room, whose plan is returned). *tiled: the
+ * mask of the program returned, *prog: that program (the describer's last), out: its plan.
+ * QC_ERR_NOMEM, the describer's errors. */
 enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose,
                                   const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
                                   const struct qc_plan_params *p, uint32_t *tiled,

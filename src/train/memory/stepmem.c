@@ -25,7 +25,9 @@
  *      without a scene no step; one skipped only after running out beside others of its group
  *      has the group run again without it: run_admitted);
  *   3. run with its plan (qc_qcnet_set_plan): the calibrated plan at the margin in force (else
- *      at the configured margin, else the admission plan from an empty cache). When the allocator
+ *      at the configured margin, else the admission plan from an empty cache; a calibrated plan
+ *      that fetches nothing ahead runs only with room, qc_plan_room, as admission asks: else
+ *      the admission plan too). When the allocator
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
  * released, the gradients restored from a host copy, or zeroed when the step had none yet:
  * parameters and optimizer state are untouched until the step's end), the cache emptied, the margin
@@ -439,6 +441,19 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
                ", target %" PRIu64 "%s",
                tm->step_no, cost == tm->cost0 ? "built-in" : "calibrated", 100.0 * margin, r->peak,
                r->target, r->fits ? "" : ": does not fit");
+    return st;
+}
+
+/* qc_plan_room on tm->prog's plan r (made with cost and hw at margin), timed. */
+static enum qc_status plan_room(struct train_mem *tm, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, double margin,
+                                struct qc_plan_result *r, bool *ok)
+{
+    const double t0 = now_s();
+    struct qc_plan_params par = tm->par;
+    par.margin = margin;
+    const enum qc_status st = qc_plan_room(&tm->prog, cost, hw, &par, r, ok);
+    tm->step.plan_s += now_s() - t0;
     return st;
 }
 
@@ -857,11 +872,18 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 /* the calibrated plan at the margin in force, else at the configured margin,
                  * else the admission plan (all give the same bits) */
                 st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
+                double m = tm->margin;
                 if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
                     qc_plan_result_free(&r);
-                    st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
+                    m = tm->par.margin;
+                    st = plan_with(tm, tm->cost, &tm->hw, m, &r);
                 }
-                admit_plan = st == QC_OK && !r.fits;
+                /* a plan that fetches nothing ahead runs only with room (qc_plan_room), as the
+                 * admission decided: else the admission plan, which has it */
+                bool room = r.fits;
+                if (st == QC_OK && r.fits && r.prefetch_none)
+                    st = plan_room(tm, tm->cost, &tm->hw, m, &r, &room);
+                admit_plan = st == QC_OK && (!r.fits || !room);
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
                  * by MARGIN_JUMP per run, or, when none fits there, the smallest peak its
