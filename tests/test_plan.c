@@ -188,34 +188,64 @@ static bool make_batch(struct qc_batch *b)
     return t_synth_batch2(5, b) == QC_OK;
 }
 
+/* A small QCNet's step described by the dry model: test_synth_batch2's 5 scenes, the model of
+ * cfg with the edge modes of `modes` (NULL: the configuration's), the fixed bytes of its
+ * parameters, gradients and AdamW moments, the built-in cost model, and hardware figures. */
+struct model_step {
+    struct qc_batch batch;
+    struct qc_qcnet *dm;
+    struct qc_plan_program p;
+    struct qc_plan_cost *cost;
+    struct qc_plan_hw hw; /* hw_fast with 12 GB/s copies */
+};
+
+static void model_step_free(struct model_step *m)
+{
+    qc_plan_cost_destroy(m->cost);
+    qc_plan_program_free(&m->p);
+    qc_qcnet_destroy(m->dm);
+    qc_batch_release(&m->batch);
+}
+
+/* false (the failure reported, m released) when any part fails. */
+static bool model_step_make(struct model_step *m, const struct qc_qcnet_config *cfg,
+                            const enum qc_attn_edge_mode *modes)
+{
+    memset(m, 0, sizeof *m);
+    qc_plan_program_init(&m->p);
+    if (!make_batch(&m->batch)) {
+        T_FAIL_AT("batch: %s", qc_error_last());
+        qc_plan_program_free(&m->p);
+        return false;
+    }
+    if (qc_qcnet_create_dry(cfg, &m->dm) != QC_OK || qc_plan_cost_create(&m->cost) != QC_OK ||
+        (modes && qc_qcnet_set_edge_modes(m->dm, modes) != QC_OK) ||
+        qc_qcnet_describe(m->dm, &m->batch, false, &m->p) != QC_OK) {
+        T_FAIL_AT("describe: %s", qc_error_last());
+        model_step_free(m);
+        return false;
+    }
+    m->p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(m->dm) * sizeof(float);
+    hw_fast(&m->hw);
+    m->hw.d2h_gbps = m->hw.h2d_gbps = 12;
+    return true;
+}
+
 static void test_model_budgets(void)
 {
-    struct qc_batch batch;
-    if (!make_batch(&batch)) {
-        T_FAIL_AT("batch: %s", qc_error_last());
-        return;
-    }
     struct qc_qcnet_config cfg;
     qc_qcnet_config_parity_tiny(&cfg);
-    struct qc_qcnet *dm = NULL;
-    struct qc_plan_program p;
-    qc_plan_program_init(&p);
-    struct qc_plan_cost *cost = NULL;
-    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
-    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
-    if (!dm || !cost || qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
-        T_FAIL_AT("describe: %s", qc_error_last());
-        goto out;
-    }
-    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
-    struct qc_plan_hw hw;
-    hw_fast(&hw);
-    hw.d2h_gbps = hw.h2d_gbps = 12;
+    struct model_step ms;
+    if (!model_step_make(&ms, &cfg, NULL))
+        return;
+    struct qc_plan_program *const pp = &ms.p;
+    struct qc_plan_cost *const cost = ms.cost;
+    struct qc_plan_hw hw = ms.hw;
     hw.nvme_write_gbps = hw.nvme_read_gbps = 2;
     struct qc_plan_params par;
     qc_plan_params_default(&par);
     struct qc_plan_result r;
-    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_make(pp, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
     const uint64_t keep = r.keep_peak;
     T_EXPECT(r.peak == keep && r.host_bytes + r.nvme_bytes + r.recompute_bytes == 0,
              "no budget: everything kept");
@@ -230,13 +260,13 @@ static void test_model_budgets(void)
         par.margin = margins[mi];
         for (int i = 1; i <= 8; i++) {
             par.budget = keep - keep * (uint64_t)i / 10;
-            T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
-            T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
+            T_EXPECT(qc_plan_make(pp, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+            T_EXPECT(qc_plan_check(pp, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
                      (unsigned long long)par.budget, qc_error_last());
             T_EXPECT_EQ_U64(r.target, target_of(par.budget, par.margin), "budget %llu x (1 - %.2f)",
                             (unsigned long long)par.budget, par.margin);
             if (r.fits) {
-                expect_under_target(&p, cost, &hw, &par, &r);
+                expect_under_target(pp, cost, &hw, &par, &r);
                 T_EXPECT(r.step_s >= last_s - 1e-9, "a tighter budget made the step faster");
                 last_s = r.step_s;
                 fitted++;
@@ -268,7 +298,7 @@ static void test_model_budgets(void)
     for (int k = 0; k < 3; k++) {
         par.mode = modes[k];
         par.budget = 0;
-        T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_plan_make(pp, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
         bool all = true;
         for (int32_t b = 0; b < r.nblocks; b++)
             all = all && r.policy[b] == expect[k];
@@ -276,11 +306,7 @@ static void test_model_budgets(void)
                  qc_plan_policy_str((enum qc_stash_policy)expect[k]));
         qc_plan_result_free(&r);
     }
-out:
-    qc_plan_cost_destroy(cost);
-    qc_plan_program_free(&p);
-    qc_qcnet_destroy(dm);
-    qc_batch_release(&batch);
+    model_step_free(&ms);
 }
 
 /* What holds the peak: for every plan of a small QCNet's step (budgets from unlimited down to
@@ -289,31 +315,18 @@ out:
  * allocation there carries its tag, and the fixed bytes are one holder. */
 static void test_explain(void)
 {
-    struct qc_batch batch;
-    if (!make_batch(&batch)) {
-        T_FAIL_AT("batch: %s", qc_error_last());
-        return;
-    }
     struct qc_qcnet_config cfg;
     qc_qcnet_config_parity_tiny(&cfg);
-    struct qc_qcnet *dm = NULL;
-    struct qc_plan_program p;
-    qc_plan_program_init(&p);
-    struct qc_plan_cost *cost = NULL;
-    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
-    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
-    if (!dm || !cost || qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
-        T_FAIL_AT("describe: %s", qc_error_last());
-        goto out;
-    }
-    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
-    struct qc_plan_hw hw;
-    hw_fast(&hw);
-    hw.d2h_gbps = hw.h2d_gbps = 12;
+    struct model_step ms;
+    if (!model_step_make(&ms, &cfg, NULL))
+        return;
+    struct qc_plan_program *const pp = &ms.p;
+    struct qc_plan_cost *const cost = ms.cost;
+    struct qc_plan_hw hw = ms.hw;
     struct qc_plan_params par;
     qc_plan_params_default(&par);
     struct qc_plan_result r;
-    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_make(pp, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
     const uint64_t keep = r.keep_peak;
     qc_plan_result_free(&r);
     int explained = 0, recomputes = 0, working = 0;
@@ -323,12 +336,12 @@ static void test_explain(void)
                    : i == 11 ? QC_PLAN_MODE_KEEP
                    : i == 12 ? QC_PLAN_MODE_OFFLOAD
                              : QC_PLAN_MODE_RECOMPUTE;
-        if (qc_plan_make(&p, cost, &hw, &par, &r) != QC_OK) {
+        if (qc_plan_make(pp, cost, &hw, &par, &r) != QC_OK) {
             T_FAIL_AT("plan: %s", qc_error_last());
             continue;
         }
         struct qc_plan_explain e;
-        const enum qc_status st = qc_plan_explain(&p, cost, &hw, &par, &r, &e);
+        const enum qc_status st = qc_plan_explain(pp, cost, &hw, &par, &r, &e);
         T_EXPECT(st == QC_OK, "explain (budget %llu, mode %d): %s", (unsigned long long)par.budget,
                  (int)par.mode, qc_error_last());
         if (st == QC_OK) {
@@ -344,14 +357,14 @@ static void test_explain(void)
                 T_EXPECT(k == 0 || e.h[k].bytes <= e.h[k - 1].bytes, "holders sorted by size");
             }
             T_EXPECT_EQ_U64(sum, r.peak, "the holders add up to the peak");
-            T_EXPECT_EQ_U64(e.by_kind[QC_PLAN_HOLD_FIXED], p.fixed_bytes, "the fixed bytes");
+            T_EXPECT_EQ_U64(e.by_kind[QC_PLAN_HOLD_FIXED], pp->fixed_bytes, "the fixed bytes");
             T_EXPECT(tagged, "an allocation at the peak has no tag");
             recomputes += e.recompute;
             working += e.by_kind[QC_PLAN_HOLD_WORKING] > 0;
             if (i == 10) { /* the smallest plan of the search */
                 printf("  smallest plan (budget %llu, %s):\n", (unsigned long long)par.budget,
                        r.fits ? "fits" : "does not fit");
-                qc_plan_explain_print(stdout, &p, &e, 8);
+                qc_plan_explain_print(stdout, pp, &e, 8);
             }
             qc_plan_explain_free(&e);
         }
@@ -360,11 +373,7 @@ static void test_explain(void)
     T_EXPECT_EQ_I64(explained, 14, "plans explained");
     T_EXPECT(working > 0, "no plan's peak had a working set (the transients are in the program)");
     printf("  %d of 14 peaks made by a recompute, %d with a working set\n", recomputes, working);
-out:
-    qc_plan_cost_destroy(cost);
-    qc_plan_program_free(&p);
-    qc_qcnet_destroy(dm);
-    qc_batch_release(&batch);
+    model_step_free(&ms);
 }
 
 static void test_cost_model(void)
@@ -718,45 +727,31 @@ static void test_edge_modes_prefetch(void)
  * host tier that takes every stash. */
 static void test_room(void)
 {
-    struct qc_batch batch;
-    if (!make_batch(&batch)) {
-        T_FAIL_AT("batch: %s", qc_error_last());
-        return;
-    }
     struct qc_qcnet_config cfg;
     qc_qcnet_config_default(&cfg);
     cfg.attention = QC_ATTN_FUSED;
-    struct qc_qcnet *dm = NULL;
-    struct qc_plan_program p;
-    qc_plan_program_init(&p);
-    struct qc_plan_cost *cost = NULL;
-    T_EXPECT(qc_qcnet_create_dry(&cfg, &dm) == QC_OK, "%s", qc_error_last());
-    T_EXPECT(qc_plan_cost_create(&cost) == QC_OK, "%s", qc_error_last());
     enum qc_attn_edge_mode tiled[QC_QCNET_EDGE_SETS];
     for (int k = 0; k < QC_QCNET_EDGE_SETS; k++)
         tiled[k] = QC_ATTN_EDGE_TILED; /* no r to hold: the prefetch makes the floor */
-    if (!dm || !cost || qc_qcnet_set_edge_modes(dm, tiled) != QC_OK ||
-        qc_qcnet_describe(dm, &batch, false, &p) != QC_OK) {
-        T_FAIL_AT("describe: %s", qc_error_last());
-        goto out;
-    }
-    p.fixed_bytes = 4 * (uint64_t)qc_qcnet_num_params(dm) * sizeof(float);
-    struct qc_plan_hw hw;
-    hw_fast(&hw);
-    hw.d2h_gbps = hw.h2d_gbps = 12;
+    struct model_step ms;
+    if (!model_step_make(&ms, &cfg, tiled))
+        return;
+    struct qc_plan_program *const pp = &ms.p;
+    struct qc_plan_cost *const cost = ms.cost;
+    struct qc_plan_hw hw = ms.hw;
     hw.serial_copies = true;
     hw.host_capacity = (uint64_t)64 << 30;
     struct qc_plan_params par;
     qc_plan_params_default(&par);
     par.margin = 0.02;
     struct qc_plan_result r;
-    T_EXPECT(qc_plan_make(&p, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(qc_plan_make(pp, cost, &hw, &par, &r) == QC_OK, "%s", qc_error_last());
     const uint64_t keep = r.keep_peak;
     qc_plan_result_free(&r);
     int none = 0, kept = 0, replaced = 0, refused = 0;
     for (int i = 1; i < 400; i++) {
         par.budget = keep - keep * (uint64_t)i / 400;
-        if (qc_plan_make(&p, cost, &hw, &par, &r) != QC_OK) {
+        if (qc_plan_make(pp, cost, &hw, &par, &r) != QC_OK) {
             T_FAIL_AT("plan: %s", qc_error_last());
             break;
         }
@@ -771,7 +766,7 @@ static void test_room(void)
         none++;
         const uint64_t peak0 = r.peak, target0 = r.target;
         bool ok = false;
-        T_EXPECT(qc_plan_room(&p, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
         const uint64_t room = target_of(par.budget, 0.04);
         if (!ok) {
             refused++;
@@ -789,7 +784,7 @@ static void test_room(void)
                      (unsigned long long)par.budget, (unsigned long long)r.peak,
                      (unsigned long long)room, (unsigned long long)r.target,
                      (unsigned long long)target0);
-            T_EXPECT(qc_plan_check(&p, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
+            T_EXPECT(qc_plan_check(pp, cost, &hw, &par, &r) == QC_OK, "budget %llu: %s",
                      (unsigned long long)par.budget, qc_error_last());
         }
         qc_plan_result_free(&r);
@@ -799,11 +794,7 @@ static void test_room(void)
            none, kept, replaced, refused);
     T_EXPECT(replaced > 0 && refused > 0, "not every outcome met: kept %d, replaced %d, none %d",
              kept, replaced, refused);
-out:
-    qc_plan_cost_destroy(cost);
-    qc_plan_program_free(&p);
-    qc_qcnet_destroy(dm);
-    qc_batch_release(&batch);
+    model_step_free(&ms);
 }
 
 /* Lifetime classes (qc_plan_program_lives) of a hand-made program, and the memory context
