@@ -765,8 +765,11 @@ static void test_room(void)
         }
         none++;
         const uint64_t peak0 = r.peak, target0 = r.target;
+        const bool had = qc_plan_has_room(&par, &r);
         bool ok = false;
         T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
+        T_EXPECT(had == (ok && r.peak == peak0), "budget %llu: qc_plan_has_room says %d",
+                 (unsigned long long)par.budget, (int)had);
         const uint64_t room = target_of(par.budget, 0.04);
         if (!ok) {
             refused++;

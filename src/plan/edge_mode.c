@@ -62,21 +62,31 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
 
 #define ROOM_MIN 0.02 /* the least room qc_plan_room asks for, of the budget */
 
+/* The margin taken twice, at least ROOM_MIN more, at most half the budget. */
+static double room_margin(const struct qc_plan_params *p)
+{
+    const double m = p->margin + (p->margin > ROOM_MIN ? p->margin : ROOM_MIN);
+    return m < 0.5 ? m : 0.5;
+}
+
+bool qc_plan_has_room(const struct qc_plan_params *p, const struct qc_plan_result *r)
+{
+    if (!r->fits || !r->prefetch_none || p->budget == 0)
+        return r->fits;
+    return r->peak <= (uint64_t)((double)p->budget * (1.0 - room_margin(p)));
+}
+
 enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                             struct qc_plan_result *r, bool *ok)
 {
-    *ok = r->fits && !r->prefetch_none;
-    if (!r->fits || !r->prefetch_none || p->budget == 0)
+    /* fetching ahead, or the room already there (the last move went well under the target):
+     * no second search */
+    *ok = qc_plan_has_room(p, r);
+    if (*ok || !r->fits)
         return QC_OK;
     struct qc_plan_params p2 = *p;
-    p2.margin = p->margin + (p->margin > ROOM_MIN ? p->margin : ROOM_MIN);
-    p2.margin = p2.margin < 0.5 ? p2.margin : 0.5;
-    /* r has the room already (its last move went well under the target): no second search */
-    if (r->peak <= (uint64_t)((double)p->budget * (1.0 - p2.margin))) {
-        *ok = true;
-        return QC_OK;
-    }
+    p2.margin = room_margin(p);
     struct qc_plan_result r2 = {0};
     QC_TRY(qc_plan_make(pr, cost, hw, &p2, &r2));
     if (!r2.fits) {

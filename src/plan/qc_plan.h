@@ -368,6 +368,9 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
 enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                             struct qc_plan_result *r, bool *ok);
+/* Whether r (planned under p) has that room as it is: it fits fetching something ahead, or
+ * fetching nothing ahead under the doubled margin's target. */
+bool qc_plan_has_room(const struct qc_plan_params *p, const struct qc_plan_result *r);
 
 /* Describes the step with the edge sets of mask `tiled` tiled and the others in their default
  * mode: *prog (finished, fixed_bytes set) stays valid until the next call. */

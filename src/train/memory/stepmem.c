@@ -26,8 +26,8 @@
  *      has the group run again without it: run_admitted);
  *   3. run with its plan (qc_qcnet_set_plan): the calibrated plan at the margin in force (else
  *      at the configured margin, else the admission plan from an empty cache; a calibrated plan
- *      that fetches nothing ahead runs only with room, qc_plan_room, as admission asks: else
- *      the admission plan too). When the allocator
+ *      that fetches nothing ahead without room, qc_plan_room, gives way to an admission plan
+ *      that has it). When the allocator
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
  * released, the gradients restored from a host copy, or zeroed when the step had none yet:
  * parameters and optimizer state are untouched until the step's end), the cache emptied, the margin
@@ -878,12 +878,12 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                     m = tm->par.margin;
                     st = plan_with(tm, tm->cost, &tm->hw, m, &r);
                 }
-                /* a plan that fetches nothing ahead runs only with room (qc_plan_room), as the
-                 * admission decided: else the admission plan, which has it */
+                /* a plan that fetches nothing ahead runs with room (qc_plan_room), as the
+                 * admission decided: else the admission plan when that one has it */
                 bool room = r.fits;
                 if (st == QC_OK && r.fits && r.prefetch_none)
                     st = plan_room(tm, tm->cost, &tm->hw, m, &r, &room);
-                admit_plan = st == QC_OK && (!r.fits || !room);
+                admit_plan = st == QC_OK && (!r.fits || (!room && qc_plan_has_room(&tm->par, &r0)));
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
                  * by MARGIN_JUMP per run, or, when none fits there, the smallest peak its
