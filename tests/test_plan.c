@@ -627,7 +627,7 @@ static void test_edge_modes(void)
 /* A plan that fits only by fetching nothing ahead decides the edge modes only with room to
  * spare (src/plan/README.md, "The edge modes"): it leaves no room for what the plan does not see
  * (the allocator's rounding and fragmentation) and no smaller window to fall back on, so it is
- * taken only when the program also fits with the margin taken twice (at least 2 % of the budget
+ * taken only when the program also fits with the margin taken twice (at least 5 % of the budget
  * more); else sets are tiled first, and nothing fetched ahead stays the last resort of the
  * smallest program. The program of test_edge_modes with a host tier, margin 0: budgets are
  * scanned down from the materialised peak; the largest budget where the materialised plan (no
@@ -667,8 +667,8 @@ static void test_edge_modes_prefetch(void)
         if (!fits)
             break;
     }
-    T_EXPECT(first > 0 && (double)none_peak <= 0.98 * (double)(first * MB) &&
-                 (double)none_peak > 0.98 * (double)(last * MB),
+    T_EXPECT(first > 0 && (double)none_peak <= 0.95 * (double)(first * MB) &&
+                 (double)none_peak > 0.95 * (double)(last * MB),
              "budgets %llu .. %llu MiB (nothing ahead, peak %llu B): not one with room and one "
              "without",
              (unsigned long long)first, (unsigned long long)last, (unsigned long long)none_peak);
@@ -698,7 +698,7 @@ static void test_edge_modes_prefetch(void)
         if (k == 0) { /* room: the default modes, one description, and the room is the plan's */
             T_EXPECT_EQ_I64(e.described - described, 1, "descriptions");
             T_EXPECT(tiled == 0 && r.fits && r.prefetch_none &&
-                         (double)r.peak <= 0.98 * (double)par.budget,
+                         (double)r.peak <= 0.95 * (double)par.budget,
                      "%llu MiB: tiled 0x%x, fits %d, nothing ahead %d, peak %llu B: the "
                      "materialised plan with room was not taken",
                      (unsigned long long)mb, tiled, (int)r.fits, (int)r.prefetch_none,
@@ -720,7 +720,7 @@ static void test_edge_modes_prefetch(void)
 /* qc_plan_room over a small QCNet's step, serial copies (the CPU's), 2 % margin: for every
  * budget from the kept peak down (1/400 steps) whose plan fits only fetching nothing ahead,
  * either the room is there (the plan as it was, or the program planned again with the margin
- * taken twice, which then replaces it: under 96 % of the budget, the caller's target kept,
+ * taken twice, which then replaces it: under 93 % of the budget, the caller's target kept,
  * and qc_plan_check's re-simulation agrees) or it is not (the plan left as it was). Both the
  * replaced and the refused outcome must occur on the way down. The official widths, fused,
  * every edge set tiled (no r to hold: fetching ahead then makes the floor, as at AV2 size), a
@@ -770,7 +770,7 @@ static void test_room(void)
         T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
         T_EXPECT(had == (ok && r.peak == peak0), "budget %llu: qc_plan_has_room says %d",
                  (unsigned long long)par.budget, (int)had);
-        const uint64_t room = target_of(par.budget, 0.04);
+        const uint64_t room = target_of(par.budget, 0.07);
         if (!ok) {
             refused++;
             T_EXPECT(r.peak == peak0 && peak0 > room && r.fits,

@@ -362,7 +362,7 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
  * what the plan does not see (the allocator's rounding and fragmentation) nor a smaller window
  * to fall back on when the step runs out: at AV2 size under 0.48 GiB a materialised plan at 481
  * of 482 MiB ran out in 4 of 6 steps and split. *ok: r fits fetching something ahead, or fits
- * with the margin taken twice (at least 2 % of the budget more) — r itself when its peak is
+ * with the margin taken twice (at least 5 % of the budget more) — r itself when its peak is
  * under that target, else pr planned again there, and that plan (its target reported as r's)
  * replaces r. *ok false: r is left as it was. Without a budget, *ok = r->fits. */
 enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,

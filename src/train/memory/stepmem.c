@@ -444,15 +444,13 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
     return st;
 }
 
-/* qc_plan_room on tm->prog's plan r (made with cost and hw at margin), timed. */
+/* qc_plan_room on tm->prog's plan r (made with cost and hw), at the configured margin: the
+ * room admission asks for; timed. */
 static enum qc_status plan_room(struct train_mem *tm, const struct qc_plan_cost *cost,
-                                const struct qc_plan_hw *hw, double margin,
-                                struct qc_plan_result *r, bool *ok)
+                                const struct qc_plan_hw *hw, struct qc_plan_result *r, bool *ok)
 {
     const double t0 = now_s();
-    struct qc_plan_params par = tm->par;
-    par.margin = margin;
-    const enum qc_status st = qc_plan_room(&tm->prog, cost, hw, &par, r, ok);
+    const enum qc_status st = qc_plan_room(&tm->prog, cost, hw, &tm->par, r, ok);
     tm->step.plan_s += now_s() - t0;
     return st;
 }
@@ -872,17 +870,16 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 /* the calibrated plan at the margin in force, else at the configured margin,
                  * else the admission plan (all give the same bits) */
                 st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
-                double m = tm->margin;
                 if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
                     qc_plan_result_free(&r);
-                    m = tm->par.margin;
-                    st = plan_with(tm, tm->cost, &tm->hw, m, &r);
+                    st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
                 }
-                /* a plan that fetches nothing ahead runs with room (qc_plan_room), as the
-                 * admission decided: else the admission plan when that one has it */
+                /* a plan that fetches nothing ahead runs with the room admission asks for
+                 * (qc_plan_room at the configured margin: a learned margin over that room
+                 * leaves it already), else the admission plan when that one has it */
                 bool room = r.fits;
                 if (st == QC_OK && r.fits && r.prefetch_none)
-                    st = plan_room(tm, tm->cost, &tm->hw, m, &r, &room);
+                    st = plan_room(tm, tm->cost, &tm->hw, &r, &room);
                 admit_plan = st == QC_OK && (!r.fits || (!room && qc_plan_has_room(&tm->par, &r0)));
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
