@@ -759,7 +759,7 @@ static void forward_post_rows(const struct qc_attn *l, float *out, const struct 
     qc_op_linear_forward(ex, h1, y, D, w + l->o_ff0w, w + l->o_ff0b, n, D, FF, false);
     qc_op_relu_forward(ex, h1, h1, n * FF);
     struct qc_dropout drop = *drop_all;
-    drop.index_base = r0 * FF; /* the site is the whole (Nd, FF) hidden */
+    drop.index_base = drop_all->index_base + r0 * FF; /* the site is the whole (Nd, FF) */
     qc_op_dropout_forward(ex, hd, h1, n * FF, &drop);
     qc_op_linear_forward(ex, f, hd, FF, w + l->o_ff3w, w + l->o_ff3b, n, FF, D, false);
     qc_op_layernorm_forward(ex, tmp, SF(ix->ffpost_mean) + r0, SF(ix->ffpost_rstd) + r0, f,
@@ -813,7 +813,7 @@ static void backward_post_rows(const struct qc_attn *l, float *du, float *dxhat,
                              w + l->o_ln_ffpost_w, n, D, false);
     /* 12. f = W3·dropout(ReLU(W0·y + b0)) + b3; the dropout mask is redrawn from Philox */
     struct qc_dropout drop = *drop_all;
-    drop.index_base = r0 * FF;
+    drop.index_base = drop_all->index_base + r0 * FF;
     qc_op_dropout_forward(ex, hd, h1, n * FF, &drop);
     qc_op_linear_backward(ex, dhd, FF, dw + l->o_ff3w, dw + l->o_ff3b, df, hd, FF, w + l->o_ff3w, n,
                           FF, D, false);

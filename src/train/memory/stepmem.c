@@ -877,8 +877,8 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 /* a plan that fetches nothing ahead runs with the room admission asks for
                  * (qc_plan_room at the configured margin: a learned margin over that room
                  * leaves it already), else the admission plan when that one has it */
-                bool room = r.fits;
-                if (st == QC_OK && r.fits && r.prefetch_none)
+                bool room = false;
+                if (st == QC_OK)
                     st = plan_room(tm, tm->cost, &tm->hw, &r, &room);
                 admit_plan = st == QC_OK && (!r.fits || (!room && qc_plan_has_room(&tm->par, &r0)));
             } else {
