@@ -717,6 +717,31 @@ static void test_edge_modes_prefetch(void)
     qc_plan_program_free(&e.p);
 }
 
+/* qc_plan_make_room(p, room) gives what qc_plan_make(p) then qc_plan_room(room) gave (r, ok):
+ * the same policies, peak, time, window, iterations and target reported, bit for bit. */
+static void same_as_make_room(const struct qc_plan_program *pp, const struct qc_plan_cost *cost,
+                              const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                              const struct qc_plan_params *room, const struct qc_plan_result *r,
+                              bool ok)
+{
+    struct qc_plan_result m = {0};
+    bool mok = !ok;
+    T_EXPECT(qc_plan_make_room(pp, cost, hw, p, room, &m, &mok) == QC_OK, "%s", qc_error_last());
+    T_EXPECT(mok == ok && m.fits == r->fits && m.peak == r->peak && m.target == r->target &&
+                 m.step_s == r->step_s && m.window == r->window &&
+                 m.prefetch_none == r->prefetch_none && m.iterations == r->iterations &&
+                 m.host_bytes == r->host_bytes && m.recompute_bytes == r->recompute_bytes &&
+                 memcmp(m.policy, r->policy, (size_t)pp->nblocks) == 0,
+             "budget %llu, margin %.3f: one search (ok %d, peak %llu, target %llu, %d "
+             "iterations, %.6f s) differs from planning again (ok %d, peak %llu, target %llu, %d "
+             "iterations, %.6f s)",
+             (unsigned long long)p->budget, p->margin, (int)mok, (unsigned long long)m.peak,
+             (unsigned long long)m.target, m.iterations, m.step_s, (int)ok,
+             (unsigned long long)r->peak, (unsigned long long)r->target, r->iterations,
+             r->step_s);
+    qc_plan_result_free(&m);
+}
+
 /* qc_plan_room over a small QCNet's step, serial copies (the CPU's), 2 % margin: for every
  * budget from the kept peak down (1/400 steps) whose plan fits only fetching nothing ahead,
  * either the room is there (the plan as it was, or the program planned again with the margin
@@ -751,6 +776,17 @@ static void test_room(void)
     int none = 0, kept = 0, replaced = 0, refused = 0;
     for (int i = 1; i < 400; i++) {
         par.budget = keep - keep * (uint64_t)i / 400;
+        { /* a plan at a learned margin over the configured one, its room the configured's */
+            struct qc_plan_params learned = par;
+            learned.margin = 0.03;
+            bool ok2 = false;
+            struct qc_plan_result r2 = {0};
+            T_EXPECT(qc_plan_make(pp, cost, &hw, &learned, &r2) == QC_OK, "%s", qc_error_last());
+            T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r2, &ok2) == QC_OK, "%s",
+                     qc_error_last());
+            same_as_make_room(pp, cost, &hw, &learned, &par, &r2, ok2);
+            qc_plan_result_free(&r2);
+        }
         if (qc_plan_make(pp, cost, &hw, &par, &r) != QC_OK) {
             T_FAIL_AT("plan: %s", qc_error_last());
             break;
@@ -768,6 +804,7 @@ static void test_room(void)
         const bool had = qc_plan_has_room(&par, &r);
         bool ok = false;
         T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r, &ok) == QC_OK, "%s", qc_error_last());
+        same_as_make_room(pp, cost, &hw, &par, &par, &r, ok);
         T_EXPECT(had == (ok && r.peak == peak0), "budget %llu: qc_plan_has_room says %d",
                  (unsigned long long)par.budget, (int)had);
         const uint64_t room = target_of(par.budget, 0.07);

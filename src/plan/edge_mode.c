@@ -12,7 +12,7 @@
  *      it adds (qc_plan_edge_order: a function of the program and the cost model), go tiled one
  *      at a time, the new program planned each time, until one fits;
  *      (in 1 and 2 a plan that fits only by fetching nothing ahead fits only with room:
- *      qc_plan_room)
+ *      qc_plan_make_room, qc_plan_room's plan in the same search)
  *   3. no fit with every set tiled (tried right after 1 when 1 does not fit, so that a batch
  *      that cannot fit costs two descriptions): that plan, fits false (the caller splits the
  *      batch).
@@ -20,6 +20,7 @@
  * Above plan.c and cost.c (it calls both; neither calls it).
  */
 #include "qc_plan.h"
+#include "plan_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +67,7 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
  * out twice in 3,000 (docs/BENCHMARKS.md, "Nothing ahead with room, and the soak") */
 #define ROOM_MIN 0.05
 
-/* The margin taken twice, at least ROOM_MIN more, at most half the budget. */
-static double room_margin(const struct qc_plan_params *p)
+double plan_room_margin(const struct qc_plan_params *p)
 {
     const double m = p->margin + (p->margin > ROOM_MIN ? p->margin : ROOM_MIN);
     return m < 0.5 ? m : 0.5;
@@ -77,7 +77,7 @@ bool qc_plan_has_room(const struct qc_plan_params *p, const struct qc_plan_resul
 {
     if (!r->fits || !r->prefetch_none || p->budget == 0)
         return r->fits;
-    return r->peak <= (uint64_t)((double)p->budget * (1.0 - room_margin(p)));
+    return r->peak <= (uint64_t)((double)p->budget * (1.0 - plan_room_margin(p)));
 }
 
 enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
@@ -90,7 +90,7 @@ enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_pl
     if (*ok || !r->fits)
         return QC_OK;
     struct qc_plan_params p2 = *p;
-    p2.margin = room_margin(p);
+    p2.margin = plan_room_margin(p);
     struct qc_plan_result r2 = {0};
     QC_TRY(qc_plan_make(pr, cost, hw, &p2, &r2));
     if (!r2.fits) {
@@ -113,17 +113,15 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
     const struct qc_plan_program *pr = NULL;
     QC_TRY(d->describe(d->user, 0, &pr));
     struct qc_plan_result r = {0};
-    QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
+    bool done = true;
+    if (choose) {
+        QC_TRY(qc_plan_make_room(pr, cost, hw, p, NULL, &r, &done));
+        done = done || !r.fits;
+    } else {
+        QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
+    }
     uint32_t mask = 0;
     struct qc_plan_edge_gain order[QC_PLAN_EDGE_SETS_MAX];
-    bool done = !choose || !r.fits;
-    if (!done) {
-        const enum qc_status st = qc_plan_room(pr, cost, hw, p, &r, &done);
-        if (st != QC_OK) {
-            qc_plan_result_free(&r);
-            return st;
-        }
-    }
     const int n = choose && (!r.fits || !done)
                       ? qc_plan_edge_order(pr, cost, order, QC_PLAN_EDGE_SETS_MAX)
                       : 0;
@@ -151,14 +149,10 @@ enum qc_status qc_plan_make_edges(const struct qc_plan_describer *d, bool choose
         mask |= (uint32_t)1 << order[i].set;
         qc_plan_result_free(&r);
         QC_TRY(d->describe(d->user, mask, &pr));
-        QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
-        if (i + 1 < n) { /* with every set tiled, the plan is taken as it is */
-            const enum qc_status st = qc_plan_room(pr, cost, hw, p, &r, &done);
-            if (st != QC_OK) {
-                qc_plan_result_free(&r);
-                return st;
-            }
-        }
+        if (i + 1 < n) /* with every set tiled, the plan is taken as it is */
+            QC_TRY(qc_plan_make_room(pr, cost, hw, p, NULL, &r, &done));
+        else
+            QC_TRY(qc_plan_make(pr, cost, hw, p, &r));
     }
     *tiled = mask;
     *prog = pr;

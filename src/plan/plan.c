@@ -696,14 +696,24 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
 }
 
 /* The search (module comment). */
+/* The search's place: its iterations so far and the peak its next run will have (known from
+ * the last move's simulation; the all-keep peak at the start). A search carried on from its
+ * place to a lower target makes the moves a fresh search to that target makes after it: no move
+ * depends on the target, only where the search stops. */
+struct search_at {
+    int it;
+    uint64_t expect;
+};
+
 static void search(struct sim *s, const struct qc_plan_program *prog, const struct qc_plan_hw *hw,
-                   const struct qc_plan_params *p, uint64_t keep_peak, uint8_t *pol, struct run *r,
-                   int *iters)
+                   const struct qc_plan_params *p, struct search_at *at, uint8_t *pol,
+                   struct run *r, int *iters)
 {
     struct run t = {0};
     int32_t cand[CANDIDATES];
-    uint64_t expect = keep_peak; /* the peak of the next run, known from the last move's */
-    for (int it = 0; it < 4 * s->nb + 4; it++) {
+    uint64_t expect = at->expect;
+    for (; at->it < 4 * s->nb + 4; at->it++) {
+        at->expect = expect;
         sim_run(s, pol, expect, r);
         if (r->valid && r->peak <= s->target)
             return;
@@ -846,9 +856,12 @@ static void search(struct sim *s, const struct qc_plan_program *prog, const stru
     }
 }
 
-enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
-                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
-                            struct qc_plan_result *out)
+/* qc_plan_make, and with room (NULL: none) qc_plan_room's second plan in the same search
+ * (qc_plan_make_room). */
+static enum qc_status plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                                const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                                const struct qc_plan_params *room, struct qc_plan_result *out,
+                                bool *ok)
 {
     const double t0 = now_s();
     struct sim s;
@@ -869,6 +882,7 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
     struct run keep = {0}, r = {.at_peak = snap};
     sim_run(&s, pol, UINT64_MAX, &keep);
     int iters = 0;
+    struct search_at at = {0, keep.peak};
     switch (p->mode) {
     case QC_PLAN_MODE_KEEP:
         break;
@@ -879,7 +893,7 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
         forced_offload(&s, hw, p->place, pol);
         break;
     case QC_PLAN_MODE_AUTO:
-        search(&s, prog, hw, p, keep.peak, pol, &r, &iters);
+        search(&s, prog, hw, p, &at, pol, &r, &iters);
         break;
     }
     sim_run(&s, pol, UINT64_MAX, &r);
@@ -887,11 +901,50 @@ enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_
     out->window = s.window;
     out->prefetch_none = s.none;
     out->iterations = iters;
+    if (room) {
+        /* without room: the search carried on to the room's target (the same moves as planning
+         * again there, fewer simulations); that plan when it fits, its target reported as the
+         * first's */
+        *ok = qc_plan_has_room(room, out);
+        const uint64_t target = room->budget
+                                    ? (uint64_t)((double)room->budget * (1.0 - plan_room_margin(room)))
+                                    : UINT64_MAX;
+        if (!*ok && out->fits && target < s.target) {
+            const uint64_t target1 = out->target;
+            s.target = target;
+            if (p->mode == QC_PLAN_MODE_AUTO)
+                search(&s, prog, hw, p, &at, pol, &r, &iters);
+            sim_run(&s, pol, UINT64_MAX, &r);
+            if (r.valid && r.peak <= s.target) {
+                result_fill(out, &s, pol, &r, &keep);
+                out->target = target1;
+                out->window = s.window;
+                out->prefetch_none = s.none;
+                out->iterations = iters;
+                *ok = true;
+            }
+        }
+    }
     out->plan_s = now_s() - t0;
     free(pol);
     free(snap);
     plan_sim_free(&s);
     return QC_OK;
+}
+
+enum qc_status qc_plan_make(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,
+                            const struct qc_plan_hw *hw, const struct qc_plan_params *p,
+                            struct qc_plan_result *out)
+{
+    return plan_make(prog, cost, hw, p, NULL, out, NULL);
+}
+
+enum qc_status qc_plan_make_room(const struct qc_plan_program *prog,
+                                 const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                 const struct qc_plan_params *p, const struct qc_plan_params *room,
+                                 struct qc_plan_result *out, bool *ok)
+{
+    return plan_make(prog, cost, hw, p, room ? room : p, out, ok);
 }
 
 enum qc_status qc_plan_check(const struct qc_plan_program *prog, const struct qc_plan_cost *cost,

@@ -368,6 +368,14 @@ int qc_plan_edge_order(const struct qc_plan_program *p, const struct qc_plan_cos
 enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_plan_cost *cost,
                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                             struct qc_plan_result *r, bool *ok);
+/* qc_plan_make under p, then qc_plan_room under room (NULL: p; only the margins may differ)
+ * in one search: the same result (ok, policies, peak, window, iterations, target reported),
+ * for about one search instead of two — the second plan's moves are the first's and then
+ * more, since no move of the search depends on its target. */
+enum qc_status qc_plan_make_room(const struct qc_plan_program *prog,
+                                 const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
+                                 const struct qc_plan_params *p, const struct qc_plan_params *room,
+                                 struct qc_plan_result *out, bool *ok);
 /* Whether r (planned under p) has that room as it is: it fits fetching something ahead, or
  * fetching nothing ahead under the doubled margin's target. */
 bool qc_plan_has_room(const struct qc_plan_params *p, const struct qc_plan_result *r);

@@ -425,15 +425,17 @@ static enum qc_status group_describe(void *user, uint32_t tiled,
     return QC_OK;
 }
 
-/* Plans tm->prog (described) with cost and hw at margin; the result in r. */
+/* Plans tm->prog (described) with cost and hw at margin; the result in r. With room (NULL:
+ * none), qc_plan_make_room: *ok whether r has the room the configured margin asks for. */
 static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost *cost,
-                                const struct qc_plan_hw *hw, double margin,
+                                const struct qc_plan_hw *hw, double margin, bool *room,
                                 struct qc_plan_result *r)
 {
     const double t0 = now_s();
     struct qc_plan_params par = tm->par;
     par.margin = margin;
-    const enum qc_status st = qc_plan_make(&tm->prog, cost, hw, &par, r);
+    const enum qc_status st = room ? qc_plan_make_room(&tm->prog, cost, hw, &par, &tm->par, r, room)
+                                   : qc_plan_make(&tm->prog, cost, hw, &par, r);
     tm->step.plan_s += now_s() - t0;
     if (st == QC_OK)
         qc_log(QC_LOG_DEBUG,
@@ -441,17 +443,6 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
                ", target %" PRIu64 "%s",
                tm->step_no, cost == tm->cost0 ? "built-in" : "calibrated", 100.0 * margin, r->peak,
                r->target, r->fits ? "" : ": does not fit");
-    return st;
-}
-
-/* qc_plan_room on tm->prog's plan r (made with cost and hw), at the configured margin: the
- * room admission asks for; timed. */
-static enum qc_status plan_room(struct train_mem *tm, const struct qc_plan_cost *cost,
-                                const struct qc_plan_hw *hw, struct qc_plan_result *r, bool *ok)
-{
-    const double t0 = now_s();
-    const enum qc_status st = qc_plan_room(&tm->prog, cost, hw, &tm->par, r, ok);
-    tm->step.plan_s += now_s() - t0;
     return st;
 }
 
@@ -869,17 +860,15 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
             if (a == 0) {
                 /* the calibrated plan at the margin in force, else at the configured margin,
                  * else the admission plan (all give the same bits) */
-                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
-                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
-                    qc_plan_result_free(&r);
-                    st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &r);
-                }
                 /* a plan that fetches nothing ahead runs with the room admission asks for
                  * (qc_plan_room at the configured margin: a learned margin over that room
                  * leaves it already), else the admission plan when that one has it */
                 bool room = false;
-                if (st == QC_OK)
-                    st = plan_room(tm, tm->cost, &tm->hw, &r, &room);
+                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &room, &r);
+                if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
+                    qc_plan_result_free(&r);
+                    st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &room, &r);
+                }
                 admit_plan = st == QC_OK && (!r.fits || (!room && qc_plan_has_room(&tm->par, &r0)));
             } else {
                 /* after a rollback (the cache emptied): the built-in plan at a margin raised
@@ -888,7 +877,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                  * plan: more room for fragmentation each time, and a function of the batch */
                 double m = tm->par.margin + MARGIN_JUMP * (double)a;
                 m = m < MARGIN_MAX ? m : MARGIN_MAX;
-                st = plan_with(tm, tm->cost0, &tm->hw0, m, &r);
+                st = plan_with(tm, tm->cost0, &tm->hw0, m, NULL, &r);
                 admit_plan = st == QC_OK && !r.fits && r.peak > r0.target;
             }
             if (admit_plan) {
@@ -903,7 +892,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
         } else {
             st = describe(tm, host, 0);
             if (st == QC_OK)
-                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &r);
+                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, NULL, &r);
         }
         if (st != QC_OK)
             return st;
