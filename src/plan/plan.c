@@ -224,7 +224,19 @@ enum qc_status plan_sim_compile(struct sim *s, const struct qc_plan_program *p,
     }
     if (cur >= 0)
         s->pos[cur].delta = rel;
-    s->npos = cur + 1;
+    /* glue with no event (between two spans) is left out: live bytes there are at most the
+     * span's before it (its base plus its delta under the span's excursion; stashes only freed
+     * or still pending since), so it never makes a new peak, and it moves nothing. About a third
+     * of the positions of a QCNet step */
+    int32_t npos = 0;
+    for (int32_t i = 0; i <= cur; i++) {
+        struct sim_pos ps = s->pos[i];
+        if (ps.kind == POS_GLUE && ps.delta == 0 && ps.excursion == 0 && i > 0)
+            continue;
+        ps.at = i;
+        s->pos[npos++] = ps;
+    }
+    s->npos = npos;
     /* needs (b, then what b uses) and evictions (by fwd_last) as CSR */
     for (int32_t i = 0; i < p->nuses; i++)
         s->need_off[p->uses[i].user + 1]++;
@@ -341,7 +353,7 @@ static void new_peak(struct ctx *c, uint64_t v, int32_t block, int phase,
                      enum plan_peak_cause cause)
 {
     c->r->peak = v;
-    c->r->peak_pos = c->pos;
+    c->r->peak_pos = c->s->pos[c->pos].at;
     c->r->peak_block = block;
     c->r->peak_phase = phase;
     c->r->peak_cause = cause;

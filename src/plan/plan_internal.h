@@ -40,6 +40,8 @@ enum { POS_FWD = 0, POS_BWD = 1, POS_GLUE = 2 };
 
 struct sim_pos {
     int32_t block;      /* POS_FWD, POS_BWD: the block; -1 for glue */
+    int32_t at;         /* the position's number counting every span and glue of the program
+                           (explain.c's count): the simulation leaves empty glue out */
     int8_t kind;        /* POS_* */
     int64_t delta;      /* change of unmoved live bytes over the position */
     uint64_t excursion; /* most the unmoved live bytes rise above the start, transients in */
@@ -88,7 +90,7 @@ enum plan_peak_cause { PLAN_PEAK_SPAN = 0, PLAN_PEAK_FETCH, PLAN_PEAK_REDO };
 /* The peak of one simulation of pol and what stood there (explain.c reads it). */
 struct plan_peak {
     uint64_t peak;
-    int32_t pos;   /* the position (sim.pos index) */
+    int32_t pos;   /* the position (sim_pos.at: every span and glue of the program counted) */
     int32_t block; /* the block running, or recomputed (REDO); -1 between blocks */
     int phase;     /* 0 forward, 1 backward */
     enum plan_peak_cause cause;
