@@ -113,6 +113,7 @@ struct run {
     struct step_m m[MAX_STEPS];
     int64_t nparams;
     float *grads; /* the last step's gradients (CPU runs), when asked */
+    int64_t beside_made, beside_differ; /* qc_trainer_plans_beside after the run */
 };
 
 static double field(const char *line, const char *key)
@@ -162,6 +163,7 @@ struct extra {
     enum qc_offload_fault_op fault_op;
     bool keep_grads;
     bool skip_oversized;
+    bool check_beside; /* every plan made beside admission also made on the trainer's thread */
 };
 
 /* Arms the injected OOM when the second group starts (its first allocation's tag seen again). */
@@ -210,6 +212,9 @@ static void run_train(const struct qc_config *cfg, const char *dir, const struct
             arm.group = x->fail_in_group;
             qc_memctx_set_observer(arm.mc, arm_observer, &arm);
         }
+        if (x->check_beside && qc_trainer_plans_beside(t, true, &r->beside_made,
+                                                       &r->beside_differ) != QC_OK)
+            T_FATAL("the planning helper: %s", qc_error_last());
         if (x->fault != QC_OFFLOAD_FAULT_NONE) {
             struct qc_offload *o = qc_trainer_offload(t);
             if (!o)
@@ -221,6 +226,9 @@ static void run_train(const struct qc_config *cfg, const char *dir, const struct
         r->st = qc_trainer_run(t);
     if (r->st != QC_OK)
         snprintf(r->err, sizeof r->err, "%s", qc_error_last());
+    if (t && x && x->check_beside)
+        T_EXPECT(qc_trainer_plans_beside(t, false, &r->beside_made, &r->beside_differ) == QC_OK,
+                 "%s", qc_error_last());
     if (r->st == QC_OK && x && x->fault != QC_OFFLOAD_FAULT_NONE)
         T_EXPECT(qc_offload_fault_fired(qc_trainer_offload(t)), "the NVMe fault fired");
     if (r->st == QC_OK && x && x->fail_in_group > 0)
@@ -694,6 +702,49 @@ static void test_nvme_fault(void)
     }
 }
 
+// ---- the calibrated plan beside admission ------------------------------------------------------
+
+/* With two compute threads the trainer searches each group's calibrated plan on a helper
+ * thread while admission searches its own (src/train/memory/plan_beside.h; the test hook starts
+ * it with one, so that ThreadSanitizer sees no OpenMP threads: test_train_memory_beside_tsan).
+ * Under a budget that moves stashes, every group's plan must come from the helper and equal the
+ * one the trainer's thread makes of the same program, and the run's bits the unlimited run's. */
+static void test_beside(void)
+{
+    QC_TEST ("train memory: the calibrated plan made beside admission on a second thread is the "
+             "trainer's own, every group") {
+        struct qc_config cfg;
+        tiny_config(&cfg, QC_CONFIG_DEVICE_CPU, true, 2);
+        cfg.steps = 2;
+        char ref[512], dir[512];
+        tmp_dir(ref, sizeof ref, "beside-unlimited");
+        struct run r0;
+        run_train(&cfg, ref, NULL, &r0);
+        T_EXPECT(r0.st == QC_OK && r0.nsteps == 2, "unlimited: %s", r0.err);
+        if (r0.st != QC_OK)
+            continue;
+        struct qc_config cb = cfg;
+        cb.device_budget = (uint64_t)(0.75 * max_active(&r0)) / 4096 * 4096;
+        tmp_dir(dir, sizeof dir, "beside-budget");
+        struct extra x = {.check_beside = true};
+        struct run r;
+        run_train(&cb, dir, &x, &r);
+        T_EXPECT(r.st == QC_OK && r.nsteps == 2, "budget %" PRIu64 ": %s", cb.device_budget,
+                 r.err);
+        printf("  budget %.1f MiB: %" PRId64 " plans made beside admission, %" PRId64
+               " differ; host %.1f MiB, recomputed %.1f MiB\n",
+               (double)cb.device_budget / 1048576.0, r.beside_made, r.beside_differ,
+               SUM(&r, host) / 1048576.0, SUM(&r, recompute) / 1048576.0);
+        T_EXPECT(r.beside_made >= r.nsteps && r.beside_differ == 0,
+                 "plans beside admission: %" PRId64 " made in %d steps, %" PRId64 " differ",
+                 r.beside_made, r.nsteps, r.beside_differ);
+        T_EXPECT(SUM(&r, host) + SUM(&r, recompute) > 0, "the budget moved no stash");
+        T_EXPECT(same_checkpoint(ref, dir, 2), "checkpoint bytes equal the unlimited run's");
+        t_rm_rf(ref);
+        t_rm_rf(dir);
+    }
+}
+
 // ---- the trainer's threads together (ThreadSanitizer) ------------------------------------------
 
 /* Small on purpose (2 runs of 2 steps): ctest's test_train_memory_tsan runs it under
@@ -765,6 +816,7 @@ int main(int argc, char **argv)
         test_oom(QC_CONFIG_DEVICE_EMU);
         test_mixed_epoch();
         test_nvme_fault();
+        test_beside();
         test_threads();
     }
     t_rm_rf(tmp_root);

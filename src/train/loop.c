@@ -1283,3 +1283,9 @@ void qc_trainer_set_plan_hook(struct qc_trainer *t,
 {
     train_mem_set_hook(t->mem, fn, user);
 }
+
+enum qc_status qc_trainer_plans_beside(struct qc_trainer *t, bool check, int64_t *made,
+                                       int64_t *differ)
+{
+    return train_mem_beside(t->mem, check, made, differ);
+}

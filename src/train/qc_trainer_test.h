@@ -7,7 +7,10 @@
 #ifndef QC_TRAIN_QC_TRAINER_TEST_H
 #define QC_TRAIN_QC_TRAINER_TEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "qc_status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +33,15 @@ void qc_trainer_set_plan_hook(struct qc_trainer *t,
                               void (*fn)(void *user, const struct qc_plan_program *prog,
                                          uint8_t *policy),
                               void *user);
+
+/* The calibrated plans made on the planning helper beside admission (src/train/memory/
+ * plan_beside.h) so far: *made (groups whose plan came from it), and, with check set, each also
+ * planned on the trainer's own thread and compared, policies, peak, time, window and room:
+ * *differ counts the ones that did not agree. check also starts the helper in a run of one
+ * compute thread (which plans without it), so that a test can run it under ThreadSanitizer
+ * without OpenMP's threads; check false stops the comparing. QC_ERR_NOMEM (no thread). */
+enum qc_status qc_trainer_plans_beside(struct qc_trainer *t, bool check, int64_t *made,
+                                       int64_t *differ);
 
 #ifdef __cplusplus
 }

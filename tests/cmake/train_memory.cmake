@@ -33,3 +33,12 @@ set_tests_properties(test_train_memory_tsan PROPERTIES LABELS "cpu;tsan" SKIP_RE
     "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;QC_TEST_FILTER=threads together")
 add_custom_target(test_train_memory_tsan)
 add_dependencies(test_train_memory_tsan test_train_memory)
+# test_train_memory_beside_tsan: the calibrated plan made on the planning helper thread beside
+# admission (its case of test_train_memory, 2 steps of 2 tiny scenes, one compute thread: the
+# test hook starts the helper), labelled tsan too.
+add_test(NAME test_train_memory_beside_tsan COMMAND test_train_memory)
+set_tests_properties(test_train_memory_beside_tsan PROPERTIES LABELS "cpu;tsan" SKIP_RETURN_CODE 77
+    TIMEOUT ${qc_tm_tsan_timeout} ENVIRONMENT
+    "QC_PROFILES_DIR=${PROJECT_SOURCE_DIR}/profiles;OMP_WAIT_POLICY=passive;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;QC_TEST_FILTER=beside admission")
+add_custom_target(test_train_memory_beside_tsan)
+add_dependencies(test_train_memory_beside_tsan test_train_memory)

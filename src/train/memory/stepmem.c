@@ -27,7 +27,10 @@
  *   3. run with its plan (qc_qcnet_set_plan): the calibrated plan at the margin in force (else
  *      at the configured margin, else the admission plan from an empty cache; a calibrated plan
  *      that fetches nothing ahead without room, qc_plan_room, gives way to an admission plan
- *      that has it). When the allocator
+ *      that has it). With two compute threads the calibrated plan of each program admission
+ *      describes is searched on a helper thread while admission searches its own
+ *      (plan_beside.h: the same plan, about one search on the step's path instead of two).
+ *      When the allocator
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
  * released, the gradients restored from a host copy, or zeroed when the step had none yet:
  * parameters and optimizer state are untouched until the step's end), the cache emptied, the margin
@@ -55,6 +58,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <omp.h>
+
+#include "plan_beside.h"
 #include "qc_loader.h"
 #include "qc_offload.h"
 #include "qc_oom.h"
@@ -90,6 +96,13 @@ struct train_mem {
      * description drops it */
     const struct qc_batch *admitted_batch;
     struct qc_plan_result admitted;
+    /* the calibrated plan of each program admission plans, searched on a helper thread while
+     * admission searches its own (plan_beside.h): NULL with one compute thread or no budget.
+     * Every new description and every calibration drops the plan in flight */
+    struct plan_beside *beside;
+    bool beside_want; /* admission is describing: start the calibrated plan of each program */
+    bool beside_check; /* tests: plan each on this thread too and compare (train_mem_beside) */
+    int64_t beside_made, beside_differ;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
     int64_t fault_k;
     int64_t fault_scene; /* test hook QC_FAULT_OOM_SCENE=I: -1 = off (fault_from_env) */
@@ -150,6 +163,7 @@ void train_mem_destroy(struct train_mem *tm)
     if (!tm)
         return;
     qc_oom_set_planner(QC_OOM_PLANNER_NONE, false);
+    plan_beside_destroy(tm->beside); /* first: it may be reading prog and cost */
     qc_qcnet_destroy(tm->dry);
     qc_plan_result_free(&tm->admitted);
     qc_plan_program_free(&tm->prog);
@@ -310,6 +324,10 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
     if (st == QC_OK &&
         !(tm->grads_host = malloc((size_t)(tm->nparams ? tm->nparams : 1) * sizeof(float))))
         st = qc_errorf(QC_ERR_NOMEM, "train: gradient copy of %" PRId64 " floats", tm->nparams);
+    /* a second planning thread where the run has two compute threads (idle while it plans) */
+    const int64_t threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : omp_get_max_threads();
+    if (st == QC_OK && tm->par.budget > 0 && threads >= 2)
+        st = plan_beside_create(&tm->beside);
     if (st != QC_OK) {
         train_mem_destroy(tm);
         return st;
@@ -321,6 +339,17 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
 const struct qc_plan_cost *train_mem_cost(const struct train_mem *tm)
 {
     return tm->cost;
+}
+
+enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made,
+                                int64_t *differ)
+{
+    *made = tm->beside_made;
+    *differ = tm->beside_differ;
+    tm->beside_check = check;
+    if (check && !tm->beside && tm->par.budget > 0)
+        return plan_beside_create(&tm->beside);
+    return QC_OK;
 }
 
 void train_mem_set_hook(struct train_mem *tm,
@@ -389,6 +418,8 @@ static enum qc_status keep_plan(struct train_mem *tm, const struct qc_plan_resul
 static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *host,
                                    uint32_t tiled)
 {
+    if (tm->beside) /* it may be reading prog */
+        plan_beside_drop(tm->beside);
     qc_plan_result_free(&tm->admitted);
     tm->admitted_batch = NULL;
     tm->tiled = 0;
@@ -398,6 +429,11 @@ static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *
     struct qc_alloc_stats as;
     qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
     tm->prog.fixed_bytes = as.bytes_allocated;
+    if (tm->beside && tm->beside_want) {
+        struct qc_plan_params par = tm->par;
+        par.margin = tm->margin;
+        plan_beside_start(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par);
+    }
     return QC_OK;
 }
 
@@ -446,13 +482,57 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
     return st;
 }
 
+/* Whether a and b (plans of one program) agree: policies, peak, time, window, room. */
+static bool same_plan(const struct qc_plan_result *a, bool room_a, const struct qc_plan_result *b,
+                      bool room_b)
+{
+    return room_a == room_b && a->nblocks == b->nblocks && a->fits == b->fits &&
+           a->peak == b->peak && a->target == b->target && a->step_s == b->step_s &&
+           a->window == b->window && a->prefetch_none == b->prefetch_none &&
+           a->iterations == b->iterations &&
+           memcmp(a->policy, b->policy, (size_t)a->nblocks) == 0;
+}
+
+/* The calibrated plan at the margin in force with the configured room (plan_with's), when the
+ * helper made it of tm->prog as it is now: true with it in r and its room in *room. The wait
+ * counts as planning time. */
+static bool plan_beside(struct train_mem *tm, struct qc_plan_result *r, bool *room)
+{
+    if (!tm->beside)
+        return false;
+    struct qc_plan_params par = tm->par;
+    par.margin = tm->margin;
+    double waited = 0;
+    const bool made = plan_beside_take(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par,
+                                       r, room, &waited);
+    tm->step.plan_s += waited;
+    tm->beside_made += made;
+    if (made && tm->beside_check) { /* tests: the same plan made here */
+        struct qc_plan_result own = {0};
+        bool own_room = false;
+        if (qc_plan_make_room(&tm->prog, tm->cost, &tm->hw, &par, &tm->par, &own, &own_room) !=
+                QC_OK ||
+            !same_plan(r, *room, &own, own_room))
+            tm->beside_differ++;
+        qc_plan_result_free(&own);
+    }
+    if (made)
+        qc_log(QC_LOG_DEBUG,
+               "plan: step %" PRId64 ", calibrated cost model, %.1f %% margin: peak %" PRIu64
+               ", target %" PRIu64 "%s (planned beside admission)",
+               tm->step_no, 100.0 * tm->margin, r->peak, r->target,
+               r->fits ? "" : ": does not fit");
+    return made;
+}
+
 /* The admission plan of batch host (r): the built-in coefficients, the configured hardware
  * figures, the configured margin, with the edge modes chosen (qc_plan_make_edges: the default
  * modes when they fit, else edge sets tiled until one fits). Whether it fits decides whether
  * the batch runs whole, and its modes are the ones the batch runs in (tiling changes the bits
  * of the edge FEs' gradients): both a function of the batch and the configuration only
- * (struct train_mem). tm->prog is its program, tm->tiled its tiled sets. */
-static enum qc_status admit(struct train_mem *tm, const struct qc_batch *host,
+ * (struct train_mem). tm->prog is its program, tm->tiled its tiled sets. beside: the helper
+ * searches the calibrated plan of each program meanwhile (for a first run; plan_beside). */
+static enum qc_status admit(struct train_mem *tm, const struct qc_batch *host, bool beside,
                             struct qc_plan_result *r)
 {
     const double t0 = now_s();
@@ -460,8 +540,10 @@ static enum qc_status admit(struct train_mem *tm, const struct qc_batch *host,
     const struct qc_plan_describer d = {group_describe, &g};
     const struct qc_plan_program *prog = NULL;
     uint32_t tiled = 0;
+    tm->beside_want = beside; /* the calibrated plan of each program, beside */
     const enum qc_status st =
         qc_plan_make_edges(&d, tm->choose_edges, tm->cost0, &tm->hw0, &tm->par, &tiled, &prog, r);
+    tm->beside_want = false;
     tm->step.plan_s += now_s() - t0;
     return st;
 }
@@ -495,6 +577,8 @@ static enum qc_status edge_modes_run(struct train_mem *tm, struct qc_qcnet *mode
 /* Measures the group's blocks into the cost model (before release). */
 static void calibrate(struct train_mem *tm, struct qc_qcnet *model, double group_s)
 {
+    if (tm->beside) /* it may be reading cost */
+        plan_beside_drop(tm->beside);
     if (tm->cap_meas < tm->prog.nblocks) {
         struct qc_plan_measure *n = realloc(tm->meas, (size_t)tm->prog.nblocks * sizeof *tm->meas);
         if (!n)
@@ -848,7 +932,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                 tm->admitted = (struct qc_plan_result){0};
                 tm->admitted_batch = NULL;
             } else {
-                QC_TRY(admit(tm, host, &r0));
+                QC_TRY(admit(tm, host, a == 0, &r0)); /* a re-run plans with built-in costs */
             }
             if (!r0.fits) {
                 need = r0.peak;
@@ -864,7 +948,8 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                  * (qc_plan_room at the configured margin: a learned margin over that room
                  * leaves it already), else the admission plan when that one has it */
                 bool room = false;
-                st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &room, &r);
+                if (!plan_beside(tm, &r, &room))
+                    st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &room, &r);
                 if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
                     qc_plan_result_free(&r);
                     st = plan_with(tm, tm->cost, &tm->hw, tm->par.margin, &room, &r);
@@ -974,7 +1059,7 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
         b = own;
     }
     struct qc_plan_result r = {0};
-    enum qc_status st = admit(tm, b, &r);
+    enum qc_status st = admit(tm, b, true, &r);
     const bool fits = st == QC_OK && r.fits;
     const uint64_t peak = r.peak;
     if (fits && !own) { /* the caller's batch: its first run needs this admission again */
