@@ -29,7 +29,7 @@
 
 #include "qc_plan.h"
 
-/* The margin of qc_plan_room's target (edge_mode.c): p's margin taken twice, at least ROOM_MIN
+/* The margin of qc_plan_room's target (plan.c): p's margin taken twice, at least ROOM_MIN
  * of the budget more, at most half the budget. */
 double plan_room_margin(const struct qc_plan_params *p);
 
