@@ -737,8 +737,7 @@ static void same_as_make_room(const struct qc_plan_program *pp, const struct qc_
              "iterations, %.6f s)",
              (unsigned long long)p->budget, p->margin, (int)mok, (unsigned long long)m.peak,
              (unsigned long long)m.target, m.iterations, m.step_s, (int)ok,
-             (unsigned long long)r->peak, (unsigned long long)r->target, r->iterations,
-             r->step_s);
+             (unsigned long long)r->peak, (unsigned long long)r->target, r->iterations, r->step_s);
     qc_plan_result_free(&m);
 }
 
@@ -782,8 +781,7 @@ static void test_room(void)
             bool ok2 = false;
             struct qc_plan_result r2 = {0};
             T_EXPECT(qc_plan_make(pp, cost, &hw, &learned, &r2) == QC_OK, "%s", qc_error_last());
-            T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r2, &ok2) == QC_OK, "%s",
-                     qc_error_last());
+            T_EXPECT(qc_plan_room(pp, cost, &hw, &par, &r2, &ok2) == QC_OK, "%s", qc_error_last());
             same_as_make_room(pp, cost, &hw, &learned, &par, &r2, ok2);
             qc_plan_result_free(&r2);
         }

@@ -112,7 +112,7 @@ struct run {
     int nsteps;
     struct step_m m[MAX_STEPS];
     int64_t nparams;
-    float *grads; /* the last step's gradients (CPU runs), when asked */
+    float *grads;                       /* the last step's gradients (CPU runs), when asked */
     int64_t beside_made, beside_differ; /* qc_trainer_plans_beside after the run */
 };
 
@@ -212,8 +212,8 @@ static void run_train(const struct qc_config *cfg, const char *dir, const struct
             arm.group = x->fail_in_group;
             qc_memctx_set_observer(arm.mc, arm_observer, &arm);
         }
-        if (x->check_beside && qc_trainer_plans_beside(t, true, &r->beside_made,
-                                                       &r->beside_differ) != QC_OK)
+        if (x->check_beside &&
+            qc_trainer_plans_beside(t, true, &r->beside_made, &r->beside_differ) != QC_OK)
             T_FATAL("the planning helper: %s", qc_error_last());
         if (x->fault != QC_OFFLOAD_FAULT_NONE) {
             struct qc_offload *o = qc_trainer_offload(t);
@@ -729,8 +729,7 @@ static void test_beside(void)
         struct extra x = {.check_beside = true};
         struct run r;
         run_train(&cb, dir, &x, &r);
-        T_EXPECT(r.st == QC_OK && r.nsteps == 2, "budget %" PRIu64 ": %s", cb.device_budget,
-                 r.err);
+        T_EXPECT(r.st == QC_OK && r.nsteps == 2, "budget %" PRIu64 ": %s", cb.device_budget, r.err);
         printf("  budget %.1f MiB: %" PRId64 " plans made beside admission, %" PRId64
                " differ; host %.1f MiB, recomputed %.1f MiB\n",
                (double)cb.device_budget / 1048576.0, r.beside_made, r.beside_differ,

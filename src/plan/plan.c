@@ -939,9 +939,9 @@ static enum qc_status plan_make(const struct qc_plan_program *prog, const struct
          * again there, fewer simulations); that plan when it fits, its target reported as the
          * first's */
         *ok = qc_plan_has_room(room, out);
-        const uint64_t target = room->budget
-                                    ? (uint64_t)((double)room->budget * (1.0 - plan_room_margin(room)))
-                                    : UINT64_MAX;
+        const uint64_t target =
+            room->budget ? (uint64_t)((double)room->budget * (1.0 - plan_room_margin(room)))
+                         : UINT64_MAX;
         if (!*ok && out->fits && target < s.target) {
             const uint64_t target1 = out->target;
             s.target = target;

@@ -145,8 +145,7 @@ void train_mem_set_hook(struct train_mem *tm,
                         void (*fn)(void *user, const struct qc_plan_program *prog, uint8_t *policy),
                         void *user);
 /* qc_trainer_plans_beside. */
-enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made,
-                                int64_t *differ);
+enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made, int64_t *differ);
 /* Writes the cost model to RUN/plan_cost.json (atomically). */
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
 /* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the

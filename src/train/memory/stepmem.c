@@ -100,7 +100,7 @@ struct train_mem {
      * admission searches its own (plan_beside.h): NULL with one compute thread or no budget.
      * Every new description and every calibration drops the plan in flight */
     struct plan_beside *beside;
-    bool beside_want; /* admission is describing: start the calibrated plan of each program */
+    bool beside_want;  /* admission is describing: start the calibrated plan of each program */
     bool beside_check; /* tests: plan each on this thread too and compare (train_mem_beside) */
     int64_t beside_made, beside_differ;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
@@ -341,8 +341,7 @@ const struct qc_plan_cost *train_mem_cost(const struct train_mem *tm)
     return tm->cost;
 }
 
-enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made,
-                                int64_t *differ)
+enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made, int64_t *differ)
 {
     *made = tm->beside_made;
     *differ = tm->beside_differ;
@@ -489,8 +488,7 @@ static bool same_plan(const struct qc_plan_result *a, bool room_a, const struct 
     return room_a == room_b && a->nblocks == b->nblocks && a->fits == b->fits &&
            a->peak == b->peak && a->target == b->target && a->step_s == b->step_s &&
            a->window == b->window && a->prefetch_none == b->prefetch_none &&
-           a->iterations == b->iterations &&
-           memcmp(a->policy, b->policy, (size_t)a->nblocks) == 0;
+           a->iterations == b->iterations && memcmp(a->policy, b->policy, (size_t)a->nblocks) == 0;
 }
 
 /* The calibrated plan at the margin in force with the configured room (plan_with's), when the
@@ -503,8 +501,8 @@ static bool plan_beside(struct train_mem *tm, struct qc_plan_result *r, bool *ro
     struct qc_plan_params par = tm->par;
     par.margin = tm->margin;
     double waited = 0;
-    const bool made = plan_beside_take(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par,
-                                       r, room, &waited);
+    const bool made = plan_beside_take(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par, r,
+                                       room, &waited);
     tm->step.plan_s += waited;
     tm->beside_made += made;
     if (made && tm->beside_check) { /* tests: the same plan made here */
