@@ -707,7 +707,6 @@ enum qc_status qc_plan_evaluate(const struct qc_plan_program *prog, const struct
     return st;
 }
 
-/* The search (module comment). */
 /* The search's place: its iterations so far and the peak its next run will have (known from
  * the last move's simulation; the all-keep peak at the start). A search carried on from its
  * place to a lower target makes the moves a fresh search to that target makes after it: no move
@@ -717,6 +716,7 @@ struct search_at {
     uint64_t expect;
 };
 
+/* The search (module comment). */
 static void search(struct sim *s, const struct qc_plan_program *prog, const struct qc_plan_hw *hw,
                    const struct qc_plan_params *p, struct search_at *at, uint8_t *pol,
                    struct run *r, int *iters)
@@ -882,11 +882,27 @@ double plan_room_margin(const struct qc_plan_params *p)
     return m < 0.5 ? m : 0.5;
 }
 
+/* The room's target: the budget less plan_room_margin; UINT64_MAX without a budget. */
+static uint64_t room_target(const struct qc_plan_params *p)
+{
+    return p->budget ? (uint64_t)((double)p->budget * (1.0 - plan_room_margin(p))) : UINT64_MAX;
+}
+
 bool qc_plan_has_room(const struct qc_plan_params *p, const struct qc_plan_result *r)
 {
     if (!r->fits || !r->prefetch_none || p->budget == 0)
         return r->fits;
-    return r->peak <= (uint64_t)((double)p->budget * (1.0 - plan_room_margin(p)));
+    return r->peak <= room_target(p);
+}
+
+/* out from the search's last run r of pol (s's window and nothing-ahead state, iters). */
+static void plan_fill(struct qc_plan_result *out, const struct sim *s, const uint8_t *pol,
+                      const struct run *r, const struct run *keep, int iters)
+{
+    result_fill(out, s, pol, r, keep);
+    out->window = s->window;
+    out->prefetch_none = s->none;
+    out->iterations = iters;
 }
 
 /* qc_plan_make, and with room (NULL: none) qc_plan_room's second plan in the same search
@@ -930,18 +946,13 @@ static enum qc_status plan_make(const struct qc_plan_program *prog, const struct
         break;
     }
     sim_run(&s, pol, UINT64_MAX, &r);
-    result_fill(out, &s, pol, &r, &keep);
-    out->window = s.window;
-    out->prefetch_none = s.none;
-    out->iterations = iters;
+    plan_fill(out, &s, pol, &r, &keep, iters);
     if (room) {
         /* without room: the search carried on to the room's target (the same moves as planning
          * again there, fewer simulations); that plan when it fits, its target reported as the
          * first's */
         *ok = qc_plan_has_room(room, out);
-        const uint64_t target =
-            room->budget ? (uint64_t)((double)room->budget * (1.0 - plan_room_margin(room)))
-                         : UINT64_MAX;
+        const uint64_t target = room_target(room);
         if (!*ok && out->fits && target < s.target) {
             const uint64_t target1 = out->target;
             s.target = target;
@@ -949,11 +960,8 @@ static enum qc_status plan_make(const struct qc_plan_program *prog, const struct
                 search(&s, prog, hw, p, &at, pol, &r, &iters);
             sim_run(&s, pol, UINT64_MAX, &r);
             if (r.valid && r.peak <= s.target) {
-                result_fill(out, &s, pol, &r, &keep);
+                plan_fill(out, &s, pol, &r, &keep, iters);
                 out->target = target1;
-                out->window = s.window;
-                out->prefetch_none = s.none;
-                out->iterations = iters;
                 *ok = true;
             }
         }

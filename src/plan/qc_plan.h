@@ -369,9 +369,11 @@ enum qc_status qc_plan_room(const struct qc_plan_program *pr, const struct qc_pl
                             const struct qc_plan_hw *hw, const struct qc_plan_params *p,
                             struct qc_plan_result *r, bool *ok);
 /* qc_plan_make under p, then qc_plan_room under room (NULL: p; only the margins may differ)
- * in one search: the same result (ok, policies, peak, window, iterations, target reported),
- * for about one search instead of two — the second plan's moves are the first's and then
- * more, since no move of the search depends on its target. */
+ * in one search — what the trainer and qc_plan_make_edges call; qc_plan_room, planning again
+ * from everything kept, stays as the reference tests/test_plan.c holds it to: the same result (ok,
+ * policies, peak, window, iterations, target reported), for about one search instead of two — the
+ * second plan's moves are the first's and then more, since no move of the search depends on its
+ * target. */
 enum qc_status qc_plan_make_room(const struct qc_plan_program *prog,
                                  const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
                                  const struct qc_plan_params *p, const struct qc_plan_params *room,

@@ -412,6 +412,14 @@ static enum qc_status keep_plan(struct train_mem *tm, const struct qc_plan_resul
     return QC_OK;
 }
 
+/* The configured planning parameters at margin (the calibrated plan's: the margin in force). */
+static struct qc_plan_params params_at(const struct train_mem *tm, double margin)
+{
+    struct qc_plan_params par = tm->par;
+    par.margin = margin;
+    return par;
+}
+
 /* Describes the batch (host) into tm->prog with the edge sets of `tiled` tiled: its program,
  * and the allocator's allocated bytes now as its fixed bytes. */
 static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *host,
@@ -429,8 +437,7 @@ static enum qc_status describe_raw(struct train_mem *tm, const struct qc_batch *
     qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
     tm->prog.fixed_bytes = as.bytes_allocated;
     if (tm->beside && tm->beside_want) {
-        struct qc_plan_params par = tm->par;
-        par.margin = tm->margin;
+        const struct qc_plan_params par = params_at(tm, tm->margin);
         plan_beside_start(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par);
     }
     return QC_OK;
@@ -460,6 +467,17 @@ static enum qc_status group_describe(void *user, uint32_t tiled,
     return QC_OK;
 }
 
+/* The debug line of a plan made (how: "" or " (planned beside admission)"). */
+static void log_plan(const struct train_mem *tm, const struct qc_plan_cost *cost, double margin,
+                     const struct qc_plan_result *r, const char *how)
+{
+    qc_log(QC_LOG_DEBUG,
+           "plan: step %" PRId64 ", %s cost model, %.1f %% margin: peak %" PRIu64
+           ", target %" PRIu64 "%s%s",
+           tm->step_no, cost == tm->cost0 ? "built-in" : "calibrated", 100.0 * margin, r->peak,
+           r->target, r->fits ? "" : ": does not fit", how);
+}
+
 /* Plans tm->prog (described) with cost and hw at margin; the result in r. With room (NULL:
  * none), qc_plan_make_room: *ok whether r has the room the configured margin asks for. */
 static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost *cost,
@@ -467,17 +485,12 @@ static enum qc_status plan_with(struct train_mem *tm, const struct qc_plan_cost 
                                 struct qc_plan_result *r)
 {
     const double t0 = now_s();
-    struct qc_plan_params par = tm->par;
-    par.margin = margin;
+    const struct qc_plan_params par = params_at(tm, margin);
     const enum qc_status st = room ? qc_plan_make_room(&tm->prog, cost, hw, &par, &tm->par, r, room)
                                    : qc_plan_make(&tm->prog, cost, hw, &par, r);
     tm->step.plan_s += now_s() - t0;
     if (st == QC_OK)
-        qc_log(QC_LOG_DEBUG,
-               "plan: step %" PRId64 ", %s cost model, %.1f %% margin: peak %" PRIu64
-               ", target %" PRIu64 "%s",
-               tm->step_no, cost == tm->cost0 ? "built-in" : "calibrated", 100.0 * margin, r->peak,
-               r->target, r->fits ? "" : ": does not fit");
+        log_plan(tm, cost, margin, r, "");
     return st;
 }
 
@@ -498,8 +511,7 @@ static bool plan_beside(struct train_mem *tm, struct qc_plan_result *r, bool *ro
 {
     if (!tm->beside)
         return false;
-    struct qc_plan_params par = tm->par;
-    par.margin = tm->margin;
+    const struct qc_plan_params par = params_at(tm, tm->margin);
     double waited = 0;
     const bool made = plan_beside_take(tm->beside, &tm->prog, tm->cost, &tm->hw, &par, &tm->par, r,
                                        room, &waited);
@@ -515,11 +527,7 @@ static bool plan_beside(struct train_mem *tm, struct qc_plan_result *r, bool *ro
         qc_plan_result_free(&own);
     }
     if (made)
-        qc_log(QC_LOG_DEBUG,
-               "plan: step %" PRId64 ", calibrated cost model, %.1f %% margin: peak %" PRIu64
-               ", target %" PRIu64 "%s (planned beside admission)",
-               tm->step_no, 100.0 * tm->margin, r->peak, r->target,
-               r->fits ? "" : ": does not fit");
+        log_plan(tm, tm->cost, tm->margin, r, " (planned beside admission)");
     return made;
 }
 
