@@ -565,7 +565,7 @@ STEP_TAGS = {"loss": "train/loss", "reg_loss_propose": "train/reg_loss_propose",
              "peak_active_bytes": "memory/peak_active_bytes",
              "prefetch_stall_s": "memory/prefetch_stall_s", "replans": "memory/replans",
              "splits": "memory/splits", "skipped_scenes": "memory/skipped_scenes",
-             "plan_ms": "memory/plan_ms"}
+             "plan_ms": "memory/plan_ms", "plan_ahead_ms": "memory/plan_ahead_ms"}
 EVAL_KEYS = ["loss", "minADE", "minFDE", "MR", "Brier", "brier_minFDE", "minAHE", "minFHE"]
 
 

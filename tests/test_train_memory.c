@@ -114,6 +114,7 @@ struct run {
     int64_t nparams;
     float *grads;                       /* the last step's gradients (CPU runs), when asked */
     int64_t beside_made, beside_differ; /* qc_trainer_plans_beside after the run */
+    int64_t ahead_admitted, ahead_cal, ahead_differ; /* qc_trainer_plans_ahead after the run */
 };
 
 static double field(const char *line, const char *key)
@@ -226,9 +227,11 @@ static void run_train(const struct qc_config *cfg, const char *dir, const struct
         r->st = qc_trainer_run(t);
     if (r->st != QC_OK)
         snprintf(r->err, sizeof r->err, "%s", qc_error_last());
-    if (t && x && x->check_beside)
+    if (t && x && x->check_beside) {
         T_EXPECT(qc_trainer_plans_beside(t, false, &r->beside_made, &r->beside_differ) == QC_OK,
                  "%s", qc_error_last());
+        qc_trainer_plans_ahead(t, &r->ahead_admitted, &r->ahead_cal, &r->ahead_differ);
+    }
     if (r->st == QC_OK && x && x->fault != QC_OFFLOAD_FAULT_NONE)
         T_EXPECT(qc_offload_fault_fired(qc_trainer_offload(t)), "the NVMe fault fired");
     if (r->st == QC_OK && x && x->fail_in_group > 0)
@@ -704,23 +707,27 @@ static void test_nvme_fault(void)
 
 // ---- the calibrated plan beside admission ------------------------------------------------------
 
-/* With two compute threads the trainer searches each group's calibrated plan on a helper
- * thread while admission searches its own (src/train/memory/plan_beside.h; the test hook starts
- * it with one, so that ThreadSanitizer sees no OpenMP threads: test_train_memory_beside_tsan).
- * Under a budget that moves stashes, every group's plan must come from the helper and equal the
- * one the trainer's thread makes of the same program, and the run's bits the unlimited run's. */
+/* Under a budget the trainer plans each group while the group before runs, on a helper thread
+ * (src/train/memory/plan_ahead.h: the description, the admission plan, the calibrated plan),
+ * and with two compute threads it searches the calibrated plan of a group planned on its path
+ * (the first) on another helper while admission searches its own (plan_beside.h; the test hook
+ * starts it with one, so that ThreadSanitizer sees no OpenMP threads:
+ * test_train_memory_beside_tsan). Under a budget that moves stashes, the first group's
+ * calibrated plan must come from the beside helper, every later group's admission from the one
+ * ahead and its calibrated plan too unless the margin moved over it, each equal to what the
+ * trainer's thread makes of the same inputs, and the run's bits the unlimited run's. */
 static void test_beside(void)
 {
-    QC_TEST ("train memory: the calibrated plan made beside admission on a second thread is the "
-             "trainer's own, every group") {
+    QC_TEST ("train memory: the plans made beside admission and ahead of each group on helper "
+             "threads are the trainer's own, every group") {
         struct qc_config cfg;
         tiny_config(&cfg, QC_CONFIG_DEVICE_CPU, true, 2);
-        cfg.steps = 2;
+        cfg.steps = 3;
         char ref[512], dir[512];
         tmp_dir(ref, sizeof ref, "beside-unlimited");
         struct run r0;
         run_train(&cfg, ref, NULL, &r0);
-        T_EXPECT(r0.st == QC_OK && r0.nsteps == 2, "unlimited: %s", r0.err);
+        T_EXPECT(r0.st == QC_OK && r0.nsteps == 3, "unlimited: %s", r0.err);
         if (r0.st != QC_OK)
             continue;
         struct qc_config cb = cfg;
@@ -729,16 +736,24 @@ static void test_beside(void)
         struct extra x = {.check_beside = true};
         struct run r;
         run_train(&cb, dir, &x, &r);
-        T_EXPECT(r.st == QC_OK && r.nsteps == 2, "budget %" PRIu64 ": %s", cb.device_budget, r.err);
-        printf("  budget %.1f MiB: %" PRId64 " plans made beside admission, %" PRId64
-               " differ; host %.1f MiB, recomputed %.1f MiB\n",
+        T_EXPECT(r.st == QC_OK && r.nsteps == 3, "budget %" PRIu64 ": %s", cb.device_budget, r.err);
+        printf("  budget %.1f MiB: %" PRId64 " calibrated plans made beside admission (%" PRId64
+               " differ); %" PRId64 " groups admitted ahead, %" PRId64
+               " calibrated plans made ahead (%" PRId64 " differ); host %.1f MiB, recomputed "
+               "%.1f MiB\n",
                (double)cb.device_budget / 1048576.0, r.beside_made, r.beside_differ,
-               SUM(&r, host) / 1048576.0, SUM(&r, recompute) / 1048576.0);
-        T_EXPECT(r.beside_made >= r.nsteps && r.beside_differ == 0,
-                 "plans beside admission: %" PRId64 " made in %d steps, %" PRId64 " differ",
-                 r.beside_made, r.nsteps, r.beside_differ);
+               r.ahead_admitted, r.ahead_cal, r.ahead_differ, SUM(&r, host) / 1048576.0,
+               SUM(&r, recompute) / 1048576.0);
+        T_EXPECT(r.beside_made >= 1 && r.beside_differ == 0,
+                 "plans beside admission: %" PRId64 " made, %" PRId64 " differ", r.beside_made,
+                 r.beside_differ);
+        T_EXPECT(r.ahead_admitted >= r.nsteps - 1 && r.ahead_differ == 0,
+                 "groups planned ahead: %" PRId64 " admitted in %d steps, %" PRId64 " differ",
+                 r.ahead_admitted, r.nsteps, r.ahead_differ);
+        /* a calibrated plan made ahead gives way when a miss raised the margin over its peak */
+        T_EXPECT(r.ahead_cal >= 1, "no calibrated plan made ahead in %d steps", r.nsteps);
         T_EXPECT(SUM(&r, host) + SUM(&r, recompute) > 0, "the budget moved no stash");
-        T_EXPECT(same_checkpoint(ref, dir, 2), "checkpoint bytes equal the unlimited run's");
+        T_EXPECT(same_checkpoint(ref, dir, 3), "checkpoint bytes equal the unlimited run's");
         t_rm_rf(ref);
         t_rm_rf(dir);
     }

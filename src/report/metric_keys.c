@@ -28,6 +28,7 @@ static const struct qc_report_metric metrics[] = {
     {"splits", false, "memory/splits", "plan", ""},
     {"skipped_scenes", false, "memory/skipped_scenes", "plan", ""},
     {"plan_ms", false, "memory/plan_ms", "plan_time", "ms"},
+    {"plan_ahead_ms", false, "memory/plan_ahead_ms", "plan_time", "ms"},
     /* eval lines ({"step": S, "eval": {...}}) */
     {"loss", true, "eval/loss", "eval_loss", ""},
     {"reg_loss_propose", true, "eval/reg_loss_propose", "eval_loss", ""},

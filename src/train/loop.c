@@ -126,13 +126,15 @@ struct qc_trainer {
     /* the batches and where the run stands */
     struct qc_loader *loader;
     struct train_stage cur;  /* the batch of the group being computed */
-    struct train_stage next; /* the next batch of the epoch, staged ahead (device backends) */
+    struct train_stage next; /* the next batch, staged ahead (device backends, planning ahead:
+                                the next epoch's first after an epoch's last batch) */
     struct qc_train_state st;
     int64_t nb;              /* groups per epoch over all ranks (batch_in_epoch counts these) */
     int64_t G;               /* groups per rank per step (grad_accum) */
     int64_t P;               /* groups per step over all ranks: G x world */
     int64_t local_in_epoch;  /* this rank's batches of the epoch consumed */
     bool epoch_started;      /* the loader is planned for st.epoch */
+    bool epoch_ahead;        /* ... for st.epoch + 1 already, its first batch in next (run_group) */
     int64_t total_steps;     /* the run ends at this step */
     int64_t last_saved;      /* step of the last checkpoint written (or resumed from) */
     int64_t empty_steps;     /* steps in which every scene was skipped as oversized */
@@ -406,6 +408,7 @@ void qc_trainer_destroy(struct qc_trainer *t)
     qc_steptrace_destroy(t->io.trace);
     if (t->model)
         qc_qcnet_release(t->model);
+    train_mem_ahead_drop(t->mem); /* it may be reading t->next's batch */
     if (t->be) {
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
         qc_loader_release(t->loader, train_stage_drop(t->be, &t->next));
@@ -498,7 +501,10 @@ static void next_epoch(struct qc_trainer *t)
 {
     t->st.epoch++;
     t->st.batch_in_epoch = 0;
-    t->epoch_started = false;
+    t->epoch_started = t->epoch_ahead; /* started by run_group, planning ahead */
+    t->epoch_ahead = false;
+    if (t->epoch_started)
+        t->local_in_epoch = 0;
 }
 
 /* One optimizer step as its phases see it. */
@@ -571,18 +577,42 @@ static enum qc_status run_group(struct qc_trainer *t, const struct step *s, int6
     /* the last group's backward makes the gradients final: armed before it */
     if (g + 1 == s->nlocal)
         st = train_dist_arm(t->dist, qc_qcnet_grads(t->model));
+    const bool more = t->local_in_epoch + g + 1 < s->nb_local; /* a next batch in the epoch */
+    /* planning ahead (a budget): the next batch's host side now, so that the memory system
+     * plans it while this group runs (memory/plan_ahead.h); staged after this group. After the
+     * epoch's last batch, when steps follow, the loader starts the next epoch now (every batch
+     * of this one is taken) and next_epoch finds it started with its first batch in t->next */
+    struct qc_batch *next = NULL;
+    const bool ahead = st == QC_OK && train_mem_plans_ahead(t->mem);
+    if (ahead && more) {
+        st = qc_loader_next(t->loader, &next);
+    } else if (ahead && g + 1 == s->nlocal && t->st.step + 1 < t->total_steps && !t->epoch_ahead) {
+        st = qc_loader_start_epoch(t->loader, t->st.epoch + 1);
+        if (st == QC_OK)
+            st = qc_loader_next(t->loader, &next);
+        t->epoch_ahead = st == QC_OK && next;
+    }
     struct train_group_out l = {0};
     if (st == QC_OK)
-        st = train_mem_group(t->mem, t->model, t->loader, &t->cur, &ctx,
+        st = train_mem_group(t->mem, t->model, t->loader, &t->cur, next, &ctx,
                              train_loss_scale_seed(&t->st) / (float)s->groups, t->dist, &l);
     *scenes += l.scenes;
     *edges += train_dist_batch_edges(b);
     qc_loader_release(t->loader, train_stage_drop(t->be, &t->cur));
-    /* device backends: stage the next batch of the epoch while this one's work runs (its
-     * blocks may reuse the ones just freed, in stream order) */
-    if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) &&
-        t->local_in_epoch + g + 1 < s->nb_local)
+    if (next) { /* staged now: on a device its copies may reuse the blocks just freed */
+        enum qc_status sn = st;
+        if (sn == QC_OK)
+            sn = train_stage_put(t->be, &t->next, next);
+        if (sn != QC_OK) { /* not taken: the planning of it goes first */
+            train_mem_ahead_drop(t->mem);
+            qc_loader_release(t->loader, next);
+            st = sn;
+        }
+    } else if (st == QC_OK && qc_exec_is_device(qc_train_backend_exec(t->be)) && more) {
+        /* device backends: stage the next batch of the epoch while this one's work runs (its
+         * blocks may reuse the ones just freed, in stream order) */
         st = stage_next(t, &t->next);
+    }
     if (st != QC_OK) {  /* "train: step S, group G: <why>", the inner "train: " said once */
         char why[4096]; /* qc_error_last holds at most 4095 bytes */
         const char *e = qc_error_last();
@@ -788,6 +818,7 @@ static void metrics_memory(struct qc_step_metrics *m, const struct qc_alloc_stat
     m->skipped_scenes = ms->skipped;
     m->rolled_back = ms->rolled_back;
     m->plan_ms = 1e3 * ms->plan_s;
+    m->plan_ahead_ms = 1e3 * ms->plan_ahead_s;
 }
 
 /* A mean of the step's group losses over the groups that ran (a group whose every scene was
@@ -1288,4 +1319,10 @@ enum qc_status qc_trainer_plans_beside(struct qc_trainer *t, bool check, int64_t
                                        int64_t *differ)
 {
     return train_mem_beside(t->mem, check, made, differ);
+}
+
+void qc_trainer_plans_ahead(struct qc_trainer *t, int64_t *admitted, int64_t *calibrated,
+                            int64_t *differ)
+{
+    train_mem_ahead(t->mem, admitted, calibrated, differ);
 }

@@ -62,10 +62,12 @@ size_t qc_metrics_format_step(const struct qc_step_metrics *s, char *buf, size_t
            ",\"predicted_peak_bytes\":%" PRIu64 ",\"peak_active_bytes\":%" PRIu64
            ",\"offload_host_bytes\":%" PRIu64 ",\"offload_nvme_bytes\":%" PRIu64
            ",\"recompute_bytes\":%" PRIu64 ",\"prefetch_stall_s\":%s,\"replans\":%" PRId64
-           ",\"splits\":%" PRId64 ",\"skipped_scenes\":%" PRId64 ",\"plan_ms\":%s",
+           ",\"splits\":%" PRId64 ",\"skipped_scenes\":%" PRId64 ",\"plan_ms\":%s"
+           ",\"plan_ahead_ms\":%s",
            s->predicted_peak_bytes, s->peak_active_bytes, s->offload_host_bytes,
            s->offload_nvme_bytes, s->recompute_bytes, QC_JSON_NUM("%.6g", s->prefetch_stall_s),
-           s->replans, s->splits, s->skipped_scenes, QC_JSON_NUM("%.6g", s->plan_ms));
+           s->replans, s->splits, s->skipped_scenes, QC_JSON_NUM("%.6g", s->plan_ms),
+           QC_JSON_NUM("%.6g", s->plan_ahead_ms));
     if (s->skipped)
         append(buf, cap, &len, ",\"skipped\":true");
     if (s->rolled_back)

@@ -178,7 +178,9 @@ struct qc_step_metrics {
     int64_t replans;               /* groups rolled back after running out, re-planned */
     int64_t splits;                /* batches run as sub-groups (admission control) */
     int64_t skipped_scenes;        /* oversized scenes skipped (--skip-oversized) */
-    double plan_ms;                /* describing and planning the step's batches */
+    double plan_ms;                /* describing and planning the step's batches, on its path */
+    double plan_ahead_ms;          /* the same made by the planning helper while the group
+                                      before ran (off the step's path) */
     bool skipped;      /* train.nonfinite=skip left the parameters untouched ("skipped":true) */
     bool rolled_back;  /* a group ran out of device memory and was re-run ("rolled_back":true):
                           peak_active_bytes holds the failed attempt's allocations, so the step

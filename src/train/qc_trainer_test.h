@@ -43,6 +43,15 @@ void qc_trainer_set_plan_hook(struct qc_trainer *t,
 enum qc_status qc_trainer_plans_beside(struct qc_trainer *t, bool check, int64_t *made,
                                        int64_t *differ);
 
+/* The groups planned ahead on the helper while the group before ran (src/train/memory/
+ * plan_ahead.h; runs with a budget) so far: *admitted (groups whose description and admission
+ * plan came from it), *calibrated (of those, the ones whose calibrated plan did too), and, with
+ * qc_trainer_plans_beside's check set, each admission also made on the trainer's own thread and
+ * compared (plan, edge modes) and each calibrated plan made again of the same program with the
+ * cost model it was made with: *differ counts the ones that did not agree. */
+void qc_trainer_plans_ahead(struct qc_trainer *t, int64_t *admitted, int64_t *calibrated,
+                            int64_t *differ);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,7 +90,9 @@ struct train_mem_step {
     uint64_t nvme_bytes;      /* to the NVMe tier */
     uint64_t recompute_bytes; /* rebuilt by recompute */
     double stall_s;           /* waiting for fetches (host time) */
-    double plan_s;            /* describing and planning the step's batches */
+    double plan_s;            /* describing and planning the step's batches, on its path */
+    double plan_ahead_s;      /* the helper's planning of the step's groups made while the group
+                                 before ran (memory/plan_ahead.h): off the step's path */
     int64_t replans;          /* groups rolled back after running out and re-planned */
     int64_t splits;           /* batches split into sub-groups */
     int64_t skipped;          /* scenes skipped as oversized (skip_oversized) */
@@ -133,8 +135,15 @@ struct train_dist;
  * keeps their reduced values (train_dist_hold, train_dist_settle). */
 enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, struct train_stage *stage,
-                               const struct qc_qcnet_ctx *ctx, float weight, struct train_dist *td,
-                               struct train_group_out *out);
+                               const struct qc_batch *next, const struct qc_qcnet_ctx *ctx,
+                               float weight, struct train_dist *td, struct train_group_out *out);
+/* Whether the run plans each group while the one before runs (a budget: memory/plan_ahead.h):
+ * then the loop fetches the next group's host batch before running a group and passes it to
+ * train_mem_group as next (NULL: none known). */
+bool train_mem_plans_ahead(const struct train_mem *tm);
+/* Waits for and forgets the next group's planning: call before releasing a batch passed as
+ * next that will not run as the next group. NULL is a no-op. */
+void train_mem_ahead_drop(struct train_mem *tm);
 const struct train_mem_step *train_mem_last_step(const struct train_mem *tm);
 /* The plan of the step with the highest measured peak so far (NULL before one ran). */
 const struct qc_memreport_plan *train_mem_plan_shown(const struct train_mem *tm);
@@ -146,6 +155,9 @@ void train_mem_set_hook(struct train_mem *tm,
                         void *user);
 /* qc_trainer_plans_beside. */
 enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made, int64_t *differ);
+/* qc_trainer_plans_ahead. */
+void train_mem_ahead(const struct train_mem *tm, int64_t *admitted, int64_t *calibrated,
+                     int64_t *differ);
 /* Writes the cost model to RUN/plan_cost.json (atomically). */
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
 /* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the

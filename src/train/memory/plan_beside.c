@@ -141,7 +141,7 @@ static double now_s(void)
 _Static_assert(sizeof(struct qc_plan_hw) == 56 && sizeof(struct qc_plan_params) == 56,
                "plan_beside: compare the new fields of qc_plan_hw / qc_plan_params");
 
-static bool same_hw(const struct qc_plan_hw *a, const struct qc_plan_hw *b)
+bool plan_beside_same_hw(const struct qc_plan_hw *a, const struct qc_plan_hw *b)
 {
     return a->d2h_gbps == b->d2h_gbps && a->h2d_gbps == b->h2d_gbps &&
            a->nvme_write_gbps == b->nvme_write_gbps && a->nvme_read_gbps == b->nvme_read_gbps &&
@@ -149,7 +149,7 @@ static bool same_hw(const struct qc_plan_hw *a, const struct qc_plan_hw *b)
            a->serial_copies == b->serial_copies;
 }
 
-static bool same_params(const struct qc_plan_params *a, const struct qc_plan_params *b)
+bool plan_beside_same_params(const struct qc_plan_params *a, const struct qc_plan_params *b)
 {
     return a->budget == b->budget && a->margin == b->margin && a->round == b->round &&
            a->prefetch_window == b->prefetch_window && a->prefetch_none == b->prefetch_none &&
@@ -166,8 +166,9 @@ bool plan_beside_take(struct plan_beside *pb, const struct qc_plan_program *prog
     wait_done(pb);
     *waited_s = now_s() - t0;
     const bool made = pb->state == PB_DONE && pb->st == QC_OK && pb->prog == prog &&
-                      pb->cost == cost && same_hw(&pb->hw, hw) && same_params(&pb->p, p) &&
-                      same_params(&pb->room, room ? room : p);
+                      pb->cost == cost && plan_beside_same_hw(&pb->hw, hw) &&
+                      plan_beside_same_params(&pb->p, p) &&
+                      plan_beside_same_params(&pb->room, room ? room : p);
     if (made) {
         *out = pb->out;
         *ok = pb->ok;

@@ -45,4 +45,9 @@ bool plan_beside_take(struct plan_beside *pb, const struct qc_plan_program *prog
 /* Waits for a running plan and frees its result. */
 void plan_beside_drop(struct plan_beside *pb);
 
+/* Whether two sets of hardware figures / planning parameters are equal, field by field (the
+ * structs have padding): the inputs a plan made off the step's path is taken with. */
+bool plan_beside_same_hw(const struct qc_plan_hw *a, const struct qc_plan_hw *b);
+bool plan_beside_same_params(const struct qc_plan_params *a, const struct qc_plan_params *b);
+
 #endif /* QC_TRAIN_MEMORY_PLAN_BESIDE_H */

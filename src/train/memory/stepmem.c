@@ -30,6 +30,13 @@
  *      that has it). With two compute threads the calibrated plan of each program admission
  *      describes is searched on a helper thread while admission searches its own
  *      (plan_beside.h: the same plan, about one search on the step's path instead of two).
+ *      Under a budget the loop hands each group the next group's host batch (the next epoch's
+ *      first after an epoch's last), and once this group is admitted the next one's
+ *      description, admission plan and calibrated plan are made on another helper while this
+ *      one runs (plan_ahead.h): the next group takes them when they were made of exactly what
+ *      it would plan with (its batch, the fixed bytes it measures, the admission's figures; the
+ *      calibrated plan: the figures in force and a peak under the margin in force, its cost
+ *      model one group's measurements behind), so it starts with no planning on its path.
  *      When the allocator
  * still runs out (a misprediction, fragmentation), the group is rolled back (its activations
  * released, the gradients restored from a host copy, or zeroed when the step had none yet:
@@ -60,6 +67,7 @@
 
 #include <omp.h>
 
+#include "plan_ahead.h"
 #include "plan_beside.h"
 #include "qc_loader.h"
 #include "qc_offload.h"
@@ -103,6 +111,15 @@ struct train_mem {
     bool beside_want;  /* admission is describing: start the calibrated plan of each program */
     bool beside_check; /* tests: plan each on this thread too and compare (train_mem_beside) */
     int64_t beside_made, beside_differ;
+    /* the next group's planning, made on a helper thread while this group runs (plan_ahead.h):
+     * NULL without a budget. next: the next group's host batch, when the loop fetched it before
+     * this group (train_mem_group), started once this group is admitted; ahead_out: what the
+     * take of this group's gave (its calibrated plan, for the first run of ahead_batch) */
+    struct plan_ahead *ahead;
+    const struct qc_batch *next;
+    const struct qc_batch *ahead_batch;
+    struct plan_ahead_out ahead_out;
+    int64_t ahead_made, ahead_cal_made, ahead_differ;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
     int64_t fault_k;
     int64_t fault_scene; /* test hook QC_FAULT_OOM_SCENE=I: -1 = off (fault_from_env) */
@@ -164,6 +181,8 @@ void train_mem_destroy(struct train_mem *tm)
         return;
     qc_oom_set_planner(QC_OOM_PLANNER_NONE, false);
     plan_beside_destroy(tm->beside); /* first: it may be reading prog and cost */
+    plan_ahead_destroy(tm->ahead);
+    plan_ahead_out_free(&tm->ahead_out);
     qc_qcnet_destroy(tm->dry);
     qc_plan_result_free(&tm->admitted);
     qc_plan_program_free(&tm->prog);
@@ -328,6 +347,9 @@ enum qc_status train_mem_create(const struct qc_config *cfg, struct qc_train_bac
     const int64_t threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : omp_get_max_threads();
     if (st == QC_OK && tm->par.budget > 0 && threads >= 2)
         st = plan_beside_create(&tm->beside);
+    /* a helper that plans the next group while this one runs (idle in between) */
+    if (st == QC_OK && tm->par.budget > 0)
+        st = plan_ahead_create(cfg, &tm->ahead);
     if (st != QC_OK) {
         train_mem_destroy(tm);
         return st;
@@ -529,6 +551,117 @@ static bool plan_beside(struct train_mem *tm, struct qc_plan_result *r, bool *ro
     if (made)
         log_plan(tm, tm->cost, tm->margin, r, " (planned beside admission)");
     return made;
+}
+
+static enum qc_status admit(struct train_mem *tm, const struct qc_batch *host, bool beside,
+                            struct qc_plan_result *r);
+
+/* Batch b's description and admission plan (r) made ahead while the group before ran
+ * (plan_ahead.h), when they were made of exactly what admit would plan with now (b, the
+ * allocator's allocated bytes as the fixed bytes, the admission's figures): the description
+ * becomes tm's (tm->prog, tm->dry, tm->tiled) and its calibrated plan is kept for b's first run
+ * (ahead_cal). The wait counts as planning time, the helper's own time as planning ahead. */
+static bool ahead_take(struct train_mem *tm, const struct qc_batch *b, struct qc_plan_result *r)
+{
+    if (!tm->ahead)
+        return false;
+    if (tm->beside) /* it may be reading tm->prog, which a take swaps */
+        plan_beside_drop(tm->beside);
+    qc_plan_result_free(&tm->admitted);
+    tm->admitted_batch = NULL;
+    plan_ahead_out_free(&tm->ahead_out);
+    tm->ahead_batch = NULL;
+    const double t0 = now_s();
+    struct qc_alloc_stats as;
+    qc_alloc_stats_get(qc_train_backend_alloc(tm->be), &as);
+    double waited = 0;
+    const bool made = plan_ahead_take(tm->ahead, b, as.bytes_allocated, &tm->hw0, &tm->par,
+                                      &tm->dry, &tm->prog, &tm->ahead_out, &waited);
+    if (!made) {
+        tm->step.plan_s += now_s() - t0;
+        return false;
+    }
+    tm->tiled = tm->ahead_out.tiled;
+    tm->ahead_batch = b;
+    tm->ahead_made++;
+    tm->step.plan_ahead_s += tm->ahead_out.busy_s;
+    *r = tm->ahead_out.admit;
+    tm->ahead_out.admit = (struct qc_plan_result){0};
+    tm->step.plan_s += now_s() - t0;
+    log_plan(tm, tm->cost0, tm->par.margin, r, " (admission planned ahead)");
+    if (tm->beside_check) { /* tests: the same admission on this thread, the same calibrated plan */
+        struct qc_plan_result own = {0};
+        const uint32_t tiled = tm->tiled;
+        bool same = admit(tm, b, false, &own) == QC_OK && same_plan(r, false, &own, false) &&
+                    tm->tiled == tiled;
+        qc_plan_result_free(&own);
+        const struct plan_ahead_out *o = &tm->ahead_out;
+        if (same && o->have_cal) {
+            bool room = false;
+            same = qc_plan_make_room(&tm->prog, o->cost, &o->cal_hw, &o->cal_par, &tm->par, &own,
+                                     &room) == QC_OK &&
+                   same_plan(&o->cal, o->room, &own, room);
+            qc_plan_result_free(&own);
+        }
+        tm->ahead_differ += !same;
+    }
+    return true;
+}
+
+/* The calibrated plan made ahead of batch host (ahead_take), when it was made with the hardware
+ * figures and parameters in force but for the margin, and its peak is under the target of the
+ * margin in force (a step may have moved the margin since the helper started: a miss raises it
+ * by the bytes missed, a step without one lets it decay): true with it in r and its room in
+ * *room. Its cost model is the one of the moment the helper started, one group's measurements
+ * behind plan_with's (plan_ahead.h). Given once. */
+static bool ahead_cal(struct train_mem *tm, const struct qc_batch *host, struct qc_plan_result *r,
+                      bool *room)
+{
+    struct plan_ahead_out *o = &tm->ahead_out;
+    const struct qc_plan_params par = params_at(tm, tm->margin);
+    struct qc_plan_params made = o->cal_par;
+    made.margin = par.margin;
+    const uint64_t target = (uint64_t)((double)par.budget * (1.0 - par.margin));
+    const bool ok =
+        tm->ahead_batch == host && o->have_cal && plan_beside_same_params(&made, &par) &&
+        plan_beside_same_hw(&o->cal_hw, &tm->hw) && o->cal.fits && o->cal.peak <= target;
+    if (ok) {
+        *r = o->cal;
+        *room = o->room;
+        o->cal = (struct qc_plan_result){0};
+        tm->ahead_cal_made++;
+        log_plan(tm, tm->cost, o->cal_par.margin, r, " (planned ahead)");
+    }
+    plan_ahead_out_free(o);
+    tm->ahead_batch = NULL;
+    return ok;
+}
+
+/* Starts the next group's planning (tm->next, when the loop fetched it) on the helper: its
+ * description with this group's fixed bytes (the next group starts with the same ones where the
+ * batch's storage is not the allocator's, the CPU; on a device the staged batch's bytes differ
+ * and the take gives way to planning on the path), its admission plan and its calibrated plan at
+ * the margin in force with the cost model as it is now. Best effort: a failure to start plans
+ * that group on its path. */
+static void ahead_start(struct train_mem *tm)
+{
+    const struct qc_batch *next = tm->next;
+    tm->next = NULL; /* one job per group */
+    if (!tm->ahead || !next)
+        return;
+    const struct plan_ahead_job job = {
+        .batch = next,
+        .fixed_bytes = tm->prog.fixed_bytes,
+        .choose_edges = tm->choose_edges,
+        .cost0 = tm->cost0,
+        .hw0 = tm->hw0,
+        .par = tm->par,
+        .cost = tm->cost,
+        .hw = tm->hw,
+        .cal = params_at(tm, tm->margin),
+    };
+    if (plan_ahead_start(tm->ahead, &job) != QC_OK)
+        qc_log(QC_LOG_DEBUG, "plan: the next group is planned on its path: %s", qc_error_last());
 }
 
 /* The admission plan of batch host (r): the built-in coefficients, the configured hardware
@@ -954,7 +1087,7 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                  * (qc_plan_room at the configured margin: a learned margin over that room
                  * leaves it already), else the admission plan when that one has it */
                 bool room = false;
-                if (!plan_beside(tm, &r, &room))
+                if (!ahead_cal(tm, host, &r, &room) && !plan_beside(tm, &r, &room))
                     st = plan_with(tm, tm->cost, &tm->hw, tm->margin, &room, &r);
                 if (st == QC_OK && !r.fits && tm->margin > tm->par.margin) {
                     qc_plan_result_free(&r);
@@ -1065,7 +1198,9 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
         b = own;
     }
     struct qc_plan_result r = {0};
-    enum qc_status st = admit(tm, b, true, &r);
+    enum qc_status st = !own && ahead_take(tm, b, &r) ? QC_OK : admit(tm, b, true, &r);
+    if (!own) /* the group's own batch, admitted: the next group's planning meanwhile */
+        ahead_start(tm);
     const bool fits = st == QC_OK && r.fits;
     const uint64_t peak = r.peak;
     if (fits && !own) { /* the caller's batch: its first run needs this admission again */
@@ -1214,10 +1349,11 @@ static enum qc_status run_admitted(struct train_mem *tm, struct qc_qcnet *model,
 
 enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, struct train_stage *stage,
-                               const struct qc_qcnet_ctx *ctx, float weight, struct train_dist *td,
-                               struct train_group_out *out)
+                               const struct qc_batch *next, const struct qc_qcnet_ctx *ctx,
+                               float weight, struct train_dist *td, struct train_group_out *out)
 {
     memset(out, 0, sizeof *out);
+    tm->next = next;
     const struct qc_batch *dev = NULL;
     QC_TRY(train_stage_use(tm->be, stage, &dev));
     tm->td = td;
@@ -1233,7 +1369,29 @@ enum qc_status train_mem_group(struct train_mem *tm, struct qc_qcnet *model,
                           tm->aside + tm->owned_from,
                           (size_t)(tm->nparams - tm->owned_from) * sizeof(float));
     tm->td = NULL;
+    tm->next = NULL;
+    plan_ahead_out_free(&tm->ahead_out); /* a calibrated plan made ahead and not used */
+    tm->ahead_batch = NULL;
     return st;
+}
+
+bool train_mem_plans_ahead(const struct train_mem *tm)
+{
+    return tm && tm->ahead;
+}
+
+void train_mem_ahead_drop(struct train_mem *tm)
+{
+    if (tm && tm->ahead)
+        plan_ahead_drop(tm->ahead);
+}
+
+void train_mem_ahead(const struct train_mem *tm, int64_t *admitted, int64_t *calibrated,
+                     int64_t *differ)
+{
+    *admitted = tm->ahead_made;
+    *calibrated = tm->ahead_cal_made;
+    *differ = tm->ahead_differ;
 }
 
 void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t measured_peak,
