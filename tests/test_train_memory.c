@@ -115,6 +115,7 @@ struct run {
     float *grads;                       /* the last step's gradients (CPU runs), when asked */
     int64_t beside_made, beside_differ; /* qc_trainer_plans_beside after the run */
     int64_t ahead_admitted, ahead_cal, ahead_differ; /* qc_trainer_plans_ahead after the run */
+    int64_t parts_kept, parts_differ;                /* qc_trainer_parts_admitted */
 };
 
 static double field(const char *line, const char *key)
@@ -231,6 +232,7 @@ static void run_train(const struct qc_config *cfg, const char *dir, const struct
         T_EXPECT(qc_trainer_plans_beside(t, false, &r->beside_made, &r->beside_differ) == QC_OK,
                  "%s", qc_error_last());
         qc_trainer_plans_ahead(t, &r->ahead_admitted, &r->ahead_cal, &r->ahead_differ);
+        qc_trainer_parts_admitted(t, &r->parts_kept, &r->parts_differ);
     }
     if (r->st == QC_OK && x && x->fault != QC_OFFLOAD_FAULT_NONE)
         T_EXPECT(qc_offload_fault_fired(qc_trainer_offload(t)), "the NVMe fault fired");
@@ -550,6 +552,7 @@ static void test_split(void)
                    (double)cb.device_budget / 1048576.0, max_active(&r0) / 1048576.0, r.m[0].splits,
                    r.m[0].active / 1048576.0);
             T_EXPECT(r.m[0].active <= (double)cb.device_budget, "peak under the budget");
+
             T_EXPECT_NEAR(r.m[0].loss, r0.m[0].loss, 0, 1e-5, "loss");
             T_EXPECT_NEAR(r.m[0].rp, r0.m[0].rp, 0, 1e-5, "reg_loss_propose");
             T_EXPECT_NEAR(r.m[0].rr, r0.m[0].rr, 0, 1e-5, "reg_loss_refine");
@@ -571,6 +574,54 @@ static void test_split(void)
         }
         T_EXPECT(split, "a budget split the batch");
         free(r0.grads);
+        t_rm_rf(ref);
+        t_rm_rf(dir);
+    }
+}
+
+/* A group that admission splits (its plan does not fit whole at the configured margin, each
+ * part's does) runs each part with the batch admission built of it and the admission plan it
+ * made (no second build, no second choice of edge modes): the same plan as admitting it again
+ * (made again and compared), and the unsplit step's losses within fp32. A large configured
+ * margin makes admission split before any run can run out. */
+static void test_split_admitted(void)
+{
+    QC_TEST ("train memory: the parts of a group admission splits run with the batch and "
+             "admission plan admission made of them") {
+        struct qc_config cfg;
+        tiny_config(&cfg, QC_CONFIG_DEVICE_CPU, true, 2);
+        cfg.steps = 1;
+        cfg.plan_margin = 0.3;
+        char ref[512], dir[512];
+        tmp_dir(ref, sizeof ref, "split-admitted-ref");
+        struct run r0;
+        run_train(&cfg, ref, NULL, &r0);
+        T_EXPECT(r0.st == QC_OK, "unsplit: %s", r0.err);
+        if (r0.st != QC_OK)
+            continue;
+        bool split = false;
+        double budget = max_active(&r0);
+        for (int i = 0; i < 24 && !split; i++) {
+            budget *= 0.9;
+            struct qc_config cb = cfg;
+            cb.device_budget = (uint64_t)budget / 4096 * 4096;
+            tmp_dir(dir, sizeof dir, "split-admitted");
+            struct extra x = {.check_beside = true};
+            struct run r;
+            run_train(&cb, dir, &x, &r);
+            if (r.st != QC_OK || r.m[0].splits == 0 || r.m[0].replans > 0)
+                continue; /* whole, or split after running out: not admission's split */
+            split = true;
+            printf("  budget %.1f MiB: %g split(s); %" PRId64 " parts run with admission's batch "
+                   "and plan (%" PRId64 " differ)\n",
+                   (double)cb.device_budget / 1048576.0, r.m[0].splits, r.parts_kept,
+                   r.parts_differ);
+            T_EXPECT(r.parts_kept >= 2 && r.parts_differ == 0,
+                     "parts with admission's batch and plan: %" PRId64 ", %" PRId64 " differ",
+                     r.parts_kept, r.parts_differ);
+            T_EXPECT_NEAR(r.m[0].loss, r0.m[0].loss, 0, 1e-5, "loss");
+        }
+        T_EXPECT(split, "a budget made admission split the batch");
         t_rm_rf(ref);
         t_rm_rf(dir);
     }
@@ -832,6 +883,7 @@ int main(int argc, char **argv)
         test_invariance(QC_CONFIG_DEVICE_EMU, false);
         test_budgets();
         test_split();
+        test_split_admitted();
         test_oom(QC_CONFIG_DEVICE_CPU);
         test_oom(QC_CONFIG_DEVICE_EMU);
         test_mixed_epoch();

@@ -1326,3 +1326,8 @@ void qc_trainer_plans_ahead(struct qc_trainer *t, int64_t *admitted, int64_t *ca
 {
     train_mem_ahead(t->mem, admitted, calibrated, differ);
 }
+
+void qc_trainer_parts_admitted(struct qc_trainer *t, int64_t *kept, int64_t *differ)
+{
+    train_mem_parts(t->mem, kept, differ);
+}

@@ -52,6 +52,11 @@ enum qc_status qc_trainer_plans_beside(struct qc_trainer *t, bool check, int64_t
 void qc_trainer_plans_ahead(struct qc_trainer *t, int64_t *admitted, int64_t *calibrated,
                             int64_t *differ);
 
+/* The parts of split groups run with the batch and admission plan admission made of them (not
+ * built and admitted again) so far: *kept, and, with qc_trainer_plans_beside's check set, each
+ * also admitted again on its run and compared (plan, edge modes): *differ. */
+void qc_trainer_parts_admitted(struct qc_trainer *t, int64_t *kept, int64_t *differ);
+
 #ifdef __cplusplus
 }
 #endif

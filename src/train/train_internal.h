@@ -158,6 +158,8 @@ enum qc_status train_mem_beside(struct train_mem *tm, bool check, int64_t *made,
 /* qc_trainer_plans_ahead. */
 void train_mem_ahead(const struct train_mem *tm, int64_t *admitted, int64_t *calibrated,
                      int64_t *differ);
+/* qc_trainer_parts_admitted. */
+void train_mem_parts(const struct train_mem *tm, int64_t *kept, int64_t *differ);
 /* Writes the cost model to RUN/plan_cost.json (atomically). */
 enum qc_status train_mem_save(const struct train_mem *tm, const char *run_dir);
 /* rm -rf path (run_dir.c): a folder of the run that belongs to no one (the caller holds the

@@ -120,6 +120,9 @@ struct train_mem {
     const struct qc_batch *ahead_batch;
     struct plan_ahead_out ahead_out;
     int64_t ahead_made, ahead_cal_made, ahead_differ;
+    /* the parts of split groups run with the batch and admission plan admission made of them
+     * (part_admitted), and with the beside check the ones whose plan made again differed */
+    int64_t parts_kept, parts_differ;
     int64_t fault_step; /* test hook QC_FAULT_OOM_STEP=S[:K]: 0 = off (fault_from_env) */
     int64_t fault_k;
     int64_t fault_scene; /* test hook QC_FAULT_OOM_SCENE=I: -1 = off (fault_from_env) */
@@ -820,14 +823,76 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
                                 const float *norm, float weight, bool last,
                                 struct train_group_out *out);
 
-/* Runs the scenes idx[0 .. n) as a sub-group: built by the loader, staged, run. */
+/* A part of a split group as admission left it (admit_parts), for its run (run_part): its batch
+ * built once and its admission plan made once (its edge modes chosen once). have: set. */
+struct part_kept {
+    bool have;
+    struct qc_batch *b;
+    struct qc_plan_result r;
+    uint32_t tiled;       /* its edge modes */
+    uint64_t fixed_bytes; /* the fixed bytes r was made with */
+    uint64_t prog_hash;   /* of the program r was made of (prog_hash) */
+};
+
+/* FNV-1a of a program's events (they compare bytewise: qc_plan.h) and sizes: what a kept
+ * admission plan is checked against before a second description replaces the first. */
+static uint64_t prog_hash(const struct qc_plan_program *p)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)p->nblocks ^ ((uint64_t)p->nev << 32);
+    const unsigned char *c = (const unsigned char *)p->ev;
+    for (size_t i = 0; i < (size_t)p->nev * sizeof *p->ev; i++)
+        h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void part_kept_free(struct qc_loader *loader, struct part_kept *k)
+{
+    qc_loader_release(loader, k->b);
+    qc_plan_result_free(&k->r);
+    memset(k, 0, sizeof *k);
+}
+
+/* Part batch b's admission from k for its first run (run_batch takes tm->admitted): b described
+ * in k's edge modes, and k's plan when that program is the one it was made of (its events, its
+ * fixed bytes; else run_batch admits it again). The same plan as admitting it again: a function
+ * of the program and the admission's figures (tests: made again and compared, with the beside
+ * check). */
+static enum qc_status part_admitted(struct train_mem *tm, const struct qc_batch *b,
+                                    struct part_kept *k)
+{
+    QC_TRY(describe(tm, b, k->tiled));
+    if (tm->prog.fixed_bytes != k->fixed_bytes || prog_hash(&tm->prog) != k->prog_hash)
+        return QC_OK;
+    if (tm->beside_check) {
+        struct qc_plan_result own = {0};
+        const enum qc_status st = admit(tm, b, false, &own);
+        tm->parts_differ +=
+            st != QC_OK || !same_plan(&k->r, false, &own, false) || tm->tiled != k->tiled;
+        qc_plan_result_free(&own);
+        QC_TRY(st);
+        if (tm->tiled != k->tiled)
+            return QC_OK;
+    }
+    tm->admitted = k->r;
+    k->r = (struct qc_plan_result){0};
+    tm->admitted_batch = b;
+    tm->parts_kept++;
+    return QC_OK;
+}
+
+/* Runs the scenes idx[0 .. n) as a sub-group: built by the loader (or as admission kept it: k,
+ * NULL for none), staged, run. */
 static enum qc_status run_part(struct train_mem *tm, struct qc_qcnet *model,
                                struct qc_loader *loader, const int64_t *idx, int64_t n,
-                               const struct qc_qcnet_ctx *ctx, const float *norm, float weight,
-                               bool last, struct train_group_out *out)
+                               struct part_kept *k, const struct qc_qcnet_ctx *ctx,
+                               const float *norm, float weight, bool last,
+                               struct train_group_out *out)
 {
-    struct qc_batch *b = NULL;
-    QC_TRY(qc_loader_build(loader, idx, n, &b));
+    struct qc_batch *b = k && k->have ? k->b : NULL;
+    if (b)
+        k->b = NULL;
+    else
+        QC_TRY(qc_loader_build(loader, idx, n, &b));
     struct train_stage s = {0};
     enum qc_status st = train_stage_put(tm->be, &s, b);
     if (st != QC_OK) {
@@ -836,6 +901,8 @@ static enum qc_status run_part(struct train_mem *tm, struct qc_qcnet *model,
     }
     const struct qc_batch *dev = NULL;
     st = train_stage_use(tm->be, &s, &dev);
+    if (st == QC_OK && k && k->have)
+        st = part_admitted(tm, b, k);
     if (st == QC_OK)
         st = run_batch(tm, model, loader, b, dev, ctx, norm, weight, last, out);
     qc_loader_release(loader, train_stage_drop(tm->be, &s));
@@ -931,9 +998,9 @@ static enum qc_status run_halves(struct train_mem *tm, struct qc_qcnet *model,
     if (!idx)
         return qc_errorf(QC_ERR_NOMEM, "train: out of memory");
     memcpy(idx, host->scene_index, (size_t)n * sizeof *idx);
-    enum qc_status st = run_part(tm, model, loader, idx, h, ctx, norm, weight, false, out);
+    enum qc_status st = run_part(tm, model, loader, idx, h, NULL, ctx, norm, weight, false, out);
     if (st == QC_OK)
-        st = run_part(tm, model, loader, idx + h, n - h, ctx, norm, weight, last, out);
+        st = run_part(tm, model, loader, idx + h, n - h, NULL, ctx, norm, weight, last, out);
     free(idx);
     return st;
 }
@@ -1181,7 +1248,8 @@ static enum qc_status run_batch(struct train_mem *tm, struct qc_qcnet *model,
 /* A run of consecutive scenes of the group: [off, off + n) of its scene indices. */
 struct part {
     int64_t off, n;
-    bool skip; /* one scene that does not fit alone (skip_oversized) */
+    bool skip;             /* one scene that does not fit alone (skip_oversized) */
+    struct part_kept kept; /* a part admission built: its batch and plan for its run */
 };
 
 /* Admits the scenes idx[off .. off + n) of the group (batch b when already built, else built
@@ -1203,14 +1271,23 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
         ahead_start(tm);
     const bool fits = st == QC_OK && r.fits;
     const uint64_t peak = r.peak;
+    struct part_kept k = {0};
     if (fits && !own) { /* the caller's batch: its first run needs this admission again */
         tm->admitted = r;
         tm->admitted_batch = b;
+    } else if (fits) { /* a part built here: its batch and plan kept for its run */
+        k = (struct part_kept){.have = true,
+                               .b = own,
+                               .r = r,
+                               .tiled = tm->tiled,
+                               .fixed_bytes = tm->prog.fixed_bytes,
+                               .prog_hash = prog_hash(&tm->prog)};
+        own = NULL;
     } else {
         qc_plan_result_free(&r);
     }
     if (st == QC_OK && fits) {
-        parts[(*np)++] = (struct part){.off = off, .n = n};
+        parts[(*np)++] = (struct part){.off = off, .n = n, .kept = k};
     } else if (st == QC_OK && n == 1) {
         bool skipped = false;
         st = scene_too_big(tm, b, peak, false, 0, &skipped);
@@ -1232,6 +1309,13 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
     return st;
 }
 
+static enum qc_status run_parts(struct train_mem *tm, struct qc_qcnet *model,
+                                struct qc_loader *loader, const struct qc_batch *host,
+                                const struct qc_batch *dev, const int64_t *run, int64_t nrun,
+                                struct part *parts, int64_t np, int64_t *idx,
+                                const struct qc_qcnet_ctx *ctx, float weight, bool last,
+                                struct train_group_out *out, int64_t *kept, enum qc_status st);
+
 /* Runs the scenes run[0 .. nrun) of the group (host, dev; all of them when nrun is its size):
  * admitted into parts, each part run with the denominators of the scenes that run (a scene
  * skipped by admission keeps no share of them). *kept: the scenes that ran. */
@@ -1246,6 +1330,22 @@ static enum qc_status run_scenes(struct train_mem *tm, struct qc_qcnet *model,
     memcpy(idx, run, (size_t)nrun * sizeof *idx);
     int64_t np = 0;
     enum qc_status st = admit_parts(tm, loader, nrun == n ? host : NULL, idx, 0, nrun, parts, &np);
+    st = run_parts(tm, model, loader, host, dev, run, nrun, parts, np, idx, ctx, weight, last, out,
+                   kept, st);
+    for (int64_t i = 0; i < np; i++)
+        part_kept_free(loader, &parts[i].kept);
+    return st;
+}
+
+/* run_scenes' runs of the np parts admission made (st: admission's status). */
+static enum qc_status run_parts(struct train_mem *tm, struct qc_qcnet *model,
+                                struct qc_loader *loader, const struct qc_batch *host,
+                                const struct qc_batch *dev, const int64_t *run, int64_t nrun,
+                                struct part *parts, int64_t np, int64_t *idx,
+                                const struct qc_qcnet_ctx *ctx, float weight, bool last,
+                                struct train_group_out *out, int64_t *kept, enum qc_status st)
+{
+    const int64_t n = host->num_scenes;
     int64_t k = 0, last_run = -1;
     for (int64_t i = 0; st == QC_OK && i < np; i++)
         if (!parts[i].skip) {
@@ -1271,8 +1371,8 @@ static enum qc_status run_scenes(struct train_mem *tm, struct qc_qcnet *model,
     }
     for (int64_t i = 0; st == QC_OK && i <= last_run; i++)
         if (!parts[i].skip)
-            st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, ctx, norm, weight,
-                          last && i == last_run, out);
+            st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, &parts[i].kept, ctx,
+                          norm, weight, last && i == last_run, out);
     return st;
 }
 
@@ -1392,6 +1492,12 @@ void train_mem_ahead(const struct train_mem *tm, int64_t *admitted, int64_t *cal
     *admitted = tm->ahead_made;
     *calibrated = tm->ahead_cal_made;
     *differ = tm->ahead_differ;
+}
+
+void train_mem_parts(const struct train_mem *tm, int64_t *kept, int64_t *differ)
+{
+    *kept = tm->parts_kept;
+    *differ = tm->parts_differ;
 }
 
 void train_mem_step_end(struct train_mem *tm, struct qc_qcnet *model, uint64_t measured_peak,
