@@ -15,7 +15,8 @@
  *      fits, else sets tiled until one fits, src/plan/README.md "The edge modes"), which the
  *      model is set to before the group runs (qc_train_edge_modes_set; tiling changes the edge
  *      FEs' gradient bits, hence the same rule). Otherwise the group is split into two halves
- *      of its scenes (recursively), built by the loader and run one after the other with the
+ *      of its scenes (recursively), built by the loader and run one after the other (each
+ *      with the batch and admission plan admission made of it: part_kept) with the
  *      loss denominators (qc_qcnet_ctx.loss_norm) of the scenes that run and the group's
  *      weight, so their losses and gradients add up to the group's (within fp32 rounding;
  *      dropout is keyed by scene, so the parts draw the whole group's masks). A scene that does
