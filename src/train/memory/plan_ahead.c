@@ -5,25 +5,19 @@
 #include "plan_ahead.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "helper_thread.h"
 #include "plan_beside.h"   /* plan_beside_same_hw, plan_beside_same_params */
 #include "qc_plan_calib.h" /* qc_plan_cost_clone */
 #include "qc_batch.h"
 #include "qc_qcnet.h"
 #include "qc_train.h"
 
-enum { PA_IDLE = 0, PA_RUNNING, PA_DONE };
-
 struct plan_ahead {
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* the helper waits for a job or the end; the caller for DONE */
-    int state;
-    bool quit;
+    struct helper_thread h;
     struct qc_config cfg;
     bool cuda;
     /* the helper's description: its own while RUNNING, swapped with the caller's by a take */
@@ -79,26 +73,12 @@ static enum qc_status run_job(struct plan_ahead *pa, struct plan_ahead_out *o)
     return QC_OK;
 }
 
-static void *ahead_main(void *arg)
+/* The job, on the helper (helper_thread.h). */
+static void ahead_job(void *arg)
 {
     struct plan_ahead *pa = arg;
-    pthread_mutex_lock(&pa->mu);
-    for (;;) {
-        while (!pa->quit && pa->state != PA_RUNNING)
-            pthread_cond_wait(&pa->cv, &pa->mu);
-        if (pa->quit)
-            break;
-        pthread_mutex_unlock(&pa->mu);
-        struct plan_ahead_out o = {0};
-        const enum qc_status st = run_job(pa, &o);
-        pthread_mutex_lock(&pa->mu);
-        pa->st = st;
-        pa->out = o;
-        pa->state = PA_DONE;
-        pthread_cond_broadcast(&pa->cv);
-    }
-    pthread_mutex_unlock(&pa->mu);
-    return NULL;
+    pa->out = (struct plan_ahead_out){0};
+    pa->st = run_job(pa, &pa->out);
 }
 
 enum qc_status plan_ahead_create(const struct qc_config *cfg, struct plan_ahead **out)
@@ -118,25 +98,12 @@ enum qc_status plan_ahead_create(const struct qc_config *cfg, struct plan_ahead 
         free(pa);
         return st;
     }
-    int e = pthread_mutex_init(&pa->mu, NULL);
-    if (e == 0) {
-        e = pthread_cond_init(&pa->cv, NULL);
-        if (e != 0)
-            pthread_mutex_destroy(&pa->mu);
-    }
-    if (e == 0) {
-        e = pthread_create(&pa->th, NULL, ahead_main, pa);
-        if (e != 0) {
-            pthread_cond_destroy(&pa->cv);
-            pthread_mutex_destroy(&pa->mu);
-        }
-    }
-    if (e != 0) {
+    st = helper_thread_init(&pa->h, ahead_job, pa, "the planning-ahead thread");
+    if (st != QC_OK) {
         qc_qcnet_destroy(pa->dry);
         qc_plan_program_free(&pa->prog);
         free(pa);
-        return qc_errorf(QC_ERR_NOMEM, "train: cannot start the planning-ahead thread: %s",
-                         strerror(e));
+        return st;
     }
     *out = pa;
     return QC_OK;
@@ -150,37 +117,25 @@ void plan_ahead_out_free(struct plan_ahead_out *o)
     memset(o, 0, sizeof *o);
 }
 
-/* Waits (mu held) until no job runs. */
-static void wait_done(struct plan_ahead *pa)
-{
-    while (pa->state == PA_RUNNING)
-        pthread_cond_wait(&pa->cv, &pa->mu);
-}
-
-/* mu held, not RUNNING: the result and the job's cost copy given back, IDLE. */
+/* Locked, not RUNNING: the result and the job's cost copy given back, IDLE. */
 static void clear(struct plan_ahead *pa)
 {
-    if (pa->state == PA_DONE)
+    if (pa->h.state == HELPER_DONE)
         plan_ahead_out_free(&pa->out);
     qc_plan_cost_destroy(pa->cost);
     pa->cost = NULL;
     memset(&pa->job, 0, sizeof pa->job);
-    pa->state = PA_IDLE;
+    pa->h.state = HELPER_IDLE;
 }
 
 void plan_ahead_destroy(struct plan_ahead *pa)
 {
     if (!pa)
         return;
-    pthread_mutex_lock(&pa->mu);
-    wait_done(pa);
+    helper_thread_lock_idle(&pa->h);
     clear(pa);
-    pa->quit = true;
-    pthread_cond_broadcast(&pa->cv);
-    pthread_mutex_unlock(&pa->mu);
-    pthread_join(pa->th, NULL);
-    pthread_cond_destroy(&pa->cv);
-    pthread_mutex_destroy(&pa->mu);
+    helper_thread_unlock(&pa->h);
+    helper_thread_deinit(&pa->h);
     qc_qcnet_destroy(pa->dry);
     qc_plan_program_free(&pa->prog);
     free(pa->scenes);
@@ -202,8 +157,7 @@ enum qc_status plan_ahead_start(struct plan_ahead *pa, const struct plan_ahead_j
 {
     struct qc_plan_cost *cost = NULL;
     enum qc_status st = qc_plan_cost_clone(job->cost, &cost);
-    pthread_mutex_lock(&pa->mu);
-    wait_done(pa);
+    helper_thread_lock_idle(&pa->h);
     clear(pa);
     const int64_t n = job->batch->num_scenes;
     if (st == QC_OK && n > pa->cap_scenes) {
@@ -223,12 +177,11 @@ enum qc_status plan_ahead_start(struct plan_ahead *pa, const struct plan_ahead_j
         pa->job = *job;
         pa->job.cost = cost;
         pa->cost = cost;
-        pa->state = PA_RUNNING;
-        pthread_cond_broadcast(&pa->cv);
+        helper_thread_start(&pa->h);
     } else {
         qc_plan_cost_destroy(cost);
     }
-    pthread_mutex_unlock(&pa->mu);
+    helper_thread_unlock(&pa->h);
     return st;
 }
 
@@ -238,10 +191,9 @@ bool plan_ahead_take(struct plan_ahead *pa, const struct qc_batch *b, uint64_t f
                      struct plan_ahead_out *out, double *waited_s)
 {
     const double t0 = now_s();
-    pthread_mutex_lock(&pa->mu);
-    wait_done(pa);
+    helper_thread_lock_idle(&pa->h);
     *waited_s = now_s() - t0;
-    const bool made = pa->state == PA_DONE && pa->st == QC_OK && pa->job.batch == b &&
+    const bool made = pa->h.state == HELPER_DONE && pa->st == QC_OK && pa->job.batch == b &&
                       same_scenes(pa, b) && pa->job.fixed_bytes == fixed_bytes &&
                       plan_beside_same_hw(&pa->job.hw0, hw0) &&
                       plan_beside_same_params(&pa->job.par, par);
@@ -258,14 +210,13 @@ bool plan_ahead_take(struct plan_ahead *pa, const struct qc_batch *b, uint64_t f
         pa->prog = p;
     }
     clear(pa);
-    pthread_mutex_unlock(&pa->mu);
+    helper_thread_unlock(&pa->h);
     return made;
 }
 
 void plan_ahead_drop(struct plan_ahead *pa)
 {
-    pthread_mutex_lock(&pa->mu);
-    wait_done(pa);
+    helper_thread_lock_idle(&pa->h);
     clear(pa);
-    pthread_mutex_unlock(&pa->mu);
+    helper_thread_unlock(&pa->h);
 }

@@ -4,19 +4,13 @@
  */
 #include "plan_beside.h"
 
-#include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-enum { PB_IDLE = 0, PB_RUNNING, PB_DONE };
+#include "helper_thread.h"
 
 struct plan_beside {
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* the helper waits for a job or the end; the caller for DONE */
-    int state;
-    bool quit;
+    struct helper_thread h;
     /* the job (RUNNING) */
     const struct qc_plan_program *prog;
     const struct qc_plan_cost *cost;
@@ -28,30 +22,13 @@ struct plan_beside {
     bool ok;
 };
 
-static void *beside_main(void *arg)
+/* The job, on the helper: the job's fields are the caller's to change only after DONE. */
+static void beside_job(void *arg)
 {
     struct plan_beside *pb = arg;
-    pthread_mutex_lock(&pb->mu);
-    for (;;) {
-        while (!pb->quit && pb->state != PB_RUNNING)
-            pthread_cond_wait(&pb->cv, &pb->mu);
-        if (pb->quit)
-            break;
-        pthread_mutex_unlock(&pb->mu);
-        /* the job's fields are the caller's to change only after DONE */
-        struct qc_plan_result out = {0};
-        bool ok = false;
-        const enum qc_status st =
-            qc_plan_make_room(pb->prog, pb->cost, &pb->hw, &pb->p, &pb->room, &out, &ok);
-        pthread_mutex_lock(&pb->mu);
-        pb->st = st;
-        pb->out = out;
-        pb->ok = ok;
-        pb->state = PB_DONE;
-        pthread_cond_broadcast(&pb->cv);
-    }
-    pthread_mutex_unlock(&pb->mu);
-    return NULL;
+    pb->out = (struct qc_plan_result){0};
+    pb->ok = false;
+    pb->st = qc_plan_make_room(pb->prog, pb->cost, &pb->hw, &pb->p, &pb->room, &pb->out, &pb->ok);
 }
 
 enum qc_status plan_beside_create(struct plan_beside **out)
@@ -60,56 +37,32 @@ enum qc_status plan_beside_create(struct plan_beside **out)
     struct plan_beside *pb = calloc(1, sizeof *pb);
     if (!pb)
         return qc_errorf(QC_ERR_NOMEM, "train: the planning helper");
-    int e = pthread_mutex_init(&pb->mu, NULL);
-    if (e == 0) {
-        e = pthread_cond_init(&pb->cv, NULL);
-        if (e != 0)
-            pthread_mutex_destroy(&pb->mu);
-    }
-    if (e == 0) {
-        e = pthread_create(&pb->th, NULL, beside_main, pb);
-        if (e != 0) {
-            pthread_cond_destroy(&pb->cv);
-            pthread_mutex_destroy(&pb->mu);
-        }
-    }
-    if (e != 0) {
+    const enum qc_status st =
+        helper_thread_init(&pb->h, beside_job, pb, "the planning helper thread");
+    if (st != QC_OK) {
         free(pb);
-        return qc_errorf(QC_ERR_NOMEM, "train: cannot start the planning helper thread: %s",
-                         strerror(e));
+        return st;
     }
     *out = pb;
     return QC_OK;
 }
 
-/* Waits (mu held) until no plan runs. */
-static void wait_done(struct plan_beside *pb)
-{
-    while (pb->state == PB_RUNNING)
-        pthread_cond_wait(&pb->cv, &pb->mu);
-}
-
-/* mu held, not RUNNING: the result given back, IDLE. */
+/* Locked, not RUNNING: the result given back, IDLE. */
 static void clear(struct plan_beside *pb)
 {
-    if (pb->state == PB_DONE)
+    if (pb->h.state == HELPER_DONE)
         qc_plan_result_free(&pb->out);
-    pb->state = PB_IDLE;
+    pb->h.state = HELPER_IDLE;
 }
 
 void plan_beside_destroy(struct plan_beside *pb)
 {
     if (!pb)
         return;
-    pthread_mutex_lock(&pb->mu);
-    wait_done(pb);
+    helper_thread_lock_idle(&pb->h);
     clear(pb);
-    pb->quit = true;
-    pthread_cond_broadcast(&pb->cv);
-    pthread_mutex_unlock(&pb->mu);
-    pthread_join(pb->th, NULL);
-    pthread_cond_destroy(&pb->cv);
-    pthread_mutex_destroy(&pb->mu);
+    helper_thread_unlock(&pb->h);
+    helper_thread_deinit(&pb->h);
     free(pb);
 }
 
@@ -117,17 +70,15 @@ void plan_beside_start(struct plan_beside *pb, const struct qc_plan_program *pro
                        const struct qc_plan_cost *cost, const struct qc_plan_hw *hw,
                        const struct qc_plan_params *p, const struct qc_plan_params *room)
 {
-    pthread_mutex_lock(&pb->mu);
-    wait_done(pb);
+    helper_thread_lock_idle(&pb->h);
     clear(pb);
     pb->prog = prog;
     pb->cost = cost;
     pb->hw = *hw;
     pb->p = *p;
     pb->room = room ? *room : *p;
-    pb->state = PB_RUNNING;
-    pthread_cond_broadcast(&pb->cv);
-    pthread_mutex_unlock(&pb->mu);
+    helper_thread_start(&pb->h);
+    helper_thread_unlock(&pb->h);
 }
 
 static double now_s(void)
@@ -162,10 +113,9 @@ bool plan_beside_take(struct plan_beside *pb, const struct qc_plan_program *prog
                       struct qc_plan_result *out, bool *ok, double *waited_s)
 {
     const double t0 = now_s();
-    pthread_mutex_lock(&pb->mu);
-    wait_done(pb);
+    helper_thread_lock_idle(&pb->h);
     *waited_s = now_s() - t0;
-    const bool made = pb->state == PB_DONE && pb->st == QC_OK && pb->prog == prog &&
+    const bool made = pb->h.state == HELPER_DONE && pb->st == QC_OK && pb->prog == prog &&
                       pb->cost == cost && plan_beside_same_hw(&pb->hw, hw) &&
                       plan_beside_same_params(&pb->p, p) &&
                       plan_beside_same_params(&pb->room, room ? room : p);
@@ -175,14 +125,13 @@ bool plan_beside_take(struct plan_beside *pb, const struct qc_plan_program *prog
         pb->out = (struct qc_plan_result){0};
     }
     clear(pb);
-    pthread_mutex_unlock(&pb->mu);
+    helper_thread_unlock(&pb->h);
     return made;
 }
 
 void plan_beside_drop(struct plan_beside *pb)
 {
-    pthread_mutex_lock(&pb->mu);
-    wait_done(pb);
+    helper_thread_lock_idle(&pb->h);
     clear(pb);
-    pthread_mutex_unlock(&pb->mu);
+    helper_thread_unlock(&pb->h);
 }

@@ -1310,34 +1310,6 @@ static enum qc_status admit_parts(struct train_mem *tm, struct qc_loader *loader
     return st;
 }
 
-static enum qc_status run_parts(struct train_mem *tm, struct qc_qcnet *model,
-                                struct qc_loader *loader, const struct qc_batch *host,
-                                const struct qc_batch *dev, const int64_t *run, int64_t nrun,
-                                struct part *parts, int64_t np, int64_t *idx,
-                                const struct qc_qcnet_ctx *ctx, float weight, bool last,
-                                struct train_group_out *out, int64_t *kept, enum qc_status st);
-
-/* Runs the scenes run[0 .. nrun) of the group (host, dev; all of them when nrun is its size):
- * admitted into parts, each part run with the denominators of the scenes that run (a scene
- * skipped by admission keeps no share of them). *kept: the scenes that ran. */
-static enum qc_status run_scenes(struct train_mem *tm, struct qc_qcnet *model,
-                                 struct qc_loader *loader, const struct qc_batch *host,
-                                 const struct qc_batch *dev, const int64_t *run, int64_t nrun,
-                                 struct part *parts, int64_t *idx, const struct qc_qcnet_ctx *ctx,
-                                 float weight, bool last, struct train_group_out *out,
-                                 int64_t *kept)
-{
-    const int64_t n = host->num_scenes;
-    memcpy(idx, run, (size_t)nrun * sizeof *idx);
-    int64_t np = 0;
-    enum qc_status st = admit_parts(tm, loader, nrun == n ? host : NULL, idx, 0, nrun, parts, &np);
-    st = run_parts(tm, model, loader, host, dev, run, nrun, parts, np, idx, ctx, weight, last, out,
-                   kept, st);
-    for (int64_t i = 0; i < np; i++)
-        part_kept_free(loader, &parts[i].kept);
-    return st;
-}
-
 /* run_scenes' runs of the np parts admission made (st: admission's status). */
 static enum qc_status run_parts(struct train_mem *tm, struct qc_qcnet *model,
                                 struct qc_loader *loader, const struct qc_batch *host,
@@ -1374,6 +1346,27 @@ static enum qc_status run_parts(struct train_mem *tm, struct qc_qcnet *model,
         if (!parts[i].skip)
             st = run_part(tm, model, loader, idx + parts[i].off, parts[i].n, &parts[i].kept, ctx,
                           norm, weight, last && i == last_run, out);
+    return st;
+}
+
+/* Runs the scenes run[0 .. nrun) of the group (host, dev; all of them when nrun is its size):
+ * admitted into parts, each part run with the denominators of the scenes that run (a scene
+ * skipped by admission keeps no share of them). *kept: the scenes that ran. */
+static enum qc_status run_scenes(struct train_mem *tm, struct qc_qcnet *model,
+                                 struct qc_loader *loader, const struct qc_batch *host,
+                                 const struct qc_batch *dev, const int64_t *run, int64_t nrun,
+                                 struct part *parts, int64_t *idx, const struct qc_qcnet_ctx *ctx,
+                                 float weight, bool last, struct train_group_out *out,
+                                 int64_t *kept)
+{
+    const int64_t n = host->num_scenes;
+    memcpy(idx, run, (size_t)nrun * sizeof *idx);
+    int64_t np = 0;
+    enum qc_status st = admit_parts(tm, loader, nrun == n ? host : NULL, idx, 0, nrun, parts, &np);
+    st = run_parts(tm, model, loader, host, dev, run, nrun, parts, np, idx, ctx, weight, last, out,
+                   kept, st);
+    for (int64_t i = 0; i < np; i++)
+        part_kept_free(loader, &parts[i].kept);
     return st;
 }
 
